@@ -1,0 +1,294 @@
+#include "core/array.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/xt.hpp"
+
+namespace xg {
+namespace detail {
+
+Array Storage::make(const Shape& shape, DType dtype) {
+  auto s = std::make_shared<Storage>();
+  s->shape = shape;
+  s->dtype = dtype;
+  if (dtype == DType::float32)
+    s->data = xt::xarray<float>::from_shape(shape);
+  else
+    s->data = xt::xarray<double>::from_shape(shape);
+  return Array(std::move(s));
+}
+
+}  // namespace detail
+
+namespace {
+void require_defined(const Array& a, const char* what) {
+  if (!a.defined()) throw ValueError(op_message("array", std::string(what) + " of an undefined Array"));
+}
+}  // namespace
+
+Array Array::empty(const Shape& shape, DType dtype) { return detail::Storage::make(shape, dtype); }
+
+Array Array::zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+
+Array Array::full(const Shape& shape, double value, DType dtype) {
+  Array a = empty(shape, dtype);
+  detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    std::fill(a.data<T>(), a.data<T>() + a.size(), static_cast<T>(value));
+  });
+  return a;
+}
+
+Array Array::scalar(double value, DType dtype) { return full({}, value, dtype); }
+
+Array Array::from_vector(const Shape& shape, const std::vector<double>& values, DType dtype) {
+  if (numel(shape) != values.size())
+    throw ShapeError(op_message("array", "shape " + shape_str(shape) + " needs " +
+                                             std::to_string(numel(shape)) + " values, got " +
+                                             std::to_string(values.size())));
+  Array a = empty(shape, dtype);
+  detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    std::transform(values.begin(), values.end(), a.data<T>(),
+                   [](double v) { return static_cast<T>(v); });
+  });
+  return a;
+}
+
+Array Array::of(std::initializer_list<double> v, DType dtype) {
+  return from_vector({v.size()}, std::vector<double>(v), dtype);
+}
+
+Array Array::of(std::initializer_list<std::initializer_list<double>> v, DType dtype) {
+  std::vector<double> flat;
+  const std::size_t cols = v.size() ? v.begin()->size() : 0;
+  for (const auto& row : v) {
+    if (row.size() != cols)
+      throw ShapeError(op_message("array", "ragged nested list: rows of length " +
+                                               std::to_string(cols) + " and " +
+                                               std::to_string(row.size())));
+    flat.insert(flat.end(), row.begin(), row.end());
+  }
+  return from_vector({v.size(), cols}, flat, dtype);
+}
+
+Array Array::of3(std::initializer_list<std::initializer_list<std::initializer_list<double>>> v,
+                DType dtype) {
+  std::vector<double> flat;
+  const std::size_t rows = v.size() ? v.begin()->size() : 0;
+  const std::size_t cols = rows ? v.begin()->begin()->size() : 0;
+  for (const auto& m : v) {
+    if (m.size() != rows) throw ShapeError(op_message("array", "ragged nested list"));
+    for (const auto& row : m) {
+      if (row.size() != cols) throw ShapeError(op_message("array", "ragged nested list"));
+      flat.insert(flat.end(), row.begin(), row.end());
+    }
+  }
+  return from_vector({v.size(), rows, cols}, flat, dtype);
+}
+
+DType Array::dtype() const {
+  require_defined(*this, "dtype");
+  return s_->dtype;
+}
+const Shape& Array::shape() const {
+  require_defined(*this, "shape");
+  return s_->shape;
+}
+std::size_t Array::size() const { return numel(shape()); }
+
+template <class T> T* Array::data() {
+  if (dtype() != detail::dtype_of<T>())
+    throw DTypeError(op_message("array", std::string("requested ") +
+                                             dtype_name(detail::dtype_of<T>()) +
+                                             " data of a " + dtype_name(dtype()) + " array"));
+  return std::get<xt::xarray<T>>(s_->data).data();
+}
+template <class T> const T* Array::data() const { return const_cast<Array*>(this)->data<T>(); }
+template float* Array::data<float>();
+template double* Array::data<double>();
+template const float* Array::data<float>() const;
+template const double* Array::data<double>() const;
+
+double Array::flat(std::size_t i) const {
+  if (i >= size())
+    throw ShapeError(op_message("array", "flat index " + std::to_string(i) +
+                                             " out of range for shape " + shape_str(shape())));
+  return detail::dispatch(dtype(), [&](auto t) {
+    using T = decltype(t);
+    return static_cast<double>(data<T>()[i]);
+  });
+}
+
+void Array::set_flat(std::size_t i, double v) {
+  if (i >= size())
+    throw ShapeError(op_message("array", "flat index " + std::to_string(i) +
+                                             " out of range for shape " + shape_str(shape())));
+  detail::dispatch(dtype(), [&](auto t) {
+    using T = decltype(t);
+    data<T>()[i] = static_cast<T>(v);
+  });
+}
+
+double Array::item() const {
+  if (size() != 1)
+    throw ShapeError(op_message("item", "needs exactly one element, array has shape " +
+                                            shape_str(shape())));
+  return flat(0);
+}
+
+double Array::at(const std::vector<std::size_t>& idx) const {
+  const Shape& s = shape();
+  if (idx.size() != s.size())
+    throw ShapeError(op_message("at", std::to_string(idx.size()) +
+                                          " indices for an array of shape " + shape_str(s)));
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (idx[i] >= s[i])
+      throw ShapeError(op_message("at", "index " + std::to_string(idx[i]) + " on axis " +
+                                            std::to_string(i) + " out of range for shape " +
+                                            shape_str(s)));
+    off = off * s[i] + idx[i];
+  }
+  return flat(off);
+}
+
+std::vector<double> Array::to_vector() const {
+  std::vector<double> v(size());
+  detail::dispatch(dtype(), [&](auto t) {
+    using T = decltype(t);
+    std::copy(data<T>(), data<T>() + size(), v.begin());
+  });
+  return v;
+}
+
+Array Array::clone() const {
+  Array c = empty(shape(), dtype());
+  detail::dispatch(dtype(), [&](auto t) {
+    using T = decltype(t);
+    std::copy(data<T>(), data<T>() + size(), c.data<T>());
+  });
+  return c;
+}
+
+Array Array::astype(DType d) const {
+  if (d == dtype()) return *this;
+  Array c = empty(shape(), d);
+  detail::dispatch(dtype(), [&](auto ts) {
+    using S = decltype(ts);
+    detail::dispatch(d, [&](auto td) {
+      using D = decltype(td);
+      std::transform(data<S>(), data<S>() + size(), c.data<D>(),
+                     [](S v) { return static_cast<D>(v); });
+    });
+  });
+  return c;
+}
+
+Array Array::reshaped(const Shape& s) const {
+  if (numel(s) != size())
+    throw ShapeError(op_message("reshape", "cannot reshape an array of shape " +
+                                               shape_str(shape()) + " into shape " + shape_str(s)));
+  Array c = clone();
+  c.s_->shape = s;
+  detail::dispatch(dtype(), [&](auto t) {
+    using T = decltype(t);
+    std::get<xt::xarray<T>>(c.s_->data).reshape(s);
+  });
+  return c;
+}
+
+std::size_t Array::first_nonfinite() const {
+  return detail::dispatch(dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* p = data<T>();
+    const std::size_t n = size();
+    for (std::size_t i = 0; i < n; ++i)
+      if (!std::isfinite(p[i])) return i;
+    return n;
+  });
+}
+
+bool Array::all_finite() const { return first_nonfinite() == size(); }
+
+std::string Array::str() const {
+  if (!defined()) return "<undefined>";
+  std::ostringstream os;
+  os.precision(6);
+  const Shape& s = shape();
+  const auto v = to_vector();
+  if (s.empty()) {
+    os << v[0];
+    return os.str();
+  }
+  // Block size of dimension d: a bracket opens where such a block starts and closes
+  // where it ends.
+  std::vector<std::size_t> block(s.size());
+  for (std::size_t d = s.size(), acc = 1; d-- > 0;) block[d] = acc *= s[d];
+  const std::size_t limit = 512;
+  for (std::size_t i = 0; i < v.size() && i < limit; ++i) {
+    for (std::size_t d = 0; d < s.size(); ++d)
+      if (i % block[d] == 0) os << "[";
+    os << v[i];
+    std::size_t closes = 0;
+    for (std::size_t d = 0; d < s.size(); ++d)
+      if ((i + 1) % block[d] == 0) ++closes;
+    for (std::size_t c = 0; c < closes; ++c) os << "]";
+    if (i + 1 < v.size()) os << (closes ? ",\n" : ", ");
+  }
+  if (v.size() > limit) os << " ... (" << v.size() << " elements)";
+  return os.str();
+}
+
+detail::Storage& Array::storage() {
+  require_defined(*this, "storage");
+  return *s_;
+}
+const detail::Storage& Array::storage() const {
+  require_defined(*this, "storage");
+  return *s_;
+}
+
+double max_abs_diff(const Array& a, const Array& b) {
+  if (a.shape() != b.shape())
+    throw ShapeError(op_message("max_abs_diff", "a has shape " + shape_str(a.shape()) +
+                                                    ", b has shape " + shape_str(b.shape())));
+  const auto va = a.to_vector(), vb = b.to_vector();
+  double m = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    const double d = std::fabs(va[i] - vb[i]);
+    if (std::isnan(d)) return d;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+}  // namespace xg
+
+namespace xg {
+
+BoolArray::BoolArray(Shape s, std::vector<unsigned char> d) : shape(std::move(s)), data(std::move(d)) {
+  if (numel(shape) != data.size())
+    throw ShapeError(op_message("bool_array", "shape " + shape_str(shape) + " needs " +
+                                                  std::to_string(numel(shape)) + " values, got " +
+                                                  std::to_string(data.size())));
+  for (auto& v : data) v = v ? 1 : 0;
+}
+
+BoolArray BoolArray::filled(Shape s, bool value) {
+  const std::size_t n = numel(s);
+  return BoolArray(std::move(s), std::vector<unsigned char>(n, value ? 1 : 0));
+}
+
+IndexArray::IndexArray(Shape s, std::vector<std::int64_t> d) : shape(std::move(s)), data(std::move(d)) {
+  if (numel(shape) != data.size())
+    throw ShapeError(op_message("index_array", "shape " + shape_str(shape) + " needs " +
+                                                   std::to_string(numel(shape)) + " values, got " +
+                                                   std::to_string(data.size())));
+}
+
+IndexArray::IndexArray(std::initializer_list<std::int64_t> v) : shape{v.size()}, data(v) {}
+
+}  // namespace xg

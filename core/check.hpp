@@ -1,0 +1,49 @@
+// Entry checks shared by ops. Each takes the op name and argument names so the message
+// says which call and which argument is wrong, and shows the shapes involved.
+#pragma once
+
+#include <string>
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+namespace xg::check {
+
+inline void defined(const std::string& op, const std::string& name, const Tensor& t) {
+  if (!t.defined()) throw ValueError(op_message(op, name + " is an undefined Tensor"));
+}
+
+inline void same_dtype(const std::string& op, const std::string& a_name, const Tensor& a,
+                       const std::string& b_name, const Tensor& b) {
+  defined(op, a_name, a);
+  defined(op, b_name, b);
+  if (a.dtype() != b.dtype())
+    throw DTypeError(op_message(op, "dtypes differ: " + a_name + " is " + dtype_name(a.dtype()) +
+                                        " with shape " + shape_str(a.shape()) + ", " + b_name +
+                                        " is " + dtype_name(b.dtype()) + " with shape " +
+                                        shape_str(b.shape())));
+}
+
+inline void rank_at_least(const std::string& op, const std::string& name, const Tensor& t,
+                          std::size_t n) {
+  defined(op, name, t);
+  if (t.ndim() < n)
+    throw ShapeError(op_message(op, name + " must have at least " + std::to_string(n) +
+                                        " dimension(s), has shape " + shape_str(t.shape())));
+}
+
+inline void rank(const std::string& op, const std::string& name, const Tensor& t, std::size_t n) {
+  defined(op, name, t);
+  if (t.ndim() != n)
+    throw ShapeError(op_message(op, name + " must have " + std::to_string(n) +
+                                        " dimension(s), has shape " + shape_str(t.shape())));
+}
+
+inline void same_shape(const std::string& op, const std::string& a_name, const Shape& a,
+                       const std::string& b_name, const Shape& b) {
+  if (a != b)
+    throw ShapeError(op_message(op, "shapes differ: " + a_name + " has shape " + shape_str(a) +
+                                        ", " + b_name + " has shape " + shape_str(b)));
+}
+
+}  // namespace xg::check

@@ -1,0 +1,219 @@
+#include "core/gradcheck.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/random.hpp"
+#include "core/tape.hpp"
+
+namespace xg {
+
+namespace {
+
+std::vector<std::size_t> unravel(std::size_t flat, const Shape& s) {
+  std::vector<std::size_t> idx(s.size());
+  for (std::size_t d = s.size(); d-- > 0;) {
+    idx[d] = s[d] ? flat % s[d] : 0;
+    flat = s[d] ? flat / s[d] : 0;
+  }
+  return idx;
+}
+
+std::string index_str(const std::vector<std::size_t>& idx) {
+  std::ostringstream os;
+  os << "(";
+  for (std::size_t i = 0; i < idx.size(); ++i) os << (i ? ", " : "") << idx[i];
+  os << ")";
+  return os.str();
+}
+
+class Checker {
+ public:
+  Checker(const GradcheckFn& f, const std::vector<Array>& inputs, const GradcheckOptions& o,
+          const std::vector<std::string>& names)
+      : f_(f), inputs_(inputs), o_(o), names_(names) {
+    report_.atol = o.atol;
+    report_.rtol = o.rtol;
+  }
+
+  Tensor evaluate(const std::vector<Array>& xs) {
+    NoGradGuard ng;
+    std::vector<Tensor> ts;
+    for (const Array& x : xs) ts.emplace_back(x, false);
+    Tensor y = f_(ts);
+    if (!y.defined()) throw ValueError(op_message("gradcheck", "f returned an undefined Tensor"));
+    return y;
+  }
+
+  // Runs f on fresh leaves; returns output and leaves.
+  Tensor forward(std::vector<Tensor>& leaves) {
+    leaves.clear();
+    for (const Array& x : inputs_) leaves.emplace_back(x, true);
+    Tensor y = f_(leaves);
+    if (!y.defined()) throw ValueError(op_message("gradcheck", "f returned an undefined Tensor"));
+    if (!y.requires_grad())
+      throw ValueError(op_message("gradcheck", "f's output does not depend on any input through "
+                                               "a differentiable op (it does not require grad)"));
+    return y;
+  }
+
+  double step(double x) const { return o_.eps * std::max(1.0, std::fabs(x)); }
+
+  void compare(double analytic, double numeric, std::size_t input, std::vector<std::size_t> index,
+               std::vector<std::size_t> out_index) {
+    ++report_.comparisons;
+    const double err = std::fabs(analytic - numeric);
+    const double tol = o_.atol + o_.rtol * std::fabs(numeric);
+    double score = err / tol;
+    if (!std::isfinite(analytic) || !std::isfinite(numeric)) score = std::numeric_limits<double>::infinity();
+    if (std::isfinite(err)) report_.max_abs_error = std::max(report_.max_abs_error, err);
+    else report_.max_abs_error = std::numeric_limits<double>::infinity();
+    const double rel = std::fabs(numeric) > 0 ? err / std::fabs(numeric) : (err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+    if (std::fabs(numeric) > o_.atol) report_.max_rel_error = std::max(report_.max_rel_error, rel);
+    if (!(score <= 1.0)) report_.passed = false;
+    if (score > worst_score_ || report_.comparisons == 1) {
+      worst_score_ = score;
+      report_.input = input;
+      report_.index = std::move(index);
+      report_.output_index = std::move(out_index);
+      report_.analytic = analytic;
+      report_.numeric = numeric;
+      report_.abs_error = err;
+      report_.rel_error = rel;
+    }
+  }
+
+  void full() {
+    report_.mode = "full";
+    std::vector<Tensor> leaves;
+    Tensor y = forward(leaves);
+    const std::size_t n_out = y.size();
+    const Shape out_shape = y.shape();
+    // Analytic Jacobian rows: J[k][i] = d y_i / d x_k (flattened x_k).
+    std::vector<std::vector<std::vector<double>>> J(inputs_.size(), std::vector<std::vector<double>>(n_out));
+    for (std::size_t i = 0; i < n_out; ++i) {
+      Array seed = Array::zeros(out_shape, y.dtype());
+      seed.set_flat(i, 1.0);
+      BackwardOptions bo;
+      bo.retain_graph = i + 1 < n_out;
+      const auto g = grad(y, leaves, seed, bo);
+      for (std::size_t k = 0; k < inputs_.size(); ++k) J[k][i] = g[k].to_vector();
+    }
+    // Numeric Jacobian columns, compared as they are computed.
+    for (std::size_t k = 0; k < inputs_.size(); ++k) {
+      for (std::size_t j = 0; j < inputs_[k].size(); ++j) {
+        std::vector<Array> xs = inputs_;
+        const double x0 = inputs_[k].flat(j), h = step(x0);
+        xs[k] = inputs_[k].clone();
+        xs[k].set_flat(j, x0 + h);
+        const auto yp = evaluate(xs).value().to_vector();
+        xs[k].set_flat(j, x0 - h);
+        const auto ym = evaluate(xs).value().to_vector();
+        for (std::size_t i = 0; i < n_out; ++i)
+          compare(J[k][i][j], (yp[i] - ym[i]) / (2 * h), k, unravel(j, inputs_[k].shape()),
+                  unravel(i, out_shape));
+      }
+    }
+  }
+
+  void projection() {
+    report_.mode = "projection";
+    Generator gen(o_.seed);
+    for (int r = 0; r < o_.projections; ++r) {
+      std::vector<Tensor> leaves;
+      Tensor y = forward(leaves);
+      const Array v = random_normal(y.shape(), gen, y.dtype());
+      const auto g = grad(y, leaves, v);
+      const auto vv = v.to_vector();
+      for (std::size_t k = 0; k < inputs_.size(); ++k) {
+        const Array u = random_normal(inputs_[k].shape(), gen, inputs_[k].dtype());
+        const auto uu = u.to_vector(), gk = g[k].to_vector(), xk = inputs_[k].to_vector();
+        double analytic = 0, scale = 0;
+        for (std::size_t j = 0; j < uu.size(); ++j) {
+          analytic += gk[j] * uu[j];
+          scale = std::max(scale, std::fabs(xk[j]));
+        }
+        const double h = step(scale);
+        std::vector<Array> xs = inputs_;
+        Array xp = inputs_[k].clone(), xm = inputs_[k].clone();
+        for (std::size_t j = 0; j < uu.size(); ++j) {
+          xp.set_flat(j, xk[j] + h * uu[j]);
+          xm.set_flat(j, xk[j] - h * uu[j]);
+        }
+        xs[k] = xp;
+        const auto yp = evaluate(xs).value().to_vector();
+        xs[k] = xm;
+        const auto ym = evaluate(xs).value().to_vector();
+        double numeric = 0;
+        for (std::size_t i = 0; i < vv.size(); ++i) numeric += vv[i] * (yp[i] - ym[i]) / (2 * h);
+        compare(analytic, numeric, k, {}, {});
+      }
+    }
+  }
+
+  GradcheckReport run() {
+    if (inputs_.empty()) throw ValueError(op_message("gradcheck", "needs at least one input"));
+    std::size_t total_in = 0;
+    for (std::size_t k = 0; k < inputs_.size(); ++k) {
+      if (!inputs_[k].defined())
+        throw ValueError(op_message("gradcheck", "input " + std::to_string(k) + " is undefined"));
+      if (inputs_[k].dtype() == DType::float32 && !o_.allow_float32)
+        throw DTypeError(op_message("gradcheck", "input " + std::to_string(k) + " (" + name(k) +
+                                                     ") is float32; finite differences need float64. "
+                                                     "Set allow_float32 and loosen eps, atol and rtol to opt in"));
+      total_in += inputs_[k].size();
+    }
+    if (!(o_.eps > 0) || !(o_.atol >= 0) || !(o_.rtol >= 0))
+      throw ValueError(op_message("gradcheck", "eps must be > 0 and atol, rtol >= 0"));
+    std::size_t n_out;
+    {
+      NoGradGuard ng;
+      n_out = evaluate(inputs_).size();
+    }
+    const bool use_full = o_.mode == GradcheckOptions::Mode::full ||
+                          (o_.mode == GradcheckOptions::Mode::automatic && total_in * n_out <= o_.full_max_entries);
+    if (use_full)
+      full();
+    else
+      projection();
+    report_.input_name = name(report_.input);
+    return report_;
+  }
+
+  std::string name(std::size_t k) const {
+    return k < names_.size() ? names_[k] : "input " + std::to_string(k);
+  }
+
+ private:
+  const GradcheckFn& f_;
+  const std::vector<Array>& inputs_;
+  const GradcheckOptions& o_;
+  const std::vector<std::string>& names_;
+  GradcheckReport report_;
+  double worst_score_ = 0;
+};
+
+}  // namespace
+
+std::string GradcheckReport::summary() const {
+  std::ostringstream os;
+  os.precision(6);
+  os << "gradcheck " << (passed ? "passed" : "FAILED") << " (" << mode << ", " << comparisons
+     << " comparisons, atol " << atol << ", rtol " << rtol << "): max abs error " << max_abs_error
+     << ", max rel error " << max_rel_error << "; worst element: " << input_name;
+  if (!index.empty() || mode == "full") os << " index " << index_str(index);
+  if (!output_index.empty() || mode == "full") os << " (output " << index_str(output_index) << ")";
+  if (mode == "projection") os << " (random projection)";
+  os << ", analytic " << analytic << ", numeric " << numeric << ", abs error " << abs_error
+     << ", rel error " << rel_error;
+  return os.str();
+}
+
+GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                          const GradcheckOptions& opts, const std::vector<std::string>& names) {
+  return Checker(f, inputs, opts, names).run();
+}
+
+}  // namespace xg

@@ -1,0 +1,55 @@
+// gradcheck: the tape's gradients against central finite differences in float64.
+//
+// Full mode compares the whole Jacobian: one backward pass per output element (seed e_i)
+// against one pair of perturbed forward passes per input element. Projection mode, for
+// large inputs, compares v^T J u per input for random u, v. The output cotangent is always
+// random with a fixed seed, never all-ones: softmax's VJP of a ones vector is zero (5.24),
+// so a check built on sum() would pass a VJP that returns zeros.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace xg {
+
+struct GradcheckOptions {
+  double eps = 1e-6;   // step h = eps * max(1, |x|): relative to the input's magnitude
+  double atol = 1e-5;  // pass when |analytic - numeric| <= atol + rtol * |numeric|
+  double rtol = 1e-3;
+  enum class Mode { automatic, full, projection } mode = Mode::automatic;
+  std::size_t full_max_entries = 65536;  // automatic: full when inputs x outputs <= this
+  int projections = 3;                   // projection mode: random (u, v) pairs
+  std::uint64_t seed = 20240501;
+  // float32 inputs are refused unless set; then pass looser atol/rtol (and usually eps).
+  bool allow_float32 = false;
+};
+
+struct GradcheckReport {
+  bool passed = true;
+  std::string mode;           // "full" or "projection"
+  std::size_t comparisons = 0;
+  double max_abs_error = 0;   // over all comparisons
+  double max_rel_error = 0;   // over comparisons with |numeric| > atol
+  // The worst comparison (largest error relative to its tolerance):
+  std::size_t input = 0;                  // which input
+  std::string input_name;                 // its name ("input 0" if none given)
+  std::vector<std::size_t> index;         // element of that input (empty in projection mode)
+  std::vector<std::size_t> output_index;  // element of the output (empty in projection mode)
+  double analytic = 0, numeric = 0, abs_error = 0, rel_error = 0;
+  double atol = 0, rtol = 0;
+
+  std::string summary() const;  // one paragraph: verdict and the worst element
+};
+
+using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// f maps leaf tensors built from `inputs` (same order) to one output tensor.
+GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                          const GradcheckOptions& opts = {},
+                          const std::vector<std::string>& names = {});
+
+}  // namespace xg

@@ -1,0 +1,37 @@
+// Array-level kernels: plain (non-differentiable) computations on Arrays, shared by the
+// forward passes and the VJPs in ops/. Operands must already be checked (same dtype,
+// broadcastable shapes); the differentiable ops in ops/ do those checks and name the op.
+#pragma once
+
+#include <vector>
+
+#include "core/array.hpp"
+
+namespace xg::kernels {
+
+// NumPy-broadcasting binary arithmetic.
+Array add(const Array& a, const Array& b);
+Array sub(const Array& a, const Array& b);
+Array mul(const Array& a, const Array& b);
+Array div(const Array& a, const Array& b);
+Array scale(const Array& a, double s);  // a * s
+
+// The one helper that undoes broadcasting: sums g over the axes along which an input of
+// shape `target` was broadcast, giving an array of shape `target`.
+Array sum_to_shape(const Array& g, const Shape& target);
+
+// Sum over sorted, distinct axes.
+Array sum(const Array& a, const std::vector<std::size_t>& axes, bool keepdims);
+// Shape after reducing `axes` with keepdims.
+Shape reduced_shape(const Shape& s, const std::vector<std::size_t>& axes, bool keepdims);
+
+Array broadcast_to(const Array& a, const Shape& shape);
+Array permute(const Array& a, const std::vector<std::size_t>& perm);
+Array transpose_last2(const Array& a);
+
+// out = cond ? a : b, elementwise with broadcasting of all three (cond: 0/1 bytes with
+// shape cond_shape). A selected-away value never reaches the result, NaN included.
+Array select(const std::vector<unsigned char>& cond, const Shape& cond_shape, const Array& a,
+             const Array& b);
+
+}  // namespace xg::kernels

@@ -1,0 +1,86 @@
+#include "core/shape.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace xg {
+
+const char* dtype_name(DType d) { return d == DType::float32 ? "float32" : "float64"; }
+
+std::size_t numel(const Shape& s) {
+  std::size_t n = 1;
+  for (std::size_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "(";
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ")";
+  return os.str();
+}
+
+Shape broadcast_shapes(const std::string& op, const std::string& a_name, const Shape& a,
+                       const std::string& b_name, const Shape& b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const std::size_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError(op_message(op, "shapes do not broadcast: " + a_name + " has shape " +
+                                          shape_str(a) + ", " + b_name + " has shape " +
+                                          shape_str(b)));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::size_t normalize_axis(const std::string& op, const std::string& arg, int axis,
+                           std::size_t ndim) {
+  const long n = static_cast<long>(ndim);
+  const long a = axis < 0 ? axis + n : axis;
+  if (a < 0 || a >= n)
+    throw AxisError(op_message(op, arg + " " + std::to_string(axis) +
+                                       " is out of range for a tensor with " +
+                                       std::to_string(ndim) + " dimension(s)"));
+  return static_cast<std::size_t>(a);
+}
+
+std::vector<std::size_t> normalize_axes(const std::string& op, const std::string& arg,
+                                        const Axes& axes, std::size_t ndim) {
+  std::vector<std::size_t> out;
+  if (axes.empty()) {
+    for (std::size_t i = 0; i < ndim; ++i) out.push_back(i);
+    return out;
+  }
+  for (int a : axes) out.push_back(normalize_axis(op, arg, a, ndim));
+  std::sort(out.begin(), out.end());
+  if (std::adjacent_find(out.begin(), out.end()) != out.end())
+    throw AxisError(op_message(op, arg + " names the same axis twice"));
+  return out;
+}
+
+std::vector<std::ptrdiff_t> contiguous_strides(const Shape& s) {
+  std::vector<std::ptrdiff_t> st(s.size());
+  std::ptrdiff_t acc = 1;
+  for (std::size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= static_cast<std::ptrdiff_t>(s[i]);
+  }
+  return st;
+}
+
+std::vector<std::ptrdiff_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<std::ptrdiff_t> st(out.size(), 0);
+  const auto cs = contiguous_strides(in);
+  const std::size_t lead = out.size() - in.size();
+  for (std::size_t i = 0; i < in.size(); ++i)
+    st[lead + i] = (in[i] == 1 && out[lead + i] != 1) ? 0 : cs[i];
+  return st;
+}
+
+}  // namespace xg

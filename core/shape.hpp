@@ -1,0 +1,39 @@
+// Shapes, dtypes and the checks every op runs on entry. Errors name the op, the argument
+// and the shapes (see core/error.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xg {
+
+enum class DType { float32, float64 };
+const char* dtype_name(DType d);  // "float32" / "float64"
+
+using Shape = std::vector<std::size_t>;
+using Axes = std::vector<int>;  // may be negative (counted from the end), as in NumPy
+
+std::size_t numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "(2, 3)"; a scalar is "()"
+
+// NumPy broadcasting of two shapes; throws ShapeError naming op and both arguments.
+Shape broadcast_shapes(const std::string& op, const std::string& a_name, const Shape& a,
+                       const std::string& b_name, const Shape& b);
+
+// Maps a possibly negative axis into [0, ndim); throws AxisError otherwise.
+std::size_t normalize_axis(const std::string& op, const std::string& arg, int axis,
+                           std::size_t ndim);
+// Normalises, sorts and de-duplicates a list of axes (repeats are an error).
+// An empty list means "all axes".
+std::vector<std::size_t> normalize_axes(const std::string& op, const std::string& arg,
+                                        const Axes& axes, std::size_t ndim);
+
+// Row-major strides in elements.
+std::vector<std::ptrdiff_t> contiguous_strides(const Shape& s);
+// Strides of a contiguous array of shape `in` read as if broadcast to `out`
+// (0 on broadcast axes, leading axes added). Requires in to broadcast to out.
+std::vector<std::ptrdiff_t> broadcast_strides(const Shape& in, const Shape& out);
+
+}  // namespace xg

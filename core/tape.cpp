@@ -1,0 +1,409 @@
+// Tape, backward sweep, grad mode and anomaly mode. See core/tape.hpp for the contract and
+// docs/architecture.md for the picture.
+#include "core/tape.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "core/xt.hpp"
+
+namespace xg {
+namespace detail {
+
+struct TensorImpl {
+  Array value;
+  Array grad;  // leaves only
+  bool requires_grad = false;
+  bool is_leaf = true;
+  std::weak_ptr<TapeImpl> tape;  // non-leaves: the tape that recorded them
+  std::uint64_t generation = 0;
+  std::size_t node = 0;
+  std::string name;
+};
+
+struct Edge {
+  enum Kind { none, leaf, node } kind = none;
+  std::shared_ptr<TensorImpl> leaf_impl;  // kind == leaf
+  std::size_t node_index = 0;             // kind == node
+};
+
+struct Node {
+  std::string op;
+  std::vector<Array> inputs;
+  Array output;
+  std::vector<Edge> edges;
+  std::vector<bool> needs;
+  VjpFn vjp;
+};
+
+struct TapeImpl {
+  std::vector<Node> nodes;
+  std::uint64_t generation = 0;
+
+  void clear() {
+    nodes.clear();
+    ++generation;
+  }
+};
+
+}  // namespace detail
+
+using detail::TapeImpl;
+using detail::TensorImpl;
+
+namespace {
+
+thread_local bool tl_grad_enabled = true;
+thread_local bool tl_anomaly = false;
+thread_local std::vector<std::shared_ptr<TapeImpl>> tl_tape_stack;
+thread_local std::shared_ptr<TapeImpl> tl_default_tape;
+
+const std::shared_ptr<TapeImpl>& current_tape() {
+  if (!tl_tape_stack.empty()) return tl_tape_stack.back();
+  if (!tl_default_tape) tl_default_tape = std::make_shared<TapeImpl>();
+  return tl_default_tape;
+}
+
+Array add_arrays(const Array& a, const Array& b) {
+  Array out = Array::empty(a.shape(), a.dtype());
+  detail::dispatch(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    for (std::size_t i = 0, n = a.size(); i < n; ++i) po[i] = pa[i] + pb[i];
+  });
+  return out;
+}
+
+void accumulate(Array& slot, const Array& g) { slot = slot.defined() ? add_arrays(slot, g) : g; }
+
+void check_finite_or_throw(const Array& a, const std::string& op, std::size_t position,
+                           const std::string& what) {
+  const std::size_t i = a.first_nonfinite();
+  if (i == a.size()) return;
+  throw AnomalyError(op_message(op, "anomaly: " + what + " has a non-finite value " +
+                                        std::to_string(a.flat(i)) + " at flat index " +
+                                        std::to_string(i) + " (shape " + shape_str(a.shape()) +
+                                        "), tape position " + std::to_string(position)));
+}
+
+// Tape of a recorded (non-leaf) tensor, checked to be alive and of the current generation.
+std::shared_ptr<TapeImpl> live_tape_of(const TensorImpl& t, const std::string& op,
+                                       const std::string& what) {
+  auto tape = t.tape.lock();
+  if (!tape)
+    throw TapeError(op_message(op, what + " was recorded on a tape that no longer exists; "
+                                          "detach() it to use its value as a constant"));
+  if (tape->generation != t.generation)
+    throw TapeError(op_message(
+        op, what + " belongs to a tape that was already consumed by backward() or cleared "
+                   "(recorded in generation " + std::to_string(t.generation) +
+                   ", tape is now at " + std::to_string(tape->generation) +
+                   "); run the forward pass again, pass retain_graph, or detach() it"));
+  return tape;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Tensor
+
+Tensor::Tensor(Array value, bool requires_grad) : impl_(std::make_shared<TensorImpl>()) {
+  if (!value.defined()) throw ValueError(op_message("tensor", "value is an undefined Array"));
+  impl_->value = std::move(value);
+  impl_->requires_grad = requires_grad;
+}
+
+static const TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
+  if (!p) throw ValueError(op_message("tensor", "use of an undefined Tensor"));
+  return *p;
+}
+
+const Array& Tensor::value() const { return checked(impl_).value; }
+bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
+bool Tensor::is_leaf() const { return checked(impl_).is_leaf; }
+const Array& Tensor::grad() const { return checked(impl_).grad; }
+const std::string& Tensor::name() const { return checked(impl_).name; }
+
+Tensor& Tensor::requires_grad_(bool on) {
+  if (!checked(impl_).is_leaf)
+    throw TapeError(op_message("requires_grad_", "only a leaf's requires_grad can be set; "
+                                                 "use detach() on an op's output first"));
+  impl_->requires_grad = on;
+  return *this;
+}
+
+void Tensor::zero_grad() { checked(impl_), impl_->grad = Array(); }
+
+void Tensor::set_value(Array v) {
+  const TensorImpl& t = checked(impl_);
+  if (!t.is_leaf) throw TapeError(op_message("set_value", "only a leaf's value can be replaced"));
+  if (v.shape() != t.value.shape() || v.dtype() != t.value.dtype())
+    throw ShapeError(op_message("set_value", "new value has shape " + shape_str(v.shape()) +
+                                                 " " + dtype_name(v.dtype()) + ", tensor has " +
+                                                 shape_str(t.value.shape()) + " " +
+                                                 dtype_name(t.value.dtype())));
+  impl_->value = std::move(v);
+}
+
+Tensor& Tensor::set_name(std::string name) {
+  checked(impl_);
+  impl_->name = std::move(name);
+  return *this;
+}
+
+Tensor Tensor::detach() const { return Tensor(value(), false); }
+
+void Tensor::backward() const { xg::backward(*this); }
+void Tensor::backward(const Array& seed) const { xg::backward(*this, seed); }
+
+Tensor tensor(Array value, bool requires_grad) { return Tensor(std::move(value), requires_grad); }
+Tensor zeros(const Shape& s, DType d, bool rg) { return Tensor(Array::zeros(s, d), rg); }
+Tensor ones(const Shape& s, DType d, bool rg) { return Tensor(Array::full(s, 1.0, d), rg); }
+Tensor full(const Shape& s, double v, DType d, bool rg) { return Tensor(Array::full(s, v, d), rg); }
+Tensor randn(const Shape& s, Generator& g, DType d, bool rg) {
+  return Tensor(random_normal(s, g, d), rg);
+}
+Tensor rand(const Shape& s, Generator& g, DType d, bool rg) {
+  return Tensor(random_uniform(s, g, d), rg);
+}
+
+Tensor arange(double start, double stop, double step, DType d) {
+  if (step == 0.0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    throw ValueError(op_message("arange", "start, stop and step must be finite and step non-zero"));
+  const double count = std::ceil((stop - start) / step);
+  const std::size_t n = count > 0 ? static_cast<std::size_t>(count) : 0;
+  Array a = Array::empty({n}, d);
+  for (std::size_t i = 0; i < n; ++i) a.set_flat(i, start + step * static_cast<double>(i));
+  return Tensor(a);
+}
+
+// ---------------------------------------------------------------------------------------
+// Recording
+
+Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs,
+              VjpFn vjp) {
+  const bool anomaly = tl_anomaly;
+  const auto& tape = current_tape();
+  if (anomaly) check_finite_or_throw(output, op, tape->nodes.size(), "forward output");
+
+  bool any = false;
+  if (tl_grad_enabled)
+    for (const Tensor& t : inputs) any = any || t.requires_grad();
+  if (!any) return Tensor(std::move(output));
+
+  detail::Node node;
+  node.op = op;
+  node.inputs.reserve(inputs.size());
+  node.edges.resize(inputs.size());
+  node.needs.resize(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = inputs[i].impl();
+    node.inputs.push_back(in->value);
+    if (!in->requires_grad) continue;
+    node.needs[i] = true;
+    if (in->is_leaf) {
+      node.edges[i].kind = detail::Edge::leaf;
+      node.edges[i].leaf_impl = in;
+    } else {
+      const std::string what = "input " + std::to_string(i);
+      auto in_tape = live_tape_of(*in, op, what);
+      if (in_tape != tape)
+        throw TapeError(op_message(op, what + " was recorded on another tape than the current "
+                                              "one; detach() it or record on its tape"));
+      node.edges[i].kind = detail::Edge::node;
+      node.edges[i].node_index = in->node;
+    }
+  }
+  node.output = output;
+  node.vjp = std::move(vjp);
+
+  auto out = std::make_shared<TensorImpl>();
+  out->value = std::move(output);
+  out->requires_grad = true;
+  out->is_leaf = false;
+  out->tape = tape;
+  out->generation = tape->generation;
+  out->node = tape->nodes.size();
+  tape->nodes.push_back(std::move(node));
+  return Tensor(out);
+}
+
+Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
+                 const ForwardFn& forward, VjpFn vjp) {
+  std::vector<Array> values;
+  values.reserve(inputs.size());
+  for (const Tensor& t : inputs) values.push_back(t.value());
+  Array out = forward(values);
+  if (!out.defined())
+    throw InternalError(op_message(name, "forward returned an undefined Array"));
+  return record(name, std::move(out), inputs, std::move(vjp));
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward
+
+namespace {
+
+struct Capture {
+  std::unordered_map<const TensorImpl*, std::size_t> leaves;  // leaf -> wrt index
+  std::unordered_map<std::size_t, std::size_t> nodes;         // node index -> wrt index
+  std::vector<Array>* out = nullptr;
+};
+
+void deliver_to_leaf(const std::shared_ptr<TensorImpl>& leaf, const Array& g, Capture* cap) {
+  if (cap) {
+    auto it = cap->leaves.find(leaf.get());
+    if (it != cap->leaves.end()) accumulate((*cap->out)[it->second], g);
+    return;
+  }
+  accumulate(leaf->grad, g);
+}
+
+void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::size_t pos) {
+  const std::string who = n.op + " vjp";
+  if (!c.defined())
+    throw InternalError(op_message(who, "returned no cotangent for input " + std::to_string(j) +
+                                            ", which requires grad"));
+  const Array& in = n.inputs[j];
+  if (c.shape() != in.shape())
+    throw InternalError(op_message(who, "returned cotangent " + std::to_string(j) +
+                                            " has shape " + shape_str(c.shape()) +
+                                            ", input has shape " + shape_str(in.shape())));
+  if (c.dtype() != in.dtype())
+    throw InternalError(op_message(who, "returned cotangent " + std::to_string(j) + " is " +
+                                            dtype_name(c.dtype()) + ", input is " +
+                                            dtype_name(in.dtype())));
+  if (tl_anomaly)
+    check_finite_or_throw(c, n.op, pos, "backward cotangent for input " + std::to_string(j));
+}
+
+void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* cap) {
+  const std::string op = cap ? "grad" : "backward";
+  if (!y.defined()) throw ValueError(op_message(op, "y is an undefined Tensor"));
+  const auto& yi = y.impl();
+  if (!yi->requires_grad)
+    throw TapeError(op_message(op, "y does not require grad: no input of the ops that produced "
+                                   "it requires grad, or it was computed under no_grad"));
+  if (!seed.defined()) {
+    if (y.size() != 1)
+      throw TapeError(op_message(op, "y has shape " + shape_str(y.shape()) +
+                                         "; backward of a non-scalar needs a seed of that shape"));
+    seed = Array::full(y.shape(), 1.0, y.dtype());
+  } else {
+    if (seed.shape() != y.shape())
+      throw ShapeError(op_message(op, "seed has shape " + shape_str(seed.shape()) +
+                                          ", y has shape " + shape_str(y.shape())));
+    if (seed.dtype() != y.dtype())
+      throw DTypeError(op_message(op, std::string("seed is ") + dtype_name(seed.dtype()) +
+                                          ", y is " + dtype_name(y.dtype())));
+  }
+
+  if (yi->is_leaf) {
+    deliver_to_leaf(yi, seed, cap);
+    return;
+  }
+  auto tape = live_tape_of(*yi, op, "y");
+
+  std::vector<Array> grads(yi->node + 1);
+  grads[yi->node] = seed;
+  try {
+    for (std::size_t i = yi->node + 1; i-- > 0;) {
+      if (!grads[i].defined()) continue;
+      detail::Node& n = tape->nodes[i];
+      if (cap) {
+        auto it = cap->nodes.find(i);
+        if (it != cap->nodes.end()) (*cap->out)[it->second] = grads[i];
+      }
+      const VjpContext ctx{n.inputs, n.output, grads[i], n.needs};
+      Cotangents cot = n.vjp(ctx);
+      if (cot.size() != n.inputs.size())
+        throw InternalError(op_message(n.op + " vjp", "returned " + std::to_string(cot.size()) +
+                                                          " cotangents for " +
+                                                          std::to_string(n.inputs.size()) +
+                                                          " inputs"));
+      for (std::size_t j = 0; j < cot.size(); ++j) {
+        if (!n.needs[j]) continue;
+        check_cotangent(n, j, cot[j], i);
+        const detail::Edge& e = n.edges[j];
+        if (e.kind == detail::Edge::node)
+          accumulate(grads[e.node_index], cot[j]);
+        else
+          deliver_to_leaf(e.leaf_impl, cot[j], cap);
+      }
+      grads[i] = Array();  // this cotangent has been passed on
+      if (!opts.retain_graph) {  // free the node's saved values early
+        n.vjp = nullptr;
+        n.inputs.clear();
+        n.output = Array();
+      }
+    }
+  } catch (...) {
+    if (!opts.retain_graph) tape->clear();
+    throw;
+  }
+  if (!opts.retain_graph) tape->clear();
+}
+
+}  // namespace
+
+void backward(const Tensor& y, const Array& seed, BackwardOptions opts) {
+  sweep(y, seed, opts, nullptr);
+}
+
+std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Array& seed,
+                        BackwardOptions opts) {
+  std::vector<Array> out(wrt.size());
+  Capture cap;
+  cap.out = &out;
+  for (std::size_t k = 0; k < wrt.size(); ++k) {
+    const auto& w = wrt[k].impl();
+    if (!w) throw ValueError(op_message("grad", "wrt[" + std::to_string(k) + "] is undefined"));
+    if (!w->requires_grad)
+      throw TapeError(op_message("grad", "wrt[" + std::to_string(k) + "] does not require grad"));
+    if (w->is_leaf) {
+      cap.leaves[w.get()] = k;
+    } else {
+      live_tape_of(*w, "grad", "wrt[" + std::to_string(k) + "]");
+      cap.nodes[w->node] = k;
+    }
+  }
+  sweep(y, seed, opts, &cap);
+  for (std::size_t k = 0; k < wrt.size(); ++k)
+    if (!out[k].defined()) out[k] = Array::zeros(wrt[k].shape(), wrt[k].dtype());
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Tape object, modes
+
+Tape::Tape() : impl_(std::make_shared<TapeImpl>()) { tl_tape_stack.push_back(impl_); }
+
+Tape::~Tape() {
+  auto it = std::find(tl_tape_stack.rbegin(), tl_tape_stack.rend(), impl_);
+  if (it != tl_tape_stack.rend()) tl_tape_stack.erase(std::next(it).base());
+}
+
+std::size_t Tape::size() const { return impl_->nodes.size(); }
+std::uint64_t Tape::generation() const { return impl_->generation; }
+void Tape::clear() { impl_->clear(); }
+std::string Tape::op_at(std::size_t p) const {
+  if (p >= impl_->nodes.size())
+    throw ValueError(op_message("tape", "position " + std::to_string(p) + " is past the end (" +
+                                            std::to_string(impl_->nodes.size()) + " nodes)"));
+  return impl_->nodes[p].op;
+}
+std::size_t Tape::current_size() { return current_tape()->nodes.size(); }
+
+bool grad_enabled() { return tl_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(tl_grad_enabled) { tl_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { tl_grad_enabled = prev_; }
+
+bool anomaly_mode() { return tl_anomaly; }
+void set_anomaly_mode(bool on) { tl_anomaly = on; }
+AnomalyModeGuard::AnomalyModeGuard(bool on) : prev_(tl_anomaly) { tl_anomaly = on; }
+AnomalyModeGuard::~AnomalyModeGuard() { tl_anomaly = prev_; }
+
+}  // namespace xg

@@ -1,0 +1,115 @@
+// The tape: an append-only list of recorded ops in execution order. Creation order is a
+// topological order, so backward is one reverse loop (no recursion, no stack overflow on
+// deep graphs). Built-in ops and user-defined custom ops record themselves through the same
+// call, record(), handing over a vector-Jacobian product (VJP).
+//
+// Lifetime: a tape per step. backward() consumes the tape (frees every node, bumps its
+// generation) unless retain_graph is set; tensors recorded before then become stale and
+// using them in a recorded op is a TapeError. Each thread has a default tape; declaring
+// `xg::Tape tape;` makes a scoped tape current until it goes out of scope.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace xg {
+
+namespace detail {
+struct TapeImpl;
+}
+
+// What a VJP receives. The output and the inputs are the forward values (shared, not
+// copied); grad_output has the output's shape. needs(i) says whether input i wants a
+// cotangent: a VJP may return an undefined Array for inputs that do not.
+struct VjpContext {
+  const std::vector<Array>& inputs;
+  const Array& output;
+  const Array& grad_output;
+  const std::vector<bool>& needs_grad;
+  bool needs(std::size_t i) const { return needs_grad[i]; }
+};
+
+// One cotangent per input, in input order, each with that input's shape and dtype. The
+// tape checks arity, shape and dtype and names the op when one is off (InternalError).
+using Cotangents = std::vector<Array>;
+using VjpFn = std::function<Cotangents(const VjpContext&)>;
+
+// Records an op whose forward value `output` the caller computed from the inputs' values.
+// When grad mode is off or no input requires grad, nothing is recorded and the result is a
+// constant. This is the extension point for custom layers (see custom_op below).
+Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs,
+              VjpFn vjp);
+
+// torch.autograd.Function / jax.custom_vjp in one call: forward maps input values to the
+// output value; vjp is as for record().
+using ForwardFn = std::function<Array(const std::vector<Array>&)>;
+Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
+                 const ForwardFn& forward, VjpFn vjp);
+
+class Tape {
+ public:
+  Tape();   // becomes this thread's current tape
+  ~Tape();  // stops being current; frees every node
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  std::size_t size() const;          // nodes currently recorded
+  std::uint64_t generation() const;  // bumped by clear() and by a consuming backward
+  void clear();
+
+  // Name of the op at a position, for diagnostics.
+  std::string op_at(std::size_t position) const;
+
+  static std::size_t current_size();  // nodes on this thread's current tape
+
+ private:
+  std::shared_ptr<detail::TapeImpl> impl_;
+};
+
+struct BackwardOptions {
+  bool retain_graph = false;  // keep the nodes so backward can run again
+};
+
+// Accumulates d(seed . y)/d(leaf) into every leaf that requires grad.
+void backward(const Tensor& y, const Array& seed = Array(), BackwardOptions opts = {});
+
+// Returns d(seed . y)/d(x) for each x in wrt (leaves or recorded tensors) without touching
+// any .grad(). A tensor y does not depend on gets zeros (as in JAX).
+std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt,
+                        const Array& seed = Array(), BackwardOptions opts = {});
+
+// Grad mode (on by default), per thread.
+bool grad_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Anomaly mode (off by default), per thread: every recorded forward output and every
+// cotangent a VJP returns is checked; the first non-finite value raises AnomalyError naming
+// the op, its tape position and the element.
+bool anomaly_mode();
+void set_anomaly_mode(bool on);
+class AnomalyModeGuard {
+ public:
+  explicit AnomalyModeGuard(bool on = true);
+  ~AnomalyModeGuard();
+  AnomalyModeGuard(const AnomalyModeGuard&) = delete;
+  AnomalyModeGuard& operator=(const AnomalyModeGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+}  // namespace xg

@@ -1,0 +1,21 @@
+// Inverted dropout with an explicit generator (SPEC 2). ops/dropout.cpp.
+#pragma once
+
+#include "core/random.hpp"
+#include "core/tensor.hpp"
+
+namespace xg::ops {
+
+// The scaled keep mask m / q (q = 1 - p): each element is 1/q with probability q, else 0.
+Array dropout_mask(const Shape& shape, double p, Generator& gen, DType dtype);
+
+// out = x * m / q. The backward multiplies by the same m / q (never resampled). Identity
+// (the same tensor, nothing drawn from gen) when p == 0 or training is false. p must be in
+// [0, 1]; p == 1 gives zeros.
+Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
+
+// Applies a given scaled mask (as produced by dropout_mask); for code that must reuse or
+// inspect the mask, such as the attention reference gradients.
+Tensor apply_dropout_mask(const Tensor& x, const Array& scaled_mask);
+
+}  // namespace xg::ops

@@ -1,0 +1,121 @@
+// Binary elementwise ops. Forward:  out = a (op) b  with NumPy broadcasting.
+// VJPs (g = cotangent of out, S = kernels::sum_to_shape back to the input's shape):
+//   add: a_bar = S(g),        b_bar = S(g)
+//   sub: a_bar = S(g),        b_bar = -S(g)
+//   mul: a_bar = S(g * b),    b_bar = S(g * a)
+//   div: a_bar = S(g / b),    b_bar = -S(g * out / b)
+//   where: a_bar = S(cond ? g : 0), b_bar = S(cond ? 0 : g)
+#include "ops/elementwise.hpp"
+
+#include <cmath>
+
+#include "core/check.hpp"
+#include "core/kernels.hpp"
+#include "core/map.hpp"
+#include "core/tape.hpp"
+#include "ops/unary.hpp"
+
+namespace xg::ops {
+
+namespace {
+
+Shape checked_broadcast(const std::string& op, const Tensor& a, const Tensor& b) {
+  check::same_dtype(op, "a", a, "b", b);
+  return broadcast_shapes(op, "a", a.shape(), "b", b.shape());
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  checked_broadcast("add", a, b);
+  return record("add", kernels::add(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
+    return Cotangents{c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
+                      c.needs(1) ? kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()) : Array()};
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  checked_broadcast("sub", a, b);
+  return record("sub", kernels::sub(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
+    return Cotangents{
+        c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
+        c.needs(1) ? kernels::scale(kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()), -1.0)
+                   : Array()};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  checked_broadcast("mul", a, b);
+  return record("mul", kernels::mul(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
+    const Array& A = c.inputs[0];
+    const Array& B = c.inputs[1];
+    return Cotangents{
+        c.needs(0) ? kernels::sum_to_shape(kernels::mul(c.grad_output, B), A.shape()) : Array(),
+        c.needs(1) ? kernels::sum_to_shape(kernels::mul(c.grad_output, A), B.shape()) : Array()};
+  });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  checked_broadcast("div", a, b);
+  Array out = kernels::div(a.value(), b.value());
+  // 0/0 is the one finite-input case that makes NaN: refuse it rather than hide it.
+  const std::size_t bad = out.first_nonfinite();
+  if (bad < out.size() && std::isnan(out.flat(bad)) && a.value().all_finite() &&
+      b.value().all_finite())
+    throw ValueError(op_message("div", "0/0 at output flat index " + std::to_string(bad) +
+                                           " (a has shape " + shape_str(a.shape()) +
+                                           ", b has shape " + shape_str(b.shape()) + ")"));
+  return record("div", std::move(out), {a, b}, [](const VjpContext& c) {
+    const Array& A = c.inputs[0];
+    const Array& B = c.inputs[1];
+    const Array g_over_b = kernels::div(c.grad_output, B);
+    return Cotangents{
+        c.needs(0) ? kernels::sum_to_shape(g_over_b, A.shape()) : Array(),
+        c.needs(1)
+            ? kernels::scale(kernels::sum_to_shape(kernels::mul(g_over_b, c.output), B.shape()), -1.0)
+            : Array()};
+  });
+}
+
+Tensor where(const BoolArray& cond, const Tensor& a, const Tensor& b) {
+  const Shape ab = checked_broadcast("where", a, b);
+  broadcast_shapes("where", "condition", cond.shape, "values", ab);
+  auto keep = std::make_shared<BoolArray>(cond);
+  Array out = kernels::select(cond.data, cond.shape, a.value(), b.value());
+  return record("where", std::move(out), {a, b}, [keep](const VjpContext& c) {
+    const Array& g = c.grad_output;
+    const Array zero = Array::zeros({}, g.dtype());
+    return Cotangents{
+        c.needs(0) ? kernels::sum_to_shape(kernels::select(keep->data, keep->shape, g, zero),
+                                           c.inputs[0].shape())
+                   : Array(),
+        c.needs(1) ? kernels::sum_to_shape(kernels::select(keep->data, keep->shape, zero, g),
+                                           c.inputs[1].shape())
+                   : Array()};
+  });
+}
+
+Tensor scalar_like(const Tensor& x, double value) {
+  check::defined("scalar", "x", x);
+  return Tensor(Array::scalar(value, x.dtype()));
+}
+
+}  // namespace xg::ops
+
+namespace xg {
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return ops::add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return ops::sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return ops::mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return ops::div(a, b); }
+Tensor operator-(const Tensor& a) { return ops::neg(a); }
+Tensor operator+(const Tensor& a, double s) { return ops::add(a, ops::scalar_like(a, s)); }
+Tensor operator-(const Tensor& a, double s) { return ops::sub(a, ops::scalar_like(a, s)); }
+Tensor operator*(const Tensor& a, double s) { return ops::mul(a, ops::scalar_like(a, s)); }
+Tensor operator/(const Tensor& a, double s) { return ops::div(a, ops::scalar_like(a, s)); }
+Tensor operator+(double s, const Tensor& a) { return ops::add(ops::scalar_like(a, s), a); }
+Tensor operator-(double s, const Tensor& a) { return ops::sub(ops::scalar_like(a, s), a); }
+Tensor operator*(double s, const Tensor& a) { return ops::mul(ops::scalar_like(a, s), a); }
+Tensor operator/(double s, const Tensor& a) { return ops::div(ops::scalar_like(a, s), a); }
+
+}  // namespace xg

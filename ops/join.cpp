@@ -1,0 +1,154 @@
+// concat: y = [x_0, x_1, ...] along axis      x_k_bar = the k-th block of g
+// slice:  y = x[start:stop:step] along axis   x_bar = zeros with g scattered back
+// A tensor viewed as [outer, axis, inner] makes both a loop of contiguous copies.
+#include "ops/join.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/tape.hpp"
+#include "core/xt.hpp"
+
+namespace xg::ops {
+
+namespace {
+
+struct Split3 {
+  std::size_t outer = 1, len = 1, inner = 1;
+};
+
+Split3 split3(const Shape& s, std::size_t axis) {
+  Split3 r;
+  for (std::size_t i = 0; i < axis; ++i) r.outer *= s[i];
+  r.len = s[axis];
+  for (std::size_t i = axis + 1; i < s.size(); ++i) r.inner *= s[i];
+  return r;
+}
+
+// Copies n rows along the axis, starting at src_off and taking every step-th one, into
+// rows [dst_off, dst_off + n) of dst.
+void copy_rows(const Array& src, Split3 s, std::size_t src_off, std::size_t step, Array& dst,
+               Split3 d, std::size_t dst_off, std::size_t n) {
+  detail::dispatch(src.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* ps = src.data<T>();
+    T* pd = dst.data<T>();
+    for (std::size_t o = 0; o < s.outer; ++o)
+      for (std::size_t k = 0; k < n; ++k) {
+        const T* from = ps + (o * s.len + src_off + k * step) * s.inner;
+        T* to = pd + (o * d.len + dst_off + k) * d.inner;
+        std::memcpy(to, from, s.inner * sizeof(T));
+      }
+  });
+}
+
+// Inverse of copy_rows for the VJP: writes g's rows back to strided positions of dst.
+void scatter_rows(const Array& g, Split3 gs, Array& dst, Split3 ds, std::size_t start,
+                  std::size_t step) {
+  detail::dispatch(g.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* pg = g.data<T>();
+    T* pd = dst.data<T>();
+    for (std::size_t o = 0; o < gs.outer; ++o)
+      for (std::size_t k = 0; k < gs.len; ++k)
+        std::memcpy(pd + (o * ds.len + start + k * step) * ds.inner,
+                    pg + (o * gs.len + k) * gs.inner, gs.inner * sizeof(T));
+  });
+}
+
+}  // namespace
+
+Tensor concat(const std::vector<Tensor>& xs, int axis) {
+  if (xs.empty()) throw ValueError(op_message("concat", "needs at least one tensor"));
+  check::defined("concat", "xs[0]", xs[0]);
+  const std::size_t ax = normalize_axis("concat", "axis", axis, xs[0].ndim());
+  Shape out_shape = xs[0].shape();
+  out_shape[ax] = 0;
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    const std::string name = "xs[" + std::to_string(k) + "]";
+    check::same_dtype("concat", "xs[0]", xs[0], name, xs[k]);
+    Shape a = xs[0].shape(), b = xs[k].shape();
+    if (a.size() == b.size()) a[ax] = b[ax] = 0;
+    if (a != b)
+      throw ShapeError(op_message("concat", "shapes differ outside axis " + std::to_string(axis) +
+                                                ": xs[0] has shape " + shape_str(xs[0].shape()) +
+                                                ", " + name + " has shape " + shape_str(xs[k].shape())));
+    out_shape[ax] += xs[k].shape()[ax];
+  }
+  Array out = Array::empty(out_shape, xs[0].dtype());
+  const Split3 d = split3(out_shape, ax);
+  std::size_t off = 0;
+  std::vector<std::size_t> offsets;
+  for (const Tensor& x : xs) {
+    const Split3 s = split3(x.shape(), ax);
+    copy_rows(x.value(), s, 0, 1, out, d, off, s.len);
+    offsets.push_back(off);
+    off += s.len;
+  }
+  return record("concat", std::move(out), xs, [ax, offsets, d](const VjpContext& c) {
+    Cotangents cot(c.inputs.size());
+    for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+      if (!c.needs(k)) continue;
+      Array gk = Array::empty(c.inputs[k].shape(), c.grad_output.dtype());
+      const Split3 s = split3(c.inputs[k].shape(), ax);
+      copy_rows(c.grad_output, d, offsets[k], 1, gk, s, 0, s.len);
+      cot[k] = std::move(gk);
+    }
+    return cot;
+  });
+}
+
+Tensor slice(const Tensor& x, int axis, long start, long stop, long step) {
+  check::defined("slice", "x", x);
+  const std::size_t ax = normalize_axis("slice", "axis", axis, x.ndim());
+  if (step <= 0)
+    throw ValueError(op_message("slice", "step must be positive, got " + std::to_string(step)));
+  const long len = static_cast<long>(x.shape()[ax]);
+  auto clampi = [len](long v) { return std::clamp(v < 0 ? v + len : v, 0L, len); };
+  const long b = clampi(start), e = clampi(stop);
+  const std::size_t n = e > b ? static_cast<std::size_t>((e - b + step - 1) / step) : 0;
+  Shape out_shape = x.shape();
+  out_shape[ax] = n;
+  Array out = Array::empty(out_shape, x.dtype());
+  const Split3 s = split3(x.shape(), ax), d = split3(out_shape, ax);
+  copy_rows(x.value(), s, static_cast<std::size_t>(b), static_cast<std::size_t>(step), out, d, 0, n);
+  const std::size_t ub = static_cast<std::size_t>(b), us = static_cast<std::size_t>(step);
+  return record("slice", std::move(out), {x}, [ax, ub, us](const VjpContext& c) {
+    const Array& X = c.inputs[0];
+    Array gx = Array::zeros(X.shape(), X.dtype());
+    scatter_rows(c.grad_output, split3(c.grad_output.shape(), ax), gx, split3(X.shape(), ax), ub, us);
+    return Cotangents{gx};
+  });
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes, int axis) {
+  check::defined("split", "x", x);
+  const std::size_t ax = normalize_axis("split", "axis", axis, x.ndim());
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += s;
+  if (total != x.shape()[ax])
+    throw ShapeError(op_message("split", "sizes add up to " + std::to_string(total) + " but axis " +
+                                             std::to_string(axis) + " of x has length " +
+                                             std::to_string(x.shape()[ax]) + " (shape " +
+                                             shape_str(x.shape()) + ")"));
+  std::vector<Tensor> out;
+  long off = 0;
+  for (std::size_t s : sizes) {
+    out.push_back(slice(x, axis, off, off + static_cast<long>(s)));
+    off += static_cast<long>(s);
+  }
+  return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, std::size_t n, int axis) {
+  check::defined("chunk", "x", x);
+  const std::size_t ax = normalize_axis("chunk", "axis", axis, x.ndim());
+  if (n == 0 || x.shape()[ax] % n != 0)
+    throw ShapeError(op_message("chunk", "axis " + std::to_string(axis) + " of x has length " +
+                                             std::to_string(x.shape()[ax]) +
+                                             ", not divisible into " + std::to_string(n) + " pieces"));
+  return split(x, std::vector<std::size_t>(n, x.shape()[ax] / n), axis);
+}
+
+}  // namespace xg::ops

@@ -1,0 +1,68 @@
+// add_mask:    out = (bias == -inf) ? -inf : x + bias      x_bar = (bias == -inf) ? 0 : g
+// masked_fill: out = m ? value : x                         x_bar = m ? 0 : g
+// Both are selects; broadcasting of x against the mask is undone by sum_to_shape.
+#include "ops/mask.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/check.hpp"
+#include "core/kernels.hpp"
+#include "core/tape.hpp"
+#include "core/xt.hpp"
+
+namespace xg::ops {
+
+namespace {
+
+Tensor fill_select(const std::string& op, const Tensor& x, std::shared_ptr<const BoolArray> m,
+                   const Array& replacement) {
+  Array out = kernels::select(m->data, m->shape, replacement, x.value());
+  return record(op, std::move(out), {x}, [m](const VjpContext& c) {
+    const Array& g = c.grad_output;
+    return Cotangents{kernels::sum_to_shape(
+        kernels::select(m->data, m->shape, Array::zeros({}, g.dtype()), g), c.inputs[0].shape())};
+  });
+}
+
+}  // namespace
+
+Tensor add_mask(const Tensor& x, const Array& bias) {
+  check::defined("add_mask", "x", x);
+  if (bias.dtype() != x.dtype())
+    throw DTypeError(op_message("add_mask", std::string("bias is ") + dtype_name(bias.dtype()) +
+                                                ", x is " + dtype_name(x.dtype())));
+  broadcast_shapes("add_mask", "x", x.shape(), "bias", bias.shape());
+  auto forbidden = std::make_shared<BoolArray>(BoolArray::filled(bias.shape(), false));
+  const auto b = bias.to_vector();
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (std::isnan(b[i]) || b[i] == std::numeric_limits<double>::infinity())
+      throw ValueError(op_message("add_mask", "bias has " + std::to_string(b[i]) +
+                                                  " at flat index " + std::to_string(i) +
+                                                  "; use 0 (allowed), -inf (forbidden) or a finite bias"));
+    forbidden->data[i] = std::isinf(b[i]) ? 1 : 0;
+  }
+  // Finite part of the bias added arithmetically; forbidden positions selected to -inf.
+  Array finite_bias = kernels::select(forbidden->data, forbidden->shape, Array::zeros({}, x.dtype()), bias);
+  Array sum = kernels::add(x.value(), finite_bias);
+  Array out = kernels::select(forbidden->data, forbidden->shape,
+                              Array::scalar(-std::numeric_limits<double>::infinity(), x.dtype()), sum);
+  return record("add_mask", std::move(out), {x}, [forbidden](const VjpContext& c) {
+    const Array& g = c.grad_output;
+    return Cotangents{kernels::sum_to_shape(
+        kernels::select(forbidden->data, forbidden->shape, Array::zeros({}, g.dtype()), g),
+        c.inputs[0].shape())};
+  });
+}
+
+Tensor masked_fill(const Tensor& x, const BoolArray& fill_where, double value) {
+  check::defined("masked_fill", "x", x);
+  const Shape out = broadcast_shapes("masked_fill", "x", x.shape(), "fill_where", fill_where.shape);
+  if (out != x.shape())
+    throw ShapeError(op_message("masked_fill", "fill_where of shape " + shape_str(fill_where.shape) +
+                                                   " does not broadcast to x's shape " + shape_str(x.shape())));
+  return fill_select("masked_fill", x, std::make_shared<const BoolArray>(fill_where),
+                     Array::scalar(value, x.dtype()));
+}
+
+}  // namespace xg::ops

@@ -1,0 +1,174 @@
+// Forward: C = op(A) op(B) per batch element, op = identity or transpose (BLAS flags).
+// VJP with G = C_bar (5.26 for O = A V):
+//   op(A)_bar = G op(B)^T,   op(B)_bar = op(A)^T G,
+// mapped back through op and summed over batch dimensions the input was broadcast along
+// (BLAS beta = 1 accumulates straight into the input's matrix, no temporary copies).
+#include "ops/matmul.hpp"
+
+#include "core/blas.hpp"
+#include "core/check.hpp"
+#include "core/strided.hpp"
+#include "core/tape.hpp"
+#include "core/xt.hpp"
+
+namespace xg::ops {
+
+namespace {
+
+struct Plan {
+  bool ta = false, tb = false;
+  std::size_t M = 0, N = 0, K = 0;
+  Shape a2, b2;         // operands promoted to >= 2-d
+  Shape batch;          // broadcast batch shape
+  Shape out2;           // batch + [M, N]
+  Shape out;            // result shape (1-d operands' dimension dropped)
+  std::vector<std::size_t> a_mat, b_mat;  // per batch element: matrix index in a and b
+  bool a_single = false, b_single = false;  // operand has exactly one matrix
+};
+
+std::size_t lda_of(const Plan& p) { return p.ta ? p.M : p.K; }
+std::size_t ldb_of(const Plan& p) { return p.tb ? p.K : p.N; }
+
+Plan make_plan(const Tensor& a, const Tensor& b, MatmulOptions o) {
+  check::same_dtype("matmul", "a", a, "b", b);
+  check::rank_at_least("matmul", "a", a, 1);
+  check::rank_at_least("matmul", "b", b, 1);
+  if ((a.ndim() == 1 && o.transpose_a) || (b.ndim() == 1 && o.transpose_b))
+    throw ShapeError(op_message("matmul", "a 1-d operand cannot be transposed: a has shape " +
+                                              shape_str(a.shape()) + ", b has shape " +
+                                              shape_str(b.shape())));
+  Plan p;
+  p.ta = o.transpose_a;
+  p.tb = o.transpose_b;
+  p.a2 = a.shape();
+  p.b2 = b.shape();
+  if (a.ndim() == 1) p.a2.insert(p.a2.begin(), 1);
+  if (b.ndim() == 1) p.b2.push_back(1);
+  const std::size_t na = p.a2.size(), nb = p.b2.size();
+  p.M = p.ta ? p.a2[na - 1] : p.a2[na - 2];
+  p.K = p.ta ? p.a2[na - 2] : p.a2[na - 1];
+  const std::size_t Kb = p.tb ? p.b2[nb - 1] : p.b2[nb - 2];
+  p.N = p.tb ? p.b2[nb - 2] : p.b2[nb - 1];
+  if (p.K != Kb) {
+    std::string flags;
+    if (p.ta || p.tb)
+      flags = std::string(" (with ") + (p.ta ? "a transposed" : "") + (p.ta && p.tb ? ", " : "") +
+              (p.tb ? "b transposed" : "") + ")";
+    throw ShapeError(op_message("matmul", "inner dimensions differ: a has shape " +
+                                              shape_str(a.shape()) + ", b has shape " +
+                                              shape_str(b.shape()) + flags));
+  }
+  const Shape ba(p.a2.begin(), p.a2.end() - 2), bb(p.b2.begin(), p.b2.end() - 2);
+  try {
+    p.batch = broadcast_shapes("matmul", "a", ba, "b", bb);
+  } catch (const ShapeError&) {
+    throw ShapeError(op_message("matmul", "batch dimensions do not broadcast: a has shape " +
+                                              shape_str(a.shape()) + ", b has shape " +
+                                              shape_str(b.shape())));
+  }
+  p.out2 = p.batch;
+  p.out2.push_back(p.M);
+  p.out2.push_back(p.N);
+  p.out = p.batch;
+  if (a.ndim() > 1) p.out.push_back(p.M);
+  if (b.ndim() > 1) p.out.push_back(p.N);
+  // Matrix index of each batch element in a and b (0 strides on broadcast axes).
+  const std::size_t nbatch = numel(p.batch);
+  p.a_mat.resize(nbatch);
+  p.b_mat.resize(nbatch);
+  const auto sa = broadcast_strides(ba, p.batch), sb = broadcast_strides(bb, p.batch);
+  detail::for_each_strided(p.batch, sa, sb, [&](std::size_t i, std::ptrdiff_t ia, std::ptrdiff_t ib) {
+    p.a_mat[i] = static_cast<std::size_t>(ia);
+    p.b_mat[i] = static_cast<std::size_t>(ib);
+  });
+  p.a_single = numel(ba) == 1;
+  p.b_single = numel(bb) == 1;
+  return p;
+}
+
+template <class T> void forward(const Plan& p, const T* A, const T* B, T* C) {
+  const std::size_t nbatch = p.a_mat.size();
+  if (p.b_single && !p.ta && !p.a_single && nbatch > 0 && p.a_mat.back() == nbatch - 1) {
+    // x W with a stack of x and one W: a single GEMM over all rows of a.
+    blas::gemm(false, p.tb, nbatch * p.M, p.N, p.K, T(1), A, lda_of(p), B, ldb_of(p), T(0), C, p.N);
+    return;
+  }
+  for (std::size_t i = 0; i < nbatch; ++i)
+    blas::gemm(p.ta, p.tb, p.M, p.N, p.K, T(1), A + p.a_mat[i] * p.M * p.K, lda_of(p),
+               B + p.b_mat[i] * p.K * p.N, ldb_of(p), T(0), C + i * p.M * p.N, p.N);
+}
+
+// a_bar (in a's stored layout), accumulated over the batch elements that read each matrix.
+template <class T> void grad_a(const Plan& p, const T* G, const T* B, T* Ab) {
+  const std::size_t nbatch = p.a_mat.size();
+  for (std::size_t i = 0; i < nbatch; ++i) {
+    const T* Gi = G + i * p.M * p.N;
+    const T* Bi = B + p.b_mat[i] * p.K * p.N;
+    T* Ai = Ab + p.a_mat[i] * p.M * p.K;
+    if (!p.ta)  // A [M,K]: A_bar = G op(B)^T
+      blas::gemm(false, !p.tb, p.M, p.K, p.N, T(1), Gi, p.N, Bi, ldb_of(p), T(1), Ai, p.K);
+    else        // A [K,M]: A_bar = op(B) G^T
+      blas::gemm(p.tb, true, p.K, p.M, p.N, T(1), Bi, ldb_of(p), Gi, p.N, T(1), Ai, p.M);
+  }
+}
+
+template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
+  const std::size_t nbatch = p.a_mat.size();
+  if (p.b_single && !p.ta && !p.a_single && nbatch > 0 && p.a_mat.back() == nbatch - 1) {
+    const std::size_t rows = nbatch * p.M;  // all rows of a at once
+    if (!p.tb)
+      blas::gemm(true, false, p.K, p.N, rows, T(1), A, p.K, G, p.N, T(0), Bb, p.N);
+    else
+      blas::gemm(true, false, p.N, p.K, rows, T(1), G, p.N, A, p.K, T(0), Bb, p.K);
+    return;
+  }
+  for (std::size_t i = 0; i < nbatch; ++i) {
+    const T* Gi = G + i * p.M * p.N;
+    const T* Ai = A + p.a_mat[i] * p.M * p.K;
+    T* Bi = Bb + p.b_mat[i] * p.K * p.N;
+    if (!p.tb)  // B [K,N]: B_bar = op(A)^T G
+      blas::gemm(!p.ta, false, p.K, p.N, p.M, T(1), Ai, lda_of(p), Gi, p.N, T(1), Bi, p.N);
+    else        // B [N,K]: B_bar = G^T op(A)
+      blas::gemm(true, p.ta, p.N, p.K, p.M, T(1), Gi, p.N, Ai, lda_of(p), T(1), Bi, p.K);
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
+  auto plan = std::make_shared<const Plan>(make_plan(a, b, opts));
+  Array out = Array::empty(plan->out2, a.dtype());
+  detail::dispatch(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    if (out.size() == 0) return;
+    if (plan->K == 0) {
+      std::fill(out.data<T>(), out.data<T>() + out.size(), T(0));
+      return;
+    }
+    forward<T>(*plan, a.value().data<T>(), b.value().data<T>(), out.data<T>());
+  });
+  if (plan->out != plan->out2) out = out.reshaped(plan->out);
+  return record("matmul", std::move(out), {a, b}, [plan](const VjpContext& c) {
+    const Plan& p = *plan;
+    const Array& A = c.inputs[0];
+    const Array& B = c.inputs[1];
+    Cotangents cot(2);
+    detail::dispatch(A.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* G = c.grad_output.data<T>();
+      if (c.needs(0)) {
+        Array ga = Array::zeros(A.shape(), A.dtype());
+        if (p.N > 0 && p.M > 0 && p.K > 0) grad_a<T>(p, G, B.data<T>(), ga.data<T>());
+        cot[0] = std::move(ga);
+      }
+      if (c.needs(1)) {
+        Array gb = Array::zeros(B.shape(), B.dtype());
+        if (p.N > 0 && p.M > 0 && p.K > 0) grad_b<T>(p, G, A.data<T>(), gb.data<T>());
+        cot[1] = std::move(gb);
+      }
+    });
+    return cot;
+  });
+}
+
+}  // namespace xg::ops

@@ -1,0 +1,19 @@
+// Batched matrix product on OpenBLAS sgemm/dgemm, NumPy matmul semantics: a [..., M, K],
+// b [..., K, N] -> [..., M, N] with the leading (batch) dimensions broadcast; a 1-d a is a
+// row vector and a 1-d b a column vector (that dimension is dropped from the result).
+// transpose_a / transpose_b use the last two axes transposed, passed to BLAS as flags
+// rather than copied (matmul(Q, K, {false, true}) is Q K^T). ops/matmul.cpp.
+#pragma once
+
+#include "core/tensor.hpp"
+
+namespace xg::ops {
+
+struct MatmulOptions {
+  bool transpose_a = false;
+  bool transpose_b = false;
+};
+
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts = {});
+
+}  // namespace xg::ops

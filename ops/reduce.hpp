@@ -1,0 +1,21 @@
+// Reductions over any set of axes (empty = all axes), with keepdims. ops/reduce.cpp.
+#pragma once
+
+#include "core/tensor.hpp"
+
+namespace xg::ops {
+
+Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+
+// Maximum. Tie rule: the gradient is split equally among the elements that attain the
+// maximum (as torch.amax and jax.numpy.max), so the VJP is the same whatever order ties
+// appear in. A NaN in a reduced slice makes that maximum NaN.
+Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+
+// Variance sum((x - mean)^2) / (N - correction). correction = 1 (the default, as
+// torch.var) is the unbiased estimate; correction = 0 is the population variance (NumPy's
+// and JAX's default, and what layer_norm uses).
+Tensor var(const Tensor& x, const Axes& axes = {}, int correction = 1, bool keepdims = false);
+
+}  // namespace xg::ops

@@ -1,0 +1,110 @@
+// Forward (5.11), stable (SPEC 1.2):  a = exp(u - c) / z,  c = max u,  z = sum exp(u - c) >= 1
+// VJP (5.25):                         u_bar = a * (a_bar - sum(a * a_bar))
+//   Each row of u_bar sums to zero because J 1 = 0 (5.24, exercise 5.4).
+// log_softmax forward:                y = u - c - log z
+// log_softmax VJP:                    u_bar = y_bar - exp(y) * sum(y_bar)
+// Both VJPs need only the output, which the tape keeps; the closures capture the axis.
+#include "ops/softmax.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/check.hpp"
+#include "core/tape.hpp"
+#include "core/xt.hpp"
+
+namespace xg::ops {
+
+namespace {
+
+// u viewed as [outer, S, inner] with the softmax axis in the middle.
+struct Rows {
+  std::size_t outer = 1, S = 1, inner = 1;
+};
+
+Rows rows_of(const Shape& s, std::size_t axis) {
+  Rows r;
+  for (std::size_t i = 0; i < axis; ++i) r.outer *= s[i];
+  r.S = s[axis];
+  for (std::size_t i = axis + 1; i < s.size(); ++i) r.inner *= s[i];
+  return r;
+}
+
+// Computes softmax (log_space = false) or log-softmax into y, row by row.
+template <class T>
+void forward_rows(const std::string& op, const Shape& shape, const Rows& r, const T* u, T* y,
+                  bool log_space) {
+  for (std::size_t o = 0; o < r.outer; ++o)
+    for (std::size_t i = 0; i < r.inner; ++i) {
+      const T* ur = u + o * r.S * r.inner + i;
+      T* yr = y + o * r.S * r.inner + i;
+      T c = -std::numeric_limits<T>::infinity();
+      for (std::size_t s = 0; s < r.S; ++s) {
+        const T v = ur[s * r.inner];
+        if (std::isnan(v) || v == std::numeric_limits<T>::infinity())
+          throw ValueError(op_message(op, "u has " + std::to_string(v) + " in row " +
+                                              std::to_string(o * r.inner + i) + " (shape " +
+                                              shape_str(shape) + "); softmax needs finite or -inf scores"));
+        c = std::max(c, v);
+      }
+      if (c == -std::numeric_limits<T>::infinity())
+        throw ValueError(op_message(op, "row " + std::to_string(o * r.inner + i) + " of u (shape " +
+                                            shape_str(shape) +
+                                            ") has no finite entry: every position is masked"));
+      T z = 0;
+      for (std::size_t s = 0; s < r.S; ++s) {
+        const T e = std::exp(ur[s * r.inner] - c);
+        yr[s * r.inner] = e;
+        z += e;
+      }
+      if (log_space) {
+        const T lz = std::log(z);
+        for (std::size_t s = 0; s < r.S; ++s) yr[s * r.inner] = ur[s * r.inner] - c - lz;
+      } else {
+        const T inv = T(1) / z;
+        for (std::size_t s = 0; s < r.S; ++s) yr[s * r.inner] *= inv;
+      }
+    }
+}
+
+Tensor run(const std::string& op, const Tensor& u, int axis, bool log_space) {
+  check::rank_at_least(op, "u", u, 1);
+  const std::size_t ax = normalize_axis(op, "axis", axis, u.ndim());
+  const Rows r = rows_of(u.shape(), ax);
+  Array y = Array::empty(u.shape(), u.dtype());
+  detail::dispatch(u.dtype(), [&](auto t) {
+    using T = decltype(t);
+    forward_rows<T>(op, u.shape(), r, u.value().data<T>(), y.data<T>(), log_space);
+  });
+  return record(op, std::move(y), {u}, [r, log_space](const VjpContext& c) {
+    Array ub = Array::empty(c.output.shape(), c.output.dtype());
+    detail::dispatch(c.output.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* y = c.output.data<T>();
+      const T* g = c.grad_output.data<T>();
+      T* d = ub.data<T>();
+      for (std::size_t o = 0; o < r.outer; ++o)
+        for (std::size_t i = 0; i < r.inner; ++i) {
+          const std::size_t base = o * r.S * r.inner + i;
+          T dot = 0;
+          for (std::size_t s = 0; s < r.S; ++s) {
+            const std::size_t k = base + s * r.inner;
+            dot += log_space ? g[k] : y[k] * g[k];
+          }
+          for (std::size_t s = 0; s < r.S; ++s) {
+            const std::size_t k = base + s * r.inner;
+            d[k] = log_space ? g[k] - std::exp(y[k]) * dot  // log-softmax VJP
+                             : y[k] * (g[k] - dot);          // (5.25)
+          }
+        }
+    });
+    return Cotangents{ub};
+  });
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& u, int axis) { return run("softmax", u, axis, false); }
+Tensor log_softmax(const Tensor& u, int axis) { return run("log_softmax", u, axis, true); }
+
+}  // namespace xg::ops

@@ -1,0 +1,201 @@
+// Unary elementwise ops, g = cotangent of the output y:
+//   neg:     y = -x                 x_bar = -g
+//   exp:     y = e^x                x_bar = g * y          (reuses the output)
+//   log:     y = ln x               x_bar = g / x
+//   sqrt:    y = sqrt x             x_bar = g / (2 y)
+//   pow:     y = x^p                x_bar = g * p * x^(p-1)
+//   abs:     y = |x|                x_bar = g * sign(x)
+//   tanh:    y = tanh x             x_bar = g * (1 - y^2)
+//   sigmoid: y = 1/(1+e^-x)         x_bar = g * y (1 - y)
+//   relu:    y = max(x, 0)          x_bar = g * [x > 0]
+//   gelu:    y = x Phi(x)           x_bar = g * (Phi(x) + x phi(x))
+//   gelu~:   y = x/2 (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi); derivative below
+//   clamp:   y = min(max(x,lo),hi)  x_bar = g * [lo <= x <= hi]
+#include "ops/unary.hpp"
+
+#include <cmath>
+
+#include "core/check.hpp"
+#include "core/kernels.hpp"
+#include "core/map.hpp"
+#include "core/tape.hpp"
+
+namespace xg::ops {
+
+namespace {
+
+// Throws if pred(x) holds for some element (domain errors that would make NaN).
+template <class Pred>
+void check_domain(const std::string& op, const Tensor& x, Pred bad, const std::string& why) {
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* p = x.value().data<T>();
+    for (std::size_t i = 0, n = x.size(); i < n; ++i)
+      if (bad(static_cast<double>(p[i])))
+        throw ValueError(op_message(op, "x has " + std::to_string(p[i]) + " at flat index " +
+                                            std::to_string(i) + " (shape " + shape_str(x.shape()) +
+                                            "): " + why));
+  });
+}
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
+
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  check::defined("neg", "x", x);
+  return record("neg", kernels::scale(x.value(), -1.0), {x}, [](const VjpContext& c) {
+    return Cotangents{kernels::scale(c.grad_output, -1.0)};
+  });
+}
+
+Tensor exp(const Tensor& x) {
+  check::defined("exp", "x", x);
+  Array y = Array::empty(x.shape(), x.dtype());
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    auto out = flat_view<T>(y);
+    xt::noalias(out) = xt::exp(flat_view<T>(x.value()));
+  });
+  return record("exp", std::move(y), {x}, [](const VjpContext& c) {
+    return Cotangents{kernels::mul(c.grad_output, c.output)};
+  });
+}
+
+Tensor log(const Tensor& x) {
+  check::defined("log", "x", x);
+  check_domain("log", x, [](double v) { return v < 0; }, "log of a negative number");
+  Array y = Array::empty(x.shape(), x.dtype());
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    auto out = flat_view<T>(y);
+    xt::noalias(out) = xt::log(flat_view<T>(x.value()));
+  });
+  return record("log", std::move(y), {x}, [](const VjpContext& c) {
+    return Cotangents{kernels::div(c.grad_output, c.inputs[0])};
+  });
+}
+
+Tensor sqrt(const Tensor& x) {
+  check::defined("sqrt", "x", x);
+  check_domain("sqrt", x, [](double v) { return v < 0; }, "sqrt of a negative number");
+  Array y = detail::map1(x.value(), [](auto v) { return std::sqrt(v); });
+  return record("sqrt", std::move(y), {x}, [](const VjpContext& c) {
+    return Cotangents{detail::map2(c.grad_output, c.output, [](auto g, auto y) { return g / (2 * y); })};
+  });
+}
+
+Tensor pow(const Tensor& x, double p) {
+  check::defined("pow", "x", x);
+  if (p != std::floor(p))
+    check_domain("pow", x, [](double v) { return v < 0; },
+                 "negative base with non-integer exponent " + std::to_string(p));
+  Array y = detail::map1(x.value(), [p](auto v) { return static_cast<decltype(v)>(std::pow(v, p)); });
+  return record("pow", std::move(y), {x}, [p](const VjpContext& c) {
+    return Cotangents{detail::map2(c.grad_output, c.inputs[0], [p](auto g, auto v) {
+      using T = decltype(v);
+      return p == 0 ? T(0) : static_cast<T>(g * p * std::pow(v, p - 1));
+    })};
+  });
+}
+
+Tensor abs(const Tensor& x) {
+  check::defined("abs", "x", x);
+  return record("abs", detail::map1(x.value(), [](auto v) { return std::abs(v); }), {x},
+                [](const VjpContext& c) {
+                  return Cotangents{detail::map2(c.grad_output, c.inputs[0], [](auto g, auto v) {
+                    using T = decltype(v);
+                    return v > 0 ? g : (v < 0 ? -g : T(0));
+                  })};
+                });
+}
+
+Tensor tanh(const Tensor& x) {
+  check::defined("tanh", "x", x);
+  Array y = Array::empty(x.shape(), x.dtype());
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    auto out = flat_view<T>(y);
+    xt::noalias(out) = xt::tanh(flat_view<T>(x.value()));
+  });
+  return record("tanh", std::move(y), {x}, [](const VjpContext& c) {
+    return Cotangents{detail::map2(c.grad_output, c.output, [](auto g, auto y) { return g * (1 - y * y); })};
+  });
+}
+
+Tensor sigmoid(const Tensor& x) {
+  check::defined("sigmoid", "x", x);
+  // Two branches so neither exp overflows: for v < 0 use e^v / (1 + e^v).
+  Array y = detail::map1(x.value(), [](auto v) {
+    using T = decltype(v);
+    if (v >= 0) return T(1) / (T(1) + std::exp(-v));
+    const T e = std::exp(v);
+    return e / (T(1) + e);
+  });
+  return record("sigmoid", std::move(y), {x}, [](const VjpContext& c) {
+    return Cotangents{detail::map2(c.grad_output, c.output, [](auto g, auto y) { return g * y * (1 - y); })};
+  });
+}
+
+Tensor relu(const Tensor& x) {
+  check::defined("relu", "x", x);
+  Array y = detail::map1(x.value(), [](auto v) { return v > 0 ? v : decltype(v)(0); });
+  return record("relu", std::move(y), {x}, [](const VjpContext& c) {
+    return Cotangents{detail::map2(c.grad_output, c.inputs[0], [](auto g, auto v) {
+      return v > 0 ? g : decltype(g)(0);
+    })};
+  });
+}
+
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  check::defined("gelu", "x", x);
+  if (approx == GeluApprox::none) {
+    Array y = detail::map1(x.value(), [](auto v) {
+      using T = decltype(v);
+      return static_cast<T>(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
+    });
+    return record("gelu", std::move(y), {x}, [](const VjpContext& c) {
+      return Cotangents{detail::map2(c.grad_output, c.inputs[0], [](auto g, auto v) {
+        using T = decltype(v);
+        const double Phi = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
+        const double phi = kInvSqrt2Pi * std::exp(-0.5 * double(v) * v);
+        return static_cast<T>(g * (Phi + v * phi));
+      })};
+    });
+  }
+  Array y = detail::map1(x.value(), [](auto v) {
+    using T = decltype(v);
+    const double inner = kSqrt2OverPi * (v + 0.044715 * double(v) * v * v);
+    return static_cast<T>(0.5 * v * (1.0 + std::tanh(inner)));
+  });
+  return record("gelu_tanh", std::move(y), {x}, [](const VjpContext& c) {
+    return Cotangents{detail::map2(c.grad_output, c.inputs[0], [](auto g, auto v) {
+      using T = decltype(v);
+      const double u = kSqrt2OverPi * (v + 0.044715 * double(v) * v * v);
+      const double th = std::tanh(u);
+      const double du = kSqrt2OverPi * (1.0 + 3 * 0.044715 * double(v) * v);
+      return static_cast<T>(g * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du));
+    })};
+  });
+}
+
+Tensor clamp(const Tensor& x, double lo, double hi) {
+  check::defined("clamp", "x", x);
+  if (!(lo <= hi))
+    throw ValueError(op_message("clamp", "lo (" + std::to_string(lo) + ") must not exceed hi (" +
+                                             std::to_string(hi) + ")"));
+  Array y = detail::map1(x.value(), [lo, hi](auto v) {
+    using T = decltype(v);
+    return v < T(lo) ? T(lo) : (v > T(hi) ? T(hi) : v);
+  });
+  return record("clamp", std::move(y), {x}, [lo, hi](const VjpContext& c) {
+    return Cotangents{detail::map2(c.grad_output, c.inputs[0], [lo, hi](auto g, auto v) {
+      using T = decltype(v);
+      return (v >= T(lo) && v <= T(hi)) ? g : T(0);
+    })};
+  });
+}
+
+}  // namespace xg::ops

@@ -1,0 +1,40 @@
+#include "helpers.hpp"
+
+namespace xgt {
+
+Array rnd(const Shape& s, Generator& g, double lo, double hi) {
+  return random_uniform(s, g, DType::float64, lo, hi);
+}
+
+Array rnd_away_from_zero(const Shape& s, Generator& g, double margin) {
+  Array a = Array::empty(s, DType::float64);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double m = margin + (1.0 - margin) * g.uniform();
+    a.set_flat(i, g.uniform() < 0.5 ? -m : m);
+  }
+  return a;
+}
+
+Shape rnd_shape(std::size_t rank, Generator& g, std::size_t max_size) {
+  Shape s(rank);
+  for (auto& d : s) d = 1 + static_cast<std::size_t>(g.below(max_size));
+  return s;
+}
+
+GradcheckReport require_gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                                  const std::vector<std::string>& names,
+                                  const GradcheckOptions& opts) {
+  const GradcheckReport r = gradcheck(f, inputs, opts, names);
+  INFO(r.summary());
+  REQUIRE(r.passed);
+  REQUIRE(r.comparisons > 0);
+  return r;
+}
+
+void require_close(const Array& a, const Array& b, double tol) {
+  INFO("a = " << a.str() << "\nb = " << b.str());
+  REQUIRE(a.shape() == b.shape());
+  REQUIRE(max_abs_diff(a, b) <= tol);
+}
+
+}  // namespace xgt

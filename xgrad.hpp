@@ -1,0 +1,21 @@
+// xgrad: everything a user program needs, in one include.
+#pragma once
+
+#include "core/array.hpp"
+#include "core/error.hpp"
+#include "core/gradcheck.hpp"
+#include "core/random.hpp"
+#include "core/tape.hpp"
+#include "core/tensor.hpp"
+#include "ops/dropout.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/index.hpp"
+#include "ops/join.hpp"
+#include "ops/layer_norm.hpp"
+#include "ops/loss.hpp"
+#include "ops/mask.hpp"
+#include "ops/matmul.hpp"
+#include "ops/reduce.hpp"
+#include "ops/shape_ops.hpp"
+#include "ops/softmax.hpp"
+#include "ops/unary.hpp"
