@@ -64,6 +64,14 @@ std::vector<std::size_t> normalize_axes(const std::string& op, const std::string
   return out;
 }
 
+AxisSplit split_at_axis(const Shape& s, std::size_t axis) {
+  AxisSplit r;
+  for (std::size_t i = 0; i < axis; ++i) r.outer *= s[i];
+  r.len = s[axis];
+  for (std::size_t i = axis + 1; i < s.size(); ++i) r.inner *= s[i];
+  return r;
+}
+
 std::vector<std::ptrdiff_t> contiguous_strides(const Shape& s) {
   std::vector<std::ptrdiff_t> st(s.size());
   std::ptrdiff_t acc = 1;

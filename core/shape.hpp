@@ -30,6 +30,13 @@ std::size_t normalize_axis(const std::string& op, const std::string& arg, int ax
 std::vector<std::size_t> normalize_axes(const std::string& op, const std::string& arg,
                                         const Axes& axes, std::size_t ndim);
 
+// A contiguous array viewed as [outer, len, inner] around one axis: elements along the axis
+// are `inner` apart, and slices along it start every `len * inner` elements.
+struct AxisSplit {
+  std::size_t outer = 1, len = 1, inner = 1;
+};
+AxisSplit split_at_axis(const Shape& s, std::size_t axis);
+
 // Row-major strides in elements.
 std::vector<std::ptrdiff_t> contiguous_strides(const Shape& s);
 // Strides of a contiguous array of shape `in` read as if broadcast to `out`

@@ -135,7 +135,10 @@ Tensor& Tensor::requires_grad_(bool on) {
   return *this;
 }
 
-void Tensor::zero_grad() { checked(impl_), impl_->grad = Array(); }
+void Tensor::zero_grad() {
+  checked(impl_);
+  impl_->grad = Array();
+}
 
 void Tensor::set_value(Array v) {
   const TensorImpl& t = checked(impl_);

@@ -33,10 +33,8 @@ Tensor index_select(const Tensor& x, int axis, const IndexArray& idx) {
   if (idx.shape.size() != 1)
     throw ShapeError(op_message("index_select", "index must be 1-d, has shape " + shape_str(idx.shape)));
   check_index_range("index_select", idx, x.shape()[ax], "axis " + std::to_string(axis));
-  std::size_t outer = 1, inner = 1;
-  for (std::size_t i = 0; i < ax; ++i) outer *= x.shape()[i];
-  for (std::size_t i = ax + 1; i < x.ndim(); ++i) inner *= x.shape()[i];
-  const std::size_t len = x.shape()[ax], n = idx.size();
+  const AxisSplit sp = split_at_axis(x.shape(), ax);
+  const std::size_t outer = sp.outer, inner = sp.inner, len = sp.len, n = idx.size();
   Shape out_shape = x.shape();
   out_shape[ax] = n;
   Array out = Array::empty(out_shape, x.dtype());

@@ -14,22 +14,10 @@ namespace xg::ops {
 
 namespace {
 
-struct Split3 {
-  std::size_t outer = 1, len = 1, inner = 1;
-};
-
-Split3 split3(const Shape& s, std::size_t axis) {
-  Split3 r;
-  for (std::size_t i = 0; i < axis; ++i) r.outer *= s[i];
-  r.len = s[axis];
-  for (std::size_t i = axis + 1; i < s.size(); ++i) r.inner *= s[i];
-  return r;
-}
-
 // Copies n rows along the axis, starting at src_off and taking every step-th one, into
 // rows [dst_off, dst_off + n) of dst.
-void copy_rows(const Array& src, Split3 s, std::size_t src_off, std::size_t step, Array& dst,
-               Split3 d, std::size_t dst_off, std::size_t n) {
+void copy_rows(const Array& src, AxisSplit s, std::size_t src_off, std::size_t step, Array& dst,
+               AxisSplit d, std::size_t dst_off, std::size_t n) {
   detail::dispatch(src.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* ps = src.data<T>();
@@ -44,7 +32,7 @@ void copy_rows(const Array& src, Split3 s, std::size_t src_off, std::size_t step
 }
 
 // Inverse of copy_rows for the VJP: writes g's rows back to strided positions of dst.
-void scatter_rows(const Array& g, Split3 gs, Array& dst, Split3 ds, std::size_t start,
+void scatter_rows(const Array& g, AxisSplit gs, Array& dst, AxisSplit ds, std::size_t start,
                   std::size_t step) {
   detail::dispatch(g.dtype(), [&](auto t) {
     using T = decltype(t);
@@ -77,11 +65,11 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
     out_shape[ax] += xs[k].shape()[ax];
   }
   Array out = Array::empty(out_shape, xs[0].dtype());
-  const Split3 d = split3(out_shape, ax);
+  const AxisSplit d = split_at_axis(out_shape, ax);
   std::size_t off = 0;
   std::vector<std::size_t> offsets;
   for (const Tensor& x : xs) {
-    const Split3 s = split3(x.shape(), ax);
+    const AxisSplit s = split_at_axis(x.shape(), ax);
     copy_rows(x.value(), s, 0, 1, out, d, off, s.len);
     offsets.push_back(off);
     off += s.len;
@@ -91,7 +79,7 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
     for (std::size_t k = 0; k < c.inputs.size(); ++k) {
       if (!c.needs(k)) continue;
       Array gk = Array::empty(c.inputs[k].shape(), c.grad_output.dtype());
-      const Split3 s = split3(c.inputs[k].shape(), ax);
+      const AxisSplit s = split_at_axis(c.inputs[k].shape(), ax);
       copy_rows(c.grad_output, d, offsets[k], 1, gk, s, 0, s.len);
       cot[k] = std::move(gk);
     }
@@ -111,13 +99,13 @@ Tensor slice(const Tensor& x, int axis, long start, long stop, long step) {
   Shape out_shape = x.shape();
   out_shape[ax] = n;
   Array out = Array::empty(out_shape, x.dtype());
-  const Split3 s = split3(x.shape(), ax), d = split3(out_shape, ax);
+  const AxisSplit s = split_at_axis(x.shape(), ax), d = split_at_axis(out_shape, ax);
   copy_rows(x.value(), s, static_cast<std::size_t>(b), static_cast<std::size_t>(step), out, d, 0, n);
   const std::size_t ub = static_cast<std::size_t>(b), us = static_cast<std::size_t>(step);
   return record("slice", std::move(out), {x}, [ax, ub, us](const VjpContext& c) {
     const Array& X = c.inputs[0];
     Array gx = Array::zeros(X.shape(), X.dtype());
-    scatter_rows(c.grad_output, split3(c.grad_output.shape(), ax), gx, split3(X.shape(), ax), ub, us);
+    scatter_rows(c.grad_output, split_at_axis(c.grad_output.shape(), ax), gx, split_at_axis(X.shape(), ax), ub, us);
     return Cotangents{gx};
   });
 }

@@ -17,29 +17,16 @@ namespace xg::ops {
 
 namespace {
 
-// u viewed as [outer, S, inner] with the softmax axis in the middle.
-struct Rows {
-  std::size_t outer = 1, S = 1, inner = 1;
-};
-
-Rows rows_of(const Shape& s, std::size_t axis) {
-  Rows r;
-  for (std::size_t i = 0; i < axis; ++i) r.outer *= s[i];
-  r.S = s[axis];
-  for (std::size_t i = axis + 1; i < s.size(); ++i) r.inner *= s[i];
-  return r;
-}
-
 // Computes softmax (log_space = false) or log-softmax into y, row by row.
 template <class T>
-void forward_rows(const std::string& op, const Shape& shape, const Rows& r, const T* u, T* y,
+void forward_rows(const std::string& op, const Shape& shape, const AxisSplit& r, const T* u, T* y,
                   bool log_space) {
   for (std::size_t o = 0; o < r.outer; ++o)
     for (std::size_t i = 0; i < r.inner; ++i) {
-      const T* ur = u + o * r.S * r.inner + i;
-      T* yr = y + o * r.S * r.inner + i;
+      const T* ur = u + o * r.len * r.inner + i;
+      T* yr = y + o * r.len * r.inner + i;
       T c = -std::numeric_limits<T>::infinity();
-      for (std::size_t s = 0; s < r.S; ++s) {
+      for (std::size_t s = 0; s < r.len; ++s) {
         const T v = ur[s * r.inner];
         if (std::isnan(v) || v == std::numeric_limits<T>::infinity())
           throw ValueError(op_message(op, "u has " + std::to_string(v) + " in row " +
@@ -52,17 +39,17 @@ void forward_rows(const std::string& op, const Shape& shape, const Rows& r, cons
                                             shape_str(shape) +
                                             ") has no finite entry: every position is masked"));
       T z = 0;
-      for (std::size_t s = 0; s < r.S; ++s) {
+      for (std::size_t s = 0; s < r.len; ++s) {
         const T e = std::exp(ur[s * r.inner] - c);
         yr[s * r.inner] = e;
         z += e;
       }
       if (log_space) {
         const T lz = std::log(z);
-        for (std::size_t s = 0; s < r.S; ++s) yr[s * r.inner] = ur[s * r.inner] - c - lz;
+        for (std::size_t s = 0; s < r.len; ++s) yr[s * r.inner] = ur[s * r.inner] - c - lz;
       } else {
         const T inv = T(1) / z;
-        for (std::size_t s = 0; s < r.S; ++s) yr[s * r.inner] *= inv;
+        for (std::size_t s = 0; s < r.len; ++s) yr[s * r.inner] *= inv;
       }
     }
 }
@@ -70,7 +57,7 @@ void forward_rows(const std::string& op, const Shape& shape, const Rows& r, cons
 Tensor run(const std::string& op, const Tensor& u, int axis, bool log_space) {
   check::rank_at_least(op, "u", u, 1);
   const std::size_t ax = normalize_axis(op, "axis", axis, u.ndim());
-  const Rows r = rows_of(u.shape(), ax);
+  const AxisSplit r = split_at_axis(u.shape(), ax);  // u as [outer, S, inner]
   Array y = Array::empty(u.shape(), u.dtype());
   detail::dispatch(u.dtype(), [&](auto t) {
     using T = decltype(t);
@@ -85,13 +72,13 @@ Tensor run(const std::string& op, const Tensor& u, int axis, bool log_space) {
       T* d = ub.data<T>();
       for (std::size_t o = 0; o < r.outer; ++o)
         for (std::size_t i = 0; i < r.inner; ++i) {
-          const std::size_t base = o * r.S * r.inner + i;
+          const std::size_t base = o * r.len * r.inner + i;
           T dot = 0;
-          for (std::size_t s = 0; s < r.S; ++s) {
+          for (std::size_t s = 0; s < r.len; ++s) {
             const std::size_t k = base + s * r.inner;
             dot += log_space ? g[k] : y[k] * g[k];
           }
-          for (std::size_t s = 0; s < r.S; ++s) {
+          for (std::size_t s = 0; s < r.len; ++s) {
             const std::size_t k = base + s * r.inner;
             d[k] = log_space ? g[k] - std::exp(y[k]) * dot  // log-softmax VJP
                              : y[k] * (g[k] - dot);          // (5.25)

@@ -38,6 +38,17 @@ void check_domain(const std::string& op, const Tensor& x, Pred bad, const std::s
   });
 }
 
+// y = f(flat view of x), evaluated by xtensor (vectorised with xsimd).
+template <class F> Array vectorised(const Tensor& x, F f) {
+  Array y = Array::empty(x.shape(), x.dtype());
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    auto out = flat_view<T>(y);
+    xt::noalias(out) = f(flat_view<T>(x.value()));
+  });
+  return y;
+}
+
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kInvSqrt2 = 0.7071067811865476;
 constexpr double kInvSqrt2Pi = 0.3989422804014327;
@@ -53,12 +64,7 @@ Tensor neg(const Tensor& x) {
 
 Tensor exp(const Tensor& x) {
   check::defined("exp", "x", x);
-  Array y = Array::empty(x.shape(), x.dtype());
-  detail::dispatch(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    auto out = flat_view<T>(y);
-    xt::noalias(out) = xt::exp(flat_view<T>(x.value()));
-  });
+  Array y = vectorised(x, [](const auto& v) { return xt::exp(v); });
   return record("exp", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{kernels::mul(c.grad_output, c.output)};
   });
@@ -67,12 +73,7 @@ Tensor exp(const Tensor& x) {
 Tensor log(const Tensor& x) {
   check::defined("log", "x", x);
   check_domain("log", x, [](double v) { return v < 0; }, "log of a negative number");
-  Array y = Array::empty(x.shape(), x.dtype());
-  detail::dispatch(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    auto out = flat_view<T>(y);
-    xt::noalias(out) = xt::log(flat_view<T>(x.value()));
-  });
+  Array y = vectorised(x, [](const auto& v) { return xt::log(v); });
   return record("log", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{kernels::div(c.grad_output, c.inputs[0])};
   });
@@ -114,12 +115,7 @@ Tensor abs(const Tensor& x) {
 
 Tensor tanh(const Tensor& x) {
   check::defined("tanh", "x", x);
-  Array y = Array::empty(x.shape(), x.dtype());
-  detail::dispatch(x.dtype(), [&](auto t) {
-    using T = decltype(t);
-    auto out = flat_view<T>(y);
-    xt::noalias(out) = xt::tanh(flat_view<T>(x.value()));
-  });
+  Array y = vectorised(x, [](const auto& v) { return xt::tanh(v); });
   return record("tanh", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{detail::map2(c.grad_output, c.output, [](auto g, auto y) { return g * (1 - y * y); })};
   });

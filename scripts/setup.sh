@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages xgrad needs, only those missing. Needs root (or sudo).
-# Usage: scripts/setup.sh
+# Usage: scripts/setup.sh [--test]
+#   --test also installs python3-torch, the reference for tests/torch (the PyTorch cross-check).
 set -euo pipefail
 
 packages=(cmake g++ make xtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev libopenblas-dev catch2)
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,7 @@
 # README command 2: install what is missing, build, run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 bash scripts/build.sh
 cd build
 ctest --output-on-failure -j "$(nproc)"

@@ -1,0 +1,166 @@
+// Forward of both layers (SPEC 6-8):
+//   P = X W_QKV + b_QKV = [X W_Q, X W_K, X W_V]                 (5.22)
+//   Q, K, V = split_heads(P slices); O = attention(Q, K, V)      (5.3, 5.36)
+//   C = merge_heads(O) = concat_h O^(h);  Y = C W_O + b_O        (5.20), (5.21)
+// Backward is the tape's, by composition; nn/attention_reference.cpp derives the same
+// gradients in closed form (5.24)-(5.31) and the tests compare the two.
+#include "nn/attention.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/join.hpp"
+#include "ops/matmul.hpp"
+#include "ops/shape_ops.hpp"
+
+namespace xg::nn {
+
+namespace {
+
+long L(std::size_t v) { return static_cast<long>(v); }
+
+// Xavier-uniform [fan_in, fan_out] from gen.
+Array xavier(std::size_t fan_in, std::size_t fan_out, Generator& gen, DType dtype) {
+  const double a = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  return random_uniform({fan_in, fan_out}, gen, dtype, -a, a);
+}
+
+void check_heads(const std::string& op, std::size_t d, const char* d_name, std::size_t H_q, std::size_t H_kv,
+                 std::size_t d_head) {
+  if (d == 0 || H_q == 0) throw ValueError(op_message(op, std::string(d_name) + " and H_q must be positive"));
+  if (H_kv == 0 || H_q % H_kv != 0)
+    throw ValueError(op_message(op, "H_q (" + std::to_string(H_q) + ") must be a multiple of H_kv (" +
+                                        std::to_string(H_kv) + ")"));
+  if (d_head == 0 && d % H_q != 0)
+    throw ValueError(op_message(op, std::string(d_name) + " (" + std::to_string(d) + ") is not divisible by H_q (" +
+                                        std::to_string(H_q) + "); set d_head explicitly"));
+}
+
+Tensor affine(const Tensor& X, const Tensor& W, const Tensor& b) {
+  const Tensor Y = ops::matmul(X, W);
+  return b.defined() ? Y + b : Y;
+}
+
+void check_input(const std::string& op, const char* name, const Tensor& X, std::size_t width) {
+  if (!X.defined() || X.ndim() != 3 || X.shape()[2] != width)
+    throw ShapeError(op_message(op, std::string(name) + " must be [B, length, " + std::to_string(width) +
+                                        "], has shape " + (X.defined() ? shape_str(X.shape()) : "undefined")));
+}
+
+SdpaOptions sdpa_options(const AttentionCall& call, const std::optional<double>& scale, double dropout,
+                         bool training) {
+  SdpaOptions o;
+  o.scale = scale;
+  o.query_valid = call.query_valid;
+  o.dropout_p = dropout;
+  o.training = training;
+  o.generator = call.generator;
+  o.return_weights = call.return_weights;
+  o.check_finite = call.check_finite;
+  return o;
+}
+
+}  // namespace
+
+Tensor split_heads(const Tensor& X, std::size_t H) {
+  const Shape& s = X.shape();
+  return ops::permute(ops::reshape(X, {L(s[0]), L(s[1]), L(H), L(s[2] / H)}), {0, 2, 1, 3});
+}
+
+Tensor merge_heads(const Tensor& O) {
+  const Shape& s = O.shape();  // [B, H, T, d_h]
+  return ops::reshape(ops::permute(O, {0, 2, 1, 3}), {L(s[0]), L(s[2]), L(s[1] * s[3])});
+}
+
+// ---------------------------------------------------------------------------------------
+
+MultiHeadAttention::MultiHeadAttention(const AttentionConfig& cfg, Generator& gen) : cfg_(cfg) {
+  if (cfg_.H_kv == 0) cfg_.H_kv = cfg_.H_q;
+  check_heads("attention", cfg_.d_model, "d_model", cfg_.H_q, cfg_.H_kv, cfg_.d_head);
+  d_h_ = cfg_.d_head ? cfg_.d_head : cfg_.d_model / cfg_.H_q;
+  const std::size_t width = (cfg_.H_q + 2 * cfg_.H_kv) * d_h_;
+  W_QKV = register_parameter("W_QKV", xavier(cfg_.d_model, width, gen, cfg_.dtype));
+  if (cfg_.bias) b_QKV = register_parameter("b_QKV", Array::zeros({width}, cfg_.dtype));
+  W_O = register_parameter("W_O", xavier(cfg_.H_q * d_h_, cfg_.d_model, gen, cfg_.dtype));
+  if (cfg_.bias) b_O = register_parameter("b_O", Array::zeros({cfg_.d_model}, cfg_.dtype));
+}
+
+void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const {
+  check_input("attention", "X", X, cfg_.d_model);
+  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
+  const auto parts = ops::split(P, {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_}, -1);
+  Q = split_heads(parts[0], cfg_.H_q);
+  K = split_heads(parts[1], cfg_.H_kv);
+  V = split_heads(parts[2], cfg_.H_kv);
+}
+
+AttentionOutput MultiHeadAttention::finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
+                                           const AttentionCall& call) {
+  const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, sdpa_options(call, cfg_.scale, cfg_.dropout, training()));
+  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask};  // (5.20)
+}
+
+AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall& call) {
+  Tensor Q, K, V;
+  project(X, Q, K, V);
+  return finish(Q, K, V, call.visibility, call);
+}
+
+Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
+  AttentionCall call;
+  call.visibility = vis;
+  return forward(X, call).Y;
+}
+
+KVCache MultiHeadAttention::make_cache(std::size_t batch, std::size_t capacity) const {
+  return KVCache(batch, cfg_.H_kv, capacity, d_h_, d_h_, cfg_.dtype);
+}
+
+AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call) {
+  Tensor Q, K, V;
+  project(X_new, Q, K, V);
+  const std::size_t start = cache.length(), n = X_new.shape()[1];
+  cache.append(K.value(), V.value());
+  std::vector<std::int64_t> q_pos(n);
+  for (std::size_t i = 0; i < n; ++i) q_pos[i] = static_cast<std::int64_t>(start + i);
+  const Visibility vis = Visibility::causal(q_pos, cache.positions()) & call.visibility;
+  return finish(Q, Tensor(cache.keys()), Tensor(cache.values()), vis, call);
+}
+
+// ---------------------------------------------------------------------------------------
+
+CrossAttention::CrossAttention(const CrossAttentionConfig& cfg, Generator& gen) : cfg_(cfg) {
+  if (cfg_.H_kv == 0) cfg_.H_kv = cfg_.H_q;
+  if (cfg_.d_out == 0) cfg_.d_out = cfg_.d_q;
+  check_heads("cross_attention", cfg_.d_q, "d_q", cfg_.H_q, cfg_.H_kv, cfg_.d_head);
+  if (cfg_.d_m == 0) throw ValueError(op_message("cross_attention", "d_m must be positive"));
+  d_h_ = cfg_.d_head ? cfg_.d_head : cfg_.d_q / cfg_.H_q;
+  W_Q = register_parameter("W_Q", xavier(cfg_.d_q, cfg_.H_q * d_h_, gen, cfg_.dtype));
+  if (cfg_.bias) b_Q = register_parameter("b_Q", Array::zeros({cfg_.H_q * d_h_}, cfg_.dtype));
+  W_KV = register_parameter("W_KV", xavier(cfg_.d_m, 2 * cfg_.H_kv * d_h_, gen, cfg_.dtype));
+  if (cfg_.bias) b_KV = register_parameter("b_KV", Array::zeros({2 * cfg_.H_kv * d_h_}, cfg_.dtype));
+  W_O = register_parameter("W_O", xavier(cfg_.H_q * d_h_, cfg_.d_out, gen, cfg_.dtype));
+  if (cfg_.bias) b_O = register_parameter("b_O", Array::zeros({cfg_.d_out}, cfg_.dtype));
+}
+
+std::pair<Tensor, Tensor> CrossAttention::project_memory(const Tensor& X_m) const {
+  check_input("cross_attention", "X_m", X_m, cfg_.d_m);
+  const auto kv = ops::chunk(affine(X_m, W_KV, b_KV), 2, -1);  // [X_m W_K, X_m W_V]
+  return {split_heads(kv[0], cfg_.H_kv), split_heads(kv[1], cfg_.H_kv)};
+}
+
+AttentionOutput CrossAttention::forward_with_memory(const Tensor& X_q, const std::pair<Tensor, Tensor>& KV,
+                                                    const AttentionCall& call) {
+  check_input("cross_attention", "X_q", X_q, cfg_.d_q);
+  const Tensor Q = split_heads(affine(X_q, W_Q, b_Q), cfg_.H_q);
+  const SdpaResult r = scaled_dot_product_attention(Q, KV.first, KV.second, call.visibility,
+                                                    sdpa_options(call, cfg_.scale, cfg_.dropout, training()));
+  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask};
+}
+
+AttentionOutput CrossAttention::forward(const Tensor& X_q, const Tensor& X_m, const AttentionCall& call) {
+  return forward_with_memory(X_q, project_memory(X_m), call);
+}
+
+}  // namespace xg::nn

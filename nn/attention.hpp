@@ -1,0 +1,120 @@
+// Attention layers (SPEC 6-8, 11): one core (nn/sdpa.hpp) and two thin front doors.
+//
+//  MultiHeadAttention: self-attention with a packed W_QKV (5.22) and output projection W_O
+//    (5.20). Any H_q and H_kv with H_q % H_kv == 0: H_kv == H_q is MHA, 1 < H_kv < H_q is
+//    GQA, H_kv == 1 is MQA (5.36). W_QKV is [d_model, (H_q + 2 H_kv) d_h], columns
+//    [Q heads | K heads | V heads], each block head-major ([h0 d_h | h1 d_h | ...]).
+//  CrossAttention: queries from X_q [B, T, d_q], keys and values from X_m [B, S, d_m] with a
+//    packed W_KV [d_m, 2 H_kv d_h] (5.23); d_q != d_m allowed. No causal mask is implied:
+//    pass the source padding visibility; a target-side causal mask is not copied here.
+//
+// Weights are stored in x out (y = x W + b); nn/torch_layout.hpp converts to and from
+// PyTorch's out x in. Heads split features, not positions:
+// [B, T, H d_h] -> [B, T, H, d_h] -> [B, H, T, d_h] (SPEC 6).
+#pragma once
+
+#include <optional>
+#include <utility>
+
+#include "core/random.hpp"
+#include "nn/kv_cache.hpp"
+#include "nn/module.hpp"
+#include "nn/sdpa.hpp"
+#include "nn/visibility.hpp"
+
+namespace xg::nn {
+
+struct AttentionConfig {
+  std::size_t d_model = 0;
+  std::size_t H_q = 1;
+  std::size_t H_kv = 0;    // 0 means H_q (MHA)
+  std::size_t d_head = 0;  // 0 means d_model / H_q (which must then divide evenly)
+  bool bias = true;
+  double dropout = 0.0;  // on attention weights, in training mode
+  std::optional<double> scale;  // default 1 / sqrt(d_head)
+  DType dtype = DType::float32;
+};
+
+struct CrossAttentionConfig {
+  std::size_t d_q = 0, d_m = 0;
+  std::size_t H_q = 1;
+  std::size_t H_kv = 0;    // 0 means H_q
+  std::size_t d_head = 0;  // 0 means d_q / H_q
+  std::size_t d_out = 0;   // 0 means d_q (residual connection)
+  bool bias = true;
+  double dropout = 0.0;
+  std::optional<double> scale;
+  DType dtype = DType::float32;
+};
+
+// Per-call inputs that are not tensors.
+struct AttentionCall {
+  Visibility visibility = Visibility::all();
+  BoolArray query_valid;           // [B, T], true = real query; empty = all valid
+  Generator* generator = nullptr;  // dropout source, needed when training with dropout > 0
+  bool return_weights = false;
+  bool check_finite = true;
+};
+
+struct AttentionOutput {
+  Tensor Y;        // [B, T, d_out]
+  Tensor weights;      // A [B, H_q, T, S] if return_weights
+  Array dropout_mask;  // m / q [B, H_q, T, S] if dropout was applied
+};
+
+class MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(const AttentionConfig& cfg, Generator& gen);
+
+  // X [B, T, d_model] -> Y [B, T, d_model].
+  AttentionOutput forward(const Tensor& X, const AttentionCall& call);
+  Tensor operator()(const Tensor& X, const Visibility& vis);
+
+  // Incremental decoding: X_new [B, n, d_model] holds the next n positions (absolute
+  // positions cache.length() .. +n-1). Their K and V are appended to the cache and the n
+  // queries attend causally by absolute position to every cached key (intersected with
+  // call.visibility, which must then be [.., n, cache.length() + n]).
+  AttentionOutput forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call = {});
+  KVCache make_cache(std::size_t batch, std::size_t capacity) const;
+
+  const AttentionConfig& config() const { return cfg_; }
+  std::size_t d_head() const { return d_h_; }
+
+  Tensor W_QKV, b_QKV, W_O, b_O;  // b_* undefined when cfg.bias is false
+
+ private:
+  // Q [B, H_q, T, d_h], K, V [B, H_kv, T, d_h] from X.
+  void project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const;
+  AttentionOutput finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
+                         const AttentionCall& call);
+
+  AttentionConfig cfg_;
+  std::size_t d_h_;
+};
+
+class CrossAttention : public Module {
+ public:
+  CrossAttention(const CrossAttentionConfig& cfg, Generator& gen);
+
+  // X_q [B, T, d_q], X_m [B, S, d_m] -> Y [B, T, d_out].
+  AttentionOutput forward(const Tensor& X_q, const Tensor& X_m, const AttentionCall& call);
+  // The memory's K and V heads [B, H_kv, S, d_h], computed once and reused while decoding.
+  std::pair<Tensor, Tensor> project_memory(const Tensor& X_m) const;
+  AttentionOutput forward_with_memory(const Tensor& X_q, const std::pair<Tensor, Tensor>& KV,
+                                      const AttentionCall& call);
+
+  const CrossAttentionConfig& config() const { return cfg_; }
+  std::size_t d_head() const { return d_h_; }
+
+  Tensor W_Q, b_Q, W_KV, b_KV, W_O, b_O;
+
+ private:
+  CrossAttentionConfig cfg_;
+  std::size_t d_h_;
+};
+
+// [B, T, H d_h] -> [B, H, T, d_h] and back (SPEC 6: heads split features, not positions).
+Tensor split_heads(const Tensor& X, std::size_t H);
+Tensor merge_heads(const Tensor& O);
+
+}  // namespace xg::nn

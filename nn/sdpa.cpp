@@ -1,0 +1,170 @@
+// Algorithm 5.1, batched. Order of work:
+//   1. checks: ranks, Q/K widths, K/V lengths, H_q % H_kv, finite inputs      (step 1)
+//   2. allowed sets expanded to [B, H_q, T, S]; a valid query with an empty set is a
+//      VisibilityError naming batch, head and query                            (step 2)
+//   3. U = Q K^T * scale with query heads grouped per kv head (5.36); non-finite U is an
+//      error                                                                   (step 3)
+//   4. A = softmax(U + M): M is 0 / -inf / soft bias; rows of invalid queries get M = 0
+//      so their softmax is finite (never -inf - -inf = NaN)                     (steps 3-5)
+//   5. optional dropout on A with a saved mask (SPEC 2)
+//   6. O = A V; invalid rows selected to exact zero (select, not multiply)     (step 6)
+#include "nn/sdpa.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/kernels.hpp"
+#include "ops/dropout.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/mask.hpp"
+#include "ops/matmul.hpp"
+#include "ops/shape_ops.hpp"
+#include "ops/softmax.hpp"
+
+namespace xg::nn {
+
+namespace {
+
+const char* kOp = "attention";
+
+std::string index_str(const Shape& s, std::size_t flat) {
+  std::vector<std::size_t> idx(s.size());
+  for (std::size_t d = s.size(); d-- > 0;) {
+    idx[d] = flat % s[d];
+    flat /= s[d];
+  }
+  std::string t = "(";
+  for (std::size_t i = 0; i < idx.size(); ++i) t += (i ? ", " : "") + std::to_string(idx[i]);
+  return t + ")";
+}
+
+void check_finite(const Array& a, const std::string& name, const std::string& why) {
+  const std::size_t i = a.first_nonfinite();
+  if (i == a.size()) return;
+  throw ValueError(op_message(kOp, name + " has " + std::to_string(a.flat(i)) + " at index " +
+                                       index_str(a.shape(), i) + "; " + why));
+}
+
+std::string shapes(const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  return std::string(an) + " has shape " + shape_str(a.shape()) + ", " + bn + " has shape " +
+         shape_str(b.shape());
+}
+
+}  // namespace
+
+SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const Tensor& V,
+                                        const Visibility& vis, const SdpaOptions& opts) {
+  // ---- 1. checks
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"Q", Q}, {"K", K}, {"V", V}}) {
+    if (!t.defined()) throw ValueError(op_message(kOp, std::string(name) + " is undefined"));
+    if (t.ndim() != 4)
+      throw ShapeError(op_message(kOp, std::string(name) + " must be [B, H, length, width], has shape " +
+                                           shape_str(t.shape())));
+  }
+  if (Q.dtype() != K.dtype() || K.dtype() != V.dtype())
+    throw DTypeError(op_message(kOp, std::string("dtypes differ: Q is ") + dtype_name(Q.dtype()) + ", K is " +
+                                         dtype_name(K.dtype()) + ", V is " + dtype_name(V.dtype())));
+  const std::size_t B = Q.shape()[0], H_q = Q.shape()[1], T = Q.shape()[2], d_k = Q.shape()[3];
+  const std::size_t H_kv = K.shape()[1], S = K.shape()[2], d_v = V.shape()[3];
+  if (K.shape()[0] != B || V.shape()[0] != B)
+    throw ShapeError(op_message(kOp, "batch sizes differ: " + shapes(Q, "Q", K, "K") + ", V has shape " +
+                                         shape_str(V.shape())));
+  if (K.shape()[3] != d_k)
+    throw ShapeError(op_message(kOp, "Q and K widths (d_k) differ: " + shapes(Q, "Q", K, "K")));
+  if (V.shape()[2] != S)
+    throw ShapeError(op_message(kOp, "K and V lengths (S) differ: " + shapes(K, "K", V, "V")));
+  if (V.shape()[1] != H_kv)
+    throw ShapeError(op_message(kOp, "K and V head counts (H_kv) differ: " + shapes(K, "K", V, "V")));
+  if (H_kv == 0 || H_q % H_kv != 0)
+    throw ShapeError(op_message(kOp, "H_q (" + std::to_string(H_q) + ") must be a multiple of H_kv (" +
+                                         std::to_string(H_kv) + ")"));
+  if (d_k == 0) throw ShapeError(op_message(kOp, "d_k is 0: Q has shape " + shape_str(Q.shape())));
+  const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_k)));
+  if (!std::isfinite(scale))
+    throw ValueError(op_message(kOp, "scale must be finite, got " + std::to_string(scale)));
+  const bool dropout = opts.training && opts.dropout_p > 0.0;
+  if (!(opts.dropout_p >= 0.0 && opts.dropout_p < 1.0))
+    throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(opts.dropout_p)));
+  if (dropout && !opts.generator)
+    throw ValueError(op_message(kOp, "dropout_p > 0 in training needs a generator"));
+  const bool any_validity = opts.query_valid.size() > 0;
+  if (any_validity && opts.query_valid.shape != Shape{B, T})
+    throw ShapeError(op_message(kOp, "query_valid must be [B, T] = " + shape_str({B, T}) + ", has shape " +
+                                         shape_str(opts.query_valid.shape)));
+  if (opts.check_finite) {
+    const std::string why = "attention inputs must be finite (Algorithm 5.1 step 1; check_finite = false skips this)";
+    check_finite(Q.value(), "Q", why);
+    check_finite(K.value(), "K", why);
+    check_finite(V.value(), "V", why);
+  }
+
+  // ---- 2. allowed sets and query validity
+  const Shape BHTS{B, H_q, T, S};
+  const std::vector<unsigned char> allowed = vis.expand_allowed(kOp, BHTS);
+  auto valid = [&](std::size_t b, std::size_t i) { return !any_validity || opts.query_valid.data[b * T + i]; };
+  bool has_invalid = false;
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H_q; ++h)
+      for (std::size_t i = 0; i < T; ++i) {
+        if (!valid(b, i)) {
+          has_invalid = true;
+          continue;
+        }
+        const unsigned char* row = allowed.data() + ((b * H_q + h) * T + i) * S;
+        bool any = false;
+        for (std::size_t j = 0; j < S && !any; ++j) any = row[j];
+        if (!any)
+          throw VisibilityError(op_message(kOp, "batch " + std::to_string(b) + ", head " + std::to_string(h) +
+                                                    ", query " + std::to_string(i) +
+                                                    " is valid but sees no key; check mask polarity and causal "
+                                                    "offset, or mark the query invalid"));
+      }
+
+  // ---- 3. scores, query heads grouped per kv head (5.36)
+  const std::size_t r = H_q / H_kv;
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  const Tensor Qg = ops::reshape(Q, {L(B), L(H_kv), L(r * T), L(d_k)});
+  Tensor U = ops::reshape(ops::matmul(Qg, K, {false, true}), {L(B), L(H_q), L(T), L(S)}) * scale;
+  if (opts.check_finite)
+    check_finite(U.value(), "score U", "a non-finite score is a numerical error (Algorithm 5.1 step 3)");
+
+  // ---- 4. masked softmax over the key axis
+  if (!vis.unconstrained() || has_invalid) {
+    Array M = vis.bias(Q.dtype());
+    if (has_invalid) {  // rows of invalid queries: M = 0, so their softmax is finite
+      M = kernels::broadcast_to(M, BHTS);
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t i = 0; i < T; ++i)
+          if (!valid(b, i))
+            for (std::size_t h = 0; h < H_q; ++h)
+              for (std::size_t j = 0; j < S; ++j) M.set_flat(((b * H_q + h) * T + i) * S + j, 0.0);
+    }
+    U = ops::add_mask(U, M);
+  }
+  const Tensor A = ops::softmax(U, -1);
+
+  // ---- 5. dropout on the weights
+  SdpaResult res;
+  Tensor Ad = A;
+  if (dropout) {
+    res.dropout_mask = ops::dropout_mask(BHTS, opts.dropout_p, *opts.generator, Q.dtype());
+    Ad = ops::apply_dropout_mask(A, res.dropout_mask);
+  }
+
+  // ---- 6. O = A V, invalid rows selected to zero
+  Tensor O = ops::reshape(ops::matmul(ops::reshape(Ad, {L(B), L(H_kv), L(r * T), L(S)}), V),
+                          {L(B), L(H_q), L(T), L(d_v)});
+  BoolArray row_valid;
+  if (has_invalid) row_valid = BoolArray({B, 1, T, 1}, opts.query_valid.data);
+  const Tensor zero = ops::scalar_like(O, 0.0);
+  res.output = has_invalid ? ops::where(row_valid, O, zero) : O;
+  if (opts.return_weights) res.weights = has_invalid ? ops::where(row_valid, A, zero) : A;
+  return res;
+}
+
+Tensor attention(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
+                 const SdpaOptions& opts) {
+  return scaled_dot_product_attention(Q, K, V, vis, opts).output;
+}
+
+}  // namespace xg::nn

@@ -1,0 +1,52 @@
+// Scaled dot-product attention, the one attention core (SPEC 1-4, Algorithm 5.1, (5.36)).
+// Composed from the engine's ops (matmul, add_mask, softmax, dropout, where), so the tape
+// derives its backward; nn/attention_reference.hpp holds the closed-form backward of SPEC 9
+// that the tests compare with it.
+//
+//   Q [B, H_q, T, d_k], K [B, H_kv, S, d_k], V [B, H_kv, S, d_v]  ->  O [B, H_q, T, d_v]
+//   U = Q K^T * scale (scale = 1/sqrt(d_k) by default), A = softmax(U + M), O = A V
+//
+// GQA/MQA (5.36): query head h reads kv head g(h) = floor(h / r), r = H_q / H_kv. It is
+// implemented by grouping query heads, not by repeating K and V: Q is viewed as
+// [B, H_kv, r*T, d_k] (heads g*r .. g*r+r-1 stacked along the rows), so each kv head is
+// read by one GEMM and its gradient is summed over its group by the matmul VJP.
+#pragma once
+
+#include <optional>
+
+#include "core/random.hpp"
+#include "core/tensor.hpp"
+#include "nn/visibility.hpp"
+
+namespace xg::nn {
+
+struct SdpaOptions {
+  std::optional<double> scale;  // default 1 / sqrt(d_k)
+  // Query validity b_i, [B, T], true = a real query. Empty = every query valid. Invalid
+  // queries output exact zero rows and send exact zero gradients (SPEC 3.8).
+  BoolArray query_valid;
+  // Dropout on the weights (SPEC 2), only when training and dropout_p > 0. The mask drawn
+  // from `generator` is reused by the backward pass (it is the dropout op's saved mask).
+  double dropout_p = 0.0;
+  bool training = false;
+  Generator* generator = nullptr;
+  bool return_weights = false;  // also return A (before dropout; invalid rows zero)
+  // Algorithm 5.1 step 1: non-finite Q, K or V is an error, as is a non-finite score. Costs a
+  // pass over the inputs and scores; set false to skip it when inputs are known finite.
+  bool check_finite = true;
+};
+
+struct SdpaResult {
+  Tensor output;       // O [B, H_q, T, d_v]
+  Tensor weights;      // A [B, H_q, T, S] if return_weights
+  Array dropout_mask;  // m / q [B, H_q, T, S] if dropout was applied
+};
+
+SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const Tensor& V,
+                                        const Visibility& visibility, const SdpaOptions& opts = {});
+
+// The output alone.
+Tensor attention(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& visibility,
+                 const SdpaOptions& opts = {});
+
+}  // namespace xg::nn

@@ -1,0 +1,26 @@
+// Weight layout conversion between xgrad (in x out, y = x W + b) and PyTorch (out x in,
+// y = x W^T + b), including nn.MultiheadAttention's packed in_proj_weight [3d, d], whose
+// row blocks are W_q, W_k, W_v (each out x in). SPEC 0: transpose on import and export.
+#pragma once
+
+#include "core/array.hpp"
+#include "nn/attention.hpp"
+
+namespace xg::nn::torch_layout {
+
+Array linear_to_torch(const Array& W_in_out);    // [in, out] -> [out, in]
+Array linear_from_torch(const Array& W_out_in);  // [out, in] -> [in, out]
+
+// nn.MultiheadAttention(embed_dim = d_model, num_heads = H, bias) state, batch_first or not.
+struct TorchMHA {
+  Array in_proj_weight;   // [3 d, d]
+  Array in_proj_bias;     // [3 d] (undefined without bias)
+  Array out_proj_weight;  // [d, d]
+  Array out_proj_bias;    // [d]
+};
+
+// Requires MHA (H_kv == H_q) with d_head * H_q == d_model, as torch's module does.
+TorchMHA export_mha(const MultiHeadAttention& m);
+void import_mha(MultiHeadAttention& m, const TorchMHA& w);
+
+}  // namespace xg::nn::torch_layout

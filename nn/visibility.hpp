@@ -1,0 +1,72 @@
+// Visibility: which keys each query may attend to (SPEC 3, (5.11)-(5.12)).
+//
+// Boolean masks have no universal polarity (PyTorch's SDPA takes true = allowed, its
+// nn.MultiheadAttention true = forbidden), so xgrad never takes a bare bool array and
+// guesses: each constructor says what its input means, and everything is converted once,
+// here, to the internal convention "allowed" (true = the query may see the key), plus an
+// optional finite additive bias (a soft bias, not a prohibition).
+//
+// Shapes: a Visibility is rank 4, [B or 1, H or 1, T, S], broadcast against the scores
+// [B, H_q, T, S]. Constructors that take [T, S] or [B, S] insert the missing axes.
+// Positions are ABSOLUTE: causal(q_pos, k_pos) allows key j for query i iff
+// k_pos[j] <= q_pos[i], so a suffix of queries over a cached prefix is bottom-right aligned.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/array.hpp"
+
+namespace xg::nn {
+
+class Visibility {
+ public:
+  // Every key visible to every query (no constraint).
+  static Visibility all();
+  // m[.., i, j] true = query i MAY see key j. m is [T, S] or [B|1, H|1, T, S].
+  static Visibility allowed(const BoolArray& m);
+  // m[.., i, j] true = query i must NOT see key j. m is [T, S] or [B|1, H|1, T, S].
+  static Visibility forbidden(const BoolArray& m);
+  // Additive float bias M (5.11): 0 allowed, -inf forbidden, finite = soft bias (allowed).
+  // [T, S] or [B|1, H|1, T, S]. NaN and +inf are errors.
+  static Visibility additive(const Array& bias);
+  // Causal by absolute positions (5.12): key j visible to query i iff k_pos[j] <= q_pos[i].
+  static Visibility causal(const std::vector<std::int64_t>& q_pos,
+                           const std::vector<std::int64_t>& k_pos);
+  // Causal for T queries that are the LAST T of S positions (keys at 0..S-1, queries at
+  // S-T..S-1): bottom-right aligned. T == S is the usual square causal mask. T > S is an error.
+  static Visibility causal(std::size_t T, std::size_t S);
+  // Key padding (SPEC 3.5): sample b has lengths[b] real keys (0 .. lengths[b]-1); the rest
+  // are padding, hidden from every query and head. Shape [B, 1, 1, S].
+  static Visibility key_lengths(const std::vector<std::size_t>& lengths, std::size_t S);
+  // Key padding from a [B, S] mask: true = a real key (valid_keys) / true = padding (padded_keys).
+  static Visibility valid_keys(const BoolArray& valid);
+  static Visibility padded_keys(const BoolArray& padding);
+  // Packed documents (SPEC 3.7): query i sees key j iff doc[i] == doc[j] and j <= i
+  // (block-diagonal, causal inside each document). doc_ids is [T] (shared by the batch) or
+  // [B, T]. Separator tokens isolate nothing; only this mask does.
+  static Visibility documents(const IndexArray& doc_ids);
+
+  // Intersection of allowed sets (SPEC 3.4); soft biases add.
+  Visibility operator&(const Visibility& other) const;
+
+  // --- internal convention, used by the attention core ---
+  bool unconstrained() const { return !hard_.defined() && !soft_.defined(); }
+  // Broadcast shape of this visibility (rank 4); {1,1,1,1} when unconstrained.
+  Shape shape() const;
+  // Additive bias (0 / -inf / soft) with this visibility's own rank-4 shape, in dtype.
+  Array bias(DType dtype) const;
+  // allowed[b, h, i, j] for the full score shape [B, H, T, S] (0/1 bytes). Throws ShapeError
+  // naming `op` if this visibility does not broadcast to it.
+  std::vector<unsigned char> expand_allowed(const std::string& op, const Shape& BHTS) const;
+
+ private:
+  Array hard_;  // float64 rank 4: 1 allowed, 0 forbidden (undefined = all allowed)
+  Array soft_;  // float64 rank 4 finite additive bias (undefined = none)
+};
+
+// Query validity flags b_i (SPEC 3.8, Algorithm 5.1): true = a real query, false = padding.
+// An invalid query's output row is exactly zero and it sends zero gradient everywhere.
+BoolArray valid_queries_from_lengths(const std::vector<std::size_t>& lengths, std::size_t T);
+
+}  // namespace xg::nn
