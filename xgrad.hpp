@@ -27,3 +27,7 @@
 #include "nn/sdpa.hpp"
 #include "nn/torch_layout.hpp"
 #include "nn/visibility.hpp"
+#include "nn/layers.hpp"
+#include "nn/transformer.hpp"
+#include "nn/optim.hpp"
+#include "nn/safetensors.hpp"

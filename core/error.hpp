@@ -21,6 +21,7 @@ class TapeError : public Error { using Error::Error; };       // backward misuse
 class AnomalyError : public Error { using Error::Error; };    // anomaly mode: non-finite value
 class VisibilityError : public Error { using Error::Error; }; // attention: illegal allowed set
 class InternalError : public Error { using Error::Error; };   // an op broke the VJP contract
+class FormatError : public Error { using Error::Error; };     // a malformed file (checkpoints)
 
 // "[op] message"
 std::string op_message(const std::string& op, const std::string& message);

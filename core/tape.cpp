@@ -140,6 +140,16 @@ void Tensor::zero_grad() {
   impl_->grad = Array();
 }
 
+void Tensor::set_grad(Array g) {
+  const TensorImpl& t = checked(impl_);
+  if (!t.is_leaf) throw TapeError(op_message("set_grad", "only a leaf's gradient can be replaced"));
+  if (g.defined() && (g.shape() != t.value.shape() || g.dtype() != t.value.dtype()))
+    throw ShapeError(op_message("set_grad", "gradient has shape " + shape_str(g.shape()) + " " +
+                                                dtype_name(g.dtype()) + ", tensor has " + shape_str(t.value.shape()) +
+                                                " " + dtype_name(t.value.dtype())));
+  impl_->grad = std::move(g);
+}
+
 void Tensor::set_value(Array v) {
   const TensorImpl& t = checked(impl_);
   if (!t.is_leaf) throw TapeError(op_message("set_value", "only a leaf's value can be replaced"));

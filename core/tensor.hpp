@@ -37,6 +37,7 @@ class Tensor {
   const Array& grad() const;
   bool has_grad() const { return grad().defined(); }
   void zero_grad();  // drops the accumulated gradient (PyTorch's set_to_none)
+  void set_grad(Array g);  // replaces a leaf's gradient (clipping); shape and dtype must match
 
   // Replaces a leaf's value (optimizers). Shape and dtype must stay the same.
   void set_value(Array v);

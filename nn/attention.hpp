@@ -50,7 +50,7 @@ struct CrossAttentionConfig {
 // Per-call inputs that are not tensors.
 struct AttentionCall {
   Visibility visibility = Visibility::all();
-  BoolArray query_valid;           // [B, T], true = real query; empty = all valid
+  BoolArray query_valid = {};      // [B, T], true = real query; empty = all valid
   Generator* generator = nullptr;  // dropout source, needed when training with dropout > 0
   bool return_weights = false;
   bool check_finite = true;

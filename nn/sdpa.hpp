@@ -21,10 +21,10 @@
 namespace xg::nn {
 
 struct SdpaOptions {
-  std::optional<double> scale;  // default 1 / sqrt(d_k)
+  std::optional<double> scale = std::nullopt;  // default 1 / sqrt(d_k)
   // Query validity b_i, [B, T], true = a real query. Empty = every query valid. Invalid
   // queries output exact zero rows and send exact zero gradients (SPEC 3.8).
-  BoolArray query_valid;
+  BoolArray query_valid = {};
   // Dropout on the weights (SPEC 2), only when training and dropout_p > 0. The mask drawn
   // from `generator` is reused by the backward pass (it is the dropout op's saved mask).
   double dropout_p = 0.0;

@@ -4,7 +4,8 @@
 #   --test also installs python3-torch, the reference for tests/torch (the PyTorch cross-check).
 set -euo pipefail
 
-packages=(cmake g++ make xtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev libopenblas-dev catch2)
+packages=(cmake g++ make xtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev libopenblas-dev catch2
+          libcli11-dev nlohmann-json3-dev libstb-dev gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch)
 fi

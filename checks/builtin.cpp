@@ -1,0 +1,18 @@
+// The default set of `xgrad gradcheck`, in table order: ops, the attention core (gradients,
+// closed form, invariants), the attention layers, then the layers and models built on them.
+#include "checks/builtin.hpp"
+
+namespace xg::checks {
+
+void register_builtin_checks(GradcheckSuite& suite) {
+  register_op_checks(suite);
+  const AttentionFn attn = library_attention();
+  register_attention_gradient_checks(suite, "attention", attn);
+  register_attention_dropout_checks(suite);
+  register_attention_reference_checks(suite, "attention", attn);
+  register_attention_invariant_checks(suite, "attention", attn);
+  register_attention_layer_checks(suite);
+  register_model_checks(suite);
+}
+
+}  // namespace xg::checks

@@ -1,0 +1,149 @@
+#include "checks/common.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace xg::checks {
+
+BoolArray random_allowed(const Shape& s, Generator& g, double p_allowed) {
+  BoolArray m = BoolArray::filled(s, false);
+  const std::size_t S = s.back();
+  for (std::size_t r = 0; r < m.size() / S; ++r) {
+    bool any = false;
+    for (std::size_t j = 0; j < S; ++j) {
+      m.data[r * S + j] = g.uniform() < p_allowed;
+      any = any || m.data[r * S + j];
+    }
+    if (!any) m.data[r * S + g.below(S)] = 1;
+  }
+  return m;
+}
+
+nn::Visibility causal_and_random(const Shape& BHTS, Generator& g, double p_allowed) {
+  const std::size_t T = BHTS[2], S = BHTS[3];
+  BoolArray m = random_allowed(BHTS, g, p_allowed);
+  for (std::size_t r = 0; r < m.size() / S; ++r) m.data[r * S + (S - T) + r % T] = 1;
+  return nn::Visibility::causal(T, S) & nn::Visibility::allowed(m);
+}
+
+Tensor head(const Tensor& x, std::size_t h) {
+  return ops::slice(x, 1, static_cast<long>(h), static_cast<long>(h) + 1);
+}
+
+std::string index_text(const std::vector<std::size_t>& idx) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < idx.size(); ++i) os << (i ? ", " : "") << idx[i];
+  return os.str();
+}
+
+std::vector<std::size_t> unravel(std::size_t flat, const Shape& s) {
+  std::vector<std::size_t> idx(s.size());
+  for (std::size_t d = s.size(); d-- > 0;) {
+    idx[d] = s[d] ? flat % s[d] : 0;
+    flat = s[d] ? flat / s[d] : 0;
+  }
+  return idx;
+}
+
+Diff max_diff(const Array& a, const Array& b, const std::string& name) {
+  if (a.shape() != b.shape())
+    throw ShapeError(op_message("gradcheck", name + ": shapes differ: " + shape_str(a.shape()) + " and " +
+                                                 shape_str(b.shape())));
+  Diff d;
+  const std::vector<double> av = a.to_vector(), bv = b.to_vector();
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < av.size(); ++i) {
+    double e = std::fabs(av[i] - bv[i]);
+    if (std::isnan(e)) e = std::numeric_limits<double>::infinity();
+    if (e > d.max) {
+      d.max = e;
+      at = i;
+    }
+  }
+  d.where = name + "[" + index_text(unravel(at, a.shape())) + "]";
+  return d;
+}
+
+Diff max_abs(const Array& a, const std::string& name) {
+  return max_diff(a, Array::zeros(a.shape(), a.dtype()), name);
+}
+
+double max_abs_value(const Array& a) {
+  double m = 0;
+  for (double x : a.to_vector()) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+std::string dims_text(std::size_t B, std::size_t H_q, std::size_t H_kv, std::size_t T, std::size_t S,
+                      std::size_t d_k, std::size_t d_v) {
+  std::ostringstream os;
+  os << "B " << B << ", H_q " << H_q << ", H_kv " << H_kv << ", T " << T << ", S " << S << ", d_k " << d_k
+     << ", d_v " << d_v;
+  return os.str();
+}
+
+RefConfig random_ref_config(Generator& g, bool self_attention) {
+  RefConfig c;
+  Dims& d = c.d;
+  d.B = 1 + g.below(2);
+  d.H_kv = 1 + g.below(2);
+  d.H_q = d.H_kv * (1 + g.below(3));
+  d.T = 1 + g.below(4);
+  d.S = self_attention ? d.T : d.T + g.below(3);
+  d.d_k = 1 + g.below(4);
+  d.d_v = 1 + g.below(4);
+  const Shape full{d.B, d.H_q, d.T, d.S};
+  std::vector<unsigned char> valid(d.B * d.T, 1);
+  if (g.uniform() < 0.4)
+    for (auto& v : valid) v = g.uniform() < 0.7;
+  const std::size_t kind = g.below(5);
+  switch (kind) {
+    case 0: c.vis = nn::Visibility::all(); c.text = "no mask"; break;
+    case 1: c.vis = nn::Visibility::causal(d.T, d.S); c.text = "causal"; break;
+    case 2:
+      c.vis = nn::Visibility::causal(d.T, d.S) & nn::Visibility::allowed(random_allowed(full, g, 0.6));
+      c.text = "causal & random";
+      break;
+    case 3: c.vis = nn::Visibility::allowed(random_allowed(full, g, 0.5)); c.text = "random per-head"; break;
+    default: {
+      Array bias = Array::empty({d.B, 1, d.T, d.S}, DType::float64);
+      for (std::size_t i = 0; i < bias.size(); ++i)
+        bias.set_flat(i, g.uniform() < 0.3 ? -std::numeric_limits<double>::infinity() : g.uniform() - 0.5);
+      c.vis = nn::Visibility::additive(bias);
+      c.text = "soft bias";
+    }
+  }
+  // A valid query with an empty allowed set is a VisibilityError by design: declare it invalid.
+  const auto allowed = c.vis.expand_allowed("gradcheck", full);
+  for (std::size_t b = 0; b < d.B; ++b)
+    for (std::size_t h = 0; h < d.H_q; ++h)
+      for (std::size_t i = 0; i < d.T; ++i) {
+        bool any = false;
+        for (std::size_t j = 0; j < d.S; ++j) any = any || allowed[((b * d.H_q + h) * d.T + i) * d.S + j];
+        if (!any) valid[b * d.T + i] = 0;
+      }
+  bool any_invalid = false;
+  for (auto v : valid) any_invalid = any_invalid || !v;
+  if (any_invalid) c.valid = BoolArray({d.B, d.T}, valid);
+  c.text += "; " + d.text() + (any_invalid ? ", invalid rows" : "");
+  return c;
+}
+
+// The soft part of a visibility expanded to the score shape (0 where forbidden).
+nn::AttentionCall make_call(const nn::Visibility& vis, const BoolArray& query_valid, Generator* gen) {
+  nn::AttentionCall c;
+  c.visibility = vis;
+  c.query_valid = query_valid;
+  c.generator = gen;
+  return c;
+}
+
+Array soft_part(const nn::Visibility& v, const Shape& full) {
+  Array b = ops::broadcast_to(Tensor(v.bias(DType::float64)), full).value().clone();
+  for (std::size_t i = 0; i < b.size(); ++i)
+    if (std::isinf(b.flat(i))) b.set_flat(i, 0.0);
+  return b;
+}
+
+}  // namespace xg::checks

@@ -1,0 +1,29 @@
+// `xgrad gradcheck`: runs the built-in gradient checks and invariants (checks/) and prints
+// the table; --json, --list, --filter, --seed, --dtype, --full (docs/gradcheck.md). The exit
+// status is 0 only when every selected check passed.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+
+#include "checks/builtin.hpp"
+#include "cli/commands.hpp"
+#include "core/gradcheck_suite.hpp"
+
+namespace xg::cli {
+
+void add_gradcheck(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "gradcheck",
+      "Run the gradient-check suite: every op, layer and model against central differences, the spec's closed-form "
+      "attention gradients, and the attention invariants");
+  auto opts = std::make_shared<RunOptions>();
+  add_gradcheck_options(*cmd, *opts);
+  cmd->callback([opts] {
+    GradcheckSuite suite;
+    checks::register_builtin_checks(suite);
+    const int rc = run_gradcheck_command(suite, *opts, std::cout);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace xg::cli

@@ -1,0 +1,655 @@
+// The gradient-check suite: registry, runner, table, JSON report, command-line flags, and
+// gradcheck_leaves (central differences through Tensor::set_value). docs/gradcheck.md.
+#include "core/gradcheck_suite.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/tape.hpp"
+
+namespace xg {
+
+namespace {
+
+std::string index_str(const std::vector<std::size_t>& idx) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < idx.size(); ++i) os << (i ? ", " : "") << idx[i];
+  return os.str();
+}
+
+std::vector<std::size_t> unravel(std::size_t flat, const Shape& s) {
+  std::vector<std::size_t> idx(s.size());
+  for (std::size_t d = s.size(); d-- > 0;) {
+    idx[d] = s[d] ? flat % s[d] : 0;
+    flat = s[d] ? flat / s[d] : 0;
+  }
+  return idx;
+}
+
+std::string sci(double x, int digits = 2) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*e", digits, x);
+  return buf;
+}
+
+std::string num(double x) {
+  std::ostringstream os;
+  os.precision(6);
+  os << x;
+  return os.str();
+}
+
+// FNV-1a of the check name mixed with the run's seed (splitmix64 finaliser): a check's
+// inputs depend on its name and the seed only, never on which other checks run.
+std::uint64_t derive_seed(std::uint64_t seed, const std::string& name) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  std::uint64_t z = h ^ (seed + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// One comparison of an analytic and a numeric derivative, scored like xg::gradcheck:
+// it passes when |a - n| <= atol + rtol |n|; the worst one has the largest error/tolerance.
+class Comparator {
+ public:
+  explicit Comparator(const GradcheckOptions& o) : o_(o) {
+    report_.atol = o.atol;
+    report_.rtol = o.rtol;
+  }
+  void compare(double analytic, double numeric, std::size_t input, std::vector<std::size_t> index) {
+    ++report_.comparisons;
+    const double err = std::fabs(analytic - numeric);
+    const double tol = o_.atol + o_.rtol * std::fabs(numeric);
+    double score = err / tol;
+    if (!std::isfinite(analytic) || !std::isfinite(numeric)) score = std::numeric_limits<double>::infinity();
+    report_.max_abs_error =
+        std::isfinite(err) ? std::max(report_.max_abs_error, err) : std::numeric_limits<double>::infinity();
+    const double rel = std::fabs(numeric) > 0 ? err / std::fabs(numeric)
+                                              : (err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+    if (std::fabs(numeric) > o_.atol) report_.max_rel_error = std::max(report_.max_rel_error, rel);
+    if (!(score <= 1.0)) report_.passed = false;
+    if (score > worst_score_ || report_.comparisons == 1) {
+      worst_score_ = score;
+      report_.input = input;
+      report_.index = std::move(index);
+      report_.analytic = analytic;
+      report_.numeric = numeric;
+      report_.abs_error = err;
+      report_.rel_error = rel;
+    }
+  }
+  GradcheckReport& report() { return report_; }
+
+ private:
+  const GradcheckOptions& o_;
+  GradcheckReport report_;
+  double worst_score_ = 0;
+};
+
+double dot(const std::vector<double>& a, const Array& b) {
+  const std::vector<double> bv = b.to_vector();
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * bv[i];
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Tolerances and results
+
+Tolerances Tolerances::for_dtype(DType dtype) {
+  Tolerances t;
+  if (dtype == DType::float32) {
+    t.eps = 5e-3;
+    t.atol = 1e-2;
+    t.rtol = 1e-2;
+  }
+  return t;
+}
+
+double unit_roundoff(DType dtype) { return dtype == DType::float32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53); }
+
+CheckResult CheckResult::from_report(const GradcheckReport& r) {
+  CheckResult c;
+  c.passed = r.passed;
+  c.max_abs_error = r.max_abs_error;
+  c.max_rel_error = r.max_rel_error;
+  c.mode = r.mode;
+  c.comparisons = r.comparisons;
+  c.worst = r.input_name;
+  if (!r.index.empty()) c.worst += "[" + index_str(r.index) + "]";
+  if (r.mode == "projection") c.worst += " (proj)";
+  std::ostringstream os;
+  os << "worst element: " << r.input_name;
+  if (!r.index.empty()) os << " index (" << index_str(r.index) << ")";
+  if (!r.output_index.empty()) os << ", output (" << index_str(r.output_index) << ")";
+  if (r.mode == "projection") os << " (random projection v^T J u)";
+  os << ": analytic " << num(r.analytic) << ", numeric " << num(r.numeric) << ", abs error " << sci(r.abs_error)
+     << (r.passed ? " within " : " exceeds ") << sci(r.atol) << " + " << sci(r.rtol) << " |numeric|; " << r.mode
+     << " mode, " << r.comparisons << " comparisons";
+  c.message = os.str();
+  return c;
+}
+
+CheckResult CheckResult::property(double error, double tol, const std::string& worst, const std::string& what,
+                                  double rel_error) {
+  CheckResult c;
+  c.mode = "property";
+  c.comparisons = 1;
+  c.max_abs_error = error;
+  c.max_rel_error = rel_error;
+  c.passed = !std::isnan(error) && error <= tol;
+  c.worst = worst;
+  c.message = what + ": error " + sci(error) + (c.passed ? " <= " : " > ") + "tolerance " + sci(tol) +
+              (worst.empty() ? "" : ", worst at " + worst);
+  return c;
+}
+
+CheckResult CheckResult::combine(const std::vector<CheckResult>& parts) {
+  if (parts.empty()) throw ValueError(op_message("gradcheck", "CheckResult::combine needs at least one part"));
+  CheckResult c;
+  c.passed = true;
+  c.mode = parts.front().mode;
+  const CheckResult* worst = nullptr;
+  for (const CheckResult& p : parts) {
+    c.passed = c.passed && p.passed;
+    c.comparisons += p.comparisons;
+    if (std::isnan(p.max_abs_error) || p.max_abs_error > c.max_abs_error) c.max_abs_error = p.max_abs_error;
+    if (p.max_rel_error >= 0) c.max_rel_error = std::max(c.max_rel_error, p.max_rel_error);
+    if (p.mode != c.mode) c.mode = "mixed";
+  }
+  for (const CheckResult& p : parts)  // the first failing part, else the largest error
+    if (!p.passed) {
+      worst = &p;
+      break;
+    }
+  if (!worst)
+    for (const CheckResult& p : parts)
+      if (!worst || p.max_abs_error > worst->max_abs_error) worst = &p;
+  c.worst = worst->worst;
+  c.message = worst->message;
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------
+// Context
+
+CheckContext::CheckContext(DType dtype, std::uint64_t seed, bool full, const std::string& check_name)
+    : dtype_(dtype), seed_(seed), full_(full), gen_(derive_seed(seed, check_name)), tol_(Tolerances::for_dtype(dtype)) {}
+
+Array CheckContext::normal(const Shape& shape, double stddev) {
+  return random_normal(shape, gen_, DType::float64, 0.0, stddev).astype(dtype_);
+}
+
+Array CheckContext::uniform(const Shape& shape, double lo, double hi) {
+  return random_uniform(shape, gen_, DType::float64, lo, hi).astype(dtype_);
+}
+
+Array CheckContext::away_from_zero(const Shape& shape, double margin, double hi) {
+  Array a = Array::empty(shape, DType::float64);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double m = margin + (hi - margin) * gen_.uniform();
+    a.set_flat(i, gen_.uniform() < 0.5 ? -m : m);
+  }
+  return a.astype(dtype_);
+}
+
+Array CheckContext::cast(const Array& a) const { return a.dtype() == dtype_ ? a : a.astype(dtype_); }
+
+GradcheckOptions CheckContext::options() const {
+  GradcheckOptions o;
+  o.eps = tol_.eps;
+  o.atol = tol_.atol;
+  o.rtol = tol_.rtol;
+  o.allow_float32 = dtype_ == DType::float32;
+  o.seed = derive_seed(seed_, "cotangent");
+  return o;
+}
+
+CheckResult CheckContext::gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                                    const std::vector<std::string>& names) {
+  return gradcheck(f, inputs, names, options());
+}
+
+CheckResult CheckContext::gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                                    const std::vector<std::string>& names, const GradcheckOptions& opts) {
+  std::vector<Array> xs;
+  xs.reserve(inputs.size());
+  for (const Array& x : inputs) xs.push_back(cast(x));
+  return CheckResult::from_report(xg::gradcheck(f, xs, opts, names));
+}
+
+CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
+                                           const std::vector<std::pair<std::string, Tensor>>& leaves) {
+  return gradcheck_leaves(f, leaves, options());
+}
+
+CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
+                                           const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                           const GradcheckOptions& opts) {
+  return CheckResult::from_report(xg::gradcheck_leaves(f, leaves, opts));
+}
+
+// ---------------------------------------------------------------------------------------
+// gradcheck_leaves
+
+GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
+                                 const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                 const GradcheckOptions& o) {
+  const std::string op = "gradcheck_leaves";
+  if (leaves.empty()) throw ValueError(op_message(op, "needs at least one leaf"));
+  if (!(o.eps > 0) || !(o.atol >= 0) || !(o.rtol >= 0))
+    throw ValueError(op_message(op, "eps must be > 0 and atol, rtol >= 0"));
+  std::vector<Array> saved;
+  std::size_t total = 0;
+  for (const auto& [name, t] : leaves) {
+    if (!t.defined()) throw ValueError(op_message(op, "leaf '" + name + "' is an undefined Tensor"));
+    if (!t.is_leaf())
+      throw ValueError(op_message(op, "'" + name + "' is not a leaf (it was recorded by an op); pass parameters "
+                                      "or tensors created with requires_grad"));
+    if (t.dtype() == DType::float32 && !o.allow_float32)
+      throw DTypeError(op_message(op, "leaf '" + name + "' is float32; finite differences need float64. Set "
+                                      "allow_float32 and loosen eps, atol and rtol to opt in"));
+    saved.push_back(t.value());
+    total += t.size();
+  }
+  // Restores every leaf's value on the way out, whatever happens.
+  struct Restore {
+    const std::vector<std::pair<std::string, Tensor>>& leaves;
+    const std::vector<Array>& saved;
+    ~Restore() {
+      for (std::size_t k = 0; k < leaves.size(); ++k) {
+        Tensor t = leaves[k].second;
+        t.set_value(saved[k]);
+      }
+    }
+  } restore{leaves, saved};
+
+  std::vector<Tensor> wrt;
+  std::vector<bool> had_grad;
+  for (const auto& kv : leaves) {
+    wrt.push_back(kv.second);
+    had_grad.push_back(kv.second.requires_grad());
+    Tensor t = kv.second;
+    if (!t.requires_grad()) t.requires_grad_(true);
+  }
+  struct RestoreGradFlags {
+    std::vector<Tensor>& wrt;
+    std::vector<bool>& had;
+    ~RestoreGradFlags() {
+      for (std::size_t k = 0; k < wrt.size(); ++k)
+        if (!had[k]) wrt[k].requires_grad_(false);
+    }
+  } restore_flags{wrt, had_grad};
+
+  Generator gen(o.seed);
+  std::vector<Array> g;
+  std::vector<double> v;
+  {
+    Tape tape;
+    Tensor y = f();
+    if (!y.defined()) throw ValueError(op_message(op, "f returned an undefined Tensor"));
+    if (!y.requires_grad())
+      throw ValueError(op_message(op, "f's output does not depend on any leaf through a differentiable op"));
+    const Array va = random_normal(y.shape(), gen, y.dtype());
+    v = va.to_vector();
+    g = grad(y, wrt, va);
+  }
+  // v . f() in double, with the leaf values as they are now.
+  auto eval = [&]() {
+    NoGradGuard ng;
+    Tape tape;
+    const Tensor y = f();
+    if (y.size() != v.size())
+      throw ValueError(op_message(op, "f's output changed shape between calls: " + shape_str(y.shape())));
+    return dot(v, y.value());
+  };
+
+  Comparator cmp(o);
+  const bool use_full = o.mode == GradcheckOptions::Mode::full ||
+                        (o.mode == GradcheckOptions::Mode::automatic && total * v.size() <= o.full_max_entries);
+  if (use_full) {
+    cmp.report().mode = "full";
+    for (std::size_t k = 0; k < leaves.size(); ++k) {
+      Tensor t = leaves[k].second;
+      const Array& x = saved[k];
+      for (std::size_t j = 0; j < x.size(); ++j) {
+        const double x0 = x.flat(j), h = o.eps * std::max(1.0, std::fabs(x0));
+        Array xp = x.clone(), xm = x.clone();
+        xp.set_flat(j, x0 + h);
+        xm.set_flat(j, x0 - h);
+        // The step actually taken (x0 + h is rounded to the leaf's dtype).
+        const double step = xp.flat(j) - xm.flat(j);
+        t.set_value(xp);
+        const double fp = eval();
+        t.set_value(xm);
+        const double fm = eval();
+        t.set_value(x);
+        cmp.compare(g[k].flat(j), (fp - fm) / step, k, unravel(j, x.shape()));
+      }
+    }
+  } else {
+    cmp.report().mode = "projection";
+    for (int r = 0; r < o.projections; ++r)
+      for (std::size_t k = 0; k < leaves.size(); ++k) {
+        Tensor t = leaves[k].second;
+        const Array& x = saved[k];
+        const Array u = random_normal(x.shape(), gen, DType::float64);
+        const std::vector<double> uu = u.to_vector(), xx = x.to_vector();
+        double scale = 0;
+        for (double xi : xx) scale = std::max(scale, std::fabs(xi));
+        const double h = o.eps * std::max(1.0, scale);
+        Array xp = Array::empty(x.shape(), DType::float64), xm = xp.clone();
+        for (std::size_t j = 0; j < xx.size(); ++j) {
+          xp.set_flat(j, xx[j] + h * uu[j]);
+          xm.set_flat(j, xx[j] - h * uu[j]);
+        }
+        t.set_value(xp.astype(x.dtype()));
+        const double fp = eval();
+        t.set_value(xm.astype(x.dtype()));
+        const double fm = eval();
+        t.set_value(x);
+        cmp.compare(dot(uu, g[k]), (fp - fm) / (2 * h), k, {});
+      }
+  }
+  GradcheckReport rep = cmp.report();
+  rep.input_name = leaves[rep.input].first;
+  return rep;
+}
+
+// ---------------------------------------------------------------------------------------
+// Registry
+
+GradcheckSuite& GradcheckSuite::add(const std::string& name, const std::string& kind, const std::string& config,
+                                    CheckFn fn) {
+  if (name.empty()) throw ValueError(op_message("gradcheck", "a check needs a name"));
+  if (!fn) throw ValueError(op_message("gradcheck", "check '" + name + "' has no function"));
+  for (const Check& c : checks_)
+    if (c.name == name) throw ValueError(op_message("gradcheck", "a check named '" + name + "' is already registered"));
+  checks_.push_back(Check{name, kind, config, std::move(fn)});
+  return *this;
+}
+
+GradcheckSuite& GradcheckSuite::add_gradient_check(const std::string& name, const std::string& config,
+                                                   InputsFn make_inputs, GradcheckFn f,
+                                                   std::vector<std::string> input_names) {
+  if (!make_inputs || !f) throw ValueError(op_message("gradcheck", "check '" + name + "' needs inputs and a function"));
+  return add(name, "gradient", config,
+             [make_inputs = std::move(make_inputs), f = std::move(f),
+              names = std::move(input_names)](CheckContext& ctx) { return ctx.gradcheck(f, make_inputs(ctx), names); });
+}
+
+std::vector<const Check*> GradcheckSuite::select(const std::string& filter) const {
+  std::vector<std::string> patterns;
+  std::stringstream ss(filter);
+  for (std::string p; std::getline(ss, p, ',');) {
+    const auto b = p.find_first_not_of(' '), e = p.find_last_not_of(' ');
+    if (b != std::string::npos) patterns.push_back(p.substr(b, e - b + 1));
+  }
+  std::vector<const Check*> out;
+  for (const Check& c : checks_) {
+    bool match = patterns.empty();
+    for (const std::string& p : patterns) {
+      if (p.find_first_of("*?[") != std::string::npos)
+        match = match || fnmatch(p.c_str(), c.name.c_str(), 0) == 0;
+      else
+        match = match || c.name.find(p) != std::string::npos;
+    }
+    if (match) out.push_back(&c);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Runner and table
+
+namespace {
+
+// Column widths. Configurations longer than kMaxConfig are cut in the table (the failure
+// details, --list and the JSON report carry them whole).
+constexpr std::size_t kMaxConfig = 64;
+struct Columns {
+  std::size_t name = 5, config = 13, worst = 26;
+};
+
+std::string cut(const std::string& s, std::size_t w) { return s.size() <= w ? s : s.substr(0, w - 3) + "..."; }
+
+std::string fit(const std::string& s, std::size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+std::string rfit(const std::string& s, std::size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
+
+std::string time_str(double seconds) {
+  char buf[32];
+  if (seconds < 0.01)
+    std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
+  else if (seconds < 1.0)
+    std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  return buf;
+}
+
+void print_header(std::ostream& out, const Columns& w) {
+  out << fit("check", w.name) << "  " << fit("dtype", 7) << "  " << fit("configuration", w.config) << "  "
+      << rfit("max abs err", 11) << "  " << rfit("max rel err", 11) << "  " << fit("worst element", w.worst) << "  "
+      << fit("status", 6) << "  " << rfit("time", 8) << "\n";
+  out << std::string(w.name + w.config + w.worst + 7 + 11 + 11 + 6 + 8 + 7 * 2, '-') << "\n";
+}
+
+void print_row(std::ostream& out, const Columns& w, const CheckRecord& r, DType dtype) {
+  const CheckResult& c = r.result;
+  const std::string config = c.config.empty() ? r.check->config : c.config;
+  out << fit(r.check->name, w.name) << "  " << fit(dtype_name(dtype), 7) << "  " << fit(cut(config, w.config), w.config) << "  "
+      << rfit(sci(c.max_abs_error), 11) << "  " << rfit(c.max_rel_error < 0 ? "-" : sci(c.max_rel_error), 11) << "  "
+      << fit(c.worst.empty() ? "-" : c.worst, w.worst) << "  " << fit(c.passed ? "passed" : "FAILED", 6) << "  "
+      << rfit(time_str(r.seconds), 8) << "\n";
+}
+
+Columns columns_for(const std::vector<const Check*>& sel) {
+  Columns w;
+  for (const Check* c : sel) {
+    w.name = std::max(w.name, c->name.size());
+    w.config = std::max(w.config, std::min(kMaxConfig, c->config.size()));
+  }
+  return w;
+}
+
+}  // namespace
+
+void list_checks(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out) {
+  const auto sel = suite.select(opts.filter);
+  const Columns w = columns_for(sel);
+  out << fit("check", w.name) << "  " << fit("kind", 9) << "  configuration\n";
+  for (const Check* c : sel) out << fit(c->name, w.name) << "  " << fit(c->kind, 9) << "  " << c->config << "\n";
+  out << sel.size() << " check" << (sel.size() == 1 ? "" : "s") << "\n";
+}
+
+SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out) {
+  SuiteReport rep;
+  rep.options = opts;
+  const auto sel = suite.select(opts.filter);
+  const Columns w = columns_for(sel);
+  const Tolerances tol = Tolerances::for_dtype(opts.dtype);
+  out << "xgrad gradcheck: " << sel.size() << " check" << (sel.size() == 1 ? "" : "s") << ", "
+      << dtype_name(opts.dtype) << ", seed " << opts.seed << (opts.full ? ", full sweep" : "") << "\n";
+  out << "gradient checks: central differences, step h = " << num(tol.eps)
+      << " * max(1, |x|); pass when |analytic - numeric| <= " << num(tol.atol) << " + " << num(tol.rtol)
+      << " |numeric|\n\n";
+  print_header(out, w);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const Check* c : sel) {
+    CheckRecord r;
+    r.check = c;
+    const auto s = std::chrono::steady_clock::now();
+    try {
+      Tape tape;  // whatever the check records is freed with it
+      CheckContext ctx(opts.dtype, opts.seed, opts.full, c->name);
+      r.result = c->run(ctx);
+    } catch (const std::exception& e) {
+      r.result = CheckResult{};
+      r.result.passed = false;
+      r.result.max_abs_error = std::numeric_limits<double>::quiet_NaN();
+      r.result.worst = "-";
+      r.result.mode = "error";
+      r.result.message = std::string("the check threw: ") + e.what();
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
+    (r.result.passed ? rep.passed : rep.failed)++;
+    print_row(out, w, r, opts.dtype);
+    out.flush();
+    rep.records.push_back(std::move(r));
+  }
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rep.failed > 0) {
+    out << "\nFailures:\n";
+    for (const CheckRecord& r : rep.records)
+      if (!r.result.passed) {
+        out << "  " << r.check->name << " (" << dtype_name(opts.dtype) << ", "
+            << (r.result.config.empty() ? r.check->config : r.result.config) << ")\n";
+        out << "    " << r.result.message << "\n";
+      }
+  }
+  out << "\n" << rep.records.size() << " checks in " << time_str(rep.seconds) << "\n";
+  out << rep.passed << " passed, " << rep.failed << " failed" << std::endl;
+  return rep;
+}
+
+std::string report_json(const SuiteReport& rep) {
+  using nlohmann::ordered_json;
+  const Tolerances tol = Tolerances::for_dtype(rep.options.dtype);
+  ordered_json j;
+  j["tool"] = "xgrad gradcheck";
+  j["dtype"] = dtype_name(rep.options.dtype);
+  j["seed"] = rep.options.seed;
+  j["full"] = rep.options.full;
+  j["filter"] = rep.options.filter;
+  j["tolerances"] = {{"eps", tol.eps}, {"atol", tol.atol}, {"rtol", tol.rtol},
+                     {"unit_roundoff", unit_roundoff(rep.options.dtype)}};
+  ordered_json checks = ordered_json::array();
+  for (const CheckRecord& r : rep.records) {
+    const CheckResult& c = r.result;
+    ordered_json e;
+    e["check"] = r.check->name;
+    e["kind"] = r.check->kind;
+    e["dtype"] = dtype_name(rep.options.dtype);
+    e["configuration"] = c.config.empty() ? r.check->config : c.config;
+    e["max_abs_error"] = c.max_abs_error;  // NaN and inf become null
+    if (c.max_rel_error >= 0)
+      e["max_rel_error"] = c.max_rel_error;
+    else
+      e["max_rel_error"] = nullptr;
+    e["worst_element"] = c.worst;
+    e["status"] = c.passed ? "passed" : "failed";
+    e["passed"] = c.passed;
+    e["time_s"] = r.seconds;
+    e["mode"] = c.mode;
+    e["comparisons"] = c.comparisons;
+    e["message"] = c.message;
+    checks.push_back(std::move(e));
+  }
+  j["checks"] = std::move(checks);
+  j["summary"] = {{"total", rep.records.size()},
+                  {"passed", rep.passed},
+                  {"failed", rep.failed},
+                  {"time_s", rep.seconds}};
+  return j.dump(2);
+}
+
+int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out) {
+  if (opts.list) {
+    list_checks(suite, opts, out);
+    return 0;
+  }
+  if (suite.select(opts.filter).empty()) {
+    out << "[gradcheck] no check matches --filter '" << opts.filter << "'; --list shows the " << suite.size()
+        << " names\n0 passed, 0 failed" << std::endl;
+    return 2;
+  }
+  std::ofstream json;
+  if (!opts.json_path.empty()) {  // opened first: a bad path fails before the run, not after
+    json.open(opts.json_path);
+    if (!json)
+      throw ValueError(op_message("gradcheck", "cannot open '" + opts.json_path + "' to write the JSON report"));
+  }
+  const SuiteReport rep = run_suite(suite, opts, out);
+  if (json.is_open()) {
+    json << report_json(rep) << "\n";
+    if (!json) throw ValueError(op_message("gradcheck", "writing the JSON report to '" + opts.json_path + "' failed"));
+  }
+  return rep.all_passed() ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------
+// Command line
+
+void add_gradcheck_options(CLI::App& app, RunOptions& opts) {
+  app.add_option("--json", opts.json_path, "Also write the report as JSON to FILE")->type_name("FILE");
+  app.add_flag("--list", opts.list, "List the checks (name, kind, configuration) without running them");
+  app.add_option("--filter", opts.filter,
+                 "Run only the checks whose name matches: a substring, or a glob with * ? [...]; "
+                 "several patterns separated by commas")
+      ->type_name("PATTERN");
+  app.add_option("--seed", opts.seed, "Seed for every check's inputs, cotangents and directions")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--dtype", [&opts](const std::string& s) { opts.dtype = s == "float32" ? DType::float32 : DType::float64; },
+         "Precision of the checks: float64 (step 1e-6, atol 1e-5, rtol 1e-3) or float32 (step 5e-3, atol 1e-2, "
+         "rtol 1e-2; see docs/gradcheck.md)")
+      ->check(CLI::IsMember({"float32", "float64"}))
+      ->default_str("float64")
+      ->type_name("DTYPE");
+  app.add_flag("--full", opts.full, "Larger sweeps: bigger shapes and more random configurations");
+}
+
+int gradcheck_main(const GradcheckSuite& suite, int argc, char** argv, const std::function<void(CLI::App&)>& extra,
+                   const std::string& description) {
+  CLI::App app{description};
+  RunOptions opts;
+  add_gradcheck_options(app, opts);
+  if (extra) extra(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run_gradcheck_command(suite, opts, std::cout);
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+}
+
+GradcheckSuite& default_gradcheck_suite() {
+  static GradcheckSuite suite;
+  return suite;
+}
+
+int gradcheck_main(int argc, char** argv) { return gradcheck_main(default_gradcheck_suite(), argc, argv); }
+
+namespace detail {
+bool register_default_check(const char* name, const char* config, CheckResult (*fn)(CheckContext&)) {
+  default_gradcheck_suite().add(name, "custom", config, fn);
+  return true;
+}
+}  // namespace detail
+
+}  // namespace xg

@@ -1,0 +1,303 @@
+// Pre-LN blocks, GPT and the encoder-decoder (see nn/transformer.hpp for the equations).
+#include "nn/transformer.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "ops/dropout.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/loss.hpp"
+#include "ops/matmul.hpp"
+
+namespace xg::nn {
+
+namespace {
+
+const double kInitStd = 0.02;
+
+AttentionConfig attention_config(const TransformerConfig& c) {
+  AttentionConfig a;
+  a.d_model = c.d_model;
+  a.H_q = c.H_q;
+  a.H_kv = c.H_kv;
+  a.dropout = c.dropout;
+  a.dtype = c.dtype;
+  return a;
+}
+
+CrossAttentionConfig cross_config(const TransformerConfig& c) {
+  CrossAttentionConfig a;
+  a.d_q = a.d_m = c.d_model;
+  a.H_q = c.H_q;
+  a.H_kv = c.H_kv;
+  a.dropout = c.dropout;
+  a.dtype = c.dtype;
+  return a;
+}
+
+// GPT-2 initialisation of an attention layer's projections: N(0, 0.02) for the inputs,
+// N(0, 0.02 / sqrt(2 L)) for the residual output projection W_O.
+void gpt2_init(const Tensor& W_in, const Tensor& W_out, std::size_t layers, Generator& gen) {
+  Tensor in = W_in, out = W_out;
+  in.set_value(random_normal(in.shape(), gen, in.dtype(), 0.0, kInitStd));
+  out.set_value(random_normal(out.shape(), gen, out.dtype(), 0.0, kInitStd / std::sqrt(2.0 * layers)));
+}
+
+double residual_std(const TransformerConfig& c) { return kInitStd / std::sqrt(2.0 * c.layers); }
+
+Tensor residual_dropout(const Tensor& y, double p, bool training, Generator* gen) {
+  if (!training || p == 0.0) return y;
+  if (!gen) throw ValueError(op_message("transformer", "dropout in training needs a generator"));
+  return ops::dropout(y, p, *gen, true);
+}
+
+std::vector<std::int64_t> range(std::size_t start, std::size_t n) {
+  std::vector<std::int64_t> r(n);
+  for (std::size_t i = 0; i < n; ++i) r[i] = static_cast<std::int64_t>(start + i);
+  return r;
+}
+
+}  // namespace
+
+TransformerConfig TransformerConfig::resolved() const {
+  TransformerConfig c = *this;
+  if (c.H_kv == 0) c.H_kv = c.H_q;
+  if (c.d_ff == 0) c.d_ff = 4 * c.d_model;
+  if (c.encoder_layers == 0) c.encoder_layers = c.layers;
+  const std::string op = "transformer";
+  if (c.V_vocab == 0) throw ValueError(op_message(op, "V_vocab must be positive"));
+  if (c.context == 0) throw ValueError(op_message(op, "context must be positive"));
+  if (c.layers == 0) throw ValueError(op_message(op, "layers must be positive"));
+  if (c.H_q == 0 || c.d_model % c.H_q != 0)
+    throw ValueError(op_message(op, "d_model (" + std::to_string(c.d_model) + ") must be divisible by H_q (" +
+                                        std::to_string(c.H_q) + ")"));
+  if (c.H_q % c.H_kv != 0)
+    throw ValueError(op_message(op, "H_q (" + std::to_string(c.H_q) + ") must be a multiple of H_kv (" +
+                                        std::to_string(c.H_kv) + ")"));
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+    throw ValueError(op_message(op, "dropout must be in [0, 1), got " + std::to_string(c.dropout)));
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------
+
+DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
+    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), attn(attention_config(c), gen),
+      ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)), dropout_(c.dropout) {
+  gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
+  register_module("ln1", ln1);
+  register_module("attn", attn);
+  register_module("ln2", ln2);
+  register_module("ffn", ffn);
+}
+
+Tensor DecoderBlock::operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* out) {
+  const AttentionOutput a = attn.forward(ln1(x), call);
+  if (out) *out = a;
+  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
+  return h + residual_dropout(ffn(ln2(h), call.generator), dropout_, training(), call.generator);
+}
+
+Tensor DecoderBlock::forward_cached(const Tensor& x, KVCache& cache, const AttentionCall& call, AttentionOutput* out) {
+  const AttentionOutput a = attn.forward_cached(ln1(x), cache, call);
+  if (out) *out = a;
+  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
+  return h + residual_dropout(ffn(ln2(h), call.generator), dropout_, training(), call.generator);
+}
+
+EncoderBlock::EncoderBlock(const TransformerConfig& c, Generator& gen)
+    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), attn(attention_config(c), gen),
+      ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, kInitStd / std::sqrt(2.0 * c.encoder_layers)),
+      dropout_(c.dropout) {
+  gpt2_init(attn.W_QKV, attn.W_O, c.encoder_layers, gen);
+  register_module("ln1", ln1);
+  register_module("attn", attn);
+  register_module("ln2", ln2);
+  register_module("ffn", ffn);
+}
+
+Tensor EncoderBlock::operator()(const Tensor& x, const AttentionCall& call) {
+  const Tensor h = x + residual_dropout(attn.forward(ln1(x), call).Y, dropout_, training(), call.generator);
+  return h + residual_dropout(ffn(ln2(h), call.generator), dropout_, training(), call.generator);
+}
+
+CrossDecoderBlock::CrossDecoderBlock(const TransformerConfig& c, Generator& gen)
+    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), ln3(c.d_model, c.dtype), attn(attention_config(c), gen),
+      cross(cross_config(c), gen), ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)),
+      dropout_(c.dropout) {
+  gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
+  Tensor W_Q = cross.W_Q;
+  W_Q.set_value(random_normal(W_Q.shape(), gen, c.dtype, 0.0, kInitStd));
+  gpt2_init(cross.W_KV, cross.W_O, c.layers, gen);
+  register_module("ln1", ln1);
+  register_module("attn", attn);
+  register_module("ln2", ln2);
+  register_module("cross", cross);
+  register_module("ln3", ln3);
+  register_module("ffn", ffn);
+}
+
+Tensor CrossDecoderBlock::operator()(const Tensor& x, const AttentionCall& self_call,
+                                     const std::pair<Tensor, Tensor>& memory_kv, const AttentionCall& cross_call) {
+  Tensor h = x + residual_dropout(attn.forward(ln1(x), self_call).Y, dropout_, training(), self_call.generator);
+  h = h + residual_dropout(cross.forward_with_memory(ln2(h), memory_kv, cross_call).Y, dropout_, training(),
+                           self_call.generator);
+  return h + residual_dropout(ffn(ln3(h), self_call.generator), dropout_, training(), self_call.generator);
+}
+
+Tensor CrossDecoderBlock::forward_cached(const Tensor& x, KVCache& cache, const AttentionCall& self_call,
+                                         const std::pair<Tensor, Tensor>& memory_kv, const AttentionCall& cross_call) {
+  Tensor h = x + residual_dropout(attn.forward_cached(ln1(x), cache, self_call).Y, dropout_, training(),
+                                  self_call.generator);
+  h = h + residual_dropout(cross.forward_with_memory(ln2(h), memory_kv, cross_call).Y, dropout_, training(),
+                           self_call.generator);
+  return h + residual_dropout(ffn(ln3(h), self_call.generator), dropout_, training(), self_call.generator);
+}
+
+// ---------------------------------------------------------------------------------------
+
+GPT::GPT(const TransformerConfig& c, Generator& gen)
+    : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
+      ln_f(c.d_model, c.dtype), cfg_(c.resolved()) {
+  register_module("tok", tok);
+  register_module("pos", pos);
+  for (std::size_t l = 0; l < cfg_.layers; ++l) {
+    blocks.push_back(std::make_unique<DecoderBlock>(cfg_, gen));
+    register_module("blocks." + std::to_string(l), *blocks.back());
+  }
+  register_module("ln_f", ln_f);
+}
+
+Tensor GPT::embed(const IndexArray& tokens, std::size_t start, Generator* gen) const {
+  if (tokens.shape.size() != 2)
+    throw ShapeError(op_message("gpt", "tokens must be [B, T], have shape " + shape_str(tokens.shape)));
+  const std::size_t T = tokens.shape[1];
+  if (start + T > cfg_.context)
+    throw ValueError(op_message("gpt", "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
+                                           " exceed the context length " + std::to_string(cfg_.context)));
+  const Tensor h = tok(tokens) + pos(IndexArray({T}, range(start, T)));
+  return residual_dropout(h, cfg_.dropout, training(), gen);
+}
+
+Tensor GPT::head(const Tensor& h) const { return ops::matmul(ln_f(h), tok.weight, {false, true}); }
+
+Tensor GPT::logits(const IndexArray& tokens, Generator* gen, std::vector<AttentionOutput>* attn) {
+  Tensor h = embed(tokens, 0, gen);
+  const std::size_t T = tokens.shape[1];
+  AttentionCall call;
+  call.visibility = Visibility::causal(T, T);
+  call.generator = gen;
+  call.return_weights = attn != nullptr;
+  if (attn) attn->assign(blocks.size(), AttentionOutput{});
+  for (std::size_t l = 0; l < blocks.size(); ++l) h = (*blocks[l])(h, call, attn ? &(*attn)[l] : nullptr);
+  return head(h);
+}
+
+Tensor GPT::loss(const IndexArray& tokens, const IndexArray& targets, std::int64_t ignore_index, Generator* gen) {
+  ops::CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  return ops::cross_entropy(logits(tokens, gen), targets, o);
+}
+
+std::vector<KVCache> GPT::make_caches(std::size_t batch, std::size_t capacity) const {
+  std::vector<KVCache> caches;
+  for (const auto& b : blocks) caches.push_back(b->attn.make_cache(batch, capacity));
+  return caches;
+}
+
+Tensor GPT::logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& caches) {
+  if (caches.size() != blocks.size())
+    throw ValueError(op_message("gpt", "need one KV cache per layer: " + std::to_string(blocks.size()) + " layers, " +
+                                           std::to_string(caches.size()) + " caches"));
+  Tensor h = embed(tokens_new, caches[0].length(), nullptr);
+  const AttentionCall call;  // causal by absolute position inside forward_cached
+  for (std::size_t l = 0; l < blocks.size(); ++l) h = blocks[l]->forward_cached(h, caches[l], call);
+  return head(h);
+}
+
+// ---------------------------------------------------------------------------------------
+
+EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
+    : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
+      ln_enc(c.d_model, c.dtype), ln_f(c.d_model, c.dtype), cfg_(c.resolved()) {
+  register_module("tok", tok);
+  register_module("pos", pos);
+  for (std::size_t l = 0; l < cfg_.encoder_layers; ++l) {
+    encoder.push_back(std::make_unique<EncoderBlock>(cfg_, gen));
+    register_module("encoder." + std::to_string(l), *encoder.back());
+  }
+  register_module("ln_enc", ln_enc);
+  for (std::size_t l = 0; l < cfg_.layers; ++l) {
+    decoder.push_back(std::make_unique<CrossDecoderBlock>(cfg_, gen));
+    register_module("decoder." + std::to_string(l), *decoder.back());
+  }
+  register_module("ln_f", ln_f);
+}
+
+Tensor EncoderDecoder::embed(const IndexArray& tokens, std::size_t start, Generator* gen) const {
+  if (tokens.shape.size() != 2)
+    throw ShapeError(op_message("encoder_decoder", "tokens must be [B, T], have shape " + shape_str(tokens.shape)));
+  const std::size_t T = tokens.shape[1];
+  if (start + T > cfg_.context)
+    throw ValueError(op_message("encoder_decoder", "positions " + std::to_string(start) + ".." +
+                                                       std::to_string(start + T - 1) + " exceed the context length " +
+                                                       std::to_string(cfg_.context)));
+  const Tensor h = tok(tokens) + pos(IndexArray({T}, range(start, T)));
+  return residual_dropout(h, cfg_.dropout, training(), gen);
+}
+
+Tensor EncoderDecoder::encode(const IndexArray& src, const std::vector<std::size_t>& src_lengths, Generator* gen) {
+  Tensor h = embed(src, 0, gen);
+  AttentionCall call;
+  call.visibility = Visibility::key_lengths(src_lengths, src.shape[1]);  // bidirectional, padding hidden
+  call.generator = gen;
+  for (auto& block : encoder) h = (*block)(h, call);
+  return ln_enc(h);
+}
+
+std::vector<std::pair<Tensor, Tensor>> EncoderDecoder::memory_kv(const Tensor& memory) const {
+  std::vector<std::pair<Tensor, Tensor>> kv;
+  for (const auto& block : decoder) kv.push_back(block->cross.project_memory(memory));
+  return kv;
+}
+
+Tensor EncoderDecoder::decode(const IndexArray& tgt, const Tensor& memory, const std::vector<std::size_t>& src_lengths,
+                              Generator* gen) {
+  Tensor h = embed(tgt, 0, gen);
+  const std::size_t T = tgt.shape[1];
+  AttentionCall self_call, cross_call;
+  self_call.visibility = Visibility::causal(T, T);
+  self_call.generator = cross_call.generator = gen;
+  cross_call.visibility = Visibility::key_lengths(src_lengths, memory.shape()[1]);  // no causal mask here
+  const auto kv = memory_kv(memory);
+  for (std::size_t l = 0; l < decoder.size(); ++l) h = (*decoder[l])(h, self_call, kv[l], cross_call);
+  return ops::matmul(ln_f(h), tok.weight, {false, true});
+}
+
+Tensor EncoderDecoder::loss(const IndexArray& src, const std::vector<std::size_t>& src_lengths,
+                            const IndexArray& tgt_in, const IndexArray& tgt_out, std::int64_t ignore_index,
+                            Generator* gen) {
+  ops::CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  return ops::cross_entropy(decode(tgt_in, encode(src, src_lengths, gen), src_lengths, gen), tgt_out, o);
+}
+
+std::vector<KVCache> EncoderDecoder::make_caches(std::size_t batch, std::size_t capacity) const {
+  std::vector<KVCache> caches;
+  for (const auto& b : decoder) caches.push_back(b->attn.make_cache(batch, capacity));
+  return caches;
+}
+
+Tensor EncoderDecoder::decode_cached(const IndexArray& tgt_new, std::vector<KVCache>& caches,
+                                     const std::vector<std::pair<Tensor, Tensor>>& kv,
+                                     const std::vector<std::size_t>& src_lengths) {
+  if (caches.size() != decoder.size() || kv.size() != decoder.size())
+    throw ValueError(op_message("encoder_decoder", "need one KV cache and one memory K/V pair per decoder layer"));
+  Tensor h = embed(tgt_new, caches[0].length(), nullptr);
+  AttentionCall self_call, cross_call;
+  cross_call.visibility = Visibility::key_lengths(src_lengths, kv[0].first.shape()[2]);
+  for (std::size_t l = 0; l < decoder.size(); ++l) h = decoder[l]->forward_cached(h, caches[l], self_call, kv[l], cross_call);
+  return ops::matmul(ln_f(h), tok.weight, {false, true});
+}
+
+}  // namespace xg::nn

@@ -1,0 +1,132 @@
+#include "train/generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "core/tape.hpp"
+#include "ops/join.hpp"
+
+namespace xg::train {
+
+namespace {
+
+// Logits of the last position, [B, T, V] -> [B, V].
+Array last_position(const Tensor& logits) {
+  const Shape& s = logits.shape();
+  const Array a = ops::slice(logits, 1, static_cast<long>(s[1]) - 1, static_cast<long>(s[1])).value();
+  return a.reshaped({s[0], s[2]});
+}
+
+std::vector<double> row(const Array& a, std::size_t b) {
+  const std::size_t V = a.shape()[1];
+  std::vector<double> r(V);
+  for (std::size_t v = 0; v < V; ++v) r[v] = a.flat(b * V + v);
+  return r;
+}
+
+IndexArray as_batch(const std::vector<std::vector<std::int64_t>>& seqs) {
+  const std::size_t B = seqs.size(), T = seqs[0].size();
+  std::vector<std::int64_t> flat;
+  for (const auto& s : seqs) {
+    if (s.size() != T) throw ValueError(op_message("generate", "prompts must have equal lengths"));
+    flat.insert(flat.end(), s.begin(), s.end());
+  }
+  return IndexArray({B, T}, flat);
+}
+
+// Shared loop: `first` gives logits for the prompt, `next` for one more token per sample
+// (given all tokens so far).
+template <class First, class Next>
+Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, First first, Next next) {
+  Generation g;
+  g.tokens.assign(B, {});
+  std::vector<bool> done(B, false);
+  Array logits = first();
+  for (std::size_t step = 0; step < max_new; ++step) {
+    g.logits.push_back(logits);
+    std::vector<std::int64_t> picked(B);
+    for (std::size_t b = 0; b < B; ++b) {
+      picked[b] = pick_token(row(logits, b), opts);
+      if (!done[b]) g.tokens[b].push_back(picked[b]);
+      if (picked[b] == opts.stop_token) done[b] = true;
+    }
+    if (step + 1 == max_new || std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+    logits = next(picked);
+  }
+  return g;
+}
+
+}  // namespace
+
+std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& opts) {
+  if (opts.temperature <= 0.0)
+    return static_cast<std::int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (!opts.generator) throw ValueError(op_message("generate", "sampling with temperature > 0 needs a generator"));
+  std::vector<std::size_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
+  const std::size_t k = opts.top_k ? std::min(opts.top_k, logits.size()) : logits.size();
+  const double c = logits[order[0]] / opts.temperature;
+  std::vector<double> p(k);
+  double z = 0;
+  for (std::size_t i = 0; i < k; ++i) z += p[i] = std::exp(logits[order[i]] / opts.temperature - c);
+  double u = opts.generator->uniform() * z;
+  for (std::size_t i = 0; i < k; ++i) {
+    if (u < p[i]) return static_cast<std::int64_t>(order[i]);
+    u -= p[i];
+  }
+  return static_cast<std::int64_t>(order[k - 1]);
+}
+
+Generation generate(nn::GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,
+                    const SampleOptions& opts) {
+  if (prompts.empty() || prompts[0].empty()) throw ValueError(op_message("generate", "needs non-empty prompts"));
+  NoGradGuard ng;
+  const std::size_t B = prompts.size(), P = prompts[0].size();
+  if (opts.use_kv_cache) {
+    auto caches = model.make_caches(B, P + max_new);
+    return run(
+        B, max_new, opts, [&] { return last_position(model.logits_cached(as_batch(prompts), caches)); },
+        [&](const std::vector<std::int64_t>& picked) {
+          return last_position(model.logits_cached(IndexArray({B, 1}, picked), caches));
+        });
+  }
+  std::vector<std::vector<std::int64_t>> seqs = prompts;
+  return run(
+      B, max_new, opts, [&] { return last_position(model.logits(as_batch(seqs))); },
+      [&](const std::vector<std::int64_t>& picked) {
+        for (std::size_t b = 0; b < B; ++b) seqs[b].push_back(picked[b]);
+        return last_position(model.logits(as_batch(seqs)));
+      });
+}
+
+Generation generate(nn::EncoderDecoder& model, const IndexArray& src, const std::vector<std::size_t>& src_lengths,
+                    std::int64_t bos, std::size_t max_new, const SampleOptions& opts) {
+  NoGradGuard ng;
+  const std::size_t B = src.shape[0];
+  const Tensor memory = model.encode(src, src_lengths);
+  if (opts.use_kv_cache) {
+    auto caches = model.make_caches(B, max_new + 1);
+    const auto kv = model.memory_kv(memory);
+    return run(
+        B, max_new, opts,
+        [&] {
+          return last_position(model.decode_cached(IndexArray({B, 1}, std::vector<std::int64_t>(B, bos)), caches, kv,
+                                                   src_lengths));
+        },
+        [&](const std::vector<std::int64_t>& picked) {
+          return last_position(model.decode_cached(IndexArray({B, 1}, picked), caches, kv, src_lengths));
+        });
+  }
+  std::vector<std::vector<std::int64_t>> seqs(B, std::vector<std::int64_t>{bos});
+  return run(
+      B, max_new, opts, [&] { return last_position(model.decode(as_batch(seqs), memory, src_lengths)); },
+      [&](const std::vector<std::int64_t>& picked) {
+        for (std::size_t b = 0; b < B; ++b) seqs[b].push_back(picked[b]);
+        return last_position(model.decode(as_batch(seqs), memory, src_lengths));
+      });
+}
+
+}  // namespace xg::train

@@ -1,0 +1,203 @@
+#include "train/tasks.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace xg::train {
+
+std::int64_t Vocabulary::id(const std::string& t) const {
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] == t) return static_cast<std::int64_t>(i);
+  throw ValueError(op_message("vocabulary", "unknown token '" + t + "'"));
+}
+
+std::string Vocabulary::decode(const std::vector<std::int64_t>& ids) const {
+  std::string s;
+  for (std::int64_t i : ids) {
+    if (i < 0 || static_cast<std::size_t>(i) >= tokens.size())
+      throw ValueError(op_message("vocabulary", "id " + std::to_string(i) + " outside the vocabulary of " +
+                                                    std::to_string(tokens.size())));
+    s += tokens[static_cast<std::size_t>(i)];
+  }
+  return s;
+}
+
+std::string Vocabulary::to_json() const { return nlohmann::json(tokens).dump(); }
+
+Vocabulary Vocabulary::from_json(const std::string& text) {
+  Vocabulary v;
+  try {
+    v.tokens = nlohmann::json::parse(text).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(op_message("vocabulary", std::string("not a JSON array of strings: ") + e.what()));
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------
+
+SortTask::SortTask(std::size_t n_digits, std::size_t n_values) : n_(n_digits), values_(n_values) {
+  if (n_ == 0 || values_ < 2 || values_ > 10)
+    throw ValueError(op_message("sort_task", "needs n_digits >= 1 and 2 <= n_values <= 10"));
+  for (std::size_t v = 0; v < values_; ++v) vocab_.tokens.push_back(std::to_string(v));
+  vocab_.tokens.push_back("|");
+}
+
+std::vector<std::int64_t> SortTask::sample_digits(Generator& gen) const {
+  std::vector<std::int64_t> d(n_);
+  for (auto& x : d) x = static_cast<std::int64_t>(gen.below(values_));
+  return d;
+}
+
+std::vector<std::int64_t> SortTask::answer(const std::vector<std::int64_t>& digits) const {
+  std::vector<std::int64_t> s = digits;
+  std::sort(s.begin(), s.end());
+  return s;
+}
+
+std::vector<std::int64_t> SortTask::prompt(const std::vector<std::int64_t>& digits) const {
+  std::vector<std::int64_t> p = digits;
+  p.push_back(sep());
+  return p;
+}
+
+void SortTask::exclude(const std::vector<std::vector<std::int64_t>>& h) {
+  excluded_ = h;
+  std::sort(excluded_.begin(), excluded_.end());
+}
+
+LMBatch SortTask::batch(std::size_t B, Generator& gen) const {
+  const std::size_t T = 2 * n_;  // the full sequence has 2n + 1 tokens; inputs drop the last
+  LMBatch b{IndexArray({B, T}, std::vector<std::int64_t>(B * T)), IndexArray({B, T}, std::vector<std::int64_t>(B * T))};
+  for (std::size_t s = 0; s < B; ++s) {
+    std::vector<std::int64_t> d = sample_digits(gen);
+    while (std::binary_search(excluded_.begin(), excluded_.end(), d)) d = sample_digits(gen);
+    std::vector<std::int64_t> seq = prompt(d);
+    for (std::int64_t x : answer(d)) seq.push_back(x);
+    for (std::size_t t = 0; t < T; ++t) {
+      b.tokens.data[s * T + t] = seq[t];
+      b.targets.data[s * T + t] = t + 1 > n_ ? seq[t + 1] : kIgnore;  // loss on the sorted half only
+    }
+  }
+  return b;
+}
+
+std::vector<std::vector<std::int64_t>> SortTask::heldout(std::size_t count, std::uint64_t seed) const {
+  Generator gen(seed);
+  std::set<std::vector<std::int64_t>> seen;
+  std::vector<std::vector<std::int64_t>> out;
+  while (out.size() < count) {
+    auto d = sample_digits(gen);
+    if (seen.insert(d).second) out.push_back(d);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+
+ReverseTask::ReverseTask(std::size_t min_len, std::size_t max_len) : min_len_(min_len), max_len_(max_len) {
+  if (min_len_ == 0 || max_len_ < min_len_)
+    throw ValueError(op_message("reverse_task", "needs 1 <= min_len <= max_len"));
+  for (int v = 0; v < 10; ++v) vocab_.tokens.push_back(std::to_string(v));
+  vocab_.tokens.insert(vocab_.tokens.end(), {"_", "<", ">"});  // PAD, BOS, EOS
+}
+
+std::vector<std::int64_t> ReverseTask::sample(Generator& gen) const {
+  const std::size_t len = min_len_ + gen.below(max_len_ - min_len_ + 1);
+  std::vector<std::int64_t> s(len);
+  for (auto& x : s) x = static_cast<std::int64_t>(gen.below(10));
+  return s;
+}
+
+void ReverseTask::exclude(const std::vector<std::vector<std::int64_t>>& h) {
+  excluded_ = h;
+  std::sort(excluded_.begin(), excluded_.end());
+}
+
+Seq2SeqBatch ReverseTask::make_batch(const std::vector<std::vector<std::int64_t>>& sources) const {
+  const std::size_t B = sources.size(), S = max_len_, T = max_len_ + 1;
+  Seq2SeqBatch b{IndexArray({B, S}, std::vector<std::int64_t>(B * S, pad())), {},
+                 IndexArray({B, T}, std::vector<std::int64_t>(B * T, pad())),
+                 IndexArray({B, T}, std::vector<std::int64_t>(B * T, kIgnore))};
+  for (std::size_t s = 0; s < B; ++s) {
+    const auto& src = sources[s];
+    b.src_lengths.push_back(src.size());
+    for (std::size_t j = 0; j < src.size(); ++j) b.src.data[s * S + j] = src[j];
+    std::vector<std::int64_t> rev(src.rbegin(), src.rend());
+    b.tgt_in.data[s * T] = bos();
+    for (std::size_t j = 0; j < rev.size(); ++j) {
+      b.tgt_in.data[s * T + j + 1] = rev[j];
+      b.tgt_out.data[s * T + j] = rev[j];
+    }
+    b.tgt_out.data[s * T + rev.size()] = eos();
+  }
+  return b;
+}
+
+Seq2SeqBatch ReverseTask::batch(std::size_t B, Generator& gen) const {
+  std::vector<std::vector<std::int64_t>> sources;
+  while (sources.size() < B) {
+    auto s = sample(gen);
+    if (!std::binary_search(excluded_.begin(), excluded_.end(), s)) sources.push_back(s);
+  }
+  return make_batch(sources);
+}
+
+std::vector<std::vector<std::int64_t>> ReverseTask::heldout(std::size_t count, std::uint64_t seed) const {
+  Generator gen(seed);
+  std::set<std::vector<std::int64_t>> seen;
+  std::vector<std::vector<std::int64_t>> out;
+  while (out.size() < count) {
+    auto s = sample(gen);
+    if (seen.insert(s).second) out.push_back(s);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+
+CharLMTask::CharLMTask(const std::string& path, std::size_t context) : context_(context) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ValueError(op_message("charlm", "cannot read the text file " + path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  if (text.size() < 20 * (context + 1))
+    throw ValueError(op_message("charlm", path + " has " + std::to_string(text.size()) + " bytes; need at least " +
+                                              std::to_string(20 * (context + 1)) + " for context " +
+                                              std::to_string(context)));
+  std::set<unsigned char> chars(text.begin(), text.end());
+  for (unsigned char c : chars) vocab_.tokens.push_back(std::string(1, static_cast<char>(c)));
+  const auto ids = encode(text);
+  const std::size_t split = ids.size() * 9 / 10;
+  train_.assign(ids.begin(), ids.begin() + static_cast<long>(split));
+  val_.assign(ids.begin() + static_cast<long>(split), ids.end());
+}
+
+std::vector<std::int64_t> CharLMTask::encode(const std::string& text) const {
+  std::vector<std::int64_t> ids;
+  ids.reserve(text.size());
+  for (char c : text) ids.push_back(vocab_.id(std::string(1, c)));
+  return ids;
+}
+
+LMBatch CharLMTask::batch(std::size_t B, Generator& gen, bool validation) const {
+  const auto& src = validation ? val_ : train_;
+  const std::size_t T = context_;
+  LMBatch b{IndexArray({B, T}, std::vector<std::int64_t>(B * T)), IndexArray({B, T}, std::vector<std::int64_t>(B * T))};
+  for (std::size_t s = 0; s < B; ++s) {
+    const std::size_t start = gen.below(src.size() - T - 1);
+    for (std::size_t t = 0; t < T; ++t) {
+      b.tokens.data[s * T + t] = src[start + t];
+      b.targets.data[s * T + t] = src[start + t + 1];
+    }
+  }
+  return b;
+}
+
+}  // namespace xg::train
