@@ -4,7 +4,6 @@
 // the closed form needs.
 #include <cmath>
 #include <limits>
-#include <sstream>
 
 #include "checks/builtin.hpp"
 #include "checks/common.hpp"
@@ -65,6 +64,29 @@ CheckResult compare_with_reference(CheckContext& ctx, const Tensor& O, const std
   CheckResult r = CheckResult::property(d.max, ctx.tol(1e-10, 1e-5), d.where,
                                         "closed form (5.24)-(5.28) vs tape, " + what);
   return r;
+}
+
+void register_attention_sweep_check(GradcheckSuite& s, const std::string& prefix, const AttentionFn& attn) {
+  s.add(prefix + "/grad-random-configs", "gradient",
+        "sweep: 6 random configurations (--full: 60) of masks, GQA/MQA, T != S, invalid rows",
+        [attn](CheckContext& ctx) {
+          std::vector<CheckResult> parts;
+          for (std::size_t k = 0; k < ctx.pick(6, 60); ++k) {
+            const RefConfig c = random_ref_config(ctx.gen());
+            const Dims& d = c.d;
+            const Array Q = ctx.uniform({d.B, d.H_q, d.T, d.d_k}, -1.5, 1.5);
+            const Array K = ctx.uniform({d.B, d.H_kv, d.S, d.d_k}, -1.5, 1.5);
+            const Array V = ctx.uniform({d.B, d.H_kv, d.S, d.d_v}, -1.5, 1.5);
+            const nn::SdpaOptions o{std::nullopt, c.valid};
+            CheckResult r = ctx.gradcheck(
+                [attn, c, o](const Inputs& in) { return attn(in[0], in[1], in[2], c.vis, o); }, {Q, K, V},
+                {"Q", "K", "V"});
+            r.message = "case " + std::to_string(k) + " (" + c.text + "): " + r.message;
+            r.worst += " (case " + std::to_string(k) + ")";
+            parts.push_back(r);
+          }
+          return CheckResult::combine(parts);
+        });
 }
 
 }  // namespace
@@ -128,6 +150,7 @@ void register_attention_gradient_checks(GradcheckSuite& s, const std::string& pr
                  {2, 4, 2, 12, 12, 8, 8}, {2, 8, 4, 32, 32, 16, 16}, [](CheckContext& ctx, const Dims& d) {
                    return Case{causal_and_random({d.B, d.H_q, d.T, d.S}, ctx.gen(), 0.7), {}, {}};
                  });
+  register_attention_sweep_check(s, prefix, attn);
 }
 
 void register_attention_reference_checks(GradcheckSuite& s, const std::string& prefix, AttentionFn attn) {

@@ -31,21 +31,6 @@ Tensor head(const Tensor& x, std::size_t h) {
   return ops::slice(x, 1, static_cast<long>(h), static_cast<long>(h) + 1);
 }
 
-std::string index_text(const std::vector<std::size_t>& idx) {
-  std::ostringstream os;
-  for (std::size_t i = 0; i < idx.size(); ++i) os << (i ? ", " : "") << idx[i];
-  return os.str();
-}
-
-std::vector<std::size_t> unravel(std::size_t flat, const Shape& s) {
-  std::vector<std::size_t> idx(s.size());
-  for (std::size_t d = s.size(); d-- > 0;) {
-    idx[d] = s[d] ? flat % s[d] : 0;
-    flat = s[d] ? flat / s[d] : 0;
-  }
-  return idx;
-}
-
 Diff max_diff(const Array& a, const Array& b, const std::string& name) {
   if (a.shape() != b.shape())
     throw ShapeError(op_message("gradcheck", name + ": shapes differ: " + shape_str(a.shape()) + " and " +
@@ -61,7 +46,7 @@ Diff max_diff(const Array& a, const Array& b, const std::string& name) {
       at = i;
     }
   }
-  d.where = name + "[" + index_text(unravel(at, a.shape())) + "]";
+  d.where = name + "[" + index_list(unravel_index(at, a.shape())) + "]";
   return d;
 }
 

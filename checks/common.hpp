@@ -21,10 +21,6 @@ nn::Visibility causal_and_random(const Shape& BHTS, Generator& g, double p_allow
 // Heads [h, h+1) of a [B, H, ., .] tensor.
 Tensor head(const Tensor& x, std::size_t h);
 
-// "(1, 2)" style text of an index, and the index of a flat position.
-std::string index_text(const std::vector<std::size_t>& idx);
-std::vector<std::size_t> unravel(std::size_t flat, const Shape& s);
-
 // Largest |a - b| and where it is ("name[i, j]"); shapes must match. NaN counts as infinite.
 struct Diff {
   double max = 0;

@@ -56,11 +56,11 @@ CheckResult rows_sum_zero(CheckContext& ctx, const AttentionFn& attn) {
     for (std::size_t k = 0; k < d; ++k) others = std::max(others, std::fabs(Q_bar.flat(r * (d + 1) + k)));
   }
   if (!(others > 0)) return vacuous("Q_bar is zero everywhere; no score gradient was exercised");
-  const auto idx = unravel(worst_row, {B, H_q, T});
+  const auto idx = unravel_index(worst_row, {B, H_q, T});
   const double rel = extra / others;
   CheckResult r = CheckResult::property(
       rel, 64.0 * double(S) * unit_roundoff(ctx.dtype()),
-      "Q_bar[" + index_text({idx[0], idx[1], idx[2], d}) + "]",
+      "Q_bar[" + index_list({idx[0], idx[1], idx[2], d}) + "]",
       "score-gradient row sum |scale c sum_j D_ij| relative to max |Q_bar|", rel);
   r.max_abs_error = extra;
   return r;
@@ -103,14 +103,14 @@ CheckResult forbidden_zero(CheckContext& ctx, const AttentionFn& attn) {
             const double e = std::fabs(g[0].flat(((b * H_kv + kv) * S + j) * d + k));
             if (!(e <= worst)) {
               worst = e;
-              where = "K_bar[" + index_text({b, kv, j, k}) + "] for query (" + index_text({b, h, i}) + ")";
+              where = "K_bar[" + index_list({b, kv, j, k}) + "] for query (" + index_list({b, h, i}) + ")";
             }
           }
           for (std::size_t k = 0; k < dv; ++k) {
             const double e = std::fabs(g[1].flat(((b * H_kv + kv) * S + j) * dv + k));
             if (!(e <= worst)) {
               worst = e;
-              where = "V_bar[" + index_text({b, kv, j, k}) + "] for query (" + index_text({b, h, i}) + ")";
+              where = "V_bar[" + index_list({b, kv, j, k}) + "] for query (" + index_list({b, h, i}) + ")";
             }
           }
         }
@@ -147,9 +147,9 @@ CheckResult invalid_rows(CheckContext& ctx, const AttentionFn& attn) {
           if (invalid(b, i))
             for (std::size_t k = 0; k < dv; ++k) {
               const double e = std::fabs(O.value().flat(((b * H + h) * T + i) * dv + k));
-              if (!(e <= dz.max) || dz.where.empty()) {
-                dz.max = std::max(dz.max, std::isnan(e) ? INFINITY : e);
-                dz.where = "O[" + index_text({b, h, i, k}) + "]";
+              if (std::isnan(e) || e > dz.max) {
+                dz.max = std::isnan(e) ? INFINITY : e;
+                dz.where = "O[" + index_list({b, h, i, k}) + "]";
               }
             }
     parts.push_back(CheckResult::property(finite ? dz.max : INFINITY, 0.0, dz.max > 0 || !finite ? dz.where : "",

@@ -30,10 +30,11 @@ nn::TransformerConfig tiny(CheckContext& ctx, std::size_t layers = 1) {
   nn::TransformerConfig c;
   c.V_vocab = 11;
   c.context = 8;
-  c.d_model = 8;
-  c.H_q = 2;
+  c.d_model = ctx.full() ? 16 : 8;
+  c.H_q = ctx.full() ? 4 : 2;
+  c.H_kv = 2;  // --full: GQA
   c.layers = layers;
-  c.d_ff = 16;
+  c.d_ff = 2 * c.d_model;
   c.dtype = ctx.dtype();
   return c.resolved();
 }
@@ -75,26 +76,29 @@ void register_model_checks(GradcheckSuite& s) {
         });
   s.add("layers/decoder-block", "gradient", "pre-LN DecoderBlock d 8, H 2, d_ff 16; causal; x (2, 4, 8), all parameters",
         [](CheckContext& ctx) {
-          nn::DecoderBlock m(tiny(ctx), ctx.gen());
+          const nn::TransformerConfig c = tiny(ctx);
+          nn::DecoderBlock m(c, ctx.gen());
           randomise(m, ctx);
-          const Tensor x(ctx.uniform({2, 4, 8}), true);
+          const Tensor x(ctx.uniform({2, 4, c.d_model}), true);
           const nn::AttentionCall call = make_call(nn::Visibility::causal(4, 4));
           return ctx.gradcheck_leaves([&] { return m(x, call); }, with_inputs(m, {{"x", x}}));
         });
   s.add("layers/encoder-block", "gradient", "pre-LN EncoderBlock d 8, H 2; key padding {4, 2}; x (2, 4, 8), all parameters",
         [](CheckContext& ctx) {
-          nn::EncoderBlock m(tiny(ctx), ctx.gen());
+          const nn::TransformerConfig c = tiny(ctx);
+          nn::EncoderBlock m(c, ctx.gen());
           randomise(m, ctx);
-          const Tensor x(ctx.uniform({2, 4, 8}), true);
+          const Tensor x(ctx.uniform({2, 4, c.d_model}), true);
           const nn::AttentionCall call = make_call(nn::Visibility::key_lengths({4, 2}, 4));
           return ctx.gradcheck_leaves([&] { return m(x, call); }, with_inputs(m, {{"x", x}}));
         });
   s.add("layers/cross-decoder-block", "gradient",
         "CrossDecoderBlock d 8, H 2: causal self, cross to memory (2, 5, 8) with padding; x, memory, all parameters",
         [](CheckContext& ctx) {
-          nn::CrossDecoderBlock m(tiny(ctx), ctx.gen());
+          const nn::TransformerConfig c = tiny(ctx);
+          nn::CrossDecoderBlock m(c, ctx.gen());
           randomise(m, ctx);
-          const Tensor x(ctx.uniform({2, 3, 8}), true), memory(ctx.uniform({2, 5, 8}), true);
+          const Tensor x(ctx.uniform({2, 3, c.d_model}), true), memory(ctx.uniform({2, 5, c.d_model}), true);
           const nn::AttentionCall self_call = make_call(nn::Visibility::causal(3, 3));
           const nn::AttentionCall cross_call = make_call(nn::Visibility::key_lengths({5, 3}, 5));
           return ctx.gradcheck_leaves([&] { return m(x, self_call, m.cross.project_memory(memory), cross_call); },
@@ -102,14 +106,16 @@ void register_model_checks(GradcheckSuite& s) {
         });
   s.add("models/gpt-loss", "gradient",
         "tiny GPT (V 11, context 8, d 8, H 2, 2 layers, d_ff 16), tokens (2, 6), one ignored target; "
-        "loss w.r.t. all parameters",
+        "loss w.r.t. all parameters (--full: d 16, GQA)",
         [](CheckContext& ctx) {
           nn::GPT m(tiny(ctx, 2), ctx.gen());
           randomise(m, ctx, 0.3);
           const IndexArray tokens = random_tokens(ctx, 2, 6, 11);
           IndexArray targets = random_tokens(ctx, 2, 6, 11);
           targets.data[3] = -100;
-          return ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_parameters());
+          CheckResult r = ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_parameters());
+          if (ctx.full()) r.config = "GPT V 11, d 16, H_q 4, H_kv 2, 2 layers, d_ff 32, tokens (2, 6); all parameters";
+          return r;
         });
   s.add("models/encoder-decoder-loss", "gradient",
         "tiny encoder-decoder (V 11, d 8, H 2, 1 + 1 layers), src (2, 5) with lengths {5, 3}, tgt (2, 4); "

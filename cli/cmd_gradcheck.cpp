@@ -7,6 +7,7 @@
 
 #include "checks/builtin.hpp"
 #include "cli/commands.hpp"
+#include "core/error.hpp"
 #include "core/gradcheck_suite.hpp"
 
 namespace xg::cli {
@@ -21,7 +22,13 @@ void add_gradcheck(CLI::App& app) {
   cmd->callback([opts] {
     GradcheckSuite suite;
     checks::register_builtin_checks(suite);
-    const int rc = run_gradcheck_command(suite, *opts, std::cout);
+    int rc = 0;
+    try {
+      rc = run_gradcheck_command(suite, *opts, std::cout);
+    } catch (const Error& e) {  // an unwritable --json path: the run did not happen
+      std::cerr << "xgrad: " << e.what() << "\n";
+      rc = 2;
+    }
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

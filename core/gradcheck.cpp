@@ -12,22 +12,7 @@ namespace xg {
 
 namespace {
 
-std::vector<std::size_t> unravel(std::size_t flat, const Shape& s) {
-  std::vector<std::size_t> idx(s.size());
-  for (std::size_t d = s.size(); d-- > 0;) {
-    idx[d] = s[d] ? flat % s[d] : 0;
-    flat = s[d] ? flat / s[d] : 0;
-  }
-  return idx;
-}
-
-std::string index_str(const std::vector<std::size_t>& idx) {
-  std::ostringstream os;
-  os << "(";
-  for (std::size_t i = 0; i < idx.size(); ++i) os << (i ? ", " : "") << idx[i];
-  os << ")";
-  return os.str();
-}
+std::string index_str(const std::vector<std::size_t>& idx) { return "(" + index_list(idx) + ")"; }
 
 class Checker {
  public:
@@ -112,8 +97,8 @@ class Checker {
         xs[k].set_flat(j, x0 - h);
         const auto ym = evaluate(xs).value().to_vector();
         for (std::size_t i = 0; i < n_out; ++i)
-          compare(J[k][i][j], (yp[i] - ym[i]) / (2 * h), k, unravel(j, inputs_[k].shape()),
-                  unravel(i, out_shape));
+          compare(J[k][i][j], (yp[i] - ym[i]) / (2 * h), k, unravel_index(j, inputs_[k].shape()),
+                  unravel_index(i, out_shape));
       }
     }
   }

@@ -22,21 +22,6 @@ namespace xg {
 
 namespace {
 
-std::string index_str(const std::vector<std::size_t>& idx) {
-  std::ostringstream os;
-  for (std::size_t i = 0; i < idx.size(); ++i) os << (i ? ", " : "") << idx[i];
-  return os.str();
-}
-
-std::vector<std::size_t> unravel(std::size_t flat, const Shape& s) {
-  std::vector<std::size_t> idx(s.size());
-  for (std::size_t d = s.size(); d-- > 0;) {
-    idx[d] = s[d] ? flat % s[d] : 0;
-    flat = s[d] ? flat / s[d] : 0;
-  }
-  return idx;
-}
-
 std::string sci(double x, int digits = 2) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
@@ -136,12 +121,12 @@ CheckResult CheckResult::from_report(const GradcheckReport& r) {
   c.mode = r.mode;
   c.comparisons = r.comparisons;
   c.worst = r.input_name;
-  if (!r.index.empty()) c.worst += "[" + index_str(r.index) + "]";
+  if (!r.index.empty()) c.worst += "[" + index_list(r.index) + "]";
   if (r.mode == "projection") c.worst += " (proj)";
   std::ostringstream os;
   os << "worst element: " << r.input_name;
-  if (!r.index.empty()) os << " index (" << index_str(r.index) << ")";
-  if (!r.output_index.empty()) os << ", output (" << index_str(r.output_index) << ")";
+  if (!r.index.empty()) os << " index (" << index_list(r.index) << ")";
+  if (!r.output_index.empty()) os << ", output (" << index_list(r.output_index) << ")";
   if (r.mode == "projection") os << " (random projection v^T J u)";
   os << ": analytic " << num(r.analytic) << ", numeric " << num(r.numeric) << ", abs error " << sci(r.abs_error)
      << (r.passed ? " within " : " exceeds ") << sci(r.atol) << " + " << sci(r.rtol) << " |numeric|; " << r.mode
@@ -325,8 +310,12 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
   };
 
   Comparator cmp(o);
-  const bool use_full = o.mode == GradcheckOptions::Mode::full ||
-                        (o.mode == GradcheckOptions::Mode::automatic && total * v.size() <= o.full_max_entries);
+  // Automatic: full when the Jacobian is small (as for gradcheck) and the 2 forward passes per
+  // element stay affordable (a scalar loss has a one-row Jacobian of any width).
+  const bool use_full =
+      o.mode == GradcheckOptions::Mode::full ||
+      (o.mode == GradcheckOptions::Mode::automatic && total * v.size() <= o.full_max_entries &&
+       total <= o.full_max_entries / 8);
   if (use_full) {
     cmp.report().mode = "full";
     for (std::size_t k = 0; k < leaves.size(); ++k) {
@@ -344,7 +333,7 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
         t.set_value(xm);
         const double fm = eval();
         t.set_value(x);
-        cmp.compare(g[k].flat(j), (fp - fm) / step, k, unravel(j, x.shape()));
+        cmp.compare(g[k].flat(j), (fp - fm) / step, k, unravel_index(j, x.shape()));
       }
     }
   } else {
@@ -456,8 +445,7 @@ void print_header(std::ostream& out, const Columns& w) {
 
 void print_row(std::ostream& out, const Columns& w, const CheckRecord& r, DType dtype) {
   const CheckResult& c = r.result;
-  const std::string config = c.config.empty() ? r.check->config : c.config;
-  out << fit(r.check->name, w.name) << "  " << fit(dtype_name(dtype), 7) << "  " << fit(cut(config, w.config), w.config) << "  "
+  out << fit(r.name, w.name) << "  " << fit(dtype_name(dtype), 7) << "  " << fit(cut(r.config, w.config), w.config) << "  "
       << rfit(sci(c.max_abs_error), 11) << "  " << rfit(c.max_rel_error < 0 ? "-" : sci(c.max_rel_error), 11) << "  "
       << fit(c.worst.empty() ? "-" : c.worst, w.worst) << "  " << fit(c.passed ? "passed" : "FAILED", 6) << "  "
       << rfit(time_str(r.seconds), 8) << "\n";
@@ -492,12 +480,20 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
       << dtype_name(opts.dtype) << ", seed " << opts.seed << (opts.full ? ", full sweep" : "") << "\n";
   out << "gradient checks: central differences, step h = " << num(tol.eps)
       << " * max(1, |x|); pass when |analytic - numeric| <= " << num(tol.atol) << " + " << num(tol.rtol)
-      << " |numeric|\n\n";
+      << " |numeric|\n";
+  if (opts.dtype == DType::float32) {
+    const double u = unit_roundoff(DType::float32);
+    out << "float32: unit roundoff u = " << sci(u, 1) << "; a central difference then keeps about two thirds of the "
+        << "digits\n(error ~ u^(2/3) = " << sci(std::cbrt(u * u), 1) << " times the function's scale), so the step "
+        << "and tolerances are larger than in float64 (docs/gradcheck.md)\n";
+  }
+  out << "\n";
   print_header(out, w);
   const auto t0 = std::chrono::steady_clock::now();
   for (const Check* c : sel) {
     CheckRecord r;
-    r.check = c;
+    r.name = c->name;
+    r.kind = c->kind;
     const auto s = std::chrono::steady_clock::now();
     try {
       Tape tape;  // whatever the check records is freed with it
@@ -512,6 +508,7 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
       r.result.message = std::string("the check threw: ") + e.what();
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
+    r.config = r.result.config.empty() ? c->config : r.result.config;
     (r.result.passed ? rep.passed : rep.failed)++;
     print_row(out, w, r, opts.dtype);
     out.flush();
@@ -522,8 +519,7 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
     out << "\nFailures:\n";
     for (const CheckRecord& r : rep.records)
       if (!r.result.passed) {
-        out << "  " << r.check->name << " (" << dtype_name(opts.dtype) << ", "
-            << (r.result.config.empty() ? r.check->config : r.result.config) << ")\n";
+        out << "  " << r.name << " (" << dtype_name(opts.dtype) << ", " << r.config << ")\n";
         out << "    " << r.result.message << "\n";
       }
   }
@@ -547,10 +543,10 @@ std::string report_json(const SuiteReport& rep) {
   for (const CheckRecord& r : rep.records) {
     const CheckResult& c = r.result;
     ordered_json e;
-    e["check"] = r.check->name;
-    e["kind"] = r.check->kind;
+    e["check"] = r.name;
+    e["kind"] = r.kind;
     e["dtype"] = dtype_name(rep.options.dtype);
-    e["configuration"] = c.config.empty() ? r.check->config : c.config;
+    e["configuration"] = r.config;
     e["max_abs_error"] = c.max_abs_error;  // NaN and inf become null
     if (c.max_rel_error >= 0)
       e["max_rel_error"] = c.max_rel_error;

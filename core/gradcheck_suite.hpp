@@ -125,8 +125,8 @@ class CheckContext {
 // rebuilding the module: the analytic side is one backward pass with a random cotangent v
 // (fixed seed, never all-ones); the numeric side replaces each leaf's value with
 // Tensor::set_value and differentiates v . f() centrally. Full mode perturbs every element
-// (chosen when elements x outputs <= opts.full_max_entries, as for gradcheck); projection mode
-// compares v^T J u for random directions u per leaf. Every leaf's value is restored, also
+// (chosen when elements x outputs <= opts.full_max_entries, as for gradcheck, and elements <=
+// full_max_entries / 8); projection mode compares v^T J u for random directions u per leaf. Every leaf's value is restored, also
 // when f throws. f must be deterministic (dropout off, or a generator re-seeded inside f).
 GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
                                  const std::vector<std::pair<std::string, Tensor>>& leaves,
@@ -171,8 +171,10 @@ struct RunOptions {
   bool list = false;      // list the selected checks instead of running them
 };
 
+// One row of a run. Name, kind and configuration are copied, so a report outlives its suite.
 struct CheckRecord {
-  const Check* check = nullptr;
+  std::string name, kind;
+  std::string config;  // the result's configuration text if it set one, else the registered one
   CheckResult result;
   double seconds = 0;
 };

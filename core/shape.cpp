@@ -64,6 +64,21 @@ std::vector<std::size_t> normalize_axes(const std::string& op, const std::string
   return out;
 }
 
+std::vector<std::size_t> unravel_index(std::size_t flat, const Shape& s) {
+  std::vector<std::size_t> idx(s.size());
+  for (std::size_t d = s.size(); d-- > 0;) {
+    idx[d] = s[d] ? flat % s[d] : 0;
+    flat = s[d] ? flat / s[d] : 0;
+  }
+  return idx;
+}
+
+std::string index_list(const std::vector<std::size_t>& idx) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < idx.size(); ++i) os << (i ? ", " : "") << idx[i];
+  return os.str();
+}
+
 AxisSplit split_at_axis(const Shape& s, std::size_t axis) {
   AxisSplit r;
   for (std::size_t i = 0; i < axis; ++i) r.outer *= s[i];

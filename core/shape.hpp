@@ -30,6 +30,10 @@ std::size_t normalize_axis(const std::string& op, const std::string& arg, int ax
 std::vector<std::size_t> normalize_axes(const std::string& op, const std::string& arg,
                                         const Axes& axes, std::size_t ndim);
 
+// Multi-index of a flat row-major position in shape s, and its text "1, 2, 3" (no brackets).
+std::vector<std::size_t> unravel_index(std::size_t flat, const Shape& s);
+std::string index_list(const std::vector<std::size_t>& idx);
+
 // A contiguous array viewed as [outer, len, inner] around one axis: elements along the axis
 // are `inner` apart, and slices along it start every `len * inner` elements.
 struct AxisSplit {

@@ -151,9 +151,19 @@ File load(const std::string& path) {
     entries.push_back(en);
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  for (std::size_t i = 1; i < entries.size(); ++i)
-    if (entries[i].begin < entries[i - 1].end)
+  // The data section is covered exactly: no overlaps, no holes, nothing after the last tensor.
+  std::uint64_t covered = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i > 0 && entries[i].begin < entries[i - 1].end)
       throw FormatError(where(path) + "tensors '" + entries[i - 1].name + "' and '" + entries[i].name + "' overlap");
+    if (entries[i].begin != covered && entries[i].end > entries[i].begin)
+      throw FormatError(where(path) + "bytes " + std::to_string(covered) + ".." + std::to_string(entries[i].begin) +
+                        " of the data section before tensor '" + entries[i].name + "' belong to no tensor");
+    covered = std::max(covered, entries[i].end);
+  }
+  if (covered != data_size)
+    throw FormatError(where(path) + "the data section has " + std::to_string(data_size - covered) +
+                      " trailing bytes that belong to no tensor");
   for (const Entry& en : entries) {
     Array a = Array::empty(en.shape, en.dtype);
     in.seekg(static_cast<std::streamoff>(8 + n + en.begin));

@@ -6,8 +6,8 @@
 // save() is atomic: it writes a temporary file in the same folder, flushes and fsyncs it,
 // then renames it over the target, so a crash leaves the old file or the new one, never half.
 // load() validates everything before it trusts anything: header length, JSON, dtypes,
-// shapes, offsets inside the data section, sizes matching shapes, no overlaps; every failure
-// is a FormatError naming the file and what is wrong.
+// shapes, offsets inside the data section, sizes matching shapes, no overlaps, no holes or
+// trailing bytes; every failure is a FormatError naming the file and what is wrong.
 #pragma once
 
 #include <map>

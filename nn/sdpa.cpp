@@ -27,16 +27,7 @@ namespace {
 
 const char* kOp = "attention";
 
-std::string index_str(const Shape& s, std::size_t flat) {
-  std::vector<std::size_t> idx(s.size());
-  for (std::size_t d = s.size(); d-- > 0;) {
-    idx[d] = flat % s[d];
-    flat /= s[d];
-  }
-  std::string t = "(";
-  for (std::size_t i = 0; i < idx.size(); ++i) t += (i ? ", " : "") + std::to_string(idx[i]);
-  return t + ")";
-}
+std::string index_str(const Shape& s, std::size_t flat) { return "(" + index_list(unravel_index(flat, s)) + ")"; }
 
 void check_finite(const Array& a, const std::string& name, const std::string& why) {
   const std::size_t i = a.first_nonfinite();

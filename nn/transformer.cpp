@@ -57,6 +57,19 @@ std::vector<std::int64_t> range(std::size_t start, std::size_t n) {
   return r;
 }
 
+// Token plus learned position embedding of tokens [B, T] at positions start .. start+T-1.
+Tensor embed_tokens(const std::string& op, const Embedding& tok, const Embedding& pos, const TransformerConfig& c,
+                    const IndexArray& tokens, std::size_t start, bool training, Generator* gen) {
+  if (tokens.shape.size() != 2)
+    throw ShapeError(op_message(op, "tokens must be [B, T], have shape " + shape_str(tokens.shape)));
+  const std::size_t T = tokens.shape[1];
+  if (start + T > c.context)
+    throw ValueError(op_message(op, "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
+                                        " exceed the context length " + std::to_string(c.context)));
+  const Tensor h = tok(tokens) + pos(IndexArray({T}, range(start, T)));
+  return residual_dropout(h, c.dropout, training, gen);
+}
+
 }  // namespace
 
 TransformerConfig TransformerConfig::resolved() const {
@@ -169,14 +182,7 @@ GPT::GPT(const TransformerConfig& c, Generator& gen)
 }
 
 Tensor GPT::embed(const IndexArray& tokens, std::size_t start, Generator* gen) const {
-  if (tokens.shape.size() != 2)
-    throw ShapeError(op_message("gpt", "tokens must be [B, T], have shape " + shape_str(tokens.shape)));
-  const std::size_t T = tokens.shape[1];
-  if (start + T > cfg_.context)
-    throw ValueError(op_message("gpt", "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
-                                           " exceed the context length " + std::to_string(cfg_.context)));
-  const Tensor h = tok(tokens) + pos(IndexArray({T}, range(start, T)));
-  return residual_dropout(h, cfg_.dropout, training(), gen);
+  return embed_tokens("gpt", tok, pos, cfg_, tokens, start, training(), gen);
 }
 
 Tensor GPT::head(const Tensor& h) const { return ops::matmul(ln_f(h), tok.weight, {false, true}); }
@@ -235,15 +241,7 @@ EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
 }
 
 Tensor EncoderDecoder::embed(const IndexArray& tokens, std::size_t start, Generator* gen) const {
-  if (tokens.shape.size() != 2)
-    throw ShapeError(op_message("encoder_decoder", "tokens must be [B, T], have shape " + shape_str(tokens.shape)));
-  const std::size_t T = tokens.shape[1];
-  if (start + T > cfg_.context)
-    throw ValueError(op_message("encoder_decoder", "positions " + std::to_string(start) + ".." +
-                                                       std::to_string(start + T - 1) + " exceed the context length " +
-                                                       std::to_string(cfg_.context)));
-  const Tensor h = tok(tokens) + pos(IndexArray({T}, range(start, T)));
-  return residual_dropout(h, cfg_.dropout, training(), gen);
+  return embed_tokens("encoder_decoder", tok, pos, cfg_, tokens, start, training(), gen);
 }
 
 Tensor EncoderDecoder::encode(const IndexArray& src, const std::vector<std::size_t>& src_lengths, Generator* gen) {

@@ -200,6 +200,11 @@ TEST_CASE("checkpoint: malformed files are rejected with a message naming the pr
                     Catch::Contains("outside"));
   CHECK_THROWS_WITH(nn::safetensors::load(write("size", with_header(replace(header, "[2,2]", "[2,3]")))),
                     Catch::Contains("needs 24"));
+  CHECK_THROWS_WITH(nn::safetensors::load(write("trailing", bytes + "xyz")), Catch::Contains("3 trailing bytes"));
+  // Tensor a shrunk to one element: bytes 8..16 then belong to no tensor.
+  CHECK_THROWS_WITH(nn::safetensors::load(write("hole", with_header(replace(
+                        header, "[0,16],\"dtype\":\"F64\",\"shape\":[2]", "[0,8],\"dtype\":\"F64\",\"shape\":[1]")))),
+                    Catch::Contains("bytes 8..16") && Catch::Contains("belong to no tensor"));
   CHECK_THROWS_AS(nn::safetensors::load((dir / "missing").string()), FormatError);
 
   // Shapes are checked against the model configuration.
