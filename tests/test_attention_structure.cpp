@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "checks/common.hpp"
 #include "helpers.hpp"
 
 using namespace xg;
@@ -15,24 +16,10 @@ using namespace xgt;
 
 namespace {
 
-// Random allowed mask of the given shape (last two axes T, S) in which every query row has
-// at least one allowed key (SPEC 12 / B3: the equivariance and normalisation preconditions).
-BoolArray random_allowed(const Shape& s, Generator& g, double p_allowed = 0.6) {
-  BoolArray m = BoolArray::filled(s, false);
-  const std::size_t S = s.back();
-  for (std::size_t r = 0; r < m.size() / S; ++r) {
-    bool any = false;
-    for (std::size_t j = 0; j < S; ++j) {
-      m.data[r * S + j] = g.uniform() < p_allowed;
-      any = any || m.data[r * S + j];
-    }
-    if (!any) m.data[r * S + g.below(S)] = 1;
-  }
-  return m;
-}
-
-// Heads [h, h+1) of a [B, H, ., .] tensor.
-Tensor head(const Tensor& x, std::size_t h) { return ops::slice(x, 1, static_cast<long>(h), static_cast<long>(h) + 1); }
+// Random masks in which every query row has at least one allowed key (SPEC 12 / B3: the
+// equivariance and normalisation preconditions), and head slices: shared with checks/.
+using checks::head;
+using checks::random_allowed;
 
 // Element access for rank-4 arrays.
 double at4(const Array& a, std::size_t b, std::size_t h, std::size_t i, std::size_t j) { return a.at({b, h, i, j}); }

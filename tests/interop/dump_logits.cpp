@@ -27,55 +27,14 @@
 #include <vector>
 
 #include "train/checkpoint.hpp"
+#include "tests/support/json_text.hpp"
 #include "xgrad.hpp"
 
 namespace {
 
+using namespace xgt::json_text;
+
 using namespace xg;
-
-std::string jnum(double v) {
-  if (!std::isfinite(v)) throw std::runtime_error("non-finite logit");
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-std::string jsizes(const std::vector<std::size_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string jarray(const Array& a) {
-  const std::vector<double> d = a.to_vector();
-  std::string s = "{\"shape\":" + jsizes(a.shape()) + ",\"data\":[";
-  for (std::size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + jnum(d[i]);
-  return s + "]}";
-}
-
-std::string jtokens(const IndexArray& t) {
-  std::string s = "{\"shape\":" + jsizes(t.shape) + ",\"data\":[";
-  for (std::size_t i = 0; i < t.data.size(); ++i) s += (i ? "," : "") + std::to_string(t.data[i]);
-  return s + "]}";
-}
-
-// JSON string with the characters a file path may plausibly contain escaped.
-std::string jstr(const std::string& s) {
-  std::string r = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      r += '\\';
-      r += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      r += buf;
-    } else {
-      r += c;
-    }
-  }
-  return r + "\"";
-}
 
 // Reproducible token ids in [0, V): 64-bit LCG (Knuth's MMIX constants), high bits.
 class Tokens {
@@ -134,7 +93,7 @@ int run(const std::string& ckpt, const std::string& out_path, const std::string&
     const Shape expect = {k.B, k.T, V};
     if (logits.shape() != expect)
       throw std::runtime_error("logits have shape " + shape_str(logits.shape()) + ", expected " + shape_str(expect));
-    body += std::string(body.empty() ? "" : ",\n") + "{\"tokens\":" + jtokens(tokens) +
+    body += std::string(body.empty() ? "" : ",\n") + "{\"tokens\":" + jints(tokens) +
             ",\"logits\":" + jarray(logits.value()) + "}";
   }
 

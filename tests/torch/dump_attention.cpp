@@ -36,42 +36,17 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/json_text.hpp"
 #include "xgrad.hpp"
 
 namespace {
+
+using namespace xgt::json_text;
 
 using namespace xg;
 using nn::Visibility;
 
 // ----------------------------------------------------------------------------- JSON text
-
-std::string jnum(double v) {
-  if (!std::isfinite(v)) throw std::runtime_error("dump_attention: non-finite value in output");
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-std::string jstr(const std::string& s) { return "\"" + s + "\""; }
-
-std::string jsizes(const std::vector<std::size_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-std::string jarray(const Array& a) {
-  const std::vector<double> d = a.to_vector();
-  std::string s = "{\"shape\":" + jsizes(a.shape()) + ",\"data\":[";
-  for (std::size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + jnum(d[i]);
-  return s + "]}";
-}
-
-std::string jbools(const BoolArray& m) {
-  std::string s = "{\"shape\":" + jsizes(m.shape) + ",\"data\":[";
-  for (std::size_t i = 0; i < m.data.size(); ++i) s += std::string(i ? "," : "") + (m.data[i] ? "1" : "0");
-  return s + "]}";
-}
 
 // An object built field by field; values are already JSON text.
 class Obj {
