@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/gradcheck.hpp"
 #include "core/random.hpp"
+#include "core/runtime.hpp"
 #include "core/tape.hpp"
 #include "core/tensor.hpp"
 #include "ops/dropout.hpp"

@@ -4,8 +4,10 @@
 
 #include "cli/commands.hpp"
 #include "core/error.hpp"
+#include "core/runtime.hpp"
 
 int main(int argc, char** argv) {
+  xg::tune_allocator_for_training();  // the subcommands run many small steps
   CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
   app.require_subcommand(1);
   xg::cli::add_demo(app);

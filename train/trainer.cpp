@@ -11,8 +11,8 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "core/blas.hpp"
 #include "core/error.hpp"
+#include "core/runtime.hpp"
 #include "core/tape.hpp"
 #include "nn/optim.hpp"
 #include "nn/safetensors.hpp"
@@ -268,7 +268,7 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
   }
   if (o.batch == 0 || o.steps <= 0)
     throw ValueError(op_message("train", "batch and steps must be positive"));
-  if (o.threads > 0) blas::set_num_threads(o.threads);
+  if (o.threads > 0) set_blas_threads(o.threads);
   fs::create_directories(o.out);
 
   Run run(o);

@@ -32,7 +32,7 @@ struct TrainOptions {
   std::size_t min_len = 3, max_len = 8;  // reverse
 
   std::uint64_t seed = 1;
-  int threads = 0;  // OpenBLAS threads; 0: all cores
+  int threads = 1;  // OpenBLAS threads (tiny matrices: more threads only spin); 0: OpenBLAS default
   std::int64_t eval_every = 0;        // 0: only at the end
   std::int64_t checkpoint_every = 500;
   std::size_t heldout = 500;
