@@ -1,5 +1,6 @@
 // The xgrad program: `xgrad <command> [options]`, `xgrad <command> --help` for each.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -7,7 +8,10 @@
 #include "core/runtime.hpp"
 
 int main(int argc, char** argv) {
-  xg::tune_allocator_for_training();  // the subcommands run many small steps
+  // The subcommands run many small steps. XGRAD_NO_ALLOCATOR_TUNING=1 skips this, to measure
+  // what it is worth (docs/architecture.md, "Runtime settings").
+  const char* no_tuning = std::getenv("XGRAD_NO_ALLOCATOR_TUNING");
+  if (!no_tuning || !*no_tuning) xg::tune_allocator_for_training();
   CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
   app.require_subcommand(1);
   xg::cli::add_demo(app);
