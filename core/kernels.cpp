@@ -88,12 +88,6 @@ Shape reduced_shape(const Shape& s, const std::vector<std::size_t>& axes, bool k
   return out;
 }
 
-Array sum(const Array& a, const std::vector<std::size_t>& axes, bool keepdims) {
-  Array kept = sum_to_shape(a, reduced_shape(a.shape(), axes, true));
-  if (keepdims) return kept;
-  return kept.reshaped(reduced_shape(a.shape(), axes, false));
-}
-
 Array broadcast_to(const Array& a, const Shape& shape) {
   if (a.shape() == shape) return a;
   Array out = Array::empty(shape, a.dtype());

@@ -20,9 +20,7 @@ Array scale(const Array& a, double s);  // a * s
 // shape `target` was broadcast, giving an array of shape `target`.
 Array sum_to_shape(const Array& g, const Shape& target);
 
-// Sum over sorted, distinct axes.
-Array sum(const Array& a, const std::vector<std::size_t>& axes, bool keepdims);
-// Shape after reducing `axes` with keepdims.
+// Shape after reducing sorted, distinct `axes` (kept as size 1 with keepdims).
 Shape reduced_shape(const Shape& s, const std::vector<std::size_t>& axes, bool keepdims);
 
 Array broadcast_to(const Array& a, const Shape& shape);

@@ -1,6 +1,7 @@
 #include "core/shape.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -11,7 +12,14 @@ const char* dtype_name(DType d) { return d == DType::float32 ? "float32" : "floa
 
 std::size_t numel(const Shape& s) {
   std::size_t n = 1;
-  for (std::size_t d : s) n *= d;
+  bool zero = false;
+  for (std::size_t d : s) zero = zero || d == 0;
+  if (zero) return 0;
+  for (std::size_t d : s) {
+    if (n > std::numeric_limits<std::size_t>::max() / d)
+      throw ShapeError(op_message("shape", "shape " + shape_str(s) + " has more elements than fit in size_t"));
+    n *= d;
+  }
   return n;
 }
 

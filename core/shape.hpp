@@ -15,7 +15,7 @@ const char* dtype_name(DType d);  // "float32" / "float64"
 using Shape = std::vector<std::size_t>;
 using Axes = std::vector<int>;  // may be negative (counted from the end), as in NumPy
 
-std::size_t numel(const Shape& s);
+std::size_t numel(const Shape& s);  // ShapeError if the count overflows size_t
 std::string shape_str(const Shape& s);  // "(2, 3)"; a scalar is "()"
 
 // NumPy broadcasting of two shapes; throws ShapeError naming op and both arguments.

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "core/kernels.hpp"
 #include "core/xt.hpp"
 
 namespace xg {
@@ -65,19 +66,7 @@ const std::shared_ptr<TapeImpl>& current_tape() {
   return tl_default_tape;
 }
 
-Array add_arrays(const Array& a, const Array& b) {
-  Array out = Array::empty(a.shape(), a.dtype());
-  detail::dispatch(a.dtype(), [&](auto t) {
-    using T = decltype(t);
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
-    T* po = out.data<T>();
-    for (std::size_t i = 0, n = a.size(); i < n; ++i) po[i] = pa[i] + pb[i];
-  });
-  return out;
-}
-
-void accumulate(Array& slot, const Array& g) { slot = slot.defined() ? add_arrays(slot, g) : g; }
+void accumulate(Array& slot, const Array& g) { slot = slot.defined() ? kernels::add(slot, g) : g; }
 
 void check_finite_or_throw(const Array& a, const std::string& op, std::size_t position,
                            const std::string& what) {
@@ -260,20 +249,27 @@ Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
 
 namespace {
 
-struct Capture {
-  std::unordered_map<const TensorImpl*, std::size_t> leaves;  // leaf -> wrt index
-  std::unordered_map<std::size_t, std::size_t> nodes;         // node index -> wrt index
-  std::vector<Array>* out = nullptr;
+// Gradients that reach leaves during one sweep, committed only when the sweep completes, so a
+// VJP that throws leaves every .grad() as it was.
+struct LeafGrads {
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, Array>> items;
+  std::unordered_map<const TensorImpl*, std::size_t> index;
+
+  void add(const std::shared_ptr<TensorImpl>& leaf, const Array& g) {
+    auto [it, fresh] = index.emplace(leaf.get(), items.size());
+    if (fresh)
+      items.emplace_back(leaf, g);
+    else
+      accumulate(items[it->second].second, g);
+  }
 };
 
-void deliver_to_leaf(const std::shared_ptr<TensorImpl>& leaf, const Array& g, Capture* cap) {
-  if (cap) {
-    auto it = cap->leaves.find(leaf.get());
-    if (it != cap->leaves.end()) accumulate((*cap->out)[it->second], g);
-    return;
-  }
-  accumulate(leaf->grad, g);
-}
+// What grad() wants back: wrt positions per leaf and per node (a tensor may be listed twice).
+struct Capture {
+  std::unordered_map<const TensorImpl*, std::vector<std::size_t>> leaves;
+  std::unordered_map<std::size_t, std::vector<std::size_t>> nodes;
+  std::vector<Array>* out = nullptr;
+};
 
 void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::size_t pos) {
   const std::string who = n.op + " vjp";
@@ -293,32 +289,39 @@ void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::
     check_finite_or_throw(c, n.op, pos, "backward cotangent for input " + std::to_string(j));
 }
 
-void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* cap) {
+Array checked_seed(const std::string& op, const Tensor& y, Array seed) {
+  if (!seed.defined()) {
+    if (y.size() != 1)
+      throw TapeError(op_message(op, "y has shape " + shape_str(y.shape()) +
+                                         "; backward of a non-scalar needs a seed of that shape"));
+    return Array::full(y.shape(), 1.0, y.dtype());
+  }
+  if (seed.shape() != y.shape())
+    throw ShapeError(op_message(op, "seed has shape " + shape_str(seed.shape()) + ", y has shape " +
+                                        shape_str(y.shape())));
+  if (seed.dtype() != y.dtype())
+    throw DTypeError(op_message(op, std::string("seed is ") + dtype_name(seed.dtype()) + ", y is " +
+                                        dtype_name(y.dtype())));
+  return seed;
+}
+
+// The reverse sweep from y. Leaf gradients go to `leaves`; cotangents of captured nodes to
+// cap->out. VJPs run with recording off: a VJP computes values, it never extends the tape
+// (so the node it reads cannot move under it). Higher-order gradients are not supported.
+void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* cap, LeafGrads& leaves) {
   const std::string op = cap ? "grad" : "backward";
   if (!y.defined()) throw ValueError(op_message(op, "y is an undefined Tensor"));
   const auto& yi = y.impl();
   if (!yi->requires_grad)
     throw TapeError(op_message(op, "y does not require grad: no input of the ops that produced "
                                    "it requires grad, or it was computed under no_grad"));
-  if (!seed.defined()) {
-    if (y.size() != 1)
-      throw TapeError(op_message(op, "y has shape " + shape_str(y.shape()) +
-                                         "; backward of a non-scalar needs a seed of that shape"));
-    seed = Array::full(y.shape(), 1.0, y.dtype());
-  } else {
-    if (seed.shape() != y.shape())
-      throw ShapeError(op_message(op, "seed has shape " + shape_str(seed.shape()) +
-                                          ", y has shape " + shape_str(y.shape())));
-    if (seed.dtype() != y.dtype())
-      throw DTypeError(op_message(op, std::string("seed is ") + dtype_name(seed.dtype()) +
-                                          ", y is " + dtype_name(y.dtype())));
-  }
-
+  seed = checked_seed(op, y, std::move(seed));
   if (yi->is_leaf) {
-    deliver_to_leaf(yi, seed, cap);
+    leaves.add(yi, seed);
     return;
   }
   auto tape = live_tape_of(*yi, op, "y");
+  NoGradGuard no_recording;
 
   std::vector<Array> grads(yi->node + 1);
   grads[yi->node] = seed;
@@ -328,7 +331,8 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
       detail::Node& n = tape->nodes[i];
       if (cap) {
         auto it = cap->nodes.find(i);
-        if (it != cap->nodes.end()) (*cap->out)[it->second] = grads[i];
+        if (it != cap->nodes.end())
+          for (std::size_t k : it->second) (*cap->out)[k] = grads[i];
       }
       const VjpContext ctx{n.inputs, n.output, grads[i], n.needs};
       Cotangents cot = n.vjp(ctx);
@@ -344,7 +348,7 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
         if (e.kind == detail::Edge::node)
           accumulate(grads[e.node_index], cot[j]);
         else
-          deliver_to_leaf(e.leaf_impl, cot[j], cap);
+          leaves.add(e.leaf_impl, cot[j]);
       }
       grads[i] = Array();  // this cotangent has been passed on
       if (!opts.retain_graph) {  // free the node's saved values early
@@ -363,27 +367,39 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
 }  // namespace
 
 void backward(const Tensor& y, const Array& seed, BackwardOptions opts) {
-  sweep(y, seed, opts, nullptr);
+  LeafGrads leaves;
+  sweep(y, seed, opts, nullptr, leaves);
+  for (auto& [leaf, g] : leaves.items) accumulate(leaf->grad, g);  // committed only on success
 }
 
 std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Array& seed,
                         BackwardOptions opts) {
+  if (!y.defined()) throw ValueError(op_message("grad", "y is an undefined Tensor"));
+  std::shared_ptr<TapeImpl> y_tape;
+  if (!y.impl()->is_leaf) y_tape = live_tape_of(*y.impl(), "grad", "y");
   std::vector<Array> out(wrt.size());
   Capture cap;
   cap.out = &out;
   for (std::size_t k = 0; k < wrt.size(); ++k) {
+    const std::string name = "wrt[" + std::to_string(k) + "]";
     const auto& w = wrt[k].impl();
-    if (!w) throw ValueError(op_message("grad", "wrt[" + std::to_string(k) + "] is undefined"));
-    if (!w->requires_grad)
-      throw TapeError(op_message("grad", "wrt[" + std::to_string(k) + "] does not require grad"));
+    if (!w) throw ValueError(op_message("grad", name + " is undefined"));
+    if (!w->requires_grad) throw TapeError(op_message("grad", name + " does not require grad"));
     if (w->is_leaf) {
-      cap.leaves[w.get()] = k;
+      cap.leaves[w.get()].push_back(k);
     } else {
-      live_tape_of(*w, "grad", "wrt[" + std::to_string(k) + "]");
-      cap.nodes[w->node] = k;
+      if (live_tape_of(*w, "grad", name) != y_tape)
+        throw TapeError(op_message("grad", name + " was recorded on another tape than y"));
+      cap.nodes[w->node].push_back(k);
     }
   }
-  sweep(y, seed, opts, &cap);
+  LeafGrads leaves;
+  sweep(y, seed, opts, &cap, leaves);
+  for (auto& [leaf, g] : leaves.items) {
+    auto it = cap.leaves.find(leaf.get());
+    if (it != cap.leaves.end())
+      for (std::size_t k : it->second) out[k] = g;
+  }
   for (std::size_t k = 0; k < wrt.size(); ++k)
     if (!out[k].defined()) out[k] = Array::zeros(wrt[k].shape(), wrt[k].dtype());
   return out;

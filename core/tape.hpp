@@ -79,7 +79,11 @@ struct BackwardOptions {
 void backward(const Tensor& y, const Array& seed = Array(), BackwardOptions opts = {});
 
 // Returns d(seed . y)/d(x) for each x in wrt (leaves or recorded tensors) without touching
-// any .grad(). A tensor y does not depend on gets zeros (as in JAX).
+// any .grad(). A tensor y does not depend on gets zeros (as in JAX); a tensor may be listed
+// more than once; a recorded tensor from another tape than y's is a TapeError.
+//
+// Both run every VJP with recording off (higher-order gradients are not supported), and
+// both are all-or-nothing for leaves: if a VJP throws, no .grad() has changed.
 std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt,
                         const Array& seed = Array(), BackwardOptions opts = {});
 

@@ -1,5 +1,5 @@
 // A small GPT trained with the library directly (no CLI): learn to sort 6 digits.
-//   build/bin/tiny_gpt [--steps N] [--seed S]
+//   build/bin/tiny_gpt [--steps N] [--seed S] [--min-accuracy A]   (exit 1 below A)
 // Shows the pieces a user composes: a task's batches, nn::GPT, a Tape per step, backward,
 // gradient clipping, AdamW with a warmup + cosine schedule, and greedy generation with the
 // KV cache. Prints the loss as it goes and a few held-out predictions at the end.
@@ -20,6 +20,7 @@ namespace {
 struct Args {
   long steps = 400;
   std::uint64_t seed = 1;
+  double min_accuracy = 0.0;
 };
 
 Args parse(int argc, char** argv) {
@@ -30,8 +31,10 @@ Args parse(int argc, char** argv) {
       a.steps = std::strtol(argv[++i], nullptr, 10);
     } else if (k == "--seed" && i + 1 < argc) {
       a.seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (k == "--min-accuracy" && i + 1 < argc) {
+      a.min_accuracy = std::strtod(argv[++i], nullptr);
     } else {
-      std::fprintf(stderr, "usage: tiny_gpt [--steps N] [--seed S]\n");
+      std::fprintf(stderr, "usage: tiny_gpt [--steps N] [--seed S] [--min-accuracy A]\n");
       std::exit(2);
     }
   }
@@ -93,5 +96,5 @@ int main(int argc, char** argv) {
   }
   const double acc = exact_match(model, task, heldout, true);
   std::printf("held-out exact match %.3f\n", acc);
-  return 0;
+  return acc >= args.min_accuracy ? 0 : 1;
 }

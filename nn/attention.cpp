@@ -122,10 +122,15 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
   project(X_new, Q, K, V);
   const std::size_t start = cache.length(), n = X_new.shape()[1];
   cache.append(K.value(), V.value());
-  std::vector<std::int64_t> q_pos(n);
-  for (std::size_t i = 0; i < n; ++i) q_pos[i] = static_cast<std::int64_t>(start + i);
-  const Visibility vis = Visibility::causal(q_pos, cache.positions()) & call.visibility;
-  return finish(Q, Tensor(cache.keys()), Tensor(cache.values()), vis, call);
+  try {  // a failed call leaves the cache as it was
+    std::vector<std::int64_t> q_pos(n);
+    for (std::size_t i = 0; i < n; ++i) q_pos[i] = static_cast<std::int64_t>(start + i);
+    const Visibility vis = Visibility::causal(q_pos, cache.positions()) & call.visibility;
+    return finish(Q, Tensor(cache.keys()), Tensor(cache.values()), vis, call);
+  } catch (...) {
+    cache.truncate(start);
+    throw;
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -73,7 +73,8 @@ class MultiHeadAttention : public Module {
   // Incremental decoding: X_new [B, n, d_model] holds the next n positions (absolute
   // positions cache.length() .. +n-1). Their K and V are appended to the cache and the n
   // queries attend causally by absolute position to every cached key (intersected with
-  // call.visibility, which must then be [.., n, cache.length() + n]).
+  // call.visibility, which must then be [.., n, cache.length() + n]). If the call throws, the
+  // cache is left as it was.
   AttentionOutput forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call = {});
   KVCache make_cache(std::size_t batch, std::size_t capacity) const;
 

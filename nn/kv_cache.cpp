@@ -53,6 +53,13 @@ void KVCache::append(const Array& K_new, const Array& V_new) {
   length_ += n;
 }
 
+void KVCache::truncate(std::size_t length) {
+  if (length > length_)
+    throw ValueError(op_message(kOp, "cannot truncate to " + std::to_string(length) + " positions: only " +
+                                         std::to_string(length_) + " are cached"));
+  length_ = length;
+}
+
 Array KVCache::keys() const {
   Array out = Array::empty({B_, H_kv_, length_, d_k_}, dtype_);
   copy_block(K_, capacity_, 0, out, length_, 0, length_, B_ * H_kv_, d_k_);

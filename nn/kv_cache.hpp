@@ -29,6 +29,8 @@ class KVCache {
   Array values() const;  // [B, H_kv, length, d_v]
   std::vector<std::int64_t> positions() const;  // 0 .. length-1
   void clear() { length_ = 0; }
+  // Forgets every position from `length` on (undoing an append); ValueError if length > length().
+  void truncate(std::size_t length);
 
  private:
   std::size_t B_, H_kv_, capacity_, d_k_, d_v_;

@@ -150,16 +150,20 @@ File load(const std::string& path) {
                         shape_str(en.shape) + " of " + tag + " needs " + std::to_string(count * dtype_bytes(en.dtype)));
     entries.push_back(en);
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   // The data section is covered exactly: no overlaps, no holes, nothing after the last tensor.
+  // Empty tensors occupy no bytes and take no part in this.
+  std::vector<const Entry*> spans;
+  for (const Entry& en : entries)
+    if (en.end > en.begin) spans.push_back(&en);
+  std::sort(spans.begin(), spans.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
   std::uint64_t covered = 0;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    if (i > 0 && entries[i].begin < entries[i - 1].end)
-      throw FormatError(where(path) + "tensors '" + entries[i - 1].name + "' and '" + entries[i].name + "' overlap");
-    if (entries[i].begin != covered && entries[i].end > entries[i].begin)
-      throw FormatError(where(path) + "bytes " + std::to_string(covered) + ".." + std::to_string(entries[i].begin) +
-                        " of the data section before tensor '" + entries[i].name + "' belong to no tensor");
-    covered = std::max(covered, entries[i].end);
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i]->begin < covered)
+      throw FormatError(where(path) + "tensors '" + spans[i - 1]->name + "' and '" + spans[i]->name + "' overlap");
+    if (spans[i]->begin > covered)
+      throw FormatError(where(path) + "bytes " + std::to_string(covered) + ".." + std::to_string(spans[i]->begin) +
+                        " of the data section before tensor '" + spans[i]->name + "' belong to no tensor");
+    covered = spans[i]->end;
   }
   if (covered != data_size)
     throw FormatError(where(path) + "the data section has " + std::to_string(data_size - covered) +

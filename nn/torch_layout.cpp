@@ -41,12 +41,26 @@ TorchMHA export_mha(const MultiHeadAttention& m) {
 
 void import_mha(MultiHeadAttention& m, const TorchMHA& w) {
   require_torch_compatible(m);
-  m.W_QKV.set_value(linear_from_torch(w.in_proj_weight).astype(m.config().dtype));
-  m.W_O.set_value(linear_from_torch(w.out_proj_weight).astype(m.config().dtype));
   if (m.b_QKV.defined() != w.in_proj_bias.defined() || m.b_O.defined() != w.out_proj_bias.defined())
     throw ValueError(op_message("torch_layout", "bias presence differs between the layer and the PyTorch state"));
-  if (m.b_QKV.defined()) m.b_QKV.set_value(w.in_proj_bias.astype(m.config().dtype));
-  if (m.b_O.defined()) m.b_O.set_value(w.out_proj_bias.astype(m.config().dtype));
+  // Convert and check everything before the first write, so a failed import changes nothing.
+  const DType dt = m.config().dtype;
+  const Array W_QKV = linear_from_torch(w.in_proj_weight).astype(dt), W_O = linear_from_torch(w.out_proj_weight).astype(dt);
+  const Array b_QKV = m.b_QKV.defined() ? w.in_proj_bias.astype(dt) : Array();
+  const Array b_O = m.b_O.defined() ? w.out_proj_bias.astype(dt) : Array();
+  auto same = [](const char* what, const Array& a, const Tensor& p) {
+    if (a.defined() && a.shape() != p.shape())
+      throw ShapeError(op_message("torch_layout", std::string(what) + " converts to shape " + shape_str(a.shape()) +
+                                                      ", the layer expects " + shape_str(p.shape())));
+  };
+  same("in_proj_weight", W_QKV, m.W_QKV);
+  same("out_proj.weight", W_O, m.W_O);
+  same("in_proj_bias", b_QKV, m.b_QKV);
+  same("out_proj.bias", b_O, m.b_O);
+  m.W_QKV.set_value(W_QKV);
+  m.W_O.set_value(W_O);
+  if (b_QKV.defined()) m.b_QKV.set_value(b_QKV);
+  if (b_O.defined()) m.b_O.set_value(b_O);
 }
 
 }  // namespace xg::nn::torch_layout

@@ -215,9 +215,15 @@ Tensor GPT::logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& ca
   if (caches.size() != blocks.size())
     throw ValueError(op_message("gpt", "need one KV cache per layer: " + std::to_string(blocks.size()) + " layers, " +
                                            std::to_string(caches.size()) + " caches"));
-  Tensor h = embed(tokens_new, caches[0].length(), nullptr);
+  const std::size_t start = caches[0].length();
+  Tensor h = embed(tokens_new, start, nullptr);
   const AttentionCall call;  // causal by absolute position inside forward_cached
-  for (std::size_t l = 0; l < blocks.size(); ++l) h = blocks[l]->forward_cached(h, caches[l], call);
+  try {
+    for (std::size_t l = 0; l < blocks.size(); ++l) h = blocks[l]->forward_cached(h, caches[l], call);
+  } catch (...) {  // keep the layers' caches in step
+    for (auto& c : caches) c.truncate(std::min(start, c.length()));
+    throw;
+  }
   return head(h);
 }
 
@@ -291,10 +297,17 @@ Tensor EncoderDecoder::decode_cached(const IndexArray& tgt_new, std::vector<KVCa
                                      const std::vector<std::size_t>& src_lengths) {
   if (caches.size() != decoder.size() || kv.size() != decoder.size())
     throw ValueError(op_message("encoder_decoder", "need one KV cache and one memory K/V pair per decoder layer"));
-  Tensor h = embed(tgt_new, caches[0].length(), nullptr);
+  const std::size_t start = caches[0].length();
+  Tensor h = embed(tgt_new, start, nullptr);
   AttentionCall self_call, cross_call;
   cross_call.visibility = Visibility::key_lengths(src_lengths, kv[0].first.shape()[2]);
-  for (std::size_t l = 0; l < decoder.size(); ++l) h = decoder[l]->forward_cached(h, caches[l], self_call, kv[l], cross_call);
+  try {
+    for (std::size_t l = 0; l < decoder.size(); ++l)
+      h = decoder[l]->forward_cached(h, caches[l], self_call, kv[l], cross_call);
+  } catch (...) {  // keep the layers' caches in step
+    for (auto& c : caches) c.truncate(std::min(start, c.length()));
+    throw;
+  }
   return ops::matmul(ln_f(h), tok.weight, {false, true});
 }
 

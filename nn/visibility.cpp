@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/kernels.hpp"
+#include "ops/mask.hpp"
 
 namespace xg::nn {
 
@@ -58,11 +59,8 @@ Visibility Visibility::additive(const Array& bias) {
   Visibility v;
   v.hard_ = Array::empty(s, DType::float64);
   v.soft_ = Array::empty(s, DType::float64);
+  ops::check_additive_bias(kOp, bias);
   for (std::size_t i = 0; i < b.size(); ++i) {
-    if (std::isnan(b[i]) || b[i] == std::numeric_limits<double>::infinity())
-      throw ValueError(op_message(kOp, "additive bias has " + std::to_string(b[i]) + " at flat index " +
-                                           std::to_string(i) +
-                                           "; use 0 (allowed), -inf (forbidden) or a finite soft bias"));
     const bool forbid = std::isinf(b[i]);
     v.hard_.set_flat(i, forbid ? 0.0 : 1.0);
     v.soft_.set_flat(i, forbid ? 0.0 : b[i]);

@@ -95,7 +95,7 @@ Tensor slice(const Tensor& x, int axis, long start, long stop, long step) {
   const long len = static_cast<long>(x.shape()[ax]);
   auto clampi = [len](long v) { return std::clamp(v < 0 ? v + len : v, 0L, len); };
   const long b = clampi(start), e = clampi(stop);
-  const std::size_t n = e > b ? static_cast<std::size_t>((e - b + step - 1) / step) : 0;
+  const std::size_t n = e > b ? static_cast<std::size_t>((e - b - 1) / step + 1) : 0;  // no overflow for huge step
   Shape out_shape = x.shape();
   out_shape[ax] = n;
   Array out = Array::empty(out_shape, x.dtype());

@@ -27,21 +27,24 @@ Tensor fill_select(const std::string& op, const Tensor& x, std::shared_ptr<const
 
 }  // namespace
 
+void check_additive_bias(const std::string& op, const Array& bias) {
+  const auto b = bias.to_vector();
+  for (std::size_t i = 0; i < b.size(); ++i)
+    if (std::isnan(b[i]) || b[i] == std::numeric_limits<double>::infinity())
+      throw ValueError(op_message(op, "additive bias has " + std::to_string(b[i]) + " at flat index " +
+                                          std::to_string(i) + "; use 0 (allowed), -inf (forbidden) or a finite bias"));
+}
+
 Tensor add_mask(const Tensor& x, const Array& bias) {
   check::defined("add_mask", "x", x);
   if (bias.dtype() != x.dtype())
     throw DTypeError(op_message("add_mask", std::string("bias is ") + dtype_name(bias.dtype()) +
                                                 ", x is " + dtype_name(x.dtype())));
   broadcast_shapes("add_mask", "x", x.shape(), "bias", bias.shape());
+  check_additive_bias("add_mask", bias);
   auto forbidden = std::make_shared<BoolArray>(BoolArray::filled(bias.shape(), false));
   const auto b = bias.to_vector();
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    if (std::isnan(b[i]) || b[i] == std::numeric_limits<double>::infinity())
-      throw ValueError(op_message("add_mask", "bias has " + std::to_string(b[i]) +
-                                                  " at flat index " + std::to_string(i) +
-                                                  "; use 0 (allowed), -inf (forbidden) or a finite bias"));
-    forbidden->data[i] = std::isinf(b[i]) ? 1 : 0;
-  }
+  for (std::size_t i = 0; i < b.size(); ++i) forbidden->data[i] = std::isinf(b[i]) ? 1 : 0;
   // Finite part of the bias added arithmetically; forbidden positions selected to -inf.
   Array finite_bias = kernels::select(forbidden->data, forbidden->shape, Array::zeros({}, x.dtype()), bias);
   Array sum = kernels::add(x.value(), finite_bias);

@@ -3,6 +3,8 @@
 // visibility types are built on these.)
 #pragma once
 
+#include <string>
+
 #include "core/tensor.hpp"
 
 namespace xg::ops {
@@ -11,6 +13,10 @@ namespace xg::ops {
 // negative value = a soft bias. bias broadcasts to x and is a constant. At -inf positions
 // the result is exactly -inf whatever x holds there, and x's gradient there is exactly 0.
 Tensor add_mask(const Tensor& x, const Array& bias);
+
+// Throws ValueError naming `op` and the position if an additive bias holds NaN or +inf
+// (allowed values: finite, or -inf for forbidden).
+void check_additive_bias(const std::string& op, const Array& bias);
 
 // out = fill_where ? value : x (torch.masked_fill polarity: true means "replace").
 Tensor masked_fill(const Tensor& x, const BoolArray& fill_where, double value);

@@ -58,6 +58,9 @@ Tensor run(const std::string& op, const Tensor& u, int axis, bool log_space) {
   check::rank_at_least(op, "u", u, 1);
   const std::size_t ax = normalize_axis(op, "axis", axis, u.ndim());
   const AxisSplit r = split_at_axis(u.shape(), ax);  // u as [outer, S, inner]
+  if (r.len == 0 && r.outer * r.inner > 0)  // rows exist but have no entries
+    throw ShapeError(op_message(op, "axis " + std::to_string(axis) + " of u has length 0 (shape " +
+                                        shape_str(u.shape()) + "): a softmax over no entries is undefined"));
   Array y = Array::empty(u.shape(), u.dtype());
   detail::dispatch(u.dtype(), [&](auto t) {
     using T = decltype(t);

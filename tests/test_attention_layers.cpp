@@ -158,6 +158,13 @@ TEST_CASE("KV cache: tracks positions and sizes, and refuses to overflow", "[nn]
                     Catch::Contains("[kv_cache] overflow") && Catch::Contains("capacity of 4"));
   CHECK_THROWS_AS(cache.append(Array::zeros({1, 2, 1, 4}, DType::float64), Array::zeros({1, 2, 1, 4}, DType::float64)),
                   ShapeError);
+  // A call that fails after the append (here: a visibility of the wrong shape) leaves the
+  // cache as it was.
+  AttentionCall bad;
+  bad.visibility = Visibility::causal(2, 2);
+  CHECK_THROWS_AS(m.forward_cached(Tensor(rnd({1, 1, 8}, g)), cache, bad), ShapeError);
+  CHECK(cache.length() == 3);
+  CHECK_THROWS_AS(cache.truncate(4), ValueError);
 }
 
 TEST_CASE("attention layer: PyTorch layout export/import round-trips and matches the packed blocks",
@@ -174,6 +181,19 @@ TEST_CASE("attention layer: PyTorch layout export/import round-trips and matches
   CHECK(max_abs_diff(a(X, Visibility::all()).value(), b(X, Visibility::all()).value()) == 0.0);
   MultiHeadAttention gqa(config(8, 4, 2), g);
   CHECK_THROWS_WITH(torch_layout::export_mha(gqa), Catch::Contains("H_kv == H_q"));
+  // A failed import changes nothing: here the state lacks the output bias.
+  auto no_bias = w;
+  no_bias.out_proj_bias = Array();
+  const Array before = b.W_QKV.value().clone();
+  MultiHeadAttention c(config(6, 2, 2), g);
+  const Array c_before = c.W_QKV.value().clone();
+  CHECK_THROWS_WITH(torch_layout::import_mha(c, no_bias), Catch::Contains("bias presence"));
+  CHECK(max_abs_diff(c.W_QKV.value(), c_before) == 0.0);
+  auto wrong = w;
+  wrong.out_proj_weight = Array::zeros({6, 5}, DType::float64);
+  CHECK_THROWS_WITH(torch_layout::import_mha(c, wrong), Catch::Contains("out_proj.weight"));
+  CHECK(max_abs_diff(c.W_QKV.value(), c_before) == 0.0);
+  CHECK(max_abs_diff(b.W_QKV.value(), before) == 0.0);
 }
 
 TEST_CASE("attention layer: dropout only in training; eval is exactly the deterministic path (SPEC 2)",

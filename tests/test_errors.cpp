@@ -117,3 +117,15 @@ TEST_CASE("errors: values that would silently become NaN are refused", "[errors]
   CHECK_THROWS_WITH(ops::var(t({1, 3}), {0}), Catch::Contains("[var]"));
   CHECK_THROWS_WITH(ops::clamp(t({1}), 1.0, 0.0), Catch::Contains("[clamp]"));
 }
+
+TEST_CASE("errors: element counts that overflow, huge slice steps and empty softmax axes", "[errors]") {
+  CHECK_THROWS_WITH(Array::zeros({3, std::size_t(0xAAAAAAAAAAAAAAABull)}, DType::float64),
+                    Catch::Contains("[shape]") && Catch::Contains("more elements than fit"));
+  CHECK(numel({0, std::size_t(-1), std::size_t(-1)}) == 0);  // a zero axis: no overflow, no elements
+  const Tensor x(Array::of({0.0, 1.0, 2.0, 3.0, 4.0}));
+  CHECK(ops::slice(x, 0, 0, 5, std::numeric_limits<long>::max()).value().to_vector() == std::vector<double>{0});
+  CHECK(ops::slice(x, 0, 1, 5, 3).value().to_vector() == std::vector<double>{1, 4});
+  CHECK_THROWS_WITH(ops::softmax(Tensor(Array::zeros({2, 0}, DType::float64))),
+                    Catch::Contains("[softmax]") && Catch::Contains("length 0"));
+  CHECK(ops::softmax(Tensor(Array::zeros({0, 3}, DType::float64))).shape() == Shape{0, 3});  // no rows: fine
+}

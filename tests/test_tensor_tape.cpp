@@ -2,6 +2,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "core/xt.hpp"
 #include "helpers.hpp"
 
 using namespace xg;
@@ -297,4 +298,69 @@ TEST_CASE("tape: float32 and float64 run the same op code and agree", "[core][dt
   const auto r32 = run(a64.astype(DType::float32), b64.astype(DType::float32));
   CHECK(r32[1].dtype() == DType::float32);
   for (std::size_t i = 0; i < 3; ++i) CHECK(max_abs_diff(r32[i].astype(DType::float64), r64[i]) < 1e-5);
+}
+
+TEST_CASE("tape: grad() fills every position of a repeated wrt and refuses another tape's tensor",
+          "[core][tape][errors]") {
+  Tensor x(Array::of({1.0, 2.0}), true);
+  Tensor h = x * 3.0;
+  const auto g = grad(ops::sum(h * h), {x, h, x, h});
+  CHECK(g[0].to_vector() == std::vector<double>{18, 36});
+  CHECK(g[2].to_vector() == std::vector<double>{18, 36});
+  CHECK(g[1].to_vector() == std::vector<double>{6, 12});
+  CHECK(g[3].to_vector() == std::vector<double>{6, 12});
+
+  Tape first;
+  Tensor a(Array::of({1.0, 2.0}), true);
+  Tensor on_first = a * 10.0;
+  Tape second;
+  Tensor b(Array::of({3.0, 4.0}), true);
+  Tensor z = b * 5.0;
+  CHECK_THROWS_WITH(grad(ops::sum(z * z), {on_first}),
+                    Catch::Contains("[grad]") && Catch::Contains("wrt[0] was recorded on another tape"));
+}
+
+TEST_CASE("tape: a VJP that runs tensor ops without no_grad neither records nor corrupts the sweep",
+          "[core][tape][custom]") {
+  Tensor w(Array::of({2.0, 3.0}), true);  // captured by the VJP, requires grad
+  Tensor x(Array::of({1.0, -1.0}), true);
+  Tape tape;
+  Tensor y = custom_op(
+      "scale_by_w", {x}, [&](const std::vector<Array>& in) { return (Tensor(in[0]) * w.detach()).value(); },
+      [&](const VjpContext& c) {
+        // No NoGradGuard here: w requires grad, so this would record on the tape mid-sweep.
+        return Cotangents{(Tensor(c.grad_output) * w).value()};
+      });
+  const std::size_t before = tape.size();
+  for (int i = 0; i < 3; ++i) y = y * 1.0;  // more nodes after it, so a record would reallocate
+  ops::sum(y).backward();
+  CHECK(before == 1);
+  CHECK(x.grad().to_vector() == std::vector<double>{2, 3});
+  CHECK_FALSE(w.has_grad());  // w was a constant inside the VJP
+}
+
+TEST_CASE("tape: a VJP that throws leaves every leaf gradient as it was", "[core][tape][errors]") {
+  Tensor a(Array::of({1.0}), true), b(Array::of({2.0}), true);
+  ops::sum(a * b).backward();  // a.grad = 2, b.grad = 1
+  Tensor failing = custom_op(
+      "fails", {b}, [](const std::vector<Array>& in) { return in[0].clone(); },
+      [](const VjpContext&) -> Cotangents { throw ValueError("[fails vjp] deliberate"); });
+  // Recorded after `failing`, so the sweep reaches a * 5 first and hands a its gradient 5
+  // before the failing VJP runs.
+  Tensor y = ops::sum(failing + a * 5.0);
+  CHECK_THROWS_WITH(y.backward(), Catch::Contains("deliberate"));
+  CHECK(a.grad().to_vector() == std::vector<double>{2});
+  CHECK(b.grad().to_vector() == std::vector<double>{1});
+}
+
+TEST_CASE("tensor: xtensor interop, from_xarray and xarray share the layout both ways", "[core]") {
+  xt::xarray<double> a = {{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}};
+  const Array arr = from_xarray<double>(a);
+  CHECK(arr.shape() == Shape{2, 3});
+  CHECK(arr.at({1, 2}) == 6.0);
+  Tensor t(arr, true);
+  ops::sum(t * t).backward();
+  const xt::xarray<double>& g = xarray<double>(t.grad());
+  CHECK(g(1, 0) == 8.0);
+  CHECK(g.shape()[1] == 3);
 }

@@ -82,7 +82,9 @@ TEST_CASE("train: resume continues the exact loss trajectory of an uninterrupted
   const fs::path whole = temp_dir("whole"), parts = temp_dir("parts");
   std::ostringstream log;
   train::TrainOptions o = small_sort(whole, 60);
-  o.dropout = 0.1;  // the dropout generator's state must be restored too
+  o.dropout = 0.1;       // the dropout generator's state must be restored too
+  o.lr = 1.234567e-3;    // options must be saved exactly, not to six decimals
+  o.weight_decay = 0.0123456789;
   const auto uninterrupted = train::run_training(o, log);
   train::TrainOptions first = o;
   first.out = parts.string();
@@ -206,6 +208,13 @@ TEST_CASE("checkpoint: malformed files are rejected with a message naming the pr
                         header, "[0,16],\"dtype\":\"F64\",\"shape\":[2]", "[0,8],\"dtype\":\"F64\",\"shape\":[1]")))),
                     Catch::Contains("bytes 8..16") && Catch::Contains("belong to no tensor"));
   CHECK_THROWS_AS(nn::safetensors::load((dir / "missing").string()), FormatError);
+  // Empty tensors take no bytes, wherever they stand.
+  const std::string empty_mid = (dir / "empty.safetensors").string();
+  nn::safetensors::save(empty_mid, {{"a", Array::of({1.0, 2.0})}, {"z", Array::zeros({0}, DType::float64)},
+                                    {"b", Array::of({3.0, 4.0})}});
+  const auto e = nn::safetensors::load(empty_mid);
+  CHECK(e.get("z").size() == 0);
+  CHECK(e.get("b").to_vector() == std::vector<double>{3.0, 4.0});
 
   // Shapes are checked against the model configuration.
   Generator g(1);
@@ -246,5 +255,35 @@ TEST_CASE("pictures: loss curve, attention map and visibility patterns are PNGs 
   CHECK(vis.height == 3 * 12 + 1);
   CHECK_THROWS_AS(train::png_size((dir / "log.csv").string()), FormatError);
   CHECK_THROWS_WITH(train::heatmap_png(Array::full({1, 1}, -1.0, DType::float64), (dir / "x.png").string()), Catch::Contains("[heatmap]"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("train: charlm with a short context and checkpoint-every 0 run to the end", "[train]") {
+  const fs::path dir = temp_dir("charlm");
+  {
+    std::ofstream text(dir / "text.txt");
+    for (int i = 0; i < 40; ++i) text << "the quick brown fox jumps over the lazy dog. ";
+  }
+  train::TrainOptions o;
+  o.task = "charlm";
+  o.text = (dir / "text.txt").string();
+  o.out = (dir / "out").string();
+  o.context = 8;
+  o.steps = 5;
+  o.batch = 4;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.checkpoint_every = 0;
+  o.progress = false;
+  o.plot = false;
+  std::ostringstream log;
+  const auto r = train::run_training(o, log);
+  CHECK(r.metric_name == "val_loss");
+  CHECK(std::isfinite(r.metric));
+  CHECK_THAT(log.str(), Catch::Contains("sample:"));
+  CHECK(fs::exists(dir / "out" / "model.safetensors"));
+  o.context = 1;
+  CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context must be at least 2"));
   fs::remove_all(dir);
 }

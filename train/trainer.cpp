@@ -38,23 +38,30 @@ std::string clock_text(double s) {
   return os.str();
 }
 
+// A double as text that reads back to the same double (std::to_string keeps 6 decimals).
+std::string exact(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 // The options that define a run, saved with its state so --resume continues the same run.
 nn::safetensors::Metadata options_metadata(const TrainOptions& o) {
   return {{"opt.task", o.task},
           {"opt.text", o.text},
           {"opt.steps", std::to_string(o.steps)},
           {"opt.batch", std::to_string(o.batch)},
-          {"opt.lr", std::to_string(o.lr)},
-          {"opt.min_lr_ratio", std::to_string(o.min_lr_ratio)},
+          {"opt.lr", exact(o.lr)},
+          {"opt.min_lr_ratio", exact(o.min_lr_ratio)},
           {"opt.warmup", std::to_string(o.warmup)},
-          {"opt.weight_decay", std::to_string(o.weight_decay)},
-          {"opt.clip", std::to_string(o.clip)},
+          {"opt.weight_decay", exact(o.weight_decay)},
+          {"opt.clip", exact(o.clip)},
           {"opt.d_model", std::to_string(o.d_model)},
           {"opt.heads", std::to_string(o.heads)},
           {"opt.kv_heads", std::to_string(o.kv_heads)},
           {"opt.layers", std::to_string(o.layers)},
           {"opt.d_ff", std::to_string(o.d_ff)},
-          {"opt.dropout", std::to_string(o.dropout)},
+          {"opt.dropout", exact(o.dropout)},
           {"opt.context", std::to_string(o.context)},
           {"opt.n_digits", std::to_string(o.n_digits)},
           {"opt.min_len", std::to_string(o.min_len)},
@@ -219,11 +226,12 @@ struct Run {
       if (samples) {
         Generator sample_gen(o.seed + 3000);
         const LMBatch b = charlm->batch(1, sample_gen, true);
-        std::vector<std::int64_t> prompt(b.tokens.data.begin(), b.tokens.data.begin() + 16);
+        const std::size_t p = std::min<std::size_t>(16, o.context / 2);  // prompt, then room to write
+        std::vector<std::int64_t> prompt(b.tokens.data.begin(), b.tokens.data.begin() + static_cast<long>(p));
         SampleOptions so;
         so.temperature = 0.8;
         so.generator = &sample_gen;
-        const std::size_t n = std::min<std::size_t>(160, o.context - prompt.size());
+        const std::size_t n = std::min<std::size_t>(160, o.context - p);
         const Generation g = generate(*gpt, {prompt}, n, so);
         *samples << "  sample: \"" << info.vocab.decode(prompt) << "|" << info.vocab.decode(g.tokens[0]) << "\"\n";
       }
@@ -268,6 +276,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
   }
   if (o.batch == 0 || o.steps <= 0)
     throw ValueError(op_message("train", "batch and steps must be positive"));
+  if (o.task == "charlm" && o.context < 2)
+    throw ValueError(op_message("train", "--context must be at least 2, got " + std::to_string(o.context)));
   if (o.threads > 0) set_blas_threads(o.threads);
   fs::create_directories(o.out);
 
@@ -338,7 +348,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
       out << (tty ? "\n" : "") << "  eval at step " << s << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ")
           << m << "\n";
     }
-    if (s % o.checkpoint_every == 0 || s == o.steps || s == o.stop_at) save_checkpoint(run, opt, s, data, dropout);
+    if ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps || s == o.stop_at)
+      save_checkpoint(run, opt, s, data, dropout);
     result.steps_done = s;
     if (s == o.stop_at) break;
   }

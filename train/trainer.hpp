@@ -34,7 +34,7 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   int threads = 1;  // OpenBLAS threads (tiny matrices: more threads only spin); 0: OpenBLAS default
   std::int64_t eval_every = 0;        // 0: only at the end
-  std::int64_t checkpoint_every = 500;
+  std::int64_t checkpoint_every = 500;  // 0: only at the end (and at stop_at)
   std::size_t heldout = 500;
   bool progress = true;   // live progress line
   bool plot = true;       // loss.png through gnuplot
