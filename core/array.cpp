@@ -10,6 +10,7 @@ namespace xg {
 namespace detail {
 
 Array Storage::make(const Shape& shape, DType dtype) {
+  numel(shape);  // ShapeError on overflow, before xtensor computes strides from the shape
   auto s = std::make_shared<Storage>();
   s->shape = shape;
   s->dtype = dtype;

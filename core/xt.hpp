@@ -2,6 +2,14 @@
 // do not. Upgrading xtensor (0.26 moved headers into subfolders) touches only this file.
 #pragma once
 
+// xgrad's arrays use xtensor's SIMD-aligned allocator (xsimd). The macro changes the type
+// xt::xarray<T> itself, so every translation unit must agree on it or the program mixes two
+// allocators (an ODR violation AddressSanitizer reports as alloc-dealloc-mismatch). The xgrad
+// target exports it publicly; this guard covers code that includes this header directly.
+#ifndef XTENSOR_USE_XSIMD
+#define XTENSOR_USE_XSIMD
+#endif
+
 #include <type_traits>
 #include <variant>
 

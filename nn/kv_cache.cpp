@@ -14,6 +14,7 @@ const char* kOp = "kv_cache";
 // (reverse) rows [0, n) of the cache into a fresh [B, H, n, d].
 void copy_block(const Array& src, std::size_t src_len, std::size_t src_at, Array& dst, std::size_t dst_len,
                 std::size_t dst_at, std::size_t n, std::size_t BH, std::size_t d) {
+  if (n == 0 || BH == 0 || d == 0) return;  // nothing to copy (buffers may be null)
   detail::dispatch(src.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* ps = src.data<T>();

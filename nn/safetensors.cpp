@@ -59,6 +59,7 @@ void save(const std::string& path, const NamedArrays& tensors, const Metadata& m
   bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   for (const auto& [name, a] : tensors) {
     if (!ok) break;
+    if (a.size() == 0) continue;  // empty tensors have no bytes (and no data pointer)
     detail::dispatch(a.dtype(), [&](auto t) {
       using T = decltype(t);
       ok = std::fwrite(a.data<T>(), sizeof(T), a.size(), f) == a.size();

@@ -38,7 +38,7 @@ Tensor index_select(const Tensor& x, int axis, const IndexArray& idx) {
   Shape out_shape = x.shape();
   out_shape[ax] = n;
   Array out = Array::empty(out_shape, x.dtype());
-  detail::dispatch(x.dtype(), [&](auto t) {
+  if (out.size() > 0) detail::dispatch(x.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* px = x.value().data<T>();
     T* po = out.data<T>();

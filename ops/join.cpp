@@ -18,6 +18,7 @@ namespace {
 // rows [dst_off, dst_off + n) of dst.
 void copy_rows(const Array& src, AxisSplit s, std::size_t src_off, std::size_t step, Array& dst,
                AxisSplit d, std::size_t dst_off, std::size_t n) {
+  if (n == 0 || s.inner == 0 || s.outer == 0) return;  // nothing to copy (buffers may be null)
   detail::dispatch(src.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* ps = src.data<T>();
@@ -34,6 +35,7 @@ void copy_rows(const Array& src, AxisSplit s, std::size_t src_off, std::size_t s
 // Inverse of copy_rows for the VJP: writes g's rows back to strided positions of dst.
 void scatter_rows(const Array& g, AxisSplit gs, Array& dst, AxisSplit ds, std::size_t start,
                   std::size_t step) {
+  if (g.size() == 0) return;
   detail::dispatch(g.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* pg = g.data<T>();

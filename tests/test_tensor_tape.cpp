@@ -208,7 +208,12 @@ TEST_CASE("tape: memory stays flat across 10,000 forward/backward steps", "[core
   for (int i = 0; i < 10000; ++i) step();
   const long after = resident_kib();
   INFO("resident memory before " << before << " KiB, after " << after << " KiB");
+#ifndef __SANITIZE_ADDRESS__
   CHECK(after - before < 2048);
+#else
+  (void)before;  // AddressSanitizer's quarantine holds freed memory on purpose: RSS says nothing here
+  (void)after;
+#endif
   CHECK(watch.use_count() == 1);  // nothing but W itself holds the parameter
 }
 
