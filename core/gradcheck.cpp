@@ -18,10 +18,7 @@ class Checker {
  public:
   Checker(const GradcheckFn& f, const std::vector<Array>& inputs, const GradcheckOptions& o,
           const std::vector<std::string>& names)
-      : f_(f), inputs_(inputs), o_(o), names_(names) {
-    report_.atol = o.atol;
-    report_.rtol = o.rtol;
-  }
+      : f_(f), inputs_(inputs), o_(o), names_(names), cmp_(o.atol, o.rtol) {}
 
   Tensor evaluate(const std::vector<Array>& xs) {
     NoGradGuard ng;
@@ -46,32 +43,8 @@ class Checker {
 
   double step(double x) const { return o_.eps * std::max(1.0, std::fabs(x)); }
 
-  void compare(double analytic, double numeric, std::size_t input, std::vector<std::size_t> index,
-               std::vector<std::size_t> out_index) {
-    ++report_.comparisons;
-    const double err = std::fabs(analytic - numeric);
-    const double tol = o_.atol + o_.rtol * std::fabs(numeric);
-    double score = err / tol;
-    if (!std::isfinite(analytic) || !std::isfinite(numeric)) score = std::numeric_limits<double>::infinity();
-    if (std::isfinite(err)) report_.max_abs_error = std::max(report_.max_abs_error, err);
-    else report_.max_abs_error = std::numeric_limits<double>::infinity();
-    const double rel = std::fabs(numeric) > 0 ? err / std::fabs(numeric) : (err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-    if (std::fabs(numeric) > o_.atol) report_.max_rel_error = std::max(report_.max_rel_error, rel);
-    if (!(score <= 1.0)) report_.passed = false;
-    if (score > worst_score_ || report_.comparisons == 1) {
-      worst_score_ = score;
-      report_.input = input;
-      report_.index = std::move(index);
-      report_.output_index = std::move(out_index);
-      report_.analytic = analytic;
-      report_.numeric = numeric;
-      report_.abs_error = err;
-      report_.rel_error = rel;
-    }
-  }
-
   void full() {
-    report_.mode = "full";
+    cmp_.report().mode = "full";
     std::vector<Tensor> leaves;
     Tensor y = forward(leaves);
     const std::size_t n_out = y.size();
@@ -97,14 +70,14 @@ class Checker {
         xs[k].set_flat(j, x0 - h);
         const auto ym = evaluate(xs).value().to_vector();
         for (std::size_t i = 0; i < n_out; ++i)
-          compare(J[k][i][j], (yp[i] - ym[i]) / (2 * h), k, unravel_index(j, inputs_[k].shape()),
+          cmp_.compare(J[k][i][j], (yp[i] - ym[i]) / (2 * h), k, unravel_index(j, inputs_[k].shape()),
                   unravel_index(i, out_shape));
       }
     }
   }
 
   void projection() {
-    report_.mode = "projection";
+    cmp_.report().mode = "projection";
     Generator gen(o_.seed);
     for (int r = 0; r < o_.projections; ++r) {
       std::vector<Tensor> leaves;
@@ -133,7 +106,7 @@ class Checker {
         const auto ym = evaluate(xs).value().to_vector();
         double numeric = 0;
         for (std::size_t i = 0; i < vv.size(); ++i) numeric += vv[i] * (yp[i] - ym[i]) / (2 * h);
-        compare(analytic, numeric, k, {}, {});
+        cmp_.compare(analytic, numeric, k);
       }
     }
   }
@@ -163,8 +136,9 @@ class Checker {
       full();
     else
       projection();
-    report_.input_name = name(report_.input);
-    return report_;
+    GradcheckReport r = cmp_.report();
+    r.input_name = name(r.input);
+    return r;
   }
 
   std::string name(std::size_t k) const {
@@ -176,11 +150,39 @@ class Checker {
   const std::vector<Array>& inputs_;
   const GradcheckOptions& o_;
   const std::vector<std::string>& names_;
-  GradcheckReport report_;
-  double worst_score_ = 0;
+  GradcheckComparer cmp_;
 };
 
 }  // namespace
+
+GradcheckComparer::GradcheckComparer(double atol, double rtol) {
+  report_.atol = atol;
+  report_.rtol = rtol;
+}
+
+void GradcheckComparer::compare(double analytic, double numeric, std::size_t input, std::vector<std::size_t> index,
+                                std::vector<std::size_t> output_index) {
+  ++report_.comparisons;
+  const double err = std::fabs(analytic - numeric);
+  const double tol = report_.atol + report_.rtol * std::fabs(numeric);
+  double score = err / tol;
+  if (!std::isfinite(analytic) || !std::isfinite(numeric)) score = std::numeric_limits<double>::infinity();
+  report_.max_abs_error = std::isfinite(err) ? std::max(report_.max_abs_error, err) : std::numeric_limits<double>::infinity();
+  const double rel =
+      std::fabs(numeric) > 0 ? err / std::fabs(numeric) : (err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  if (std::fabs(numeric) > report_.atol) report_.max_rel_error = std::max(report_.max_rel_error, rel);
+  if (!(score <= 1.0)) report_.passed = false;
+  if (score > worst_score_ || report_.comparisons == 1) {
+    worst_score_ = score;
+    report_.input = input;
+    report_.index = std::move(index);
+    report_.output_index = std::move(output_index);
+    report_.analytic = analytic;
+    report_.numeric = numeric;
+    report_.abs_error = err;
+    report_.rel_error = rel;
+  }
+}
 
 std::string GradcheckReport::summary() const {
   std::ostringstream os;

@@ -45,6 +45,21 @@ struct GradcheckReport {
   std::string summary() const;  // one paragraph: verdict and the worst element
 };
 
+// The comparison rule, shared by gradcheck and the suite's module checks: an (analytic,
+// numeric) pair passes when |a - n| <= atol + rtol |n| (a non-finite value fails); the worst
+// pair is the one furthest outside its tolerance, and the report keeps it.
+class GradcheckComparer {
+ public:
+  GradcheckComparer(double atol, double rtol);
+  void compare(double analytic, double numeric, std::size_t input, std::vector<std::size_t> index = {},
+               std::vector<std::size_t> output_index = {});
+  GradcheckReport& report() { return report_; }
+
+ private:
+  GradcheckReport report_;
+  double worst_score_ = 0;
+};
+
 using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 // f maps leaf tensors built from `inputs` (same order) to one output tensor.

@@ -51,44 +51,6 @@ std::uint64_t derive_seed(std::uint64_t seed, const std::string& name) {
   return z ^ (z >> 31);
 }
 
-// One comparison of an analytic and a numeric derivative, scored like xg::gradcheck:
-// it passes when |a - n| <= atol + rtol |n|; the worst one has the largest error/tolerance.
-class Comparator {
- public:
-  explicit Comparator(const GradcheckOptions& o) : o_(o) {
-    report_.atol = o.atol;
-    report_.rtol = o.rtol;
-  }
-  void compare(double analytic, double numeric, std::size_t input, std::vector<std::size_t> index) {
-    ++report_.comparisons;
-    const double err = std::fabs(analytic - numeric);
-    const double tol = o_.atol + o_.rtol * std::fabs(numeric);
-    double score = err / tol;
-    if (!std::isfinite(analytic) || !std::isfinite(numeric)) score = std::numeric_limits<double>::infinity();
-    report_.max_abs_error =
-        std::isfinite(err) ? std::max(report_.max_abs_error, err) : std::numeric_limits<double>::infinity();
-    const double rel = std::fabs(numeric) > 0 ? err / std::fabs(numeric)
-                                              : (err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-    if (std::fabs(numeric) > o_.atol) report_.max_rel_error = std::max(report_.max_rel_error, rel);
-    if (!(score <= 1.0)) report_.passed = false;
-    if (score > worst_score_ || report_.comparisons == 1) {
-      worst_score_ = score;
-      report_.input = input;
-      report_.index = std::move(index);
-      report_.analytic = analytic;
-      report_.numeric = numeric;
-      report_.abs_error = err;
-      report_.rel_error = rel;
-    }
-  }
-  GradcheckReport& report() { return report_; }
-
- private:
-  const GradcheckOptions& o_;
-  GradcheckReport report_;
-  double worst_score_ = 0;
-};
-
 double dot(const std::vector<double>& a, const Array& b) {
   const std::vector<double> bv = b.to_vector();
   double s = 0;
@@ -309,7 +271,7 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
     return dot(v, y.value());
   };
 
-  Comparator cmp(o);
+  GradcheckComparer cmp(o.atol, o.rtol);
   // Automatic: full when the Jacobian is small (as for gradcheck) and the 2 forward passes per
   // element stay affordable (a scalar loss has a one-row Jacobian of any width).
   const bool use_full =
