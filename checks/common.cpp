@@ -131,4 +131,48 @@ Array soft_part(const nn::Visibility& v, const Shape& full) {
   return b;
 }
 
+namespace {
+Array f64_columns(const Tensor& t, std::size_t start, std::size_t n) {
+  if (!t.defined()) return Array();
+  return ops::slice(t, -1, static_cast<long>(start), static_cast<long>(start + n)).value().astype(DType::float64);
+}
+Array f64_or_none(const Tensor& t) { return t.defined() ? t.value().astype(DType::float64) : Array(); }
+}  // namespace
+
+nn::reference::Layer reference_layer(const nn::MultiHeadAttention& m) {
+  const auto& c = m.config();
+  const std::size_t d_h = m.d_head(), q = c.H_q * d_h, kv = c.H_kv * d_h;
+  nn::reference::Layer p;
+  p.W_Q = f64_columns(m.W_QKV, 0, q);  // columns [Q heads | K heads | V heads] (5.22)
+  p.W_K = f64_columns(m.W_QKV, q, kv);
+  p.W_V = f64_columns(m.W_QKV, q + kv, kv);
+  p.b_Q = f64_columns(m.b_QKV, 0, q);
+  p.b_K = f64_columns(m.b_QKV, q, kv);
+  p.b_V = f64_columns(m.b_QKV, q + kv, kv);
+  p.W_O = f64_or_none(m.W_O);
+  p.b_O = f64_or_none(m.b_O);
+  p.H_q = c.H_q;
+  p.H_kv = c.H_kv;
+  p.d_h = d_h;
+  return p;
+}
+
+nn::reference::Layer reference_layer(const nn::CrossAttention& m) {
+  const auto& c = m.config();
+  const std::size_t d_h = m.d_head(), kv = c.H_kv * d_h;
+  nn::reference::Layer p;
+  p.W_Q = f64_or_none(m.W_Q);
+  p.W_K = f64_columns(m.W_KV, 0, kv);  // columns [K heads | V heads] (5.23)
+  p.W_V = f64_columns(m.W_KV, kv, kv);
+  p.b_Q = f64_or_none(m.b_Q);
+  p.b_K = f64_columns(m.b_KV, 0, kv);
+  p.b_V = f64_columns(m.b_KV, kv, kv);
+  p.W_O = f64_or_none(m.W_O);
+  p.b_O = f64_or_none(m.b_O);
+  p.H_q = c.H_q;
+  p.H_kv = c.H_kv;
+  p.d_h = d_h;
+  return p;
+}
+
 }  // namespace xg::checks

@@ -64,4 +64,10 @@ nn::AttentionCall make_call(const nn::Visibility& vis, const BoolArray& query_va
 // nn::reference takes it.
 Array soft_part(const nn::Visibility& v, const Shape& full);
 
+// The closed-form reference's parameters (nn/attention_reference.hpp) of a layer, in float64:
+// the packed W_QKV / b_QKV (self) or W_KV / b_KV (cross) cut into W_Q, W_K, W_V and biases
+// (undefined where the layer has none).
+nn::reference::Layer reference_layer(const nn::MultiHeadAttention& m);
+nn::reference::Layer reference_layer(const nn::CrossAttention& m);
+
 }  // namespace xg::checks

@@ -49,10 +49,6 @@ CheckResult mha_gradcheck(CheckContext& ctx, const nn::AttentionConfig& cfg, std
   return ctx.gradcheck_leaves([&] { return m.forward(X, call).Y; }, with_inputs(m, {{"X", X}}));
 }
 
-Array columns(const Array& a, std::size_t start, std::size_t n) {
-  return ops::slice(Tensor(a), -1, static_cast<long>(start), static_cast<long>(start + n)).value();
-}
-
 Array f64(const Array& a) { return a.astype(DType::float64); }
 
 // float64: the spec's 1e-10; float32: a layer is a few dozen roundings at u = 2^-24 on O(1)
@@ -71,20 +67,7 @@ CheckResult mha_reference(CheckContext& ctx) {
     const Tensor Y = m.forward(X, call).Y;
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {X, m.W_QKV, m.W_O, m.b_QKV, m.b_O}, Y_bar);
-    nn::reference::Layer p;
-    const std::size_t q = c.d.H_q * d_h, kv = c.d.H_kv * d_h;
-    const Array W = f64(m.W_QKV.value()), b = f64(m.b_QKV.value());
-    p.W_Q = columns(W, 0, q);
-    p.W_K = columns(W, q, kv);
-    p.W_V = columns(W, q + kv, kv);
-    p.b_Q = columns(b, 0, q);
-    p.b_K = columns(b, q, kv);
-    p.b_V = columns(b, q + kv, kv);
-    p.W_O = f64(m.W_O.value());
-    p.b_O = f64(m.b_O.value());
-    p.H_q = c.d.H_q;
-    p.H_kv = c.d.H_kv;
-    p.d_h = d_h;
+    const nn::reference::Layer p = reference_layer(m);
     const Shape full{c.d.B, c.d.H_q, c.d.T, c.d.S};
     const auto ref = nn::reference::layer(p, f64(X.value()), f64(X.value()), c.vis.expand_allowed("gradcheck", full),
                                           c.valid, soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), Array(),
@@ -126,19 +109,7 @@ CheckResult cross_reference(CheckContext& ctx) {
     const Tensor Y = m.forward(Xq, Xm, make_call(c.vis, c.valid)).Y;
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {Xq, Xm, m.W_Q, m.W_KV, m.W_O, m.b_Q, m.b_KV, m.b_O}, Y_bar);
-    nn::reference::Layer p;
-    const std::size_t kv = c.d.H_kv * d_h;
-    p.W_Q = f64(m.W_Q.value());
-    p.W_K = columns(f64(m.W_KV.value()), 0, kv);
-    p.W_V = columns(f64(m.W_KV.value()), kv, kv);
-    p.b_Q = f64(m.b_Q.value());
-    p.b_K = columns(f64(m.b_KV.value()), 0, kv);
-    p.b_V = columns(f64(m.b_KV.value()), kv, kv);
-    p.W_O = f64(m.W_O.value());
-    p.b_O = f64(m.b_O.value());
-    p.H_q = c.d.H_q;
-    p.H_kv = c.d.H_kv;
-    p.d_h = d_h;
+    const nn::reference::Layer p = reference_layer(m);
     const Shape full{c.d.B, c.d.H_q, c.d.T, c.d.S};
     const auto ref = nn::reference::layer(p, f64(Xq.value()), f64(Xm.value()), c.vis.expand_allowed("gradcheck", full),
                                           c.valid, soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), Array(),

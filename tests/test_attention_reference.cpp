@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "checks/common.hpp"
 #include "helpers.hpp"
 
 using namespace xg;
@@ -90,18 +91,6 @@ Config random_config(Generator& g, bool self_lengths = false) {
   return c;
 }
 
-// The soft part of a visibility expanded to [B, H, T, S] (0 where forbidden).
-Array soft_part(const Visibility& v, const Shape& full) {
-  Array b = ops::broadcast_to(Tensor(v.bias(DType::float64)), full).value().clone();
-  for (std::size_t i = 0; i < b.size(); ++i)
-    if (std::isinf(b.flat(i))) b.set_flat(i, 0.0);
-  return b;
-}
-
-Array columns(const Array& a, std::size_t start, std::size_t n) {
-  return ops::slice(Tensor(a), -1, static_cast<long>(start), static_cast<long>(start + n)).value();
-}
-
 }  // namespace
 
 TEST_CASE("attention reference: closed-form (5.24)-(5.28) equals the tape on random configurations",
@@ -123,7 +112,7 @@ TEST_CASE("attention reference: closed-form (5.24)-(5.28) equals the tape on ran
 
     const Shape full{c.B, c.H_q, c.T, c.S};
     const auto ref = reference::sdpa(Q.value(), K.value(), V.value(), c.vis.expand_allowed("test", full), c.valid,
-                                     soft_part(c.vis, full), 1.0 / std::sqrt(double(c.d_k)), r.dropout_mask, G);
+                                     checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(c.d_k)), r.dropout_mask, G);
     CHECK(max_abs_diff(r.output.value(), ref.O) < kTol);
     CHECK(max_abs_diff(r.weights.value(), ref.A) < kTol);
     CHECK(max_abs_diff(tape[0], ref.Q_bar) < kTol);
@@ -165,24 +154,10 @@ TEST_CASE("attention reference: self-attention layer, three summed input paths (
     if (cfg.bias) wrt.insert(wrt.end(), {mha.b_QKV, mha.b_O});
     const auto tape = grad(out.Y, wrt, Y_bar);
 
-    reference::Layer p;
-    const std::size_t q = c.H_q * d_h, kv = c.H_kv * d_h;
-    p.W_Q = columns(mha.W_QKV.value(), 0, q);
-    p.W_K = columns(mha.W_QKV.value(), q, kv);
-    p.W_V = columns(mha.W_QKV.value(), q + kv, kv);
-    if (cfg.bias) {
-      p.b_Q = columns(mha.b_QKV.value(), 0, q);
-      p.b_K = columns(mha.b_QKV.value(), q, kv);
-      p.b_V = columns(mha.b_QKV.value(), q + kv, kv);
-      p.b_O = mha.b_O.value();
-    }
-    p.W_O = mha.W_O.value();
-    p.H_q = c.H_q;
-    p.H_kv = c.H_kv;
-    p.d_h = d_h;
+    const reference::Layer p = checks::reference_layer(mha);
     const Shape full{c.B, c.H_q, c.T, c.S};
     const auto ref = reference::layer(p, X.value(), X.value(), c.vis.expand_allowed("test", full), c.valid,
-                                      soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), out.dropout_mask, Y_bar);
+                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), out.dropout_mask, Y_bar);
     CHECK(max_abs_diff(out.Y.value(), ref.Y) < kTol);
     // (5.31): X_bar = Q_bar W_Q^T + K_bar W_K^T + V_bar W_V^T.
     CHECK(max_abs_diff(tape[0], (Tensor(ref.X_q_bar) + Tensor(ref.X_m_bar)).value()) < kTol);
@@ -224,22 +199,10 @@ TEST_CASE("attention reference: cross-attention layer, d_q != d_m, packed W_KV (
     const Array Y_bar = rnd(out.Y.shape(), g);
     const auto tape = grad(out.Y, {Xq, Xm, xa.W_Q, xa.W_KV, xa.W_O, xa.b_Q, xa.b_KV, xa.b_O}, Y_bar);
 
-    reference::Layer p;
-    const std::size_t kv = c.H_kv * d_h;
-    p.W_Q = xa.W_Q.value();
-    p.W_K = columns(xa.W_KV.value(), 0, kv);
-    p.W_V = columns(xa.W_KV.value(), kv, kv);
-    p.b_Q = xa.b_Q.value();
-    p.b_K = columns(xa.b_KV.value(), 0, kv);
-    p.b_V = columns(xa.b_KV.value(), kv, kv);
-    p.W_O = xa.W_O.value();
-    p.b_O = xa.b_O.value();
-    p.H_q = c.H_q;
-    p.H_kv = c.H_kv;
-    p.d_h = d_h;
+    const reference::Layer p = checks::reference_layer(xa);
     const Shape full{c.B, c.H_q, c.T, c.S};
     const auto ref = reference::layer(p, Xq.value(), Xm.value(), c.vis.expand_allowed("test", full), c.valid,
-                                      soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), out.dropout_mask, Y_bar);
+                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), out.dropout_mask, Y_bar);
     CHECK(max_abs_diff(out.Y.value(), ref.Y) < kTol);
     CHECK(max_abs_diff(tape[0], ref.X_q_bar) < kTol);
     CHECK(max_abs_diff(tape[1], ref.X_m_bar) < kTol);  // K and V paths add (5.30)

@@ -4,10 +4,7 @@
 # with a plain safetensors reader, load it into an equivalent PyTorch model and compare the
 # logits (reader_torch.py). Exit code 77 = skipped (ctest SKIP_RETURN_CODE).
 # Usage: run_interop.sh path/to/xgrad path/to/dump_logits path/to/reader_torch.py
-# Environment:
-#   XGRAD_TORCH_PYTHON  interpreter (default /usr/bin/python3, where Debian's python3-torch
-#                       lives; the first python3 on PATH may be another one without torch)
-#   XGRAD_REQUIRE_TORCH=1  a missing torch is a failure, not a skip (for CI, which installs it)
+# Interpreter and skip policy: tests/support/torch_env.sh.
 set -uo pipefail
 
 if (($# != 3)); then
@@ -17,19 +14,7 @@ fi
 xgrad=$1
 dump=$2
 script=$3
-python=${XGRAD_TORCH_PYTHON:-/usr/bin/python3}
-require=${XGRAD_REQUIRE_TORCH:-0}
-
-skip() {
-  echo "SKIPPED: $1"
-  if [[ $require == 1 ]]; then
-    echo "FAILED: XGRAD_REQUIRE_TORCH=1 but the interop test cannot run"
-    exit 1
-  fi
-  exit 77
-}
-
-[[ -x $python ]] || skip "$python not found (apt-get install python3 python3-torch)"
+source "$(dirname "$0")/../support/torch_env.sh"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/xgrad_interop_XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -83,10 +68,4 @@ for f in "$tmp"/*/train_state.safetensors; do
   [[ -f $f ]] && extra+=(--also-read "$f")
 done
 
-"$python" "$script" ${extra[@]+"${extra[@]}"} "${pairs[@]}"
-rc=$?
-if ((rc == 77)); then
-  [[ $require == 1 ]] && { echo "FAILED: XGRAD_REQUIRE_TORCH=1 but torch is missing"; exit 1; }
-  exit 77
-fi
-exit "$rc"
+torch_run "$script" ${extra[@]+"${extra[@]}"} "${pairs[@]}"
