@@ -14,7 +14,7 @@ void gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t 
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta,
           double* C, std::size_t ldc);
 
-void set_num_threads(int n);  // OpenBLAS worker threads
+// OpenBLAS's own thread count: always 1 (set before the first GEMM). xgrad splits work itself.
 int num_threads();
 
 }  // namespace xg::blas

@@ -1,18 +1,21 @@
-// Process-wide settings for programs that run many small steps (training loops). Library code
-// never calls these on its own: they change the whole process.
+// Process-wide settings. The defaults are the fast ones: nothing here needs to be called for
+// xgrad to run at full speed (docs/performance.md).
 #pragma once
 
 namespace xg {
 
-// glibc malloc: keep freed memory in the heap instead of trimming it back to the OS after every
-// step (M_TRIM_THRESHOLD, M_TOP_PAD) and serve arrays up to 64 MiB from the heap rather than
-// fresh mmaps (M_MMAP_THRESHOLD). A training step frees and reallocates the same sizes every
-// time; without this each step page-faults its memory in again. Measured on the sort task:
-// 200 steps 8.6 s -> 5.9 s wall, minor page faults 1.1M -> 9k (bench numbers in the issue note).
-void tune_allocator_for_training();
+// xgrad's worker threads (one pool, OpenMP). Default: one per core. Every parallel loop and
+// every split GEMM uses this pool; OpenBLAS itself always runs single-threaded inside it.
+// n >= 1. Results are bit-identical run to run for a fixed n.
+void set_num_threads(int n);
+int num_threads();
 
-// OpenBLAS worker threads. Matrices in tiny models are too small to split: extra threads
-// spin in sched_yield and slow the step down.
+// Kept for programs written against earlier versions: same as set_num_threads(n).
 void set_blas_threads(int n);
+
+// Earlier versions tuned glibc malloc here. Array storage now comes from xgrad's own caching
+// allocator (core/allocator.hpp), which keeps freed blocks for reuse by default; this call is
+// a no-op kept for source compatibility.
+void tune_allocator_for_training();
 
 }  // namespace xg

@@ -33,6 +33,7 @@ struct AttentionConfig {
   double dropout = 0.0;  // on attention weights, in training mode
   std::optional<double> scale;  // default 1 / sqrt(d_head)
   DType dtype = DType::float32;
+  SdpaImpl impl = SdpaImpl::automatic;  // attention core (nn/sdpa.hpp)
 };
 
 struct CrossAttentionConfig {
@@ -45,6 +46,7 @@ struct CrossAttentionConfig {
   double dropout = 0.0;
   std::optional<double> scale;
   DType dtype = DType::float32;
+  SdpaImpl impl = SdpaImpl::automatic;
 };
 
 // Per-call inputs that are not tensors.

@@ -20,6 +20,15 @@
 
 namespace xg::nn {
 
+// Which implementation computes attention (docs/performance.md):
+//   composed  the chapter's composition of engine ops (matmul, add_mask, softmax, dropout);
+//             the tape derives its backward. The reference the closed-form gradients check.
+//   fused     one tiled op with its own VJP (nn/flash_attention.hpp): never materialises the
+//             [B, H, T, S] scores; forward keeps O and the per-row log-sum-exp, backward
+//             recomputes the weights block by block.
+//   automatic fused where it is supported (not when the weights are requested), else composed.
+enum class SdpaImpl { automatic, composed, fused };
+
 struct SdpaOptions {
   std::optional<double> scale = std::nullopt;  // default 1 / sqrt(d_k)
   // Query validity b_i, [B, T], true = a real query. Empty = every query valid. Invalid
@@ -34,6 +43,7 @@ struct SdpaOptions {
   // Algorithm 5.1 step 1: non-finite Q, K or V is an error, as is a non-finite score. Costs a
   // pass over the inputs and scores; set false to skip it when inputs are known finite.
   bool check_finite = true;
+  SdpaImpl impl = SdpaImpl::automatic;
 };
 
 struct SdpaResult {
