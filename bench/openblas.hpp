@@ -1,0 +1,16 @@
+// Direct OpenBLAS calls for the benchmarks: its own thread count and a raw sgemm, the
+// baseline bench_matmul compares xgrad's matmul with. Only bench/openblas.cpp includes
+// <cblas.h>, so the programs' own translation units never see it.
+#pragma once
+
+#include <cstddef>
+
+namespace bench {
+
+void set_openblas_threads(int n);
+int openblas_threads();
+
+// C = A B for n x n row-major float32 matrices, one cblas_sgemm call.
+void raw_sgemm(std::size_t n, const float* A, const float* B, float* C);
+
+}  // namespace bench
