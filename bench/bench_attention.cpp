@@ -31,10 +31,7 @@ nn::SdpaImpl impl(const std::string& name) {
 void run(const bench::AttentionFlags& f) {
   bench::validate(f);
   set_num_threads(f.threads);
-  bench::print_line("bench_attention (xgrad): B " + std::to_string(f.batch) + ", H " + std::to_string(f.heads) +
-                    " (kv " + std::to_string(f.kv()) + "), T " + std::to_string(f.seq) + ", dh " +
-                    std::to_string(f.dh) + ", mask " + f.mask + ", impl " + f.impl + ", threads " +
-                    std::to_string(f.threads) + ", float32");
+  bench::print_header("bench_attention", "xgrad", f);
 
   Generator gen(f.seed);
   Tensor Q = randn({f.batch, f.heads, f.seq, f.dh}, gen, DType::float32, true);
@@ -53,12 +50,7 @@ void run(const bench::AttentionFlags& f) {
     ops::sum(nn::attention(Q, K, V, vis, opts) * G).backward();
   };
   const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, fwd_bwd);
-  bench::print_summary("attention fwd+bwd", ms, "ms");
-  const double peak = bench::peak_rss_mib();
-  bench::print_peak_rss();
-  bench::print_line("RSS after inputs: " + bench::fmt(rss_inputs, 1) + " MiB");
-  bench::print_line("RSS growth over inputs: " + bench::fmt(peak - rss_inputs, 1) + " MiB");
-  bench::print_result("attention_fwd_bwd_ms", bench::summarize(ms).median, "ms");
+  bench::report_attention(ms, rss_inputs);
 }
 
 }  // namespace

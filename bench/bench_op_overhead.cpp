@@ -11,8 +11,7 @@ using namespace xg;
 namespace {
 
 void run(const bench::OpOverheadFlags& f) {
-  bench::print_line("bench_op_overhead (xgrad): k " + std::to_string(f.k) + " ops on a 1-element float32 tensor, " +
-                    "x * c and x + c alternating, forward + backward");
+  bench::print_header("bench_op_overhead", "xgrad", f);
   Tensor x(Array::full({1}, 1.0, DType::float32), /*requires_grad=*/true);
   double grad = 0;
   const auto chain = [&] {
@@ -23,12 +22,7 @@ void run(const bench::OpOverheadFlags& f) {
     grad = x.grad().item();
   };
   const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, chain);
-  const std::vector<double> us_per_op = bench::scaled(ms, 1000.0 / static_cast<double>(f.k));
-  bench::print_line("d chain / d x = " + bench::fmt(grad, 6));
-  bench::print_summary("chain fwd+bwd", ms, "ms");
-  bench::print_summary("per op fwd+bwd", us_per_op, "us");
-  bench::print_peak_rss();
-  bench::print_result("op_overhead_us", bench::summarize(us_per_op).median, "us");
+  bench::report_op_overhead(ms, f.k, grad);
 }
 
 }  // namespace

@@ -82,10 +82,7 @@ void run(const bench::TrainFlags& f) {
   const IndexArray tokens = random_ids({f.batch, f.seq}, f.vocab, gen);
   const IndexArray targets = random_ids({f.batch, f.seq}, f.vocab, gen);
 
-  bench::print_line("bench_train_step (xgrad): vocab " + std::to_string(f.vocab) + ", d " + std::to_string(f.d) +
-                    ", heads " + std::to_string(f.heads) + " (kv " + std::to_string(f.kv()) + "), layers " +
-                    std::to_string(f.layers) + ", T " + std::to_string(f.seq) + ", batch " +
-                    std::to_string(f.batch) + ", threads " + std::to_string(f.threads) + ", float32");
+  bench::print_header("bench_train_step", "xgrad", f);
   bench::print_line("parameters: " + std::to_string(model.parameter_count()));
 
   double loss = 0;
@@ -97,10 +94,7 @@ void run(const bench::TrainFlags& f) {
     opt.step();
   };
   const std::vector<double> ms = bench::time_reps(f.warmup, f.steps, step);
-  bench::print_line("loss after " + std::to_string(f.warmup + f.steps) + " steps: " + bench::fmt(loss, 4));
-  bench::print_summary("train step", ms, "ms");
-  bench::print_peak_rss();
-  bench::print_result("train_step_ms", bench::summarize(ms).median, "ms");
+  bench::report_train_step(ms, f.warmup + f.steps, loss);
 }
 
 }  // namespace

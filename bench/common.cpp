@@ -214,4 +214,70 @@ std::string fmt(double v, int digits) {
   return o.str();
 }
 
+void print_header(const std::string& program, const std::string& library, const TrainFlags& f) {
+  print_line(program + " (" + library + "): vocab " + str(f.vocab) + ", d " + str(f.d) + ", heads " + str(f.heads) +
+             " (kv " + str(f.kv()) + "), layers " + str(f.layers) + ", T " + str(f.seq) + ", batch " + str(f.batch) +
+             ", threads " + std::to_string(f.threads) + ", seed " + std::to_string(f.seed) + ", float32");
+}
+
+void print_header(const std::string& program, const std::string& library, const AttentionFlags& f) {
+  print_line(program + " (" + library + "): B " + str(f.batch) + ", H " + str(f.heads) + " (kv " + str(f.kv()) +
+             "), T " + str(f.seq) + ", dh " + str(f.dh) + ", mask " + f.mask + ", impl " + f.impl + ", threads " +
+             std::to_string(f.threads) + ", seed " + std::to_string(f.seed) + ", float32");
+}
+
+void print_header(const std::string& program, const std::string& library, const OpOverheadFlags& f) {
+  print_line(program + " (" + library + "): k " + str(f.k) +
+             " ops on a 1-element float32 tensor, x * c and x + c alternating, forward + backward");
+}
+
+void print_header(const std::string& program, const std::string& library, const MatmulFlags& f) {
+  print_line(program + " (" + library + "): n " + str(f.n) + ", float32, threads " + std::to_string(f.threads));
+}
+
+void report_train_step(const std::vector<double>& ms, std::size_t steps_run, double last_loss) {
+  print_line("loss after " + str(steps_run) + " steps: " + fmt(last_loss, 4));
+  print_summary("train step", ms, "ms");
+  print_peak_rss();
+  print_result("train_step_ms", summarize(ms).median, "ms");
+}
+
+void report_attention(const std::vector<double>& ms, double rss_inputs_mib) {
+  print_summary("attention fwd+bwd", ms, "ms");
+  const double peak = peak_rss_mib();
+  print_peak_rss();
+  print_line("RSS after inputs: " + fmt(rss_inputs_mib, 1) + " MiB");
+  print_line("RSS growth over inputs: " + fmt(peak - rss_inputs_mib, 1) + " MiB");
+  print_result("attention_fwd_bwd_ms", summarize(ms).median, "ms");
+}
+
+void report_op_overhead(const std::vector<double>& ms, std::size_t k, double grad) {
+  const std::vector<double> us_per_op = scaled(ms, 1000.0 / static_cast<double>(k));
+  print_line("d chain / d x = " + fmt(grad, 6));
+  print_summary("chain fwd+bwd", ms, "ms");
+  print_summary("per op fwd+bwd", us_per_op, "us");
+  print_peak_rss();
+  print_result("op_overhead_us", summarize(us_per_op).median, "us");
+}
+
+void report_matmul(const std::string& library, std::size_t n, int threads, const std::vector<double>& ms,
+                   const std::vector<double>& raw_ms) {
+  const double nd = static_cast<double>(n);
+  const double gflop = 2.0 * nd * nd * nd * 1e-9;
+  const auto gflops = [gflop](const std::vector<double>& t) {
+    std::vector<double> out;
+    for (double v : t) out.push_back(gflop / (v * 1e-3));
+    return out;
+  };
+  const std::vector<double> lib_gflops = gflops(ms), raw_gflops = gflops(raw_ms);
+  print_summary(library + " matmul", ms, "ms");
+  print_summary(library + " matmul", lib_gflops, "GFLOPS");
+  print_summary("raw cblas_sgemm (OpenBLAS threads " + std::to_string(threads) + ")", raw_gflops, "GFLOPS");
+  const double lib_median = summarize(lib_gflops).median, raw_median = summarize(raw_gflops).median;
+  print_line("raw sgemm GFLOPS: " + fmt(raw_median, 2));
+  print_line("ratio " + library + " / raw sgemm: " + fmt(lib_median / raw_median, 3));
+  print_peak_rss();
+  print_result("matmul_gflops", lib_median, "GFLOPS");
+}
+
 }  // namespace bench

@@ -99,4 +99,20 @@ void print_result(const std::string& name, double value, const std::string& unit
 
 std::string fmt(double v, int digits = 3);  // fixed-point with `digits` decimals
 
+// The first line: "<program> (<library>): <the sizes and settings of f>".
+void print_header(const std::string& program, const std::string& library, const TrainFlags& f);
+void print_header(const std::string& program, const std::string& library, const AttentionFlags& f);
+void print_header(const std::string& program, const std::string& library, const OpOverheadFlags& f);
+void print_header(const std::string& program, const std::string& library, const MatmulFlags& f);
+
+// The closing lines of each program, from its samples (milliseconds per rep), ending with
+// the RESULT line.
+void report_train_step(const std::vector<double>& ms, std::size_t steps_run, double last_loss);
+// rss_inputs_mib: the RSS right after the inputs were allocated.
+void report_attention(const std::vector<double>& ms, double rss_inputs_mib);
+void report_op_overhead(const std::vector<double>& ms, std::size_t k, double grad);
+// ms: the library's matmul; raw_ms: raw cblas_sgemm with OpenBLAS's own `threads` threads.
+void report_matmul(const std::string& library, std::size_t n, int threads, const std::vector<double>& ms,
+                   const std::vector<double>& raw_ms);
+
 }  // namespace bench
