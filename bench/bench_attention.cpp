@@ -57,7 +57,6 @@ void run(const bench::AttentionFlags& f) {
 
 int main(int argc, char** argv) {
   bench::AttentionFlags f;
-  return bench::run_program(
-      "bench_attention", "Scaled dot-product attention forward + backward, xgrad", argc, argv,
-      [&](CLI::App& app) { bench::add_flags(app, f); }, [&] { run(f); });
+  return bench::run_program("bench_attention", "Scaled dot-product attention forward + backward, xgrad", argc, argv, f,
+                            run);
 }

@@ -22,8 +22,8 @@ void run(const bench::MatmulFlags& f) {
   const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, [&] { ops::matmul(A, B); });
   // xgrad keeps OpenBLAS at one thread and splits GEMMs over its own pool; the raw call runs
   // on OpenBLAS's own threads instead.
-  const std::vector<double> raw_ms = bench::time_raw_sgemm(f.n, A.value().data<float>(), B.value().data<float>(),
-                                                           f.warmup, f.reps, f.threads);
+  const std::vector<double> raw_ms =
+      bench::time_raw_sgemm(f.n, A.value().data<float>(), B.value().data<float>(), f.warmup, f.reps, f.threads);
   bench::report_matmul("xgrad", f.n, f.threads, ms, raw_ms);
 }
 
@@ -31,7 +31,6 @@ void run(const bench::MatmulFlags& f) {
 
 int main(int argc, char** argv) {
   bench::MatmulFlags f;
-  return bench::run_program(
-      "bench_matmul", "n x n float32 matmul through xgrad's op, beside raw OpenBLAS sgemm", argc, argv,
-      [&](CLI::App& app) { bench::add_flags(app, f); }, [&] { run(f); });
+  return bench::run_program("bench_matmul", "n x n float32 matmul through xgrad's op, beside raw OpenBLAS sgemm", argc,
+                            argv, f, run);
 }

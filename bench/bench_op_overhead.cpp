@@ -29,7 +29,7 @@ void run(const bench::OpOverheadFlags& f) {
 
 int main(int argc, char** argv) {
   bench::OpOverheadFlags f;
-  return bench::run_program(
-      "bench_op_overhead", "Tape overhead per op: a chain of k ops on one element, forward + backward, xgrad", argc,
-      argv, [&](CLI::App& app) { bench::add_flags(app, f); }, [&] { run(f); });
+  return bench::run_program("bench_op_overhead",
+                            "Tape overhead per op: a chain of k ops on one element, forward + backward, xgrad", argc,
+                            argv, f, run);
 }

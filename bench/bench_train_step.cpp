@@ -24,7 +24,9 @@ namespace {
 class BenchModel : public nn::Module {
  public:
   BenchModel(const nn::TransformerConfig& c, Generator& gen)
-      : tok(c.V_vocab, c.d_model, gen), pos(c.context, c.d_model, gen), ln_f(c.d_model),
+      : tok(c.V_vocab, c.d_model, gen),
+        pos(c.context, c.d_model, gen),
+        ln_f(c.d_model),
         head(c.d_model, c.V_vocab, gen, /*bias=*/true) {
     register_module("tok", tok);
     register_module("pos", pos);
@@ -101,7 +103,7 @@ void run(const bench::TrainFlags& f) {
 
 int main(int argc, char** argv) {
   bench::TrainFlags f;
-  return bench::run_program(
-      "bench_train_step", "One training step (forward, cross-entropy, backward, AdamW) of a small GPT, xgrad",
-      argc, argv, [&](CLI::App& app) { bench::add_flags(app, f); }, [&] { run(f); });
+  return bench::run_program("bench_train_step",
+                            "One training step (forward, cross-entropy, backward, AdamW) of a small GPT, xgrad", argc,
+                            argv, f, run);
 }

@@ -6,10 +6,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <numeric>
+#include <new>
 #include <random>
 #include <sstream>
 
@@ -96,8 +95,7 @@ void add_flags(CLI::App& app, MatmulFlags& f) {
 }
 
 void validate(const TrainFlags& f) {
-  if (f.d % f.heads != 0)
-    throw UsageError("--heads (" + str(f.heads) + ") must divide --d (" + str(f.d) + ")");
+  if (f.d % f.heads != 0) throw UsageError("--heads (" + str(f.heads) + ") must divide --d (" + str(f.d) + ")");
   if (f.heads % f.kv() != 0)
     throw UsageError("--kv-heads (" + str(f.kv()) + ") must divide --heads (" + str(f.heads) + ")");
 }
@@ -120,6 +118,10 @@ int run_program(const std::string& program, const std::string& description, int 
   }
   try {
     body();
+  } catch (const std::bad_alloc&) {
+    std::cout.flush();
+    std::cerr << program << ": error: out of memory (std::bad_alloc)\n";
+    return 1;
   } catch (const std::exception& e) {
     std::string msg = e.what();
     std::replace(msg.begin(), msg.end(), '\n', ' ');

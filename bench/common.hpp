@@ -37,7 +37,7 @@ struct AttentionFlags {
   std::optional<std::size_t> kv_heads;  // default: heads
   int threads = 2;
   std::uint64_t seed = 0;
-  std::string impl = "auto";   // auto | composed | fused
+  std::string impl = "auto";    // auto | composed | fused
   std::string mask = "causal";  // causal | none | padding | documents
   std::size_t kv() const { return kv_heads ? *kv_heads : heads; }
 };
@@ -65,6 +65,12 @@ void validate(const AttentionFlags& f);
 // body prints one line "<program>: error: ..." on stderr and returns non-zero.
 int run_program(const std::string& program, const std::string& description, int argc, char** argv,
                 const std::function<void(CLI::App&)>& add, const std::function<void()>& body);
+// The same for a program whose flags are one of the structs above: run(f) after parsing.
+template <class Flags, class Run>
+int run_program(const std::string& program, const std::string& description, int argc, char** argv, Flags& f, Run run) {
+  return run_program(
+      program, description, argc, argv, [&f](CLI::App& app) { add_flags(app, f); }, [&] { run(f); });
+}
 
 // --- inputs that must be the same on both sides ---
 

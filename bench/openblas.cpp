@@ -9,8 +9,8 @@ namespace bench {
 void set_openblas_threads(int n) { openblas_set_num_threads(n); }
 int openblas_threads() { return openblas_get_num_threads(); }
 
-std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup,
-                                   std::size_t reps, int threads) {
+std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup, std::size_t reps,
+                                   int threads) {
   const int before = openblas_get_num_threads();
   openblas_set_num_threads(threads);
   std::vector<float> C(n * n);

@@ -13,7 +13,7 @@ int openblas_threads();
 
 // Times C = A B for n x n row-major float32 matrices, one cblas_sgemm call per rep, with
 // OpenBLAS's own `threads` threads; its thread setting is put back afterwards. Milliseconds.
-std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup,
-                                   std::size_t reps, int threads);
+std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup, std::size_t reps,
+                                   int threads);
 
 }  // namespace bench

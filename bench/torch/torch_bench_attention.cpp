@@ -21,8 +21,7 @@ void run(const bench::AttentionFlags& f, const bench::torchref::ThreadFlags& tf)
   const double rss_inputs = bench::current_rss_mib();
 
   const torch::Tensor hidden = bench::torchref::hidden_mask(f);
-  const auto attention =
-      f.impl == "fused" ? bench::torchref::library_attention : bench::torchref::composed_attention;
+  const auto attention = f.impl == "fused" ? bench::torchref::library_attention : bench::torchref::composed_attention;
   const auto fwd_bwd = [&] {
     for (torch::Tensor* t : {&Q, &K, &V}) t->mutable_grad().reset();
     (attention(Q, K, V, hidden) * G).sum().backward();
@@ -35,12 +34,6 @@ void run(const bench::AttentionFlags& f, const bench::torchref::ThreadFlags& tf)
 
 int main(int argc, char** argv) {
   bench::AttentionFlags f;
-  bench::torchref::ThreadFlags tf;
-  return bench::run_program(
-      "torch_bench_attention", "Attention forward + backward, libtorch reference", argc, argv,
-      [&](CLI::App& app) {
-        bench::add_flags(app, f);
-        bench::torchref::add_flags(app, tf);
-      },
-      [&] { bench::torchref::without_backtrace([&] { run(f, tf); }); });
+  return bench::torchref::run_program("torch_bench_attention", "Attention forward + backward, libtorch reference", argc,
+                                      argv, f, run);
 }

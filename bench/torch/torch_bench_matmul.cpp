@@ -21,12 +21,6 @@ void run(const bench::MatmulFlags& f, const bench::torchref::ThreadFlags& tf) {
 
 int main(int argc, char** argv) {
   bench::MatmulFlags f;
-  bench::torchref::ThreadFlags tf;
-  return bench::run_program(
-      "torch_bench_matmul", "n x n float32 matmul through torch::mm, beside raw OpenBLAS sgemm", argc, argv,
-      [&](CLI::App& app) {
-        bench::add_flags(app, f);
-        bench::torchref::add_flags(app, tf);
-      },
-      [&] { bench::torchref::without_backtrace([&] { run(f, tf); }); });
+  return bench::torchref::run_program(
+      "torch_bench_matmul", "n x n float32 matmul through torch::mm, beside raw OpenBLAS sgemm", argc, argv, f, run);
 }

@@ -24,7 +24,6 @@ void run(const bench::OpOverheadFlags& f) {
 int main(int argc, char** argv) {
   bench::OpOverheadFlags f;
   return bench::run_program(
-      "torch_bench_op_overhead", "Autograd overhead per op: a chain of k ops on one element, libtorch reference",
-      argc, argv, [&](CLI::App& app) { bench::add_flags(app, f); },
-      [&] { bench::torchref::without_backtrace([&] { run(f); }); });
+      "torch_bench_op_overhead", "Autograd overhead per op: a chain of k ops on one element, libtorch reference", argc,
+      argv, f, [](const bench::OpOverheadFlags& flags) { bench::torchref::without_backtrace([&] { run(flags); }); });
 }

@@ -12,7 +12,9 @@ using bench::torchref::composed_attention;
 // Q/K/V projection [d, (H + 2 H_kv) d_h], columns [Q heads | K heads | V heads].
 struct BlockImpl : torch::nn::Module {
   BlockImpl(std::int64_t d, std::int64_t H, std::int64_t Hkv)
-      : H(H), Hkv(Hkv), dh(d / H),
+      : H(H),
+        Hkv(Hkv),
+        dh(d / H),
         ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})))),
         qkv(register_module("qkv", torch::nn::Linear(d, (H + 2 * Hkv) * (d / H)))),
         out(register_module("out", torch::nn::Linear(H * (d / H), d))),
@@ -43,10 +45,12 @@ struct ModelImpl : torch::nn::Module {
   explicit ModelImpl(const bench::TrainFlags& f)
       : tok(register_module("tok", torch::nn::Embedding(f.vocab, f.d))),
         pos(register_module("pos", torch::nn::Embedding(f.seq, f.d))),
-        ln_f(register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({static_cast<std::int64_t>(f.d)})))),
+        ln_f(register_module("ln_f",
+                             torch::nn::LayerNorm(torch::nn::LayerNormOptions({static_cast<std::int64_t>(f.d)})))),
         head(register_module("head", torch::nn::Linear(f.d, f.vocab))),
         positions(torch::arange(static_cast<std::int64_t>(f.seq), torch::kLong)),
-        hidden(torch::ones({static_cast<std::int64_t>(f.seq), static_cast<std::int64_t>(f.seq)}, torch::kBool).triu(1)) {
+        hidden(
+            torch::ones({static_cast<std::int64_t>(f.seq), static_cast<std::int64_t>(f.seq)}, torch::kBool).triu(1)) {
     for (std::size_t l = 0; l < f.layers; ++l)
       blocks.push_back(register_module("block" + std::to_string(l),
                                        Block(static_cast<std::int64_t>(f.d), static_cast<std::int64_t>(f.heads),
@@ -99,12 +103,6 @@ void run(const bench::TrainFlags& f, const bench::torchref::ThreadFlags& tf) {
 
 int main(int argc, char** argv) {
   bench::TrainFlags f;
-  bench::torchref::ThreadFlags tf;
-  return bench::run_program(
-      "torch_bench_train_step", "One training step of the same small GPT, libtorch reference", argc, argv,
-      [&](CLI::App& app) {
-        bench::add_flags(app, f);
-        bench::torchref::add_flags(app, tf);
-      },
-      [&] { bench::torchref::without_backtrace([&] { run(f, tf); }); });
+  return bench::torchref::run_program(
+      "torch_bench_train_step", "One training step of the same small GPT, libtorch reference", argc, argv, f, run);
 }

@@ -28,8 +28,8 @@ void without_backtrace(const std::function<void()>& body) {
 void set_threads(int threads, const ThreadFlags& f) {
   torch::set_num_threads(threads);
   if (f.blas_threads) set_openblas_threads(*f.blas_threads);
-  print_line("libtorch " + std::string(TORCH_VERSION) + ": intra-op threads " + std::to_string(torch::get_num_threads()) +
-             ", OpenBLAS threads " + std::to_string(openblas_threads()));
+  print_line("libtorch " + std::string(TORCH_VERSION) + ": intra-op threads " +
+             std::to_string(torch::get_num_threads()) + ", OpenBLAS threads " + std::to_string(openblas_threads()));
 }
 
 torch::Tensor hidden_mask(const AttentionFlags& f) {
@@ -39,8 +39,9 @@ torch::Tensor hidden_mask(const AttentionFlags& f) {
     const std::vector<std::size_t> lengths = padding_lengths(f.batch, f.seq);
     torch::Tensor hidden = torch::zeros({static_cast<std::int64_t>(f.batch), 1, 1, T}, torch::kBool);
     for (std::size_t b = 0; b < f.batch; ++b)
-      hidden[static_cast<std::int64_t>(b)].narrow(-1, static_cast<std::int64_t>(lengths[b]),
-                                                  T - static_cast<std::int64_t>(lengths[b])).fill_(true);
+      hidden[static_cast<std::int64_t>(b)]
+          .narrow(-1, static_cast<std::int64_t>(lengths[b]), T - static_cast<std::int64_t>(lengths[b]))
+          .fill_(true);
     return hidden;
   }
   if (f.mask == "documents") {

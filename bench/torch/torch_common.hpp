@@ -22,6 +22,20 @@ void add_flags(CLI::App& app, ThreadFlags& f);
 // C++ backtrace libtorch appends, so that it prints as one line.
 void without_backtrace(const std::function<void()>& body);
 
+// bench::run_program for a reference program: its flags plus --blas-threads, then
+// run(f, thread_flags) with libtorch errors on one line.
+template <class Flags, class Run>
+int run_program(const std::string& program, const std::string& description, int argc, char** argv, Flags& f, Run run) {
+  ThreadFlags tf;
+  return bench::run_program(
+      program, description, argc, argv,
+      [&](CLI::App& app) {
+        bench::add_flags(app, f);
+        add_flags(app, tf);
+      },
+      [&] { without_backtrace([&] { run(f, tf); }); });
+}
+
 // torch::set_num_threads(threads) (ATen's intra-op OpenMP pool) and, if given, OpenBLAS's
 // own thread count, which torch::set_num_threads does not change. Prints what was set.
 void set_threads(int threads, const ThreadFlags& f);
