@@ -296,7 +296,7 @@ def main():
         print(f"compare.py: warning: load average {load:.2f}: other processes are running, the figures will be "
               "noisy (run on a quiet machine)", file=sys.stderr)
 
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     runs = {k: {v.name: [] for v in variants} for k, _, _, variants, _ in selected}
     for rnd in range(a.rounds):
         for key, measure, _, variants, _ in selected:
@@ -328,6 +328,8 @@ def main():
               f"{os.cpu_count()} logical CPUs, load average {load:.2f} at the start; "
               f"libtorch: Debian libtorch-dev 1.13 (OpenBLAS); "
               f"xgrad commit {git_commit()}."]
+    if a.rounds < 3:
+        header += ["", f"**{a.rounds} round(s) only: the issue's protocol asks for at least 3.**"]
     if a.quick:
         header.append("")
         header.append("**Quick run (--quick): small sizes to test the script; these are not the issue's measures.**")
