@@ -1,0 +1,62 @@
+// Attention forward + backward through nn::scaled_dot_product_attention (issue 8,
+// "Benchmarks"): float32 Q [B, H, T, dh], K and V [B, H_kv, T, dh], loss sum(O * G) for a
+// fixed random G. Reports the time, the peak RSS and the RSS growth over the inputs (peak
+// minus the RSS right after the inputs were allocated), which the fused path's memory
+// target is stated in.
+#include "bench/common.hpp"
+#include "core/runtime.hpp"
+#include "core/tensor.hpp"
+#include "nn/sdpa.hpp"
+#include "nn/visibility.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/reduce.hpp"
+
+using namespace xg;
+
+namespace {
+
+nn::Visibility visibility(const bench::AttentionFlags& f) {
+  if (f.mask == "causal") return nn::Visibility::causal(f.seq, f.seq);
+  if (f.mask == "padding") return nn::Visibility::key_lengths(bench::padding_lengths(f.batch, f.seq), f.seq);
+  if (f.mask == "documents") return nn::Visibility::documents(IndexArray({f.seq}, bench::document_ids(f.seq, f.seed)));
+  return nn::Visibility::all();
+}
+
+nn::SdpaImpl impl(const std::string& name) {
+  if (name == "composed") return nn::SdpaImpl::composed;
+  if (name == "fused") return nn::SdpaImpl::fused;
+  return nn::SdpaImpl::automatic;
+}
+
+void run(const bench::AttentionFlags& f) {
+  bench::validate(f);
+  set_num_threads(f.threads);
+  bench::print_header("bench_attention", "xgrad", f);
+
+  Generator gen(f.seed);
+  Tensor Q = randn({f.batch, f.heads, f.seq, f.dh}, gen, DType::float32, true);
+  Tensor K = randn({f.batch, f.kv(), f.seq, f.dh}, gen, DType::float32, true);
+  Tensor V = randn({f.batch, f.kv(), f.seq, f.dh}, gen, DType::float32, true);
+  const Tensor G = randn({f.batch, f.heads, f.seq, f.dh}, gen, DType::float32);
+  const double rss_inputs = bench::current_rss_mib();
+
+  const nn::Visibility vis = visibility(f);
+  nn::SdpaOptions opts;
+  opts.impl = impl(f.impl);
+  const auto fwd_bwd = [&] {
+    Q.zero_grad();
+    K.zero_grad();
+    V.zero_grad();
+    ops::sum(nn::attention(Q, K, V, vis, opts) * G).backward();
+  };
+  const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, fwd_bwd);
+  bench::report_attention(ms, rss_inputs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::AttentionFlags f;
+  return bench::run_program("bench_attention", "Scaled dot-product attention forward + backward, xgrad", argc, argv, f,
+                            run);
+}

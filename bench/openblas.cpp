@@ -1,0 +1,25 @@
+#include "bench/openblas.hpp"
+
+#include <cblas.h>
+
+#include "bench/common.hpp"
+
+namespace bench {
+
+void set_openblas_threads(int n) { openblas_set_num_threads(n); }
+int openblas_threads() { return openblas_get_num_threads(); }
+
+std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup, std::size_t reps,
+                                   int threads) {
+  const int before = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
+  std::vector<float> C(n * n);
+  const auto N = static_cast<blasint>(n);
+  const std::vector<double> ms = time_reps(warmup, reps, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, A, N, B, N, 0.0f, C.data(), N);
+  });
+  openblas_set_num_threads(before);
+  return ms;
+}
+
+}  // namespace bench

@@ -1,0 +1,19 @@
+// Direct OpenBLAS calls for the benchmarks: its own thread count and a raw sgemm, the
+// baseline bench_matmul compares xgrad's matmul with. Only bench/openblas.cpp includes
+// <cblas.h>, so the programs' own translation units never see it.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace bench {
+
+void set_openblas_threads(int n);
+int openblas_threads();
+
+// Times C = A B for n x n row-major float32 matrices, one cblas_sgemm call per rep, with
+// OpenBLAS's own `threads` threads; its thread setting is put back afterwards. Milliseconds.
+std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup, std::size_t reps,
+                                   int threads);
+
+}  // namespace bench
