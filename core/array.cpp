@@ -4,20 +4,30 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/allocator.hpp"
 #include "core/xt.hpp"
 
 namespace xg {
 namespace detail {
 
 Array Storage::make(const Shape& shape, DType dtype) {
-  numel(shape);  // ShapeError on overflow, before xtensor computes strides from the shape
+  const std::size_t n = numel(shape);  // ShapeError on overflow
+  const std::size_t width = dtype == DType::float32 ? sizeof(float) : sizeof(double);
+  if (n > static_cast<std::size_t>(-1) / width)
+    throw ShapeError(op_message("array", "shape " + shape_str(shape) + " needs more bytes than size_t counts"));
+  const std::size_t bytes = n * width;
   auto s = std::make_shared<Storage>();
   s->shape = shape;
   s->dtype = dtype;
-  if (dtype == DType::float32)
-    s->data = xt::xarray<float>::from_shape(shape);
-  else
-    s->data = xt::xarray<double>::from_shape(shape);
+  s->size = n;
+  s->ptr = cached_alloc(bytes);
+  s->owner = std::shared_ptr<void>(s->ptr, [bytes](void* p) { cached_free(p, bytes); });
+  return Array(std::move(s));
+}
+
+Array Storage::view(const Array& a, const Shape& shape) {
+  auto s = std::make_shared<Storage>(*a.s_);
+  s->shape = shape;
   return Array(std::move(s));
 }
 
@@ -98,14 +108,17 @@ const Shape& Array::shape() const {
   require_defined(*this, "shape");
   return s_->shape;
 }
-std::size_t Array::size() const { return numel(shape()); }
+std::size_t Array::size() const {
+  require_defined(*this, "size");
+  return s_->size;
+}
 
 template <class T> T* Array::data() {
   if (dtype() != detail::dtype_of<T>())
     throw DTypeError(op_message("array", std::string("requested ") +
                                              dtype_name(detail::dtype_of<T>()) +
                                              " data of a " + dtype_name(dtype()) + " array"));
-  return std::get<xt::xarray<T>>(s_->data).data();
+  return static_cast<T*>(s_->ptr);
 }
 template <class T> const T* Array::data() const { return const_cast<Array*>(this)->data<T>(); }
 template float* Array::data<float>();
@@ -192,13 +205,14 @@ Array Array::reshaped(const Shape& s) const {
   if (numel(s) != size())
     throw ShapeError(op_message("reshape", "cannot reshape an array of shape " +
                                                shape_str(shape()) + " into shape " + shape_str(s)));
-  Array c = clone();
-  c.s_->shape = s;
-  detail::dispatch(dtype(), [&](auto t) {
-    using T = decltype(t);
-    std::get<xt::xarray<T>>(c.s_->data).reshape(s);
-  });
-  return c;
+  return clone().view(s);
+}
+
+Array Array::view(const Shape& s) const {
+  if (numel(s) != size())
+    throw ShapeError(op_message("reshape", "cannot reshape an array of shape " +
+                                               shape_str(shape()) + " into shape " + shape_str(s)));
+  return detail::Storage::view(*this, s);
 }
 
 std::size_t Array::first_nonfinite() const {

@@ -59,6 +59,9 @@ class Array {
   Array clone() const;
   Array astype(DType dtype) const;
   Array reshaped(const Shape& shape) const;  // same data count required; copies
+  // Same data count required; shares this array's data (no copy). Neither may then be written
+  // through: the engine's rule for every array an op has produced.
+  Array view(const Shape& shape) const;
   bool all_finite() const;
   // First non-finite element's flat index, or size() if all finite.
   std::size_t first_nonfinite() const;

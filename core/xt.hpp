@@ -10,8 +10,9 @@
 #define XTENSOR_USE_XSIMD
 #endif
 
+#include <algorithm>
+#include <memory>
 #include <type_traits>
-#include <variant>
 
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
@@ -24,25 +25,29 @@
 namespace xg {
 namespace detail {
 
+// An Array's storage: a shape and a contiguous row-major buffer from the caching allocator
+// (core/allocator.hpp). Several Storages may share one buffer (Array::view): reshapes cost
+// no copy. Nothing writes into a buffer once an op has produced it.
 struct Storage {
   Shape shape;
-  DType dtype;
-  std::variant<xt::xarray<float>, xt::xarray<double>> data;
+  DType dtype = DType::float32;
+  std::size_t size = 0;
+  std::shared_ptr<void> owner;  // keeps the buffer alive
+  void* ptr = nullptr;
 
   static Array make(const Shape& shape, DType dtype);  // uninitialised
-  template <class T> static Array wrap(xt::xarray<T>&& a);
+  static Array view(const Array& a, const Shape& shape);
+  template <class T> static Array wrap(const xt::xarray<T>& a);
 };
 
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::float32; }
 template <> constexpr DType dtype_of<double>() { return DType::float64; }
 
-template <class T> Array Storage::wrap(xt::xarray<T>&& a) {
-  auto s = std::make_shared<Storage>();
-  s->shape.assign(a.shape().begin(), a.shape().end());
-  s->dtype = dtype_of<T>();
-  s->data = std::move(a);
-  return Array(std::move(s));
+template <class T> Array Storage::wrap(const xt::xarray<T>& a) {
+  Array out = make(Shape(a.shape().begin(), a.shape().end()), dtype_of<T>());
+  std::copy(a.begin(), a.end(), out.data<T>());
+  return out;
 }
 
 // Calls f(T{}) with T = float or double according to dtype.
@@ -53,16 +58,15 @@ template <class F> decltype(auto) dispatch(DType dtype, F&& f) {
 
 }  // namespace detail
 
-// The xtensor array behind an Array (dtype must be T).
-template <class T> xt::xarray<T>& xarray(Array& a) {
-  return std::get<xt::xarray<T>>(a.storage().data);
+// An xtensor view with the Array's shape over its data (no copy; dtype must be T).
+template <class T> auto xarray(Array& a) {
+  return xt::adapt(a.data<T>(), a.size(), xt::no_ownership(), a.shape());
 }
-template <class T> const xt::xarray<T>& xarray(const Array& a) {
-  return std::get<xt::xarray<T>>(a.storage().data);
+template <class T> auto xarray(const Array& a) {
+  return xt::adapt(a.data<T>(), a.size(), xt::no_ownership(), a.shape());
 }
-template <class T> Array from_xarray(xt::xarray<T> a) {
-  return detail::Storage::wrap<T>(std::move(a));
-}
+// A copy of an xtensor expression's values as an Array.
+template <class T> Array from_xarray(const xt::xarray<T>& a) { return detail::Storage::wrap<T>(a); }
 
 // A 1-d xtensor view over an Array's contiguous data (for vectorised elementwise math).
 template <class T> auto flat_view(Array& a) {

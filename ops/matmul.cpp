@@ -147,7 +147,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
     }
     forward<T>(*plan, a.value().data<T>(), b.value().data<T>(), out.data<T>());
   });
-  if (plan->out != plan->out2) out = out.reshaped(plan->out);
+  if (plan->out != plan->out2) out = out.view(plan->out);
   return record("matmul", std::move(out), {a, b}, [plan](const VjpContext& c) {
     const Plan& p = *plan;
     const Array& A = c.inputs[0];

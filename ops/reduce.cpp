@@ -39,9 +39,9 @@ Reduction plan(const std::string& op, const Tensor& x, const Axes& axes, bool ke
 
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdims) {
   const Reduction r = plan("sum", x, axes, keepdims);
-  Array y = kernels::sum_to_shape(x.value(), r.kept).reshaped(r.out);
+  Array y = kernels::sum_to_shape(x.value(), r.kept).view(r.out);
   return record("sum", std::move(y), {x}, [r](const VjpContext& c) {
-    return Cotangents{kernels::broadcast_to(c.grad_output.reshaped(r.kept), c.inputs[0].shape())};
+    return Cotangents{kernels::broadcast_to(c.grad_output.view(r.kept), c.inputs[0].shape())};
   });
 }
 
@@ -51,9 +51,9 @@ Tensor mean(const Tensor& x, const Axes& axes, bool keepdims) {
     throw ShapeError(op_message("mean", "reduces over zero elements: x has shape " +
                                             shape_str(x.shape())));
   const double inv = 1.0 / static_cast<double>(r.count);
-  Array y = kernels::scale(kernels::sum_to_shape(x.value(), r.kept), inv).reshaped(r.out);
+  Array y = kernels::scale(kernels::sum_to_shape(x.value(), r.kept), inv).view(r.out);
   return record("mean", std::move(y), {x}, [r, inv](const VjpContext& c) {
-    return Cotangents{kernels::broadcast_to(kernels::scale(c.grad_output, inv).reshaped(r.kept),
+    return Cotangents{kernels::broadcast_to(kernels::scale(c.grad_output, inv).view(r.kept),
                                             c.inputs[0].shape())};
   });
 }
@@ -74,10 +74,10 @@ Tensor max(const Tensor& x, const Axes& axes, bool keepdims) {
       if (v > py[o] || std::isnan(v)) py[o] = v;
     });
   });
-  return record("max", y.reshaped(r.out), {x}, [r](const VjpContext& c) {
+  return record("max", y.view(r.out), {x}, [r](const VjpContext& c) {
     const Array& X = c.inputs[0];
-    const Array y_kept = c.output.reshaped(r.kept);
-    const Array g_kept = c.grad_output.reshaped(r.kept);
+    const Array y_kept = c.output.view(r.kept);
+    const Array g_kept = c.grad_output.view(r.kept);
     Array ties = Array::zeros(r.kept, X.dtype());  // number of maximal elements per slice
     Array xb = Array::empty(X.shape(), X.dtype());
     detail::dispatch(X.dtype(), [&](auto t) {

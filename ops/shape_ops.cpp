@@ -15,8 +15,8 @@ namespace xg::ops {
 namespace {
 
 Tensor reshaped_as(const std::string& op, const Tensor& x, const Shape& s) {
-  return record(op, x.value().reshaped(s), {x}, [](const VjpContext& c) {
-    return Cotangents{c.grad_output.reshaped(c.inputs[0].shape())};
+  return record(op, x.value().view(s), {x}, [](const VjpContext& c) {
+    return Cotangents{c.grad_output.view(c.inputs[0].shape())};
   });
 }
 

@@ -1,0 +1,140 @@
+#include "core/allocator.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/runtime.hpp"
+
+namespace xg {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;            // cache line; AVX2 needs 32
+constexpr std::size_t kMinCached = 64 << 10;  // smaller blocks: plain malloc
+
+struct Cache {
+  std::mutex m;
+  std::unordered_map<std::size_t, std::vector<void*>> free_blocks;  // class bytes -> blocks
+  std::size_t cached = 0;  // bytes held in free_blocks
+  std::size_t limit = 0;   // 0 until first use: a quarter of physical memory
+  std::size_t in_use = 0, peak = 0;
+
+  std::size_t cap() {
+    if (limit == 0) {
+      const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      limit = (pages > 0 && page > 0) ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 4
+                                      : std::size_t(1) << 30;
+    }
+    return limit;
+  }
+  void release_all() {
+    for (auto& [bytes, v] : free_blocks)
+      for (void* p : v) std::free(p);
+    free_blocks.clear();
+    cached = 0;
+  }
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: arrays may be freed during static destruction
+  return *c;
+}
+
+// Size class: 8 classes per power of two, rounded to the alignment.
+std::size_t size_class(std::size_t bytes) {
+  std::size_t top = 1;
+  while ((top << 1) <= bytes) top <<= 1;
+  const std::size_t step = std::max<std::size_t>(top / 8, kAlign);
+  return (bytes + step - 1) / step * step;
+}
+
+void* raw_alloc(std::size_t bytes) {
+  const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  return std::aligned_alloc(kAlign, rounded ? rounded : kAlign);
+}
+
+}  // namespace
+
+namespace detail {
+
+void* cached_alloc(std::size_t bytes) {
+  if (bytes < kMinCached) {
+    void* p = raw_alloc(bytes);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  const std::size_t cls = size_class(bytes);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lk(c.m);
+    auto it = c.free_blocks.find(cls);
+    if (it != c.free_blocks.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.cached -= cls;
+      c.in_use += cls;
+      c.peak = std::max(c.peak, c.in_use);
+      return p;
+    }
+  }
+  void* p = raw_alloc(cls);
+  if (!p) {  // out of memory: give the cache back and try once more
+    std::lock_guard<std::mutex> lk(c.m);
+    c.release_all();
+    p = raw_alloc(cls);
+    if (!p) throw std::bad_alloc();
+  }
+  std::lock_guard<std::mutex> lk(c.m);
+  c.in_use += cls;
+  c.peak = std::max(c.peak, c.in_use);
+  return p;
+}
+
+void cached_free(void* p, std::size_t bytes) noexcept {
+  if (!p) return;
+  if (bytes < kMinCached) {
+    std::free(p);
+    return;
+  }
+  const std::size_t cls = size_class(bytes);
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.m);
+  c.in_use -= std::min(c.in_use, cls);
+  if (c.cached + cls > c.cap()) {
+    std::free(p);
+    return;
+  }
+  try {
+    c.free_blocks[cls].push_back(p);
+    c.cached += cls;
+  } catch (...) {
+    std::free(p);
+  }
+}
+
+}  // namespace detail
+
+void set_memory_cache_limit(std::size_t bytes) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.m);
+  c.limit = bytes ? bytes : 1;  // 1: cache nothing (every large block fits no more)
+  if (c.cached > c.limit) c.release_all();
+}
+
+void release_cached_memory() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.m);
+  c.release_all();
+}
+
+MemoryStats memory_stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lk(c.m);
+  return {c.in_use, c.peak, c.cached, c.cap()};
+}
+
+}  // namespace xg

@@ -1,0 +1,35 @@
+// Internal: the caching allocator behind every Array's storage (xtensor's default allocator
+// in core/xt.hpp). A training step frees and allocates the same large blocks every step;
+// glibc serves those by fresh mmap and returns them on free, so each step page-faulted its
+// whole working set in again. Blocks of 64 KiB and more are kept on free in size classes
+// (eight per power of two: at most 12.5% rounding) and handed out again, so a steady-state
+// step touches no new pages. Smaller blocks go to malloc, which keeps them in its heap anyway.
+//
+// The cache is bounded (core/runtime.hpp: set_memory_cache_limit, default a quarter of
+// physical memory); a block that would exceed the bound is returned to the system, and an
+// allocation that fails releases the cache and tries once more before throwing bad_alloc.
+#pragma once
+
+#include <cstddef>
+#include <new>
+
+namespace xg::detail {
+
+void* cached_alloc(std::size_t bytes);
+void cached_free(void* p, std::size_t bytes) noexcept;
+
+template <class T> struct CachingAllocator {
+  using value_type = T;
+  CachingAllocator() noexcept = default;
+  template <class U> CachingAllocator(const CachingAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_alloc();
+    return static_cast<T*>(cached_alloc(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept { cached_free(p, n * sizeof(T)); }
+  template <class U> struct rebind { using other = CachingAllocator<U>; };
+};
+template <class T, class U> bool operator==(const CachingAllocator<T>&, const CachingAllocator<U>&) { return true; }
+template <class T, class U> bool operator!=(const CachingAllocator<T>&, const CachingAllocator<U>&) { return false; }
+
+}  // namespace xg::detail
