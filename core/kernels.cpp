@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/parallel.hpp"
 #include "core/strided.hpp"
 #include "core/xt.hpp"
 
@@ -9,26 +10,89 @@ namespace xg::kernels {
 
 namespace {
 
+constexpr std::size_t kGrain = 1 << 14;  // elements per chunk below which one thread does it all
+
+// How operand `x` (shape sx) broadcasts against out_shape, in the cases with a plain loop:
+//   same      x has out's shape
+//   scalar    one element
+//   rows      x is out's trailing axes (a bias [D] against [N, D]): x[k % inner]
+//   cols      x is out's leading axes with trailing ones ([N, 1] against [N, D]): x[k / inner]
+enum class Bcast { same, scalar, rows, cols, general };
+
+Bcast classify(const Shape& sx, const Shape& out, std::size_t& inner) {
+  const std::size_t n = numel(sx);
+  if (sx == out) return Bcast::same;
+  if (n == 1) return Bcast::scalar;
+  // Left-pad sx to out's rank.
+  Shape p(out.size() - std::min(out.size(), sx.size()), 1);
+  p.insert(p.end(), sx.begin(), sx.end());
+  if (p.size() != out.size()) return Bcast::general;
+  // rows: leading axes of p are 1, the rest equal out's.
+  std::size_t d = 0;
+  while (d < p.size() && p[d] == 1) ++d;
+  bool ok = true;
+  for (std::size_t e = d; e < p.size(); ++e) ok = ok && p[e] == out[e];
+  if (ok) {
+    inner = n;
+    return Bcast::rows;
+  }
+  // cols: trailing axes of p are 1, the leading ones equal out's.
+  std::size_t t = p.size();
+  while (t > 0 && p[t - 1] == 1) --t;
+  ok = true;
+  for (std::size_t e = 0; e < t; ++e) ok = ok && p[e] == out[e];
+  if (ok) {
+    inner = numel(out) / n;
+    return Bcast::cols;
+  }
+  return Bcast::general;
+}
+
 template <class F> Array binary(const Array& a, const Array& b, F f) {
   const Shape& sa = a.shape();
   const Shape& sb = b.shape();
   const Shape out_shape = sa == sb ? sa : broadcast_shapes("broadcast", "a", sa, "b", sb);
   Array out = Array::empty(out_shape, a.dtype());
+  std::size_t ia = 0, ib = 0;
+  const Bcast ka = classify(sa, out_shape, ia), kb = classify(sb, out_shape, ib);
   detail::dispatch(a.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* po = out.data<T>();
-    if (sa == sb) {
-      for (std::size_t i = 0, n = out.size(); i < n; ++i) po[i] = f(pa[i], pb[i]);
-    } else if (b.size() == 1) {
-      const T s = pb[0];
-      for (std::size_t i = 0, n = out.size(); i < n; ++i) po[i] = f(pa[i], s);
+    const std::size_t n = out.size();
+    auto index = [](Bcast k, std::size_t inner, std::size_t i) {
+      switch (k) {
+        case Bcast::same: return i;
+        case Bcast::scalar: return std::size_t{0};
+        case Bcast::rows: return i % inner;
+        default: return i / inner;
+      }
+    };
+    if (ka == Bcast::same && kb == Bcast::same) {
+      detail::parallel_for(n, kGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
+        for (std::size_t i = lo; i < hi; ++i) po[i] = f(pa[i], pb[i]);
+      });
+    } else if (ka == Bcast::same && kb == Bcast::scalar) {
+      const T sv = pb[0];
+      detail::parallel_for(n, kGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
+        for (std::size_t i = lo; i < hi; ++i) po[i] = f(pa[i], sv);
+      });
+    } else if (ka == Bcast::same && kb == Bcast::rows) {
+      const std::size_t rows = n / ib;
+      detail::parallel_for(rows, std::max<std::size_t>(1, kGrain / ib), [&](std::size_t lo, std::size_t hi, std::size_t) {
+        for (std::size_t r = lo; r < hi; ++r)
+          for (std::size_t k = 0; k < ib; ++k) po[r * ib + k] = f(pa[r * ib + k], pb[k]);
+      });
+    } else if (ka != Bcast::general && kb != Bcast::general) {
+      detail::parallel_for(n, kGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
+        for (std::size_t i = lo; i < hi; ++i) po[i] = f(pa[index(ka, ia, i)], pb[index(kb, ib, i)]);
+      });
     } else {
       detail::for_each_strided(out_shape, broadcast_strides(sa, out_shape),
                                broadcast_strides(sb, out_shape),
-                               [&](std::size_t i, std::ptrdiff_t ia, std::ptrdiff_t ib) {
-                                 po[i] = f(pa[ia], pb[ib]);
+                               [&](std::size_t i, std::ptrdiff_t xa, std::ptrdiff_t xb) {
+                                 po[i] = f(pa[xa], pb[xb]);
                                });
     }
   });
@@ -49,7 +113,9 @@ Array scale(const Array& a, double s) {
     const T* p = a.data<T>();
     T* o = out.data<T>();
     const T c = static_cast<T>(s);
-    for (std::size_t i = 0, n = a.size(); i < n; ++i) o[i] = p[i] * c;
+    detail::parallel_for(a.size(), kGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
+      for (std::size_t i = lo; i < hi; ++i) o[i] = p[i] * c;
+    });
   });
   return out;
 }
@@ -62,6 +128,44 @@ Array sum_to_shape(const Array& g, const Shape& target) {
     throw InternalError(op_message("sum_to_shape", "target " + shape_str(target) +
                                                        " does not broadcast to gradient shape " +
                                                        shape_str(g.shape())));
+  std::size_t inner = 0;
+  const Bcast k = classify(target, g.shape(), inner);
+  if (k == Bcast::rows || k == Bcast::cols || k == Bcast::scalar) {
+    // Contiguous reductions: over leading rows (bias gradients), within rows (keepdims), or all.
+    Array out = Array::empty(target, g.dtype());
+    detail::dispatch(g.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* pg = g.data<T>();
+      T* po = out.data<T>();
+      const std::size_t n = g.size();
+      if (k == Bcast::cols) {  // out[r] = sum of row r (inner contiguous elements)
+        const std::size_t rows = n / inner;
+        detail::parallel_for(rows, std::max<std::size_t>(1, kGrain / inner), [&](std::size_t lo, std::size_t hi, std::size_t) {
+          for (std::size_t r = lo; r < hi; ++r) {
+            T acc = 0;
+            for (std::size_t j = 0; j < inner; ++j) acc += pg[r * inner + j];
+            po[r] = acc;
+          }
+        });
+        return;
+      }
+      const std::size_t width = k == Bcast::scalar ? 1 : inner, rows = n / width;
+      // Partial sums per chunk of rows, added in chunk order: deterministic for a thread count.
+      const std::size_t chunks = detail::parallel_chunks(rows, std::max<std::size_t>(1, kGrain / width));
+      std::vector<T> part(chunks * width, T(0));
+      detail::parallel_for(rows, std::max<std::size_t>(1, kGrain / width), [&](std::size_t lo, std::size_t hi, std::size_t c) {
+        T* acc = part.data() + c * width;
+        for (std::size_t r = lo; r < hi; ++r)
+          for (std::size_t j = 0; j < width; ++j) acc[j] += pg[r * width + j];
+      });
+      for (std::size_t j = 0; j < width; ++j) {
+        T acc = 0;
+        for (std::size_t c = 0; c < chunks; ++c) acc += part[c * width + j];
+        po[j] = acc;
+      }
+    });
+    return out;
+  }
   Array out = Array::zeros(target, g.dtype());
   detail::dispatch(g.dtype(), [&](auto t) {
     using T = decltype(t);

@@ -1,16 +1,31 @@
-// layer_norm is composed from mean, sub, mul, add, sqrt and div, so its VJP follows by
-// composition and is checked by finite differences like every other op. A fused kernel
-// with a hand-written VJP can replace it later, with this composition as its test oracle.
+// Layer normalisation over the last axis, one op with a hand-written VJP. Per row of D
+// features (population variance, as torch.nn.LayerNorm):
+//   mu = mean x,  var = mean (x - mu)^2,  r = 1 / sqrt(var + eps),  xh = (x - mu) r
+//   y = xh * gamma + beta
+// VJP, with gh = y_bar * gamma:
+//   x_bar = r (gh - mean(gh) - xh * mean(gh * xh))
+//   gamma_bar = sum over rows of y_bar * xh,  beta_bar = sum over rows of y_bar
+// The forward keeps mu and r per row; xh is recomputed. layer_norm_composed() builds the same
+// function from mean, sub, mul, sqrt and div: the test oracle for this VJP.
 #include "ops/layer_norm.hpp"
 
+#include <cmath>
+#include <memory>
+#include <vector>
+
 #include "core/check.hpp"
+#include "core/parallel.hpp"
+#include "core/tape.hpp"
+#include "core/xt.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/unary.hpp"
 
 namespace xg::ops {
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+namespace {
+
+void check_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   check::rank_at_least("layer_norm", "x", x, 1);
   if (!(eps > 0)) throw ValueError(op_message("layer_norm", "eps must be positive, got " + std::to_string(eps)));
   const Shape feat{x.shape().back()};
@@ -22,6 +37,111 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
                                                     ", expected " + shape_str(feat) + " for x of shape " +
                                                     shape_str(x.shape())));
   }
+}
+
+constexpr std::size_t kRowsGrain = 64;
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  check_args(x, gamma, beta, eps);
+  const std::size_t D = x.shape().back(), N = D ? x.size() / D : 0;
+  const bool has_g = gamma.defined(), has_b = beta.defined();
+  Array y = Array::empty(x.shape(), x.dtype());
+  auto stats = std::make_shared<Array>(Array::empty({N, 2}, x.dtype()));  // (mu, r) per row
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* px = x.value().data<T>();
+    const T* pg = has_g ? gamma.value().data<T>() : nullptr;
+    const T* pb = has_b ? beta.value().data<T>() : nullptr;
+    T* py = y.data<T>();
+    T* st = stats->data<T>();
+    detail::parallel_for(N, kRowsGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
+      for (std::size_t r = lo; r < hi; ++r) {
+        const T* xr = px + r * D;
+        T* yr = py + r * D;
+        T mu = 0;
+        for (std::size_t j = 0; j < D; ++j) mu += xr[j];
+        mu /= static_cast<T>(D);
+        T var = 0;
+        for (std::size_t j = 0; j < D; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+        var /= static_cast<T>(D);
+        const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
+        st[2 * r] = mu;
+        st[2 * r + 1] = rs;
+        for (std::size_t j = 0; j < D; ++j) {
+          T v = (xr[j] - mu) * rs;
+          if (pg) v *= pg[j];
+          if (pb) v += pb[j];
+          yr[j] = v;
+        }
+      }
+    });
+  });
+  std::vector<Tensor> inputs{x};
+  if (has_g) inputs.push_back(gamma);
+  if (has_b) inputs.push_back(beta);
+  return record("layer_norm", std::move(y), inputs, [stats, has_g, has_b, D, N](const VjpContext& c) {
+    Cotangents cot(c.inputs.size());
+    detail::dispatch(c.output.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* px = c.inputs[0].data<T>();
+      const T* pg = has_g ? c.inputs[1].data<T>() : nullptr;
+      const T* gy = c.grad_output.data<T>();
+      const T* st = stats->data<T>();
+      Array dx = c.needs(0) ? Array::empty(c.inputs[0].shape(), c.inputs[0].dtype()) : Array();
+      T* pdx = dx.defined() ? dx.data<T>() : nullptr;
+      const bool want_params = (has_g && c.needs(1)) || (has_b && c.needs(has_g ? 2 : 1));
+      const std::size_t chunks = detail::parallel_chunks(N, kRowsGrain);
+      std::vector<T> part(want_params ? chunks * 2 * D : 0, T(0));  // per chunk: gamma_bar | beta_bar
+      detail::parallel_for(N, kRowsGrain, [&](std::size_t lo, std::size_t hi, std::size_t ch) {
+        T* dg = want_params ? part.data() + ch * 2 * D : nullptr;
+        for (std::size_t r = lo; r < hi; ++r) {
+          const T* xr = px + r * D;
+          const T* gr = gy + r * D;
+          const T mu = st[2 * r], rs = st[2 * r + 1];
+          T m1 = 0, m2 = 0;  // mean(gh), mean(gh * xh)
+          for (std::size_t j = 0; j < D; ++j) {
+            const T xh = (xr[j] - mu) * rs;
+            const T gh = pg ? gr[j] * pg[j] : gr[j];
+            m1 += gh;
+            m2 += gh * xh;
+            if (dg) {
+              dg[j] += gr[j] * xh;
+              dg[D + j] += gr[j];
+            }
+          }
+          m1 /= static_cast<T>(D);
+          m2 /= static_cast<T>(D);
+          if (pdx)
+            for (std::size_t j = 0; j < D; ++j) {
+              const T xh = (xr[j] - mu) * rs;
+              const T gh = pg ? gr[j] * pg[j] : gr[j];
+              pdx[r * D + j] = rs * (gh - m1 - xh * m2);
+            }
+        }
+      });
+      cot[0] = dx;
+      if (want_params) {  // chunk partial sums added in chunk order (deterministic)
+        Array dgamma = Array::zeros({D}, c.output.dtype()), dbeta = Array::zeros({D}, c.output.dtype());
+        T* pgm = dgamma.data<T>();
+        T* pbt = dbeta.data<T>();
+        for (std::size_t ch = 0; ch < chunks; ++ch)
+          for (std::size_t j = 0; j < D; ++j) {
+            pgm[j] += part[ch * 2 * D + j];
+            pbt[j] += part[ch * 2 * D + D + j];
+          }
+        std::size_t k = 1;
+        if (has_g) cot[k++] = c.needs(1) ? dgamma : Array();
+        if (has_b) cot[k] = c.needs(k) ? dbeta : Array();
+      }
+    });
+    return cot;
+  });
+}
+
+Tensor layer_norm_composed(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  check_args(x, gamma, beta, eps);
   const Tensor d = x - mean(x, {-1}, true);
   const Tensor v = mean(d * d, {-1}, true);
   Tensor y = d / sqrt(v + eps);

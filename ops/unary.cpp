@@ -13,12 +13,16 @@
 //   clamp:   y = min(max(x,lo),hi)  x_bar = g * [lo <= x <= hi]
 #include "ops/unary.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "core/check.hpp"
 #include "core/kernels.hpp"
 #include "core/map.hpp"
+#include "core/parallel.hpp"
 #include "core/tape.hpp"
+#include "core/vmath.hpp"
 
 namespace xg::ops {
 
@@ -145,9 +149,58 @@ Tensor relu(const Tensor& x) {
   });
 }
 
+namespace {
+
+// Exact GELU in float32: y = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2, with erf from the
+// vectorised float kernels (core/vmath.hpp); Phi is kept for the VJP, which then needs only
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi):  x_bar = g (Phi + x phi).
+constexpr std::size_t kTile = 256;
+
+void gelu_forward_f32(const float* x, float* y, float* Phi, std::size_t n) {
+  detail::parallel_for(n, std::size_t{1} << 13, [&](std::size_t lo, std::size_t hi, std::size_t) {
+    float t[kTile];
+    for (std::size_t s = lo; s < hi; s += kTile) {
+      const std::size_t m = std::min(kTile, hi - s);
+      for (std::size_t i = 0; i < m; ++i) t[i] = x[s + i] * static_cast<float>(kInvSqrt2);
+      vmath::erf(t, t, m);
+      for (std::size_t i = 0; i < m; ++i) {
+        const float p = 0.5f * (1.0f + t[i]);
+        Phi[s + i] = p;
+        y[s + i] = x[s + i] * p;
+      }
+    }
+  });
+}
+
+void gelu_backward_f32(const float* x, const float* Phi, const float* g, float* d, std::size_t n) {
+  detail::parallel_for(n, std::size_t{1} << 13, [&](std::size_t lo, std::size_t hi, std::size_t) {
+    float t[kTile];
+    for (std::size_t s = lo; s < hi; s += kTile) {
+      const std::size_t m = std::min(kTile, hi - s);
+      for (std::size_t i = 0; i < m; ++i) t[i] = -0.5f * x[s + i] * x[s + i];
+      vmath::exp(t, t, m);
+      for (std::size_t i = 0; i < m; ++i)
+        d[s + i] = g[s + i] * (Phi[s + i] + x[s + i] * static_cast<float>(kInvSqrt2Pi) * t[i]);
+    }
+  });
+}
+
+}  // namespace
+
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   check::defined("gelu", "x", x);
-  if (approx == GeluApprox::none) {
+  if (approx == GeluApprox::none && x.dtype() == DType::float32) {
+    Array y = Array::empty(x.shape(), x.dtype());
+    auto Phi = std::make_shared<Array>(Array::empty(x.shape(), x.dtype()));
+    gelu_forward_f32(x.value().data<float>(), y.data<float>(), Phi->data<float>(), x.size());
+    return record("gelu", std::move(y), {x}, [Phi](const VjpContext& c) {
+      Array d = Array::empty(c.output.shape(), c.output.dtype());
+      gelu_backward_f32(c.inputs[0].data<float>(), Phi->data<float>(), c.grad_output.data<float>(), d.data<float>(),
+                        d.size());
+      return Cotangents{d};
+    });
+  }
+  if (approx == GeluApprox::none) {  // float64: scalar libm, the reference precision
     Array y = detail::map1(x.value(), [](auto v) {
       using T = decltype(v);
       return static_cast<T>(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));

@@ -67,3 +67,24 @@ TEST_CASE("mse: value and VJP", "[ops][loss][gradcheck]") {
   require_gradcheck([](const std::vector<Tensor>& in) { return ops::mse(in[0], in[1]); },
                     {rnd({3, 2}, g), rnd({3, 2}, g)}, {"a", "b"});
 }
+
+TEST_CASE("layer_norm: the fused op equals its composition from mean, sub, sqrt, div (values and VJP, 1e-12)",
+          "[ops][layer_norm]") {
+  Generator g(33);
+  for (const Shape& s : {Shape{5}, Shape{3, 7}, Shape{2, 300, 16}}) {  // the last spans several chunks
+    for (int affine = 0; affine < 2; ++affine) {
+      INFO("shape " << shape_str(s) << ", affine " << affine);
+      const Tensor x(rnd(s, g, -3, 3), true);
+      const Tensor gamma = affine ? Tensor(rnd({s.back()}, g), true) : Tensor();
+      const Tensor beta = affine ? Tensor(rnd({s.back()}, g), true) : Tensor();
+      const Array G = rnd(s, g);
+      const Tensor a = ops::layer_norm(x, gamma, beta);
+      const Tensor b = ops::layer_norm_composed(x, gamma, beta);
+      require_close(a.value(), b.value(), 1e-12);
+      std::vector<Tensor> wrt{x};
+      if (affine) wrt.insert(wrt.end(), {gamma, beta});
+      const auto ga = grad(a, wrt, G), gb = grad(b, wrt, G);
+      for (std::size_t k = 0; k < wrt.size(); ++k) require_close(ga[k], gb[k], 1e-12);
+    }
+  }
+}
