@@ -1,63 +1,40 @@
 // Internal: the one thread pool. xgrad's own loops (elementwise kernels, reductions, the fused
-// attention tiles, the splitting of large GEMMs) run on OpenMP's threads; OpenBLAS is kept at
-// one thread (core/blas.cpp), so two pools never spin against each other on the same cores.
+// attention blocks, the splitting of large GEMMs) run on it; OpenBLAS is kept at one thread
+// (core/blas.cpp), so two pools never spin against each other on the same cores.
+//
+// Workers spin for a few tens of microseconds after a job (the next op usually follows at
+// once), then sleep on a condition variable: on a loaded or oversubscribed machine (ctest -j,
+// other programs) a waiting thread never burns a core that the thread it waits for needs.
 //
 // parallel_for splits [0, n) into contiguous chunks, one per thread, with a partition that
 // depends only on n, the grain and the thread count: results are bit-identical run to run
 // for a fixed thread count (docs/performance.md says what changes with the count).
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
-#include <exception>
-#include <vector>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <functional>
 
 namespace xg::detail {
 
-// Threads a parallel_for may use (1 without OpenMP or inside a parallel region).
-inline int pool_threads() {
-#ifdef _OPENMP
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+// Threads a parallel_for may use now (1 inside a parallel_for, or while another thread
+// holds the pool).
+int pool_threads();
 
 // Number of chunks parallel_for(n, grain) uses.
-inline std::size_t parallel_chunks(std::size_t n, std::size_t grain) {
-  const std::size_t nt = static_cast<std::size_t>(pool_threads());
-  if (nt <= 1 || grain == 0 || n < 2 * grain) return 1;
-  return std::min(nt, n / grain);
-}
+std::size_t parallel_chunks(std::size_t n, std::size_t grain);
 
-// f(begin, end, chunk) for each chunk of [0, n); chunks run in parallel. An exception thrown
-// by any chunk is rethrown on the calling thread (the first chunk's, by index).
+// Runs job(c) for c in [0, chunks) on the pool (chunk 0 on the calling thread) and waits. An
+// exception thrown by a chunk is rethrown on the caller (the lowest chunk's).
+void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job);
+
+// f(begin, end, chunk) for each chunk of [0, n); chunks run in parallel.
 template <class F> void parallel_for(std::size_t n, std::size_t grain, F&& f) {
   const std::size_t chunks = parallel_chunks(n, grain);
   if (chunks <= 1) {
     if (n > 0) f(std::size_t{0}, n, std::size_t{0});
     return;
   }
-#ifdef _OPENMP
-  std::vector<std::exception_ptr> errors(chunks);
-#pragma omp parallel num_threads(static_cast<int>(chunks))
-  {
-    const std::size_t c = static_cast<std::size_t>(omp_get_thread_num());
-    if (c < chunks) {
-      try {
-        f(n * c / chunks, n * (c + 1) / chunks, c);
-      } catch (...) {
-        errors[c] = std::current_exception();
-      }
-    }
-  }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-#endif
+  run_chunks(chunks, [&](std::size_t c) { f(n * c / chunks, n * (c + 1) / chunks, c); });
 }
 
 }  // namespace xg::detail

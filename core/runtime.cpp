@@ -6,26 +6,21 @@
 
 #include "core/error.hpp"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "core/parallel.hpp"
+
+namespace xg::detail {
+void set_pool_threads(int n);
+int configured_pool_threads();
+}  // namespace xg::detail
 
 namespace xg {
 
 void set_num_threads(int n) {
   if (n < 1) throw ValueError(op_message("set_num_threads", "n must be >= 1, got " + std::to_string(n)));
-#ifdef _OPENMP
-  omp_set_num_threads(n);
-#endif
+  detail::set_pool_threads(n);
 }
 
-int num_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+int num_threads() { return detail::configured_pool_threads(); }
 
 void set_blas_threads(int n) { set_num_threads(n); }
 

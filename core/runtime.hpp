@@ -4,7 +4,7 @@
 
 namespace xg {
 
-// xgrad's worker threads (one pool, OpenMP). Default: one per core. Every parallel loop and
+// xgrad's worker threads (one pool, core/parallel.hpp). Default: one per core. Every parallel loop and
 // every split GEMM uses this pool; OpenBLAS itself always runs single-threaded inside it.
 // n >= 1. Results are bit-identical run to run for a fixed n.
 void set_num_threads(int n);

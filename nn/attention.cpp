@@ -98,7 +98,7 @@ void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& 
 AttentionOutput MultiHeadAttention::finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                                            const AttentionCall& call) {
   const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, sdpa_options(call, cfg_.scale, cfg_.dropout, training()));
-  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask};  // (5.20)
+  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed};  // (5.20)
 }
 
 AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall& call) {
@@ -161,7 +161,7 @@ AttentionOutput CrossAttention::forward_with_memory(const Tensor& X_q, const std
   const Tensor Q = split_heads(affine(X_q, W_Q, b_Q), cfg_.H_q);
   const SdpaResult r = scaled_dot_product_attention(Q, KV.first, KV.second, call.visibility,
                                                     sdpa_options(call, cfg_.scale, cfg_.dropout, training()));
-  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask};
+  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed};
 }
 
 AttentionOutput CrossAttention::forward(const Tensor& X_q, const Tensor& X_m, const AttentionCall& call) {

@@ -61,7 +61,8 @@ struct AttentionCall {
 struct AttentionOutput {
   Tensor Y;        // [B, T, d_out]
   Tensor weights;      // A [B, H_q, T, S] if return_weights
-  Array dropout_mask;  // m / q [B, H_q, T, S] if dropout was applied
+  Array dropout_mask;  // m / q [B, H_q, T, S] if dropout was applied (composed path)
+  std::uint64_t dropout_seed = 0;  // regenerates the mask on either path (SdpaResult)
 };
 
 class MultiHeadAttention : public Module {

@@ -10,10 +10,12 @@
 //   6. O = A V; invalid rows selected to exact zero (select, not multiply)     (step 6)
 #include "nn/sdpa.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
 #include "core/kernels.hpp"
+#include "nn/flash_attention.hpp"
 #include "ops/dropout.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/mask.hpp"
@@ -78,8 +80,7 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
     throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(opts.dropout_p)));
   if (dropout && !opts.generator)
     throw ValueError(op_message(kOp, "dropout_p > 0 in training needs a generator"));
-  const bool any_validity = opts.query_valid.size() > 0;
-  if (any_validity && opts.query_valid.shape != Shape{B, T})
+  if (opts.query_valid.size() > 0 && opts.query_valid.shape != Shape{B, T})
     throw ShapeError(op_message(kOp, "query_valid must be [B, T] = " + shape_str({B, T}) + ", has shape " +
                                          shape_str(opts.query_valid.shape)));
   if (opts.check_finite) {
@@ -89,11 +90,30 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
     check_finite(V.value(), "V", why);
   }
 
-  // ---- 2. allowed sets and query validity
   const Shape BHTS{B, H_q, T, S};
-  const std::vector<unsigned char> allowed = vis.expand_allowed(kOp, BHTS);
+  const VisibilityPlan plan = vis.plan(kOp, BHTS);
+  const bool any_validity = opts.query_valid.size() > 0;
   auto valid = [&](std::size_t b, std::size_t i) { return !any_validity || opts.query_valid.data[b * T + i]; };
+  if (opts.impl == SdpaImpl::fused && opts.return_weights)
+    throw ValueError(op_message(kOp, "the fused path does not form the weights A; request return_weights with "
+                                     "impl = composed (or automatic, which then takes the composed path)"));
+  if (opts.impl == SdpaImpl::fused || (opts.impl == SdpaImpl::automatic && !opts.return_weights)) {
+    FlashOptions fo;
+    fo.scale = scale;
+    fo.query_valid = opts.query_valid;
+    fo.check_finite = opts.check_finite;
+    SdpaResult res;
+    if (dropout) {
+      fo.dropout_p = opts.dropout_p;
+      fo.dropout_seed = res.dropout_seed = opts.generator->next_u64();
+    }
+    res.output = flash_attention(Q, K, V, plan, fo);
+    return res;
+  }
+
+  // ---- 2. allowed sets and query validity
   bool has_invalid = false;
+  std::vector<double> row(S);
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t h = 0; h < H_q; ++h)
       for (std::size_t i = 0; i < T; ++i) {
@@ -101,9 +121,14 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
           has_invalid = true;
           continue;
         }
-        const unsigned char* row = allowed.data() + ((b * H_q + h) * T + i) * S;
-        bool any = false;
-        for (std::size_t j = 0; j < S && !any; ++j) any = row[j];
+        std::size_t lo = 0, hi = 0;
+        plan.range(b, h, i, lo, hi);
+        bool any = lo < hi;
+        if (any && !plan.exact(b, h, i)) {
+          std::fill(row.begin(), row.begin() + (hi - lo), 0.0);
+          plan.apply(b, h, i, lo, hi, row.data());
+          any = std::any_of(row.begin(), row.begin() + (hi - lo), [](double v) { return std::isfinite(v); });
+        }
         if (!any)
           throw VisibilityError(op_message(kOp, "batch " + std::to_string(b) + ", head " + std::to_string(h) +
                                                     ", query " + std::to_string(i) +
@@ -138,7 +163,8 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
   SdpaResult res;
   Tensor Ad = A;
   if (dropout) {
-    res.dropout_mask = ops::dropout_mask(BHTS, opts.dropout_p, *opts.generator, Q.dtype());
+    res.dropout_seed = opts.generator->next_u64();
+    res.dropout_mask = attention_dropout_mask(BHTS, opts.dropout_p, res.dropout_seed, Q.dtype());
     Ad = ops::apply_dropout_mask(A, res.dropout_mask);
   }
 

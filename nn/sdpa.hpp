@@ -12,6 +12,7 @@
 // read by one GEMM and its gradient is summed over its group by the matmul VJP.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "core/random.hpp"
@@ -48,8 +49,11 @@ struct SdpaOptions {
 
 struct SdpaResult {
   Tensor output;       // O [B, H_q, T, d_v]
-  Tensor weights;      // A [B, H_q, T, S] if return_weights
-  Array dropout_mask;  // m / q [B, H_q, T, S] if dropout was applied
+  Tensor weights;      // A [B, H_q, T, S] if return_weights (composed path)
+  Array dropout_mask;  // m / q [B, H_q, T, S] if dropout was applied (composed path)
+  // The seed the dropout mask was drawn from (both paths; 0 without dropout): the fused path
+  // never forms the mask, attention_dropout_mask(BHTS, p, seed, dtype) regenerates it.
+  std::uint64_t dropout_seed = 0;
 };
 
 SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const Tensor& V,

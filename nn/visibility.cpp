@@ -1,18 +1,155 @@
 #include "nn/visibility.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "core/kernels.hpp"
+#include "core/xt.hpp"
 #include "ops/mask.hpp"
 
 namespace xg::nn {
 
+namespace vis_detail {
+
+// One rule of a Visibility. shape is rank 4 and broadcasts against [B, H, T, S]; a "row" is
+// one (b, h, i) of that shape (axes of size 1 are shared by every b, h or i).
+struct VisRule {
+  enum class Kind { dense, soft, causal, documents } kind = Kind::dense;
+  Shape shape;  // [r0, r1, r2, r3]
+
+  // dense: allowed bytes in `shape`; per row the first and last+1 allowed key and whether
+  // every key between them is allowed (r3 == 1: one flag for every key).
+  std::vector<unsigned char> allowed;
+  std::vector<std::size_t> row_lo, row_hi;
+  std::vector<unsigned char> row_exact;
+  // soft: finite additive bias in `shape`.
+  std::vector<double> soft;
+  // causal: key j visible to query i iff k_pos[j] <= q_pos[i]. With k_pos ascending the
+  // allowed keys of a row are a prefix, found by binary search.
+  std::vector<std::int64_t> q_pos, k_pos;
+  bool k_sorted = false;
+  // documents: ids [r0, T]; per (b, i) the first key of the same document and whether every
+  // key from there to i is in it (a contiguous document).
+  std::vector<std::int64_t> doc;
+
+  std::size_t row_of(std::size_t b, std::size_t h, std::size_t i) const {
+    const std::size_t rb = shape[0] == 1 ? 0 : b, rh = shape[1] == 1 ? 0 : h, ri = shape[2] == 1 ? 0 : i;
+    return (rb * shape[1] + rh) * shape[2] + ri;
+  }
+  bool hard() const { return kind != Kind::soft; }
+
+  // Narrows [lo, hi) to this rule's bounding range for the row; returns whether every key in
+  // the rule's range is allowed by it.
+  bool narrow(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const {
+    switch (kind) {
+      case Kind::soft:
+        return true;
+      case Kind::dense:
+      case Kind::documents: {
+        const std::size_t r = row_of(b, h, i);
+        lo = std::max(lo, row_lo[r]);
+        hi = std::min(hi, row_hi[r]);
+        return row_exact[r] != 0;
+      }
+      case Kind::causal: {
+        const std::size_t ri = shape[2] == 1 ? 0 : i;
+        if (k_sorted) {
+          const auto end = std::upper_bound(k_pos.begin(), k_pos.end(), q_pos[ri]);
+          hi = std::min(hi, static_cast<std::size_t>(end - k_pos.begin()));
+          return true;
+        }
+        lo = std::max(lo, row_lo[ri]);
+        hi = std::min(hi, row_hi[ri]);
+        return row_exact[ri] != 0;
+      }
+    }
+    return true;
+  }
+
+  template <class T>
+  void apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, T* row) const {
+    constexpr T ninf = -std::numeric_limits<T>::infinity();
+    const std::size_t r = row_of(b, h, i);
+    switch (kind) {
+      case Kind::dense: {
+        if (shape[3] == 1) {
+          if (!allowed[r])
+            for (std::size_t j = lo; j < hi; ++j) row[j - lo] = ninf;
+          return;
+        }
+        const unsigned char* a = allowed.data() + r * shape[3];
+        for (std::size_t j = lo; j < hi; ++j)
+          if (!a[j]) row[j - lo] = ninf;
+        return;
+      }
+      case Kind::soft: {
+        if (shape[3] == 1) {
+          const T v = static_cast<T>(soft[r]);
+          for (std::size_t j = lo; j < hi; ++j) row[j - lo] += v;
+          return;
+        }
+        const double* v = soft.data() + r * shape[3];
+        for (std::size_t j = lo; j < hi; ++j) row[j - lo] += static_cast<T>(v[j]);
+        return;
+      }
+      case Kind::causal: {
+        const std::int64_t q = q_pos[shape[2] == 1 ? 0 : i];
+        for (std::size_t j = lo; j < hi; ++j)
+          if (k_pos[j] > q) row[j - lo] = ninf;
+        return;
+      }
+      case Kind::documents: {
+        const std::size_t Tn = shape[2], rb = shape[0] == 1 ? 0 : b;
+        const std::int64_t* d = doc.data() + rb * Tn;
+        for (std::size_t j = lo; j < hi; ++j)
+          if (j > i || d[j] != d[i]) row[j - lo] = ninf;
+        return;
+      }
+    }
+  }
+
+  // Fills row_lo / row_hi / row_exact of a dense rule from `allowed`.
+  void index_dense() {
+    const std::size_t rows = shape[0] * shape[1] * shape[2], S = shape[3];
+    row_lo.assign(rows, 0);
+    row_hi.assign(rows, 0);
+    row_exact.assign(rows, 1);
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (S == 1) {  // one flag for every key
+        row_hi[r] = allowed[r] ? std::numeric_limits<std::size_t>::max() : 0;
+        continue;
+      }
+      const unsigned char* a = allowed.data() + r * S;
+      std::size_t lo = S, hi = 0, count = 0;
+      for (std::size_t j = 0; j < S; ++j)
+        if (a[j]) {
+          lo = std::min(lo, j);
+          hi = j + 1;
+          ++count;
+        }
+      if (count == 0) lo = hi = 0;
+      row_lo[r] = lo;
+      row_hi[r] = hi;
+      row_exact[r] = count == hi - lo;
+    }
+  }
+};
+
+struct VisCache {
+  std::mutex mutex;
+  Array bias32, bias64;
+};
+
+}  // namespace vis_detail
+
 namespace {
 
 const char* kOp = "visibility";
+using vis_detail::VisRule;
 
 // [T, S] -> [1, 1, T, S]; rank 4 kept; anything else is an error.
 Shape to_rank4(const Shape& s, const std::string& what) {
@@ -21,58 +158,82 @@ Shape to_rank4(const Shape& s, const std::string& what) {
   throw ShapeError(op_message(kOp, what + " must be [T, S] or [B, H, T, S], has shape " + shape_str(s)));
 }
 
-Array hard_from_bools(const BoolArray& m, bool true_means_allowed, const std::string& what) {
-  const Shape s = to_rank4(m.shape, what);
-  Array h = Array::empty(s, DType::float64);
-  double* p = h.data<double>();
-  for (std::size_t i = 0; i < m.size(); ++i) p[i] = (m.data[i] != 0) == true_means_allowed ? 1.0 : 0.0;
-  return h;
+std::shared_ptr<VisRule> dense_rule(const Shape& shape, std::vector<unsigned char> allowed) {
+  auto r = std::make_shared<VisRule>();
+  r->kind = VisRule::Kind::dense;
+  r->shape = shape;
+  r->allowed = std::move(allowed);
+  r->index_dense();
+  return r;
 }
 
-Array from_function(std::size_t T, std::size_t S, const std::function<bool(std::size_t, std::size_t)>& ok) {
-  Array h = Array::empty({1, 1, T, S}, DType::float64);
-  double* p = h.data<double>();
-  for (std::size_t i = 0; i < T; ++i)
-    for (std::size_t j = 0; j < S; ++j) p[i * S + j] = ok(i, j) ? 1.0 : 0.0;
-  return h;
+std::shared_ptr<VisRule> from_bools(const BoolArray& m, bool true_means_allowed, const std::string& what) {
+  const Shape s = to_rank4(m.shape, what);
+  std::vector<unsigned char> a(m.size());
+  for (std::size_t i = 0; i < m.size(); ++i) a[i] = (m.data[i] != 0) == true_means_allowed;
+  return dense_rule(s, std::move(a));
 }
 
 }  // namespace
 
+Visibility::Visibility(std::shared_ptr<const vis_detail::VisRule> rule) : cache_(std::make_shared<vis_detail::VisCache>()) {
+  rules_.push_back(std::move(rule));
+}
+
 Visibility Visibility::all() { return Visibility(); }
 
-Visibility Visibility::allowed(const BoolArray& m) {
-  Visibility v;
-  v.hard_ = hard_from_bools(m, true, "allowed mask");
-  return v;
-}
+Visibility Visibility::allowed(const BoolArray& m) { return Visibility(from_bools(m, true, "allowed mask")); }
 
-Visibility Visibility::forbidden(const BoolArray& m) {
-  Visibility v;
-  v.hard_ = hard_from_bools(m, false, "forbidden mask");
-  return v;
-}
+Visibility Visibility::forbidden(const BoolArray& m) { return Visibility(from_bools(m, false, "forbidden mask")); }
 
 Visibility Visibility::additive(const Array& bias) {
   const Shape s = to_rank4(bias.shape(), "additive bias");
-  const auto b = bias.to_vector();
-  Visibility v;
-  v.hard_ = Array::empty(s, DType::float64);
-  v.soft_ = Array::empty(s, DType::float64);
   ops::check_additive_bias(kOp, bias);
+  const auto b = bias.to_vector();
+  auto soft = std::make_shared<VisRule>();
+  soft->kind = VisRule::Kind::soft;
+  soft->shape = s;
+  soft->soft.resize(b.size());
+  std::vector<unsigned char> a(b.size());
+  bool any_forbidden = false;
   for (std::size_t i = 0; i < b.size(); ++i) {
     const bool forbid = std::isinf(b[i]);
-    v.hard_.set_flat(i, forbid ? 0.0 : 1.0);
-    v.soft_.set_flat(i, forbid ? 0.0 : b[i]);
+    any_forbidden = any_forbidden || forbid;
+    a[i] = !forbid;
+    soft->soft[i] = forbid ? 0.0 : b[i];
   }
+  Visibility v(soft);
+  if (any_forbidden) v.rules_.insert(v.rules_.begin(), dense_rule(s, std::move(a)));
   return v;
 }
 
 Visibility Visibility::causal(const std::vector<std::int64_t>& q_pos, const std::vector<std::int64_t>& k_pos) {
-  Visibility v;
-  v.hard_ = from_function(q_pos.size(), k_pos.size(),
-                          [&](std::size_t i, std::size_t j) { return k_pos[j] <= q_pos[i]; });
-  return v;
+  auto r = std::make_shared<VisRule>();
+  r->kind = VisRule::Kind::causal;
+  r->shape = {1, 1, q_pos.size(), k_pos.size()};
+  r->q_pos = q_pos;
+  r->k_pos = k_pos;
+  r->k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
+  if (!r->k_sorted) {  // bounding range per query row
+    const std::size_t T = q_pos.size(), S = k_pos.size();
+    r->row_lo.assign(T, 0);
+    r->row_hi.assign(T, 0);
+    r->row_exact.assign(T, 0);
+    for (std::size_t i = 0; i < T; ++i) {
+      std::size_t lo = S, hi = 0, count = 0;
+      for (std::size_t j = 0; j < S; ++j)
+        if (k_pos[j] <= q_pos[i]) {
+          lo = std::min(lo, j);
+          hi = j + 1;
+          ++count;
+        }
+      if (count == 0) lo = hi = 0;
+      r->row_lo[i] = lo;
+      r->row_hi[i] = hi;
+      r->row_exact[i] = count == hi - lo;
+    }
+  }
+  return Visibility(r);
 }
 
 Visibility Visibility::causal(std::size_t T, std::size_t S) {
@@ -114,46 +275,46 @@ Visibility Visibility::documents(const IndexArray& doc_ids) {
   if (s.size() != 1 && s.size() != 2)
     throw ShapeError(op_message(kOp, "document ids must be [T] or [B, T], have shape " + shape_str(s)));
   const std::size_t B = s.size() == 2 ? s[0] : 1, T = s.back();
-  BoolArray m = BoolArray::filled({B, 1, T, T}, false);
-  for (std::size_t b = 0; b < B; ++b)
-    for (std::size_t i = 0; i < T; ++i)
-      for (std::size_t j = 0; j <= i; ++j)
-        m.data[(b * T + i) * T + j] = doc_ids.data[b * T + i] == doc_ids.data[b * T + j];
-  return allowed(m);
+  auto r = std::make_shared<VisRule>();
+  r->kind = VisRule::Kind::documents;
+  r->shape = {B, 1, T, T};
+  r->doc = doc_ids.data;
+  r->row_lo.assign(B * T, 0);
+  r->row_hi.assign(B * T, 0);
+  r->row_exact.assign(B * T, 1);
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::int64_t* d = r->doc.data() + b * T;
+    std::map<std::int64_t, std::size_t> first;  // first position of each document id
+    std::size_t run_start = 0;
+    for (std::size_t i = 0; i < T; ++i) {
+      if (i > 0 && d[i] != d[i - 1]) run_start = i;
+      const std::size_t f = first.emplace(d[i], i).first->second;
+      r->row_lo[b * T + i] = f;
+      r->row_hi[b * T + i] = i + 1;
+      r->row_exact[b * T + i] = f == run_start;  // the document is one contiguous run up to i
+    }
+  }
+  return Visibility(r);
 }
 
 Visibility Visibility::operator&(const Visibility& o) const {
+  if (!unconstrained() && !o.unconstrained())
+    broadcast_shapes(kOp, "left visibility", shape(), "right visibility", o.shape());
   Visibility v;
-  auto combine = [](const Array& a, const Array& b, bool multiply) {
-    if (!a.defined()) return b;
-    if (!b.defined()) return a;
-    broadcast_shapes(kOp, "left visibility", a.shape(), "right visibility", b.shape());
-    return multiply ? kernels::mul(a, b) : kernels::add(a, b);
-  };
-  v.hard_ = combine(hard_, o.hard_, true);   // intersection of allowed sets
-  v.soft_ = combine(soft_, o.soft_, false);  // soft biases add
+  v.rules_ = rules_;
+  v.rules_.insert(v.rules_.end(), o.rules_.begin(), o.rules_.end());
+  if (!v.rules_.empty()) v.cache_ = std::make_shared<vis_detail::VisCache>();
   return v;
 }
 
 Shape Visibility::shape() const {
-  if (hard_.defined() && soft_.defined())
-    return broadcast_shapes(kOp, "hard mask", hard_.shape(), "soft bias", soft_.shape());
-  if (hard_.defined()) return hard_.shape();
-  if (soft_.defined()) return soft_.shape();
-  return {1, 1, 1, 1};
+  if (rules_.empty()) return {1, 1, 1, 1};
+  Shape s = rules_[0]->shape;
+  for (std::size_t k = 1; k < rules_.size(); ++k) s = broadcast_shapes(kOp, "visibility", s, "rule", rules_[k]->shape);
+  return s;
 }
 
-Array Visibility::bias(DType dtype) const {
-  const Shape s = shape();
-  const Array h = hard_.defined() ? kernels::broadcast_to(hard_, s) : Array::full(s, 1.0, DType::float64);
-  const Array b = soft_.defined() ? kernels::broadcast_to(soft_, s) : Array::zeros(s, DType::float64);
-  Array out = Array::empty(s, dtype);
-  for (std::size_t i = 0; i < out.size(); ++i)
-    out.set_flat(i, h.flat(i) != 0.0 ? b.flat(i) : -std::numeric_limits<double>::infinity());
-  return out;
-}
-
-std::vector<unsigned char> Visibility::expand_allowed(const std::string& op, const Shape& BHTS) const {
+VisibilityPlan Visibility::plan(const std::string& op, const Shape& BHTS) const {
   const Shape s = shape();
   Shape b;
   try {
@@ -165,11 +326,90 @@ std::vector<unsigned char> Visibility::expand_allowed(const std::string& op, con
     throw ShapeError(op_message(op, "visibility of shape " + shape_str(s) +
                                         " does not broadcast to the scores' shape [B, H_q, T, S] = " +
                                         shape_str(BHTS)));
+  VisibilityPlan p;
+  p.rules_ = rules_;
+  p.BHTS_ = BHTS;
+  return p;
+}
+
+void VisibilityPlan::range(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const {
+  lo = 0;
+  hi = BHTS_[3];
+  for (const auto& r : rules_) r->narrow(b, h, i, lo, hi);
+  if (hi < lo) hi = lo;
+}
+
+bool VisibilityPlan::exact(std::size_t b, std::size_t h, std::size_t i) const {
+  std::size_t lo = 0, hi = BHTS_[3];
+  bool all = true;
+  for (const auto& r : rules_) all = r->narrow(b, h, i, lo, hi) && r->hard() && all;
+  return all;
+}
+
+bool VisibilityPlan::has_soft() const {
+  for (const auto& r : rules_)
+    if (!r->hard()) return true;
+  return false;
+}
+
+namespace {
+template <class T>
+void apply_rules(const std::vector<std::shared_ptr<const VisRule>>& rules, std::size_t b, std::size_t h,
+                 std::size_t i, std::size_t lo, std::size_t hi, T* row) {
+  for (const auto& r : rules) {
+    std::size_t l = 0, u = std::numeric_limits<std::size_t>::max();
+    const bool exact = r->narrow(b, h, i, l, u);
+    // Keys of [lo, hi) outside this rule's range are forbidden by it.
+    for (std::size_t j = lo; j < std::min(hi, l); ++j) row[j - lo] = -std::numeric_limits<T>::infinity();
+    for (std::size_t j = std::max(lo, u); j < hi; ++j) row[j - lo] = -std::numeric_limits<T>::infinity();
+    const std::size_t a = std::max(lo, l), e = std::min(hi, u);
+    if (a < e && (!exact || !r->hard())) r->apply(b, h, i, a, e, row + (a - lo));
+  }
+}
+}  // namespace
+
+void VisibilityPlan::apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi,
+                           float* row) const {
+  apply_rules(rules_, b, h, i, lo, hi, row);
+}
+void VisibilityPlan::apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi,
+                           double* row) const {
+  apply_rules(rules_, b, h, i, lo, hi, row);
+}
+
+Array Visibility::bias(DType dtype) const {
+  const Shape s = shape();
+  if (rules_.empty()) return Array::zeros(s, dtype);
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  Array& slot = dtype == DType::float32 ? cache_->bias32 : cache_->bias64;
+  if (slot.defined()) return slot;
+  const VisibilityPlan p = plan(kOp, s);
+  Array out = Array::zeros(s, dtype);
+  detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    T* o = out.data<T>();
+    for (std::size_t b = 0; b < s[0]; ++b)
+      for (std::size_t h = 0; h < s[1]; ++h)
+        for (std::size_t i = 0; i < s[2]; ++i) p.apply(b, h, i, 0, s[3], o + ((b * s[1] + h) * s[2] + i) * s[3]);
+  });
+  slot = out;
+  return out;
+}
+
+std::vector<unsigned char> Visibility::expand_allowed(const std::string& op, const Shape& BHTS) const {
+  const VisibilityPlan p = plan(op, BHTS);
   std::vector<unsigned char> out(numel(BHTS), 1);
-  if (!hard_.defined()) return out;
-  const Array h = kernels::broadcast_to(hard_, BHTS);
-  const double* p = h.data<double>();
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i] != 0.0;
+  if (rules_.empty()) return out;
+  const std::size_t S = BHTS[3];
+  std::vector<double> row(S);
+  for (std::size_t b = 0; b < BHTS[0]; ++b)
+    for (std::size_t h = 0; h < BHTS[1]; ++h)
+      for (std::size_t i = 0; i < BHTS[2]; ++i) {
+        std::fill(row.begin(), row.end(), 0.0);
+        p.apply(b, h, i, 0, S, row.data());
+        unsigned char* o = out.data() + ((b * BHTS[1] + h) * BHTS[2] + i) * S;
+        for (std::size_t j = 0; j < S; ++j) o[j] = row[j] != -std::numeric_limits<double>::infinity();
+      }
   return out;
 }
 

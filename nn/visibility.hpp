@@ -13,14 +13,24 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/array.hpp"
 
 namespace xg::nn {
 
+namespace vis_detail {
+struct VisRule;
+struct VisCache;
+}  // namespace vis_detail
+
+class VisibilityPlan;
+
 class Visibility {
  public:
+  Visibility() = default;  // every key visible (as all())
   // Every key visible to every query (no constraint).
   static Visibility all();
   // m[.., i, j] true = query i MAY see key j. m is [T, S] or [B|1, H|1, T, S].
@@ -51,18 +61,49 @@ class Visibility {
   Visibility operator&(const Visibility& other) const;
 
   // --- internal convention, used by the attention core ---
-  bool unconstrained() const { return !hard_.defined() && !soft_.defined(); }
+  //
+  // A Visibility is a list of rules (positions, key lengths, document ids, a dense mask, a
+  // soft bias), kept as rules: nothing is expanded to [B, H, T, S] unless asked for. The
+  // allowed set is the intersection of the rules' sets; the soft bias is the sum of theirs.
+  bool unconstrained() const { return rules_.empty(); }
   // Broadcast shape of this visibility (rank 4); {1,1,1,1} when unconstrained.
   Shape shape() const;
-  // Additive bias (0 / -inf / soft) with this visibility's own rank-4 shape, in dtype.
+  // Additive bias (0 / -inf / soft) with this visibility's own rank-4 shape, in dtype. Built
+  // once per dtype and cached (copies of a Visibility share the cache).
   Array bias(DType dtype) const;
   // allowed[b, h, i, j] for the full score shape [B, H, T, S] (0/1 bytes). Throws ShapeError
   // naming `op` if this visibility does not broadcast to it.
   std::vector<unsigned char> expand_allowed(const std::string& op, const Shape& BHTS) const;
+  // Row-by-row access for kernels that never materialise the scores (the fused attention
+  // path). Throws ShapeError naming `op` if this visibility does not broadcast to BHTS.
+  VisibilityPlan plan(const std::string& op, const Shape& BHTS) const;
 
  private:
-  Array hard_;  // float64 rank 4: 1 allowed, 0 forbidden (undefined = all allowed)
-  Array soft_;  // float64 rank 4 finite additive bias (undefined = none)
+  explicit Visibility(std::shared_ptr<const vis_detail::VisRule> rule);
+  std::vector<std::shared_ptr<const vis_detail::VisRule>> rules_;
+  std::shared_ptr<vis_detail::VisCache> cache_;  // set whenever rules_ is non-empty
+};
+
+// A Visibility bound to a score shape [B, H, T, S], read one query row at a time. Cheap to
+// copy; immutable; safe to use from several threads.
+class VisibilityPlan {
+ public:
+  // Keys that query (b, h, i) may see all lie in [lo, hi) (lo == hi: none).
+  void range(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const;
+  // True when every key in range() is allowed and no soft bias applies to the row: apply()
+  // would change nothing.
+  bool exact(std::size_t b, std::size_t h, std::size_t i) const;
+  // Applies the visibility to the scores of query (b, h, i) for keys lo .. hi-1 (row[0] is key
+  // lo): forbidden keys become -inf, soft biases are added.
+  void apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, float* row) const;
+  void apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, double* row) const;
+  bool has_soft() const;
+  const Shape& shape() const { return BHTS_; }
+
+ private:
+  friend class Visibility;
+  std::vector<std::shared_ptr<const vis_detail::VisRule>> rules_;
+  Shape BHTS_;
 };
 
 // Query validity flags b_i (SPEC 3.8, Algorithm 5.1): true = a real query, false = padding.

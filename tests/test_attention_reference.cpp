@@ -7,6 +7,7 @@
 
 #include "checks/common.hpp"
 #include "helpers.hpp"
+#include "nn/flash_attention.hpp"
 
 using namespace xg;
 using namespace xg::nn;
@@ -157,7 +158,10 @@ TEST_CASE("attention reference: self-attention layer, three summed input paths (
     const reference::Layer p = checks::reference_layer(mha);
     const Shape full{c.B, c.H_q, c.T, c.S};
     const auto ref = reference::layer(p, X.value(), X.value(), c.vis.expand_allowed("test", full), c.valid,
-                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), out.dropout_mask, Y_bar);
+                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)),
+                                      out.dropout_mask.defined() ? out.dropout_mask
+                                                                 : attention_dropout_mask(full, c.dropout, out.dropout_seed, DType::float64),
+                                      Y_bar);
     CHECK(max_abs_diff(out.Y.value(), ref.Y) < kTol);
     // (5.31): X_bar = Q_bar W_Q^T + K_bar W_K^T + V_bar W_V^T.
     CHECK(max_abs_diff(tape[0], (Tensor(ref.X_q_bar) + Tensor(ref.X_m_bar)).value()) < kTol);
@@ -202,7 +206,10 @@ TEST_CASE("attention reference: cross-attention layer, d_q != d_m, packed W_KV (
     const reference::Layer p = checks::reference_layer(xa);
     const Shape full{c.B, c.H_q, c.T, c.S};
     const auto ref = reference::layer(p, Xq.value(), Xm.value(), c.vis.expand_allowed("test", full), c.valid,
-                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), out.dropout_mask, Y_bar);
+                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)),
+                                      out.dropout_mask.defined() ? out.dropout_mask
+                                                                 : attention_dropout_mask(full, c.dropout, out.dropout_seed, DType::float64),
+                                      Y_bar);
     CHECK(max_abs_diff(out.Y.value(), ref.Y) < kTol);
     CHECK(max_abs_diff(tape[0], ref.X_q_bar) < kTol);
     CHECK(max_abs_diff(tape[1], ref.X_m_bar) < kTol);  // K and V paths add (5.30)

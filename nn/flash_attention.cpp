@@ -1,0 +1,378 @@
+// The fused attention op: see nn/flash_attention.hpp for the equations. Work is split into
+// blocks of kBlock query rows of one head; each block reads only the key range its rows can
+// see (VisibilityPlan::range), through two GEMMs forward and four backward.
+//
+// Threads (core/parallel.hpp): the forward pass splits (batch, head, block) items; the
+// backward pass splits (batch, kv head) groups, each owning its dK and dV, or, when there are
+// fewer groups than threads, splits a group's blocks with per-chunk dK/dV summed in chunk
+// order. Either way the partition depends only on the thread count: bit-identical results run
+// to run for a fixed count.
+#include "nn/flash_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "core/blas.hpp"
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "core/tape.hpp"
+#include "core/vmath.hpp"
+#include "core/xt.hpp"
+
+namespace xg::nn {
+
+namespace {
+
+const char* kOp = "attention";
+constexpr std::size_t kBlock = 64;  // query rows per block
+
+std::uint64_t mix64(std::uint64_t z) {  // splitmix64 finaliser
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+std::uint64_t keep_threshold(double p) {  // keep iff 53 random bits < q 2^53
+  return static_cast<std::uint64_t>((1.0 - p) * 9007199254740992.0);
+}
+bool keep_bits(std::uint64_t seed, std::uint64_t flat, std::uint64_t threshold) {
+  return (mix64(seed ^ mix64(flat)) >> 11) < threshold;
+}
+
+struct Geometry {
+  std::size_t B = 0, Hq = 0, Hkv = 0, r = 1, T = 0, S = 0, dk = 0, dv = 0;
+  std::size_t blocks() const { return (T + kBlock - 1) / kBlock; }
+};
+
+// Everything a block needs, for one dtype.
+template <class T> struct Problem {
+  Geometry g;
+  const T* Q = nullptr;
+  const T* K = nullptr;
+  const T* V = nullptr;
+  T scale = 1;
+  const VisibilityPlan* plan = nullptr;
+  const unsigned char* valid = nullptr;  // [B, T] or null (all valid)
+  bool dropout = false;
+  std::uint64_t seed = 0, threshold = 0;
+  T inv_q = 1;
+  bool check_finite = true;
+
+  bool row_valid(std::size_t b, std::size_t i) const { return !valid || valid[b * g.T + i]; }
+};
+
+std::string where(std::size_t b, std::size_t h, std::size_t i) {
+  return "batch " + std::to_string(b) + ", head " + std::to_string(h) + ", query " + std::to_string(i);
+}
+
+// Per-block row bookkeeping: visible key range of each row and the block's union [L, U).
+struct BlockRows {
+  std::size_t i0 = 0, rows = 0, L = 0, U = 0;
+  std::size_t lo[kBlock], hi[kBlock];
+  bool use[kBlock];    // valid and sees at least one key
+  bool exact[kBlock];  // no per-key work inside [lo, hi)
+};
+
+template <class T> void plan_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, BlockRows& R) {
+  R.i0 = blk * kBlock;
+  R.rows = std::min(kBlock, P.g.T - R.i0);
+  R.L = P.g.S;
+  R.U = 0;
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    const std::size_t i = R.i0 + k;
+    R.use[k] = false;
+    if (!P.row_valid(b, i)) continue;
+    P.plan->range(b, h, i, R.lo[k], R.hi[k]);
+    if (R.lo[k] >= R.hi[k])
+      throw VisibilityError(op_message(kOp, where(b, h, i) + " is valid but sees no key; check mask polarity and "
+                                                              "causal offset, or mark the query invalid"));
+    R.use[k] = true;
+    R.exact[k] = P.plan->exact(b, h, i);
+    R.L = std::min(R.L, R.lo[k]);
+    R.U = std::max(R.U, R.hi[k]);
+  }
+  if (R.L >= R.U) R.L = R.U = 0;
+}
+
+// buf[k * n + (j - L)] = masked score of row k, key j, for j in [lo_k, hi_k); 0 elsewhere
+// after the caller's softmax. Returns n = U - L.
+template <class T>
+std::size_t block_scores(const Problem<T>& P, std::size_t b, std::size_t h, const BlockRows& R, T* buf) {
+  const Geometry& g = P.g;
+  const std::size_t n = R.U - R.L, kvh = h / g.r;
+  const T* Qb = P.Q + ((b * g.Hq + h) * g.T + R.i0) * g.dk;
+  const T* Kr = P.K + ((b * g.Hkv + kvh) * g.S + R.L) * g.dk;
+  blas::gemm(false, true, R.rows, n, g.dk, P.scale, Qb, g.dk, Kr, g.dk, T(0), buf, n);
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    if (!R.use[k]) continue;
+    T* row = buf + k * n;
+    const std::size_t a = R.lo[k] - R.L, e = R.hi[k] - R.L;
+    if (P.check_finite)
+      for (std::size_t j = a; j < e; ++j)
+        if (!std::isfinite(row[j]))
+          throw ValueError(op_message(kOp, "score U has " + std::to_string(row[j]) + " at " + where(b, h, R.i0 + k) +
+                                               ", key " + std::to_string(R.L + j) +
+                                               "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+    if (!R.exact[k]) P.plan->apply(b, h, R.i0 + k, R.lo[k], R.hi[k], row + a);
+  }
+  return n;
+}
+
+// Row k of buf over [a, e) -> softmax weights exp(u - lse); zero outside [a, e) within [0, n).
+template <class T> void weights_row(T* row, std::size_t n, std::size_t a, std::size_t e, T lse) {
+  for (std::size_t j = 0; j < a; ++j) row[j] = 0;
+  for (std::size_t j = a; j < e; ++j) row[j] -= lse;
+  vmath::exp(row + a, row + a, e - a);
+  for (std::size_t j = e; j < n; ++j) row[j] = 0;
+}
+
+template <class T> void dropout_row(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t i, std::size_t L,
+                                    const T* in, T* out, std::size_t n) {
+  const std::uint64_t base = ((b * P.g.Hq + h) * P.g.T + i) * P.g.S + L;
+  for (std::size_t j = 0; j < n; ++j) out[j] = keep_bits(P.seed, base + j, P.threshold) ? in[j] * P.inv_q : T(0);
+}
+
+// Thread-local scratch that keeps its memory between calls (no page faults per call).
+template <class T> T* scratch(std::vector<T>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+template <class T>
+void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, T* O, T* lse) {
+  thread_local std::vector<T> s_buf, d_buf;
+  BlockRows R;
+  plan_block(P, b, h, blk, R);
+  const Geometry& g = P.g;
+  const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0;
+  if (R.U == R.L) return;  // no row of the block uses any key: O rows stay zero
+  const std::size_t n = R.U - R.L;
+  T* buf = scratch(s_buf, R.rows * n);
+  block_scores(P, b, h, R, buf);
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    T* row = buf + k * n;
+    if (!R.use[k]) {
+      std::fill(row, row + n, T(0));
+      continue;
+    }
+    const std::size_t a = R.lo[k] - R.L, e = R.hi[k] - R.L;
+    T m = -std::numeric_limits<T>::infinity();
+    for (std::size_t j = a; j < e; ++j) m = std::max(m, row[j]);
+    if (m == -std::numeric_limits<T>::infinity())
+      throw VisibilityError(op_message(kOp, where(b, h, R.i0 + k) + " is valid but sees no key; check mask polarity "
+                                                                      "and causal offset, or mark the query invalid"));
+    if (!std::isfinite(m))
+      throw ValueError(op_message(kOp, "score plus bias is " + std::to_string(m) + " at " + where(b, h, R.i0 + k) +
+                                           "; the additive bias overflows the scores (Algorithm 5.1 step 3)"));
+    for (std::size_t j = a; j < e; ++j) row[j] -= m;
+    vmath::exp(row + a, row + a, e - a);
+    T z = 0;
+    for (std::size_t j = a; j < e; ++j) z += row[j];
+    const T inv = T(1) / z;
+    for (std::size_t j = 0; j < a; ++j) row[j] = 0;
+    for (std::size_t j = a; j < e; ++j) row[j] *= inv;
+    for (std::size_t j = e; j < n; ++j) row[j] = 0;
+    lse[row0 + k] = m + std::log(z);
+  }
+  const T* A = buf;
+  if (P.dropout) {
+    T* d = scratch(d_buf, R.rows * n);
+    for (std::size_t k = 0; k < R.rows; ++k) dropout_row(P, b, h, R.i0 + k, R.L, buf + k * n, d + k * n, n);
+    A = d;
+  }
+  const T* Vr = P.V + ((b * g.Hkv + h / g.r) * g.S + R.L) * g.dv;
+  blas::gemm(false, false, R.rows, g.dv, n, T(1), A, n, Vr, g.dv, T(0), O + row0 * g.dv, g.dv);
+}
+
+// Gradients of one block of head h; dK, dV point at the (b, h / r) group's [S, d] matrices.
+template <class T>
+void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, const T* O, const T* lse,
+                    const T* dO, T* dQ, T* dK, T* dV) {
+  thread_local std::vector<T> p_buf, pd_buf, dp_buf;
+  BlockRows R;
+  plan_block(P, b, h, blk, R);
+  if (R.U == R.L) return;
+  const Geometry& g = P.g;
+  const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0;
+  const std::size_t n = R.U - R.L;
+  T* A = scratch(p_buf, R.rows * n);
+  block_scores(P, b, h, R, A);
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    if (!R.use[k]) {
+      std::fill(A + k * n, A + (k + 1) * n, T(0));
+      continue;
+    }
+    weights_row(A + k * n, n, R.lo[k] - R.L, R.hi[k] - R.L, lse[row0 + k]);
+  }
+  const T* Ad = A;
+  if (P.dropout) {
+    T* d = scratch(pd_buf, R.rows * n);
+    for (std::size_t k = 0; k < R.rows; ++k) dropout_row(P, b, h, R.i0 + k, R.L, A + k * n, d + k * n, n);
+    Ad = d;
+  }
+  const T* dOb = dO + row0 * g.dv;
+  const T* Vr = P.V + ((b * g.Hkv + h / g.r) * g.S + R.L) * g.dv;
+  const T* Kr = P.K + ((b * g.Hkv + h / g.r) * g.S + R.L) * g.dk;
+  const T* Qb = P.Q + row0 * g.dk;
+  if (dV) blas::gemm(true, false, n, g.dv, R.rows, T(1), Ad, n, dOb, g.dv, T(1), dV + R.L * g.dv, g.dv);
+  if (!dQ && !dK) return;
+  T* dA = scratch(dp_buf, R.rows * n);
+  blas::gemm(false, true, R.rows, n, g.dv, T(1), dOb, g.dv, Vr, g.dv, T(0), dA, n);  // dA_d = dO V^T
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    T* da = dA + k * n;
+    const T* a = A + k * n;
+    if (!R.use[k]) {
+      std::fill(da, da + n, T(0));
+      continue;
+    }
+    if (P.dropout) dropout_row(P, b, h, R.i0 + k, R.L, da, da, n);  // dA = dA_d * m / q
+    T D = 0;  // D_i = dO_i . O_i = sum_j A_ij dA_ij
+    const T* o = O + (row0 + k) * g.dv;
+    const T* go = dOb + k * g.dv;
+    for (std::size_t c = 0; c < g.dv; ++c) D += go[c] * o[c];
+    for (std::size_t j = 0; j < n; ++j) da[j] = a[j] * (da[j] - D);  // dU (zero where A is)
+  }
+  if (dQ) blas::gemm(false, false, R.rows, g.dk, n, P.scale, dA, n, Kr, g.dk, T(0), dQ + row0 * g.dk, g.dk);
+  if (dK) blas::gemm(true, false, n, g.dk, R.rows, P.scale, dA, n, Qb, g.dk, T(1), dK + R.L * g.dk, g.dk);
+}
+
+template <class T>
+void run_forward(const Problem<T>& P, T* O, T* lse) {
+  const Geometry& g = P.g;
+  const std::size_t nb = g.blocks(), items = g.B * g.Hq * nb;
+  detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+    for (std::size_t it = begin; it < end; ++it) {
+      const std::size_t blk = it % nb, bh = it / nb;
+      forward_block(P, bh / g.Hq, bh % g.Hq, blk, O, lse);
+    }
+  });
+}
+
+template <class T>
+void run_backward(const Problem<T>& P, const T* O, const T* lse, const T* dO, T* dQ, T* dK, T* dV) {
+  const Geometry& g = P.g;
+  const std::size_t nb = g.blocks(), groups = g.B * g.Hkv;
+  const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());
+  const std::size_t kd = g.S * g.dk, vd = g.S * g.dv;
+  if (groups >= threads) {  // each chunk owns whole (b, kv head) groups
+    detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+      for (std::size_t bg = begin; bg < end; ++bg) {
+        const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
+        for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
+          for (std::size_t blk = 0; blk < nb; ++blk)
+            backward_block(P, b, h, blk, O, lse, dO, dQ, dK ? dK + bg * kd : nullptr, dV ? dV + bg * vd : nullptr);
+      }
+    });
+    return;
+  }
+  // Fewer groups than threads: split each group's (head, block) items; per-chunk dK/dV.
+  const std::size_t items = g.r * nb;
+  const std::size_t chunks = detail::parallel_chunks(items, 1);
+  std::vector<T> part_k(dK ? chunks * kd : 0), part_v(dV ? chunks * vd : 0);
+  for (std::size_t bg = 0; bg < groups; ++bg) {
+    const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
+    std::fill(part_k.begin(), part_k.end(), T(0));
+    std::fill(part_v.begin(), part_v.end(), T(0));
+    detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t c) {
+      for (std::size_t it = begin; it < end; ++it)
+        backward_block(P, b, kvh * g.r + it / nb, it % nb, O, lse, dO, dQ, dK ? part_k.data() + c * kd : nullptr,
+                       dV ? part_v.data() + c * vd : nullptr);
+    });
+    for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
+      if (dK)
+        for (std::size_t x = 0; x < kd; ++x) dK[bg * kd + x] += part_k[c * kd + x];
+      if (dV)
+        for (std::size_t x = 0; x < vd; ++x) dV[bg * vd + x] += part_v[c * vd + x];
+    }
+  }
+}
+
+struct Saved {
+  Geometry g;
+  VisibilityPlan plan;
+  FlashOptions opts;
+  Array lse;
+};
+
+template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Array& K, const Array& V) {
+  Problem<T> P;
+  P.g = s.g;
+  P.Q = Q.data<T>();
+  P.K = K.data<T>();
+  P.V = V.data<T>();
+  P.scale = static_cast<T>(s.opts.scale);
+  P.plan = &s.plan;
+  P.valid = s.opts.query_valid.size() ? s.opts.query_valid.data.data() : nullptr;
+  P.dropout = s.opts.dropout_p > 0.0;
+  P.seed = s.opts.dropout_seed;
+  P.threshold = keep_threshold(s.opts.dropout_p);
+  P.inv_q = static_cast<T>(1.0 / (1.0 - s.opts.dropout_p));
+  P.check_finite = s.opts.check_finite;
+  return P;
+}
+
+}  // namespace
+
+bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
+  return keep_bits(seed, flat, keep_threshold(p));
+}
+
+Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype) {
+  if (!(p >= 0.0 && p < 1.0))
+    throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(p)));
+  Array m = Array::empty(BHTS, dtype);
+  const std::uint64_t threshold = keep_threshold(p);
+  detail::dispatch(dtype, [&](auto t) {
+    using T = decltype(t);
+    T* d = m.data<T>();
+    const T s = static_cast<T>(1.0 / (1.0 - p));
+    for (std::size_t i = 0, n = m.size(); i < n; ++i) d[i] = keep_bits(seed, i, threshold) ? s : T(0);
+  });
+  return m;
+}
+
+Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const VisibilityPlan& plan,
+                       const FlashOptions& opts) {
+  auto saved = std::make_shared<Saved>();
+  Geometry& g = saved->g;
+  g.B = Q.shape()[0];
+  g.Hq = Q.shape()[1];
+  g.T = Q.shape()[2];
+  g.dk = Q.shape()[3];
+  g.Hkv = K.shape()[1];
+  g.S = K.shape()[2];
+  g.dv = V.shape()[3];
+  g.r = g.Hkv ? g.Hq / g.Hkv : 1;
+  saved->plan = plan;
+  saved->opts = opts;
+  Array O = Array::zeros({g.B, g.Hq, g.T, g.dv}, Q.dtype());
+  saved->lse = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
+  detail::dispatch(Q.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const Problem<T> P = problem<T>(*saved, Q.value(), K.value(), V.value());
+    run_forward(P, O.data<T>(), saved->lse.data<T>());
+  });
+  return record("flash_attention", std::move(O), {Q, K, V}, [saved](const VjpContext& c) {
+    Cotangents cot(3);
+    detail::dispatch(c.output.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const Problem<T> P = problem<T>(*saved, c.inputs[0], c.inputs[1], c.inputs[2]);
+      Array dQ, dK, dV;
+      if (c.needs(0)) dQ = Array::zeros(c.inputs[0].shape(), c.inputs[0].dtype());
+      if (c.needs(1)) dK = Array::zeros(c.inputs[1].shape(), c.inputs[1].dtype());
+      if (c.needs(2)) dV = Array::zeros(c.inputs[2].shape(), c.inputs[2].dtype());
+      run_backward(P, c.output.data<T>(), saved->lse.data<T>(), c.grad_output.data<T>(),
+                   dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
+                   dV.defined() ? dV.data<T>() : nullptr);
+      cot[0] = dQ;
+      cot[1] = dK;
+      cot[2] = dV;
+    });
+    return cot;
+  });
+}
+
+}  // namespace xg::nn

@@ -1,0 +1,220 @@
+// The fused attention path (nn/flash_attention.hpp) against the composed path, in float64 to
+// 1e-12, on every visibility kind, with invalid queries, GQA/MQA, dropout, several query
+// blocks (T > 64), and against the closed-form reference (5.24)-(5.31). Also: the same
+// errors as the composed path, and bit-identical results run to run.
+#include <cmath>
+#include <limits>
+
+#include "checks/common.hpp"
+#include "helpers.hpp"
+#include "nn/attention_reference.hpp"
+#include "nn/flash_attention.hpp"
+
+using namespace xg;
+using namespace xg::nn;
+using namespace xgt;
+
+namespace {
+
+constexpr double kTol = 1e-12;
+
+struct Case {
+  std::string name;
+  std::size_t B, H_q, H_kv, T, S, d_k, d_v;
+  Visibility vis;
+  BoolArray valid;
+};
+
+struct Run {
+  Array O, dQ, dK, dV;
+  std::uint64_t seed = 0;
+};
+
+Run run(const Case& c, SdpaImpl impl, DType dtype, double dropout, std::uint64_t data_seed, std::uint64_t gen_seed) {
+  Generator g(data_seed);
+  Tensor Q(rnd({c.B, c.H_q, c.T, c.d_k}, g, -2, 2).astype(dtype), true);
+  Tensor K(rnd({c.B, c.H_kv, c.S, c.d_k}, g, -2, 2).astype(dtype), true);
+  Tensor V(rnd({c.B, c.H_kv, c.S, c.d_v}, g, -2, 2).astype(dtype), true);
+  const Array G = rnd({c.B, c.H_q, c.T, c.d_v}, g).astype(dtype);
+  Generator drop(gen_seed);
+  SdpaOptions o;
+  o.query_valid = c.valid;
+  o.impl = impl;
+  o.dropout_p = dropout;
+  o.training = dropout > 0;
+  o.generator = &drop;
+  const SdpaResult r = scaled_dot_product_attention(Q, K, V, c.vis, o);
+  const auto grads = grad(r.output, {Q, K, V}, G);
+  return {r.output.value(), grads[0], grads[1], grads[2], r.dropout_seed};
+}
+
+std::vector<std::int64_t> iota(std::size_t n, std::int64_t start = 0) {
+  std::vector<std::int64_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = start + static_cast<std::int64_t>(i);
+  return v;
+}
+
+// Every visibility kind, alone and intersected, at sizes that span several 64-row blocks.
+std::vector<Case> cases() {
+  Generator g(71);
+  std::vector<Case> cs;
+  auto add = [&](std::string name, std::size_t B, std::size_t H_q, std::size_t H_kv, std::size_t T, std::size_t S,
+                 Visibility vis, BoolArray valid = {}) {
+    // A valid query that sees no key is an error by design: such queries are declared invalid.
+    const auto allowed = vis.expand_allowed("test", {B, H_q, T, S});
+    if (valid.size() == 0) valid = BoolArray::filled({B, T}, true);
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t h = 0; h < H_q; ++h)
+        for (std::size_t i = 0; i < T; ++i) {
+          bool any = false;
+          for (std::size_t j = 0; j < S; ++j) any = any || allowed[((b * H_q + h) * T + i) * S + j];
+          if (!any) valid.data[b * T + i] = 0;
+        }
+    cs.push_back({std::move(name), B, H_q, H_kv, T, S, 5, 3, std::move(vis), std::move(valid)});
+  };
+  add("no mask, MHA", 2, 2, 2, 70, 90, Visibility::all());
+  add("causal square, GQA, 3 blocks", 1, 4, 2, 150, 150, Visibility::causal(150, 150));
+  add("causal suffix T < S (bottom-right), MQA", 2, 3, 1, 67, 130, Visibility::causal(67, 130));
+  {
+    std::vector<std::int64_t> k = iota(40);
+    std::swap(k[3], k[30]);  // unsorted key positions: no prefix search
+    add("causal, unsorted key positions", 1, 2, 2, 20, 40, Visibility::causal(iota(20, 10), k));
+  }
+  add("key lengths (padding)", 3, 2, 1, 80, 80, Visibility::key_lengths({80, 33, 1}, 80));
+  {
+    BoolArray v = BoolArray::filled({2, 50}, true);
+    for (std::size_t j = 0; j < 50; j += 3) v.data[j] = 0;  // holes, not a prefix
+    add("valid keys with holes", 2, 2, 2, 30, 50, Visibility::valid_keys(v));
+  }
+  {
+    IndexArray docs({2, 130}, std::vector<std::int64_t>(260));
+    for (std::size_t i = 0; i < 130; ++i) {
+      docs.data[i] = i < 40 ? 0 : (i < 100 ? 1 : 2);         // contiguous documents
+      docs.data[130 + i] = static_cast<std::int64_t>(i % 3);  // interleaved ids
+    }
+    add("documents (contiguous and interleaved ids)", 2, 2, 1, 130, 130, Visibility::documents(docs));
+  }
+  add("dense allowed per head & causal", 2, 2, 2, 66, 66,
+      Visibility::allowed(checks::random_allowed({2, 2, 66, 66}, g, 0.5)) & Visibility::causal(66, 66));
+  {
+    Array bias = Array::empty({2, 1, 40, 70}, DType::float64);
+    for (std::size_t i = 0; i < bias.size(); ++i)
+      bias.set_flat(i, g.uniform() < 0.3 ? -std::numeric_limits<double>::infinity() : 2 * g.uniform() - 1);
+    add("soft bias with -inf & key lengths", 2, 2, 2, 40, 70, Visibility::additive(bias) & Visibility::key_lengths({70, 50}, 70));
+  }
+  {
+    BoolArray valid = BoolArray::filled({2, 100}, true);
+    for (std::size_t i = 0; i < 100; i += 7) valid.data[i] = 0;
+    for (std::size_t i = 0; i < 100; ++i) valid.data[100 + i] = i < 64;  // a whole block invalid
+    add("invalid queries, causal, GQA", 2, 4, 2, 100, 100, Visibility::causal(100, 100), valid);
+  }
+  return cs;
+}
+
+}  // namespace
+
+TEST_CASE("fused attention equals the composed path on every visibility kind (float64, 1e-12)",
+          "[attention][fused][reference]") {
+  for (const Case& c : cases()) {
+    for (double dropout : {0.0, 0.25}) {
+      INFO(c.name << ", dropout " << dropout);
+      const Run a = run(c, SdpaImpl::composed, DType::float64, dropout, 5, 9);
+      const Run b = run(c, SdpaImpl::fused, DType::float64, dropout, 5, 9);
+      CHECK(a.seed == b.seed);  // the same mask, drawn from the same generator state
+      require_close(b.O, a.O, kTol);
+      require_close(b.dQ, a.dQ, kTol);
+      require_close(b.dK, a.dK, kTol);
+      require_close(b.dV, a.dV, kTol);
+    }
+  }
+}
+
+TEST_CASE("fused attention: invalid queries give exact zero rows and exact zero gradients", "[attention][fused]") {
+  const Case c = cases()[9];
+  const Run r = run(c, SdpaImpl::fused, DType::float64, 0.0, 3, 4);
+  for (std::size_t b = 0; b < c.B; ++b)
+    for (std::size_t i = 0; i < c.T; ++i) {
+      if (c.valid.data[b * c.T + i]) continue;
+      for (std::size_t h = 0; h < c.H_q; ++h) {
+        for (std::size_t e = 0; e < c.d_v; ++e) REQUIRE(r.O.at({b, h, i, e}) == 0.0);
+        for (std::size_t e = 0; e < c.d_k; ++e) REQUIRE(r.dQ.at({b, h, i, e}) == 0.0);
+      }
+    }
+}
+
+TEST_CASE("fused attention agrees with the closed-form backward (5.24)-(5.31)", "[attention][fused][reference]") {
+  Generator g(404);
+  for (int n = 0; n < 40; ++n) {
+    const checks::RefConfig c = checks::random_ref_config(g);
+    INFO("case " << n << ": " << c.text);
+    const auto& d = c.d;
+    Tensor Q(rnd({d.B, d.H_q, d.T, d.d_k}, g, -2, 2), true), K(rnd({d.B, d.H_kv, d.S, d.d_k}, g, -2, 2), true),
+        V(rnd({d.B, d.H_kv, d.S, d.d_v}, g, -2, 2), true);
+    SdpaOptions o;
+    o.query_valid = c.valid;
+    o.impl = SdpaImpl::fused;
+    const SdpaResult r = scaled_dot_product_attention(Q, K, V, c.vis, o);
+    const Array G = rnd(r.output.shape(), g);
+    const auto tape = grad(r.output, {Q, K, V}, G);
+    const Shape full{d.B, d.H_q, d.T, d.S};
+    const auto ref = reference::sdpa(Q.value(), K.value(), V.value(), c.vis.expand_allowed("test", full), c.valid,
+                                     checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d.d_k)), Array(), G);
+    require_close(r.output.value(), ref.O, kTol);
+    require_close(tape[0], ref.Q_bar, kTol);
+    require_close(tape[1], ref.K_bar, kTol);
+    require_close(tape[2], ref.V_bar, kTol);
+  }
+}
+
+TEST_CASE("fused attention in float32 stays within float32 rounding of the float64 result", "[attention][fused]") {
+  for (const Case& c : cases()) {
+    INFO(c.name);
+    const Run a = run(c, SdpaImpl::fused, DType::float64, 0.0, 8, 1);
+    const Run b = run(c, SdpaImpl::fused, DType::float32, 0.0, 8, 1);
+    require_close(b.O.astype(DType::float64), a.O, 2e-5);
+    require_close(b.dK.astype(DType::float64), a.dK, 1e-4);
+  }
+}
+
+TEST_CASE("fused attention is bit-identical run to run", "[attention][fused]") {
+  const Case c = cases()[1];
+  const Run a = run(c, SdpaImpl::fused, DType::float32, 0.1, 2, 2);
+  const Run b = run(c, SdpaImpl::fused, DType::float32, 0.1, 2, 2);
+  CHECK(max_abs_diff(a.O, b.O) == 0.0);
+  CHECK(max_abs_diff(a.dQ, b.dQ) == 0.0);
+  CHECK(max_abs_diff(a.dK, b.dK) == 0.0);
+  CHECK(max_abs_diff(a.dV, b.dV) == 0.0);
+}
+
+TEST_CASE("fused attention reports the composed path's errors", "[attention][fused][errors]") {
+  Generator g(1);
+  const Tensor Q(rnd({1, 1, 3, 2}, g)), K(rnd({1, 1, 3, 2}, g)), V(rnd({1, 1, 3, 2}, g));
+  SdpaOptions o;
+  o.impl = SdpaImpl::fused;
+  // A valid query that sees no key: causal over keys all in the future.
+  const Visibility future = Visibility::causal({0, 1, 2}, {5, 6, 7});
+  CHECK_THROWS_AS(scaled_dot_product_attention(Q, K, V, future, o), VisibilityError);
+  CHECK_THROWS_WITH(scaled_dot_product_attention(Q, K, V, future, o), Catch::Contains("batch 0, head 0, query 0"));
+  o.impl = SdpaImpl::composed;
+  CHECK_THROWS_AS(scaled_dot_product_attention(Q, K, V, future, o), VisibilityError);
+  // The weights exist only on the composed path.
+  o.impl = SdpaImpl::fused;
+  o.return_weights = true;
+  CHECK_THROWS_WITH(scaled_dot_product_attention(Q, K, V, Visibility::all(), o), Catch::Contains("return_weights"));
+  o.impl = SdpaImpl::automatic;  // automatic takes the composed path when the weights are asked for
+  CHECK(scaled_dot_product_attention(Q, K, V, Visibility::all(), o).weights.defined());
+  // A visibility that does not broadcast to the scores names both shapes.
+  o.return_weights = false;
+  CHECK_THROWS_WITH(scaled_dot_product_attention(Q, K, V, Visibility::causal(2, 2), o),
+                    Catch::Contains("(1, 1, 3, 3)"));
+}
+
+TEST_CASE("fused attention: non-finite scores from finite inputs are an error (Algorithm 5.1 step 3)",
+          "[attention][fused][errors]") {
+  const Tensor Q(Array::full({1, 1, 2, 1}, 1e200, DType::float64));
+  const Tensor K(Array::full({1, 1, 2, 1}, 1e200, DType::float64));
+  const Tensor V(Array::full({1, 1, 2, 1}, 1.0, DType::float64));
+  SdpaOptions o;
+  o.impl = SdpaImpl::fused;
+  CHECK_THROWS_WITH(scaled_dot_product_attention(Q, K, V, Visibility::all(), o), Catch::Contains("step 3"));
+}
