@@ -206,7 +206,7 @@ def judge(kind, target, by_name):
     runs = by_name["xgrad fused"]
     if errors_of(runs):
         return "not run", failed("xgrad fused"), "n/a", "no"
-    return ("not run (composed scores alone: 8 GiB per [8, T, T] float32 array)",
+    return ("not run (composed: one [1, 8, T, T] float32 scores array is 8 GiB at T 16384)",
             f"{fmt(med('xgrad fused'), 'ms')}, RSS growth {fmt(med('xgrad fused', 'rss_growth'), 'MiB')}",
             "n/a", "yes")
 
