@@ -98,6 +98,64 @@ AttentionFn library_attention() {
   };
 }
 
+AttentionFn attention_with(nn::SdpaImpl impl) {
+  return [impl](const Tensor& Q, const Tensor& K, const Tensor& V, const nn::Visibility& vis, const nn::SdpaOptions& o) {
+    nn::SdpaOptions forced = o;
+    forced.impl = impl;
+    return nn::attention(Q, K, V, vis, forced);
+  };
+}
+
+void register_attention_implementation_checks(GradcheckSuite& s) {
+  s.add("attention/fused-vs-composed", "reference",
+        "fused path vs composed path, O and Q/K/V gradients: 16 random configurations (--full: 150) of masks, "
+        "GQA/MQA, T != S, invalid rows, half with dropout 0.2; plus causal, documents and key padding at T 80",
+        [](CheckContext& ctx) {
+          std::vector<CheckResult> parts;
+          auto compare = [&](const nn::Visibility& vis, const BoolArray& valid, const Dims& d, double p,
+                             const std::string& what) {
+            const Array q = ctx.uniform({d.B, d.H_q, d.T, d.d_k}, -2, 2);
+            const Array k = ctx.uniform({d.B, d.H_kv, d.S, d.d_k}, -2, 2);
+            const Array v = ctx.uniform({d.B, d.H_kv, d.S, d.d_v}, -2, 2);
+            const Array G = ctx.uniform({d.B, d.H_q, d.T, d.d_v});
+            const std::uint64_t seed = ctx.gen().next_u64();
+            std::vector<Array> out[2];
+            const nn::SdpaImpl impls[2] = {nn::SdpaImpl::fused, nn::SdpaImpl::composed};
+            for (int i = 0; i < 2; ++i) {
+              const Tensor Q(q, true), K(k, true), V(v, true);
+              Generator g(seed);  // the same dropout mask on both paths
+              nn::SdpaOptions o;
+              o.query_valid = valid;
+              o.impl = impls[i];
+              o.dropout_p = p;
+              o.training = p > 0;
+              o.generator = &g;
+              const Tensor O = nn::attention(Q, K, V, vis, o);
+              out[i] = grad(O, {Q, K, V}, G);
+              out[i].insert(out[i].begin(), O.value());
+            }
+            Diff diff = max_diff(out[0][0].astype(DType::float64), out[1][0].astype(DType::float64), "O");
+            const char* names[4] = {"O", "Q_bar", "K_bar", "V_bar"};
+            for (int j = 1; j < 4; ++j)
+              diff.merge(max_diff(out[0][j].astype(DType::float64), out[1][j].astype(DType::float64), names[j]));
+            // float64: both paths compute the same sums in different orders (1e-12); float32 rounds at 6e-8.
+            parts.push_back(CheckResult::property(diff.max, ctx.tol(1e-12, 1e-5), diff.where, "fused vs composed, " + what));
+          };
+          for (std::size_t n = 0; n < ctx.pick(16, 150); ++n) {
+            const RefConfig c = random_ref_config(ctx.gen());
+            compare(c.vis, c.valid, c.d, n % 2 ? 0.2 : 0.0, "case " + std::to_string(n) + ": " + c.text);
+          }
+          const Dims big{2, 4, 2, 80, 80, 8, 8};  // two 64-row query blocks
+          std::vector<std::int64_t> ids(big.T);
+          for (std::size_t i = 0; i < big.T; ++i) ids[i] = static_cast<std::int64_t>(i < 30 ? 0 : (i < 70 ? 1 : 2));
+          compare(nn::Visibility::causal(big.T, big.S), {}, big, 0.0, "causal, T 80");
+          compare(nn::Visibility::documents(IndexArray(Shape{big.T}, ids)), {}, big, 0.0, "documents, T 80");
+          compare(nn::Visibility::key_lengths({80, 41}, big.S) & nn::Visibility::causal(big.T, big.S), left_padded(big),
+                  big, 0.1, "key padding & causal, left-padded queries, dropout 0.1, T 80");
+          return CheckResult::combine(parts);
+        });
+}
+
 void register_attention_gradient_checks(GradcheckSuite& s, const std::string& prefix, AttentionFn attn) {
   using V = nn::Visibility;
   attention_case(s, prefix, attn, "no-mask", "no mask, scale 0.7", {1, 2, 2, 3, 4, 3, 2}, {2, 2, 2, 6, 8, 4, 3},

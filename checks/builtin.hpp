@@ -45,7 +45,11 @@ void register_attention_invariant_checks(GradcheckSuite& suite, const std::strin
 // mask and the closed form with the forward pass's m / q ("attention/...-dropout").
 void register_attention_dropout_checks(GradcheckSuite& suite);
 
-// nn::attention as an AttentionFn.
+// nn::attention as an AttentionFn, with the options' implementation (automatic by default).
 AttentionFn library_attention();
+// nn::attention forced onto one implementation (nn/sdpa.hpp SdpaImpl).
+AttentionFn attention_with(nn::SdpaImpl impl);
+// The fused path against the composed path on every visibility kind, with dropout.
+void register_attention_implementation_checks(GradcheckSuite& suite);
 
 }  // namespace xg::checks

@@ -7,6 +7,7 @@
 
 #include "core/blas.hpp"
 #include "core/check.hpp"
+#include "core/parallel.hpp"
 #include "core/strided.hpp"
 #include "core/tape.hpp"
 #include "core/xt.hpp"
@@ -93,15 +94,27 @@ template <class T> void forward(const Plan& p, const T* A, const T* B, T* C) {
     blas::gemm(false, p.tb, nbatch * p.M, p.N, p.K, T(1), A, lda_of(p), B, ldb_of(p), T(0), C, p.N);
     return;
   }
-  for (std::size_t i = 0; i < nbatch; ++i)
-    blas::gemm(p.ta, p.tb, p.M, p.N, p.K, T(1), A + p.a_mat[i] * p.M * p.K, lda_of(p),
-               B + p.b_mat[i] * p.K * p.N, ldb_of(p), T(0), C + i * p.M * p.N, p.N);
+  // One GEMM per batch element, spread over the pool (each writes its own C).
+  detail::parallel_for(nbatch, 1, [&](std::size_t lo, std::size_t hi, std::size_t) {
+    for (std::size_t i = lo; i < hi; ++i)
+      blas::gemm(p.ta, p.tb, p.M, p.N, p.K, T(1), A + p.a_mat[i] * p.M * p.K, lda_of(p),
+                 B + p.b_mat[i] * p.K * p.N, ldb_of(p), T(0), C + i * p.M * p.N, p.N);
+  });
+}
+
+// True when batch element i reads matrix i of the operand (no broadcast): its gradient
+// matrices are then written by one batch element each, in parallel.
+bool one_to_one(const std::vector<std::size_t>& mat) {
+  for (std::size_t i = 0; i < mat.size(); ++i)
+    if (mat[i] != i) return false;
+  return true;
 }
 
 // a_bar (in a's stored layout), accumulated over the batch elements that read each matrix.
 template <class T> void grad_a(const Plan& p, const T* G, const T* B, T* Ab) {
   const std::size_t nbatch = p.a_mat.size();
-  for (std::size_t i = 0; i < nbatch; ++i) {
+  detail::parallel_for(nbatch, one_to_one(p.a_mat) ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
+  for (std::size_t i = lo; i < hi; ++i) {
     const T* Gi = G + i * p.M * p.N;
     const T* Bi = B + p.b_mat[i] * p.K * p.N;
     T* Ai = Ab + p.a_mat[i] * p.M * p.K;
@@ -110,6 +123,7 @@ template <class T> void grad_a(const Plan& p, const T* G, const T* B, T* Ab) {
     else        // A [K,M]: A_bar = op(B) G^T
       blas::gemm(p.tb, true, p.K, p.M, p.N, T(1), Bi, ldb_of(p), Gi, p.N, T(1), Ai, p.M);
   }
+  });
 }
 
 template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
@@ -122,7 +136,8 @@ template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
       blas::gemm(true, false, p.N, p.K, rows, T(1), G, p.N, A, p.K, T(0), Bb, p.K);
     return;
   }
-  for (std::size_t i = 0; i < nbatch; ++i) {
+  detail::parallel_for(nbatch, one_to_one(p.b_mat) ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
+  for (std::size_t i = lo; i < hi; ++i) {
     const T* Gi = G + i * p.M * p.N;
     const T* Ai = A + p.a_mat[i] * p.M * p.K;
     T* Bi = Bb + p.b_mat[i] * p.K * p.N;
@@ -131,6 +146,7 @@ template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
     else        // B [N,K]: B_bar = G^T op(A)
       blas::gemm(true, p.ta, p.N, p.K, p.M, T(1), Gi, p.N, Ai, lda_of(p), T(1), Bi, p.K);
   }
+  });
 }
 
 }  // namespace

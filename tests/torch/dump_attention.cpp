@@ -26,6 +26,9 @@
 //   * "causal": queries are the LAST T of S positions (bottom-right aligned): query i may
 //     see key j iff j <= i + S - T;
 //   * weights marked "torch layout" are [out, in] (y = x W^T + b), as in torch.
+//
+// argv[2] (optional) picks the attention implementation for every case: automatic (the
+// default; the fused path here), fused or composed. CI runs the cross-check with each.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +41,8 @@
 
 #include "tests/support/json_text.hpp"
 #include "xgrad.hpp"
+
+xg::nn::SdpaImpl g_impl = xg::nn::SdpaImpl::automatic;  // argv[2]
 
 namespace {
 
@@ -222,6 +227,7 @@ std::string sdpa_case(Generator& g, const std::string& category, std::size_t id,
   const Tensor K(normal_array({m.B, H_kv, m.S, d_k}, g), true);
   const Tensor V(normal_array({m.B, H_kv, m.S, d_v}, g), true);
   nn::SdpaOptions opts;
+  opts.impl = g_impl;
   opts.scale = scale;
   opts.query_valid = m.query_valid;
   const Tensor O = nn::attention(Q, K, V, visibility_of(m, forbidden_polarity), opts);
@@ -273,6 +279,7 @@ std::string mha_case(Generator& g, std::size_t id, std::size_t k) {
 
   Generator init(1000 + id);
   nn::AttentionConfig acfg;
+  acfg.impl = g_impl;
   acfg.d_model = d;
   acfg.H_q = m.H;
   acfg.bias = true;
@@ -322,6 +329,7 @@ std::string cross_case(Generator& g, std::size_t id, std::size_t k) {
   m.H = H_q;
   const std::size_t d_head = between(g, 1, 3);
   nn::CrossAttentionConfig ccfg;
+  ccfg.impl = g_impl;
   if (coin(g, 0.5)) {
     ccfg.d_q = H_q * d_head;  // customary: d_head = d_q / H_q
     ccfg.d_head = 0;
@@ -383,9 +391,20 @@ std::string cross_case(Generator& g, std::size_t id, std::size_t k) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTPUT.json\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s OUTPUT.json [automatic|fused|composed]\n", argv[0]);
     return 2;
+  }
+  if (argc == 3) {
+    const std::string impl = argv[2];
+    if (impl == "fused")
+      g_impl = nn::SdpaImpl::fused;
+    else if (impl == "composed")
+      g_impl = nn::SdpaImpl::composed;
+    else if (impl != "automatic") {
+      std::fprintf(stderr, "dump_attention: implementation must be automatic, fused or composed, got '%s'\n", argv[2]);
+      return 2;
+    }
   }
   const std::size_t per_category = 16;
   try {
