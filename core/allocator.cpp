@@ -56,6 +56,9 @@ void* raw_alloc(std::size_t bytes) {
   const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   return std::aligned_alloc(kAlign, rounded ? rounded : kAlign);
 }
+// Small blocks: plain malloc (16-byte aligned; the kernels use unaligned loads). The fast path
+// for the one-element arrays of scalar-heavy graphs.
+void* small_alloc(std::size_t bytes) { return std::malloc(bytes ? bytes : 1); }
 
 }  // namespace
 
@@ -63,7 +66,7 @@ namespace detail {
 
 void* cached_alloc(std::size_t bytes) {
   if (bytes < kMinCached) {
-    void* p = raw_alloc(bytes);
+    void* p = small_alloc(bytes);
     if (!p) throw std::bad_alloc();
     return p;
   }

@@ -20,14 +20,26 @@ Array Storage::make(const Shape& shape, DType dtype) {
   s->shape = shape;
   s->dtype = dtype;
   s->size = n;
-  s->ptr = cached_alloc(bytes);
-  s->owner = std::shared_ptr<void>(s->ptr, [bytes](void* p) { cached_free(p, bytes); });
+  if (bytes <= sizeof(s->small)) {
+    s->ptr = s->small;
+  } else {
+    s->ptr = cached_alloc(bytes);
+    s->bytes = bytes;
+  }
   return Array(std::move(s));
 }
 
+Storage::~Storage() {
+  if (!base && ptr != small) cached_free(ptr, bytes);
+}
+
 Array Storage::view(const Array& a, const Shape& shape) {
-  auto s = std::make_shared<Storage>(*a.s_);
+  auto s = std::make_shared<Storage>();
   s->shape = shape;
+  s->dtype = a.s_->dtype;
+  s->size = a.s_->size;
+  s->ptr = a.s_->ptr;
+  s->base = a.s_->base ? a.s_->base : a.s_;
   return Array(std::move(s));
 }
 

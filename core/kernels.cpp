@@ -217,6 +217,28 @@ Array permute(const Array& a, const std::vector<std::size_t>& perm) {
     st[i] = cs[perm[i]];
   }
   Array out = Array::empty(out_shape, a.dtype());
+  const std::size_t nd = s.size();
+  if (nd >= 2 && perm[nd - 1] == nd - 1 && out.size() > 0) {
+    // The last axis stays last: copy whole rows of it (split_heads / merge_heads).
+    const std::size_t row = s[nd - 1], rows = out.size() / row;
+    detail::dispatch(a.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* pa = a.data<T>();
+      T* po = out.data<T>();
+      detail::parallel_for(rows, std::max<std::size_t>(1, kGrain / row), [&](std::size_t lo, std::size_t hi, std::size_t) {
+        for (std::size_t r = lo; r < hi; ++r) {
+          std::size_t rem = r;
+          std::ptrdiff_t off = 0;
+          for (std::size_t d = nd - 1; d-- > 0;) {
+            off += static_cast<std::ptrdiff_t>(rem % out_shape[d]) * st[d];
+            rem /= out_shape[d];
+          }
+          std::copy(pa + off, pa + off + row, po + r * row);
+        }
+      });
+    });
+    return out;
+  }
   detail::dispatch(a.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* pa = a.data<T>();

@@ -32,8 +32,15 @@ struct Storage {
   Shape shape;
   DType dtype = DType::float32;
   std::size_t size = 0;
-  std::shared_ptr<void> owner;  // keeps the buffer alive
   void* ptr = nullptr;
+  std::size_t bytes = 0;               // of the buffer this Storage owns (0 for a view)
+  std::shared_ptr<const Storage> base;  // a view: the Storage whose buffer ptr points into
+  alignas(32) unsigned char small[64];  // arrays of up to 64 bytes live here: no allocation
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
 
   static Array make(const Shape& shape, DType dtype);  // uninitialised
   static Array view(const Array& a, const Shape& shape);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/check.hpp"
+#include "core/parallel.hpp"
 #include "core/tape.hpp"
 #include "core/xt.hpp"
 
@@ -23,12 +24,19 @@ void copy_rows(const Array& src, AxisSplit s, std::size_t src_off, std::size_t s
     using T = decltype(t);
     const T* ps = src.data<T>();
     T* pd = dst.data<T>();
-    for (std::size_t o = 0; o < s.outer; ++o)
-      for (std::size_t k = 0; k < n; ++k) {
-        const T* from = ps + (o * s.len + src_off + k * step) * s.inner;
-        T* to = pd + (o * d.len + dst_off + k) * d.inner;
-        std::memcpy(to, from, s.inner * sizeof(T));
+    detail::parallel_for(s.outer, std::max<std::size_t>(1, (std::size_t{1} << 15) / (n * s.inner + 1)),
+                         [&](std::size_t lo, std::size_t hi, std::size_t) {
+      for (std::size_t o = lo; o < hi; ++o) {
+        if (step == 1) {  // n adjacent rows: one block (splitting the last axis: inner == 1)
+          std::memcpy(pd + (o * d.len + dst_off) * d.inner, ps + (o * s.len + src_off) * s.inner,
+                      n * s.inner * sizeof(T));
+          continue;
+        }
+        for (std::size_t k = 0; k < n; ++k)
+          std::memcpy(pd + (o * d.len + dst_off + k) * d.inner, ps + (o * s.len + src_off + k * step) * s.inner,
+                      s.inner * sizeof(T));
       }
+    });
   });
 }
 
@@ -40,10 +48,15 @@ void scatter_rows(const Array& g, AxisSplit gs, Array& dst, AxisSplit ds, std::s
     using T = decltype(t);
     const T* pg = g.data<T>();
     T* pd = dst.data<T>();
-    for (std::size_t o = 0; o < gs.outer; ++o)
+    for (std::size_t o = 0; o < gs.outer; ++o) {
+      if (step == 1) {
+        std::memcpy(pd + (o * ds.len + start) * ds.inner, pg + o * gs.len * gs.inner, gs.len * gs.inner * sizeof(T));
+        continue;
+      }
       for (std::size_t k = 0; k < gs.len; ++k)
         std::memcpy(pd + (o * ds.len + start + k * step) * ds.inner,
                     pg + (o * gs.len + k) * gs.inner, gs.inner * sizeof(T));
+    }
   });
 }
 
