@@ -111,17 +111,20 @@ bool one_to_one(const std::vector<std::size_t>& mat) {
 }
 
 // a_bar (in a's stored layout), accumulated over the batch elements that read each matrix.
+// beta = 0 when every matrix of a is written by exactly one batch element (Ab need not be zeroed).
 template <class T> void grad_a(const Plan& p, const T* G, const T* B, T* Ab) {
   const std::size_t nbatch = p.a_mat.size();
-  detail::parallel_for(nbatch, one_to_one(p.a_mat) ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
+  const bool once = one_to_one(p.a_mat);
+  const T beta = once ? T(0) : T(1);
+  detail::parallel_for(nbatch, once ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
   for (std::size_t i = lo; i < hi; ++i) {
     const T* Gi = G + i * p.M * p.N;
     const T* Bi = B + p.b_mat[i] * p.K * p.N;
     T* Ai = Ab + p.a_mat[i] * p.M * p.K;
     if (!p.ta)  // A [M,K]: A_bar = G op(B)^T
-      blas::gemm(false, !p.tb, p.M, p.K, p.N, T(1), Gi, p.N, Bi, ldb_of(p), T(1), Ai, p.K);
+      blas::gemm(false, !p.tb, p.M, p.K, p.N, T(1), Gi, p.N, Bi, ldb_of(p), beta, Ai, p.K);
     else        // A [K,M]: A_bar = op(B) G^T
-      blas::gemm(p.tb, true, p.K, p.M, p.N, T(1), Bi, ldb_of(p), Gi, p.N, T(1), Ai, p.M);
+      blas::gemm(p.tb, true, p.K, p.M, p.N, T(1), Bi, ldb_of(p), Gi, p.N, beta, Ai, p.M);
   }
   });
 }
@@ -136,15 +139,17 @@ template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
       blas::gemm(true, false, p.N, p.K, rows, T(1), G, p.N, A, p.K, T(0), Bb, p.K);
     return;
   }
-  detail::parallel_for(nbatch, one_to_one(p.b_mat) ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
+  const bool once = one_to_one(p.b_mat);
+  const T beta = once ? T(0) : T(1);
+  detail::parallel_for(nbatch, once ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
   for (std::size_t i = lo; i < hi; ++i) {
     const T* Gi = G + i * p.M * p.N;
     const T* Ai = A + p.a_mat[i] * p.M * p.K;
     T* Bi = Bb + p.b_mat[i] * p.K * p.N;
     if (!p.tb)  // B [K,N]: B_bar = op(A)^T G
-      blas::gemm(!p.ta, false, p.K, p.N, p.M, T(1), Ai, lda_of(p), Gi, p.N, T(1), Bi, p.N);
+      blas::gemm(!p.ta, false, p.K, p.N, p.M, T(1), Ai, lda_of(p), Gi, p.N, beta, Bi, p.N);
     else        // B [N,K]: B_bar = G^T op(A)
-      blas::gemm(true, p.ta, p.N, p.K, p.M, T(1), Gi, p.N, Ai, lda_of(p), T(1), Bi, p.K);
+      blas::gemm(true, p.ta, p.N, p.K, p.M, T(1), Gi, p.N, Ai, lda_of(p), beta, Bi, p.K);
   }
   });
 }
@@ -173,12 +178,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
       using T = decltype(t);
       const T* G = c.grad_output.data<T>();
       if (c.needs(0)) {
-        Array ga = Array::zeros(A.shape(), A.dtype());
+        // Zeroed only where gradients accumulate (a broadcast operand) or nothing is written.
+        const bool written_once = one_to_one(p.a_mat) && p.N > 0 && p.M > 0 && p.K > 0;
+        Array ga = written_once ? Array::empty(A.shape(), A.dtype()) : Array::zeros(A.shape(), A.dtype());
         if (p.N > 0 && p.M > 0 && p.K > 0) grad_a<T>(p, G, B.data<T>(), ga.data<T>());
         cot[0] = std::move(ga);
       }
       if (c.needs(1)) {
-        Array gb = Array::zeros(B.shape(), B.dtype());
+        const bool stacked = p.b_single && !p.ta && !p.a_single && !p.a_mat.empty() && p.a_mat.back() == p.a_mat.size() - 1;
+        const bool written_once = (stacked || one_to_one(p.b_mat)) && p.N > 0 && p.M > 0 && p.K > 0;
+        Array gb = written_once ? Array::empty(B.shape(), B.dtype()) : Array::zeros(B.shape(), B.dtype());
         if (p.N > 0 && p.M > 0 && p.K > 0) grad_b<T>(p, G, A.data<T>(), gb.data<T>());
         cot[1] = std::move(gb);
       }
