@@ -8,10 +8,6 @@
 #include "core/runtime.hpp"
 
 int main(int argc, char** argv) {
-  // The subcommands run many small steps. XGRAD_NO_ALLOCATOR_TUNING=1 skips this, to measure
-  // what it is worth (docs/architecture.md, "Runtime settings").
-  const char* no_tuning = std::getenv("XGRAD_NO_ALLOCATOR_TUNING");
-  if (!no_tuning || !*no_tuning) xg::tune_allocator_for_training();
   CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
   app.require_subcommand(1);
   xg::cli::add_demo(app);

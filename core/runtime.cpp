@@ -1,7 +1,5 @@
 #include "core/runtime.hpp"
 
-#include <malloc.h>
-
 #include <string>
 
 #include "core/error.hpp"
@@ -24,10 +22,6 @@ int num_threads() { return detail::configured_pool_threads(); }
 
 void set_blas_threads(int n) { set_num_threads(n); }
 
-void tune_allocator_for_training() {
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  mallopt(M_TOP_PAD, 64 << 20);
-}
+void tune_allocator_for_training() {}
 
 }  // namespace xg

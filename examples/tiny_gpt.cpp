@@ -64,8 +64,6 @@ double exact_match(nn::GPT& model, const train::SortTask& task, const std::vecto
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  tune_allocator_for_training();  // reuse heap memory across steps (core/runtime.hpp)
-  set_blas_threads(1);            // tiny matrices: extra BLAS threads only spin
   train::SortTask task(6);
   const auto heldout = task.heldout(200, args.seed + 1000);
   task.exclude(heldout);  // never train on a held-out problem

@@ -278,7 +278,7 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
     throw ValueError(op_message("train", "batch and steps must be positive"));
   if (o.task == "charlm" && o.context < 2)
     throw ValueError(op_message("train", "--context must be at least 2, got " + std::to_string(o.context)));
-  if (o.threads > 0) set_blas_threads(o.threads);
+  if (o.threads > 0) set_num_threads(o.threads);
   fs::create_directories(o.out);
 
   Run run(o);
