@@ -95,7 +95,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "prompt text (for the reverse task: the source digits)")->required();
   cmd->add_option("--max-new", a->max_new, "tokens to generate")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()
+      ->check(number());
   cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str()

@@ -1,7 +1,10 @@
 // `xgrad train`: trains a built-in task from scratch (or resumes a run). With no arguments
 // it is the main job: the sort task, reaching >= 99% held-out exact match in a few minutes.
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <unistd.h>
@@ -51,9 +54,24 @@ const CLI::Validator& non_negative_integer() {
       [](std::string& s) -> std::string {
         if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
           return "must be a non-negative integer, got '" + s + "'";
+        errno = 0;
+        (void)std::strtoull(s.c_str(), nullptr, 10);
+        if (errno == ERANGE) return "'" + s + "' is out of range";
         return {};
       },
       "UINT");
+  return v;
+}
+
+const CLI::Validator& number() {
+  static const CLI::Validator v(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        if (!s.empty() && !std::isspace(static_cast<unsigned char>(s[0]))) (void)std::strtod(s.c_str(), &end);
+        if (!end || *end != '\0') return "must be a number, got '" + s + "'";
+        return {};
+      },
+      "NUMBER");
   return v;
 }
 
@@ -69,10 +87,13 @@ void add_train(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "training steps (0: task default)")->capture_default_str();
   cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--lr", o->lr, "peak learning rate (0: task default)")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "peak learning rate (0: task default)")->capture_default_str()
+      ->check(number());
   cmd->add_option("--warmup", o->warmup, "warmup steps")->capture_default_str();
-  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
-  cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str();
+  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str()
+      ->check(number());
+  cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str()
+      ->check(number());
   cmd->add_option("--d-model", o->d_model, "model width")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--heads", o->heads, "query heads H_q")->capture_default_str()
@@ -83,7 +104,8 @@ void add_train(CLI::App& app) {
       ->check(non_negative_integer());
   cmd->add_option("--d-ff", o->d_ff, "feed-forward width (0: 4 d_model)")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str();
+  cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str()
+      ->check(number());
   cmd->add_option("--context", o->context, "charlm context length")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--digits", o->n_digits, "sort: digits per problem")->capture_default_str()
@@ -98,6 +120,8 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-plot{false}", o->plot, "do not draw loss.png");
   cmd->add_flag("--overwrite", o->overwrite, "replace a different run saved in --out");
   cmd->callback([o, cmd] {
+    if (cmd->count("--resume") > 0 && o->resume.empty())
+      throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
     if (!o->resume.empty()) {
       // A resumed run is the saved run: its options come from the checkpoint.
       for (const std::string& flag : train::kRunDefiningFlags)

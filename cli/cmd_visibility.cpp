@@ -20,6 +20,7 @@ void add_visibility(CLI::App& app) {
   cmd->callback([out] {
     namespace fs = std::filesystem;
     std::error_code ec;
+    if (out->empty()) throw UsageError(op_message("visibility", "--out must name a folder, got ''"));
     if (fs::exists(*out, ec) && !fs::is_directory(*out, ec))
       throw UsageError(op_message("visibility", "--out " + *out + " exists and is not a directory"));
     if (!fs::create_directories(*out, ec) && ec)

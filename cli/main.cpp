@@ -43,6 +43,13 @@ int main(int argc, char** argv) {
       return e.get_exit_code();
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return app.exit(e);  // --help
+      if (argc > 1 && argv[1][0] != '-') {
+        bool known = false;
+        for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
+        if (!known)
+          return fail(2, std::string("unknown command '") + argv[1] +
+                             "' (demo, gradcheck, train, generate, inspect, visibility; see xgrad --help)");
+      }
       return fail(2, std::string(e.what()) + " (see xgrad --help)");
     }
   } catch (const xg::UsageError& e) {

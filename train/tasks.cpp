@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -224,7 +225,9 @@ std::vector<std::vector<std::int64_t>> ReverseTask::heldout(std::size_t count, s
 
 CharLMTask::CharLMTask(const std::string& path, std::size_t context) : context_(context) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ValueError(op_message("charlm", "cannot read the text file " + path));
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec))
+    throw ValueError(op_message("charlm", "cannot read the text file " + path));
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();

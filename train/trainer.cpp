@@ -80,7 +80,7 @@ TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOpti
     if (it == m.end()) throw FormatError("[train] " + path + ": state lacks option '" + k + "'");
     return it->second;
   };
-  auto where = [&](const std::string& k) { return "[train] " + path + ": option '" + k + "'"; };
+  auto where = [&](const std::string& k) { return "[train] " + path + ": metadata 'opt." + k + "'"; };
   auto i64 = [&](const std::string& k) { return parse_int(get(k), where(k)); };
   auto size = [&](const std::string& k) {
     const std::uint64_t v = parse_uint(get(k), where(k));
@@ -434,7 +434,7 @@ void validate_options(const TrainOptions& o) {
   count("--layers", o.layers, 1, 256);
   count("--d-ff", o.d_ff, 0, 65536);
   real("--dropout", o.dropout, 0.0, 1.0, false, true);
-  if (o.task == "charlm") count("--context", o.context, 2, 8192);
+  count("--context", o.context, 2, 8192);
   if (o.task == "sort") {
     count("--digits", o.n_digits, 1, 32);
     if (std::pow(10.0, static_cast<double>(o.n_digits)) < 2.0 * static_cast<double>(o.heldout))
@@ -445,12 +445,19 @@ void validate_options(const TrainOptions& o) {
   count("min_len", o.min_len, 1, 32);
   count("max_len", o.max_len, o.min_len, 32);
   count("heldout", o.heldout, 1, 100000);
-  if (o.threads < 0 || o.threads > 1024) bad("--threads", std::to_string(o.threads), "must be in [0, 1024]");
   if (o.eval_every < 0) bad("--eval-every", std::to_string(o.eval_every), "must be >= 0");
   if (o.checkpoint_every < 0) bad("--checkpoint-every", std::to_string(o.checkpoint_every), "must be >= 0");
+  if (o.out.empty()) bad("--out", "''", "must name a folder");
+  validate_session_options(o);
+}
+
+void validate_session_options(const TrainOptions& o) {
+  auto bad = [](const std::string& flag, const std::string& value, const std::string& rule) {
+    throw UsageError(op_message("train", flag + " " + value + ": " + rule));
+  };
+  if (o.threads < 0 || o.threads > 1024) bad("--threads", std::to_string(o.threads), "must be in [0, 1024]");
   if (o.stop_at != -1 && (o.stop_at < 1 || o.stop_at > o.steps))
     bad("--stop-at", std::to_string(o.stop_at), "must be in [1, --steps " + std::to_string(o.steps) + "]");
-  if (o.out.empty()) bad("--out", "''", "must name a folder");
 }
 
 TrainOptions with_defaults(TrainOptions o) {
@@ -471,11 +478,15 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
     const std::string out_dir = o.resume;
     o = options_from_metadata(resume_state.metadata, o, state_path);
     o.out = out_dir;
+    TrainOptions saved = o;  // the flags of this session (--threads, --stop-at) are checked as flags
+    saved.threads = 1;
+    saved.stop_at = -1;
     try {
-      validate_options(o);
+      validate_options(saved);
     } catch (const UsageError& e) {
       throw FormatError("[train] " + state_path + ": the saved options are invalid: " + e.what());
     }
+    validate_session_options(o);
   } else {
     validate_options(o);
     check_out_folder(o);

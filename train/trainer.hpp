@@ -63,6 +63,8 @@ extern const std::vector<std::string> kRunDefiningFlags;
 
 // Range checks of every option, before any work (UsageError naming the flag and the value).
 void validate_options(const TrainOptions& opts);
+// The part that a resumed run takes from its command line: --threads, --stop-at.
+void validate_session_options(const TrainOptions& opts);
 
 // Fills the task defaults into opts (steps, lr), for display and for the run.
 TrainOptions with_defaults(TrainOptions opts);
