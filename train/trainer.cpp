@@ -568,6 +568,14 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
     throw UsageError(op_message("train", "--out " + o.out + ": cannot create the folder: " + e.code().message()));
   }
 
+  // Temporary files of a checkpoint that a kill interrupted (never read; the rename is the commit).
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(o.out, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const std::string base : {kStateFile, kModelFile, "log.csv"})
+      if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
+  }
+
   const std::size_t n_params = run.module().parameter_count();
   out << "xgrad train: task " << o.task << ", " << run.info.kind << " d_model " << o.d_model << ", heads " << o.heads
       << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers << ", " << n_params << " parameters; "
