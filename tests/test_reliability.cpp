@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 #include "helpers.hpp"
@@ -21,11 +22,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("xgrad_rel_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+fs::path fresh_dir(const std::string& name) { return temp_dir("reliability_" + name); }
+
+// The options of `xgrad train --resume dir` (quiet).
+train::TrainOptions resuming(const fs::path& dir) {
+  train::TrainOptions o;
+  o.resume = dir.string();
+  o.progress = o.plot = false;
+  return o;
 }
 
 train::TrainOptions tiny(const fs::path& out, std::int64_t steps) {
@@ -85,9 +89,7 @@ TEST_CASE("reliability 2: charlm on non-ASCII text checkpoints, resumes and gene
   CHECK(m.info.vocab.tokens[0] == "a");
   CHECK(m.info.vocab.tokens[1] == std::string(1, '\xa9'));
   CHECK(m.info.vocab.tokens[3] == std::string(1, '\xff'));
-  train::TrainOptions again;
-  again.resume = (dir / "out").string();
-  again.progress = again.plot = false;
+  const train::TrainOptions again = resuming(dir / "out");
   CHECK(train::run_training(again, log).steps_done == 4);
   // Vocabularies written before (JSON strings) still read.
   CHECK(train::Vocabulary::from_json("[\"a\",\"|\"]").tokens == std::vector<std::string>{"a", "|"});
@@ -125,9 +127,7 @@ TEST_CASE("reliability 3: the checkpoint is one unit; resume refuses a model and
   meta.erase("checkpoint");
   nn::safetensors::save((dir / "train_state.safetensors").string(), optim, meta);
   set_metadata(dir / "model.safetensors", "step", "4");
-  train::TrainOptions again;
-  again.resume = dir.string();
-  again.progress = again.plot = false;
+  const train::TrainOptions again = resuming(dir);
   CHECK_THROWS_WITH(train::run_training(again, log),
                     Catch::Contains("from step 4") && Catch::Contains("from step 3") && Catch::Contains("not one checkpoint"));
   set_metadata(dir / "model.safetensors", "step", "3");  // a consistent old pair resumes
@@ -149,9 +149,7 @@ TEST_CASE("reliability 4: metadata cannot make the loader allocate more than the
                                                            Catch::Contains("the file holds"));
   // The same for --resume: the saved options against the saved parameters.
   set_metadata(dir / "train_state.safetensors", "opt.layers", "200");
-  train::TrainOptions again;
-  again.resume = dir.string();
-  again.progress = again.plot = false;
+  const train::TrainOptions again = resuming(dir);
   CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("the checkpoint holds"));
   set_metadata(dir / "train_state.safetensors", "opt.layers", "100000000");
   CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("saved options are invalid") &&
@@ -216,9 +214,7 @@ TEST_CASE("reliability 7: log.csv holds exactly the checkpoint's rows; a differe
     std::ofstream app(dir / "log.csv", std::ios::app);
     app << "4,0.001,2.5,1.0,100,0.1\n5,0.0";  // rows after the checkpoint, the last one cut
   }
-  train::TrainOptions again;
-  again.resume = dir.string();
-  again.progress = again.plot = false;
+  const train::TrainOptions again = resuming(dir);
   train::run_training(again, log);
   const auto r = rows();
   REQUIRE(r.size() == 7);
@@ -297,4 +293,96 @@ TEST_CASE("reliability 9: non-finite parameters are refused; no token from non-f
   so.temperature = 1.0;
   CHECK_THROWS_AS(train::pick_token({0.1, std::numeric_limits<double>::infinity()}, so), ValueError);
   fs::remove_all(dir);
+}
+
+TEST_CASE("reliability 10: API misuse fails with a clear error, by a stated rule", "[reliability][errors]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Generator g(3);
+  const Tensor x(Array::full({2, 3}, 1.0, DType::float64), true);
+  // log of NaN outside anomaly mode stays a value (anomaly mode is the tool for that).
+  CHECK(std::isnan(ops::log(Tensor(Array::full({1}, nan, DType::float64))).item()));
+  // dropout p = 1 would drop everything.
+  CHECK_THROWS_WITH(ops::dropout(x, 1.0, g, true), Catch::Contains("[dropout]") && Catch::Contains("[0, 1)"));
+  CHECK_THROWS_AS(ops::dropout_mask({2}, 1.0, g, DType::float64), ValueError);
+  // clip_grad_norm: a negative (or zero, or NaN) maximum would flip or zero the gradient.
+  ops::sum(x * x).backward();
+  const nn::NamedTensors params{{"x", x}};
+  for (double m : {-1.0, 0.0, nan})
+    CHECK_THROWS_WITH(nn::clip_grad_norm(params, m), Catch::Contains("[clip_grad_norm] max_norm"));
+  // AdamW with a NaN (or negative) learning rate: refused at the step, parameters untouched.
+  nn::AdamW opt(params, nan);
+  CHECK_THROWS_WITH(opt.step(), Catch::Contains("learning rate"));
+  opt.lr = -1e-3;
+  CHECK_THROWS_AS(opt.step(), ValueError);
+  CHECK(x.value().to_vector() == std::vector<double>(6, 1.0));
+  // A non-finite backward seed.
+  const Tensor y = x * 2.0;
+  CHECK_THROWS_WITH(y.backward(Array::full({2, 3}, nan, DType::float64)), Catch::Contains("seed element 0"));
+  // SDPA: scale 0 (Q and K ignored) and an additive mask that overflows the scores.
+  const Tensor Q(Array::full({1, 1, 2, 4}, 0.5, DType::float64)), K = Q, V = Q;
+  nn::SdpaOptions zero;
+  zero.scale = 0.0;
+  CHECK_THROWS_WITH(nn::attention(Q, K, V, nn::Visibility::causal(2, 2), zero), Catch::Contains("scale must be finite and > 0"));
+  const nn::Visibility huge = nn::Visibility::additive(Array::full({2, 2}, 1e308, DType::float64));
+  nn::SdpaOptions big;
+  big.scale = 1e10;
+  const Tensor Qb(Array::full({1, 1, 2, 4}, 1e300, DType::float64));
+  CHECK_THROWS_AS(nn::attention(Qb, Qb, Qb, huge, big), ValueError);
+  // SDPA with no queries works by definition (an empty output); a model call with T = 0 is an error.
+  const Tensor Q0(Array::zeros({1, 1, 0, 4}, DType::float64));
+  CHECK(nn::attention(Q0, K, V, nn::Visibility::all(), {}).shape() == Shape{1, 1, 0, 4});
+  nn::TransformerConfig c;
+  c.V_vocab = 5;
+  c.context = 4;
+  c.d_model = 8;
+  c.H_q = 2;
+  c.layers = 1;
+  nn::GPT gpt(c, g);
+  CHECK_THROWS_WITH(gpt.logits(IndexArray({1, 0}, std::vector<std::int64_t>{})), Catch::Contains("T = 0"));
+  // The value of a tensor whose tape is gone stays readable (values belong to tensors);
+  // backward through it is a TapeError.
+  Tensor z;
+  {
+    Tape tape;
+    z = x * 3.0;
+  }
+  CHECK(z.value().to_vector() == std::vector<double>(6, 3.0));
+  CHECK_THROWS_AS(ops::sum(z).backward(), TapeError);
+}
+
+TEST_CASE("reliability: threads: one tape per thread; a module is shared read-only under no_grad", "[reliability]") {
+  Generator g(5);
+  nn::TransformerConfig c;
+  c.V_vocab = 7;
+  c.context = 6;
+  c.d_model = 8;
+  c.H_q = 2;
+  c.layers = 1;
+  nn::GPT shared(c, g);
+  shared.eval();
+  const IndexArray tokens({2, 5}, std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 5, 4, 3, 2});
+  Array want;
+  {
+    NoGradGuard ng;
+    want = shared.logits(tokens).value();
+  }
+  std::vector<Array> got(4);
+  std::vector<std::vector<double>> grads(4);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < got.size(); ++t)
+    threads.emplace_back([&, t] {
+      {
+        NoGradGuard ng;  // forward of the shared module: nothing recorded, nothing written
+        got[t] = shared.logits(tokens).value();
+      }
+      Tape tape;  // this thread's own graph
+      const Tensor w(Array::full({3}, static_cast<double>(t + 1), DType::float64), true);
+      ops::sum(w * w).backward();
+      grads[t] = w.grad().to_vector();
+    });
+  for (auto& th : threads) th.join();
+  for (std::size_t t = 0; t < got.size(); ++t) {
+    CHECK(max_abs_diff(got[t], want) == 0.0);
+    CHECK(grads[t] == std::vector<double>(3, 2.0 * static_cast<double>(t + 1)));
+  }
 }

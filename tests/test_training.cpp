@@ -19,13 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("xgrad_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 // A small, fast configuration of the sort task (single-threaded for exact reproducibility).
 train::TrainOptions small_sort(const fs::path& out, std::int64_t steps) {
   train::TrainOptions o;
