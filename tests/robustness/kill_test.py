@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1", XGRAD_NO_ALLOCATOR_TUNING="1")
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
 RUN = ["--digits", "4", "--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--threads", "1",
        "--checkpoint-every", "1", "--no-progress", "--no-plot", "--seed", "3", "--dropout", "0.1"]
 

@@ -226,8 +226,7 @@ def run_case(xgrad, work, fixtures, timeout, where, case):
     args = [a.replace("{run}", run).replace("{dir}", d) for a in shlex.split(command)]
     problems = []
     try:
-        r = subprocess.run([xgrad] + args, cwd=d, capture_output=True, timeout=timeout,
-                           env=dict(os.environ, XGRAD_NO_ALLOCATOR_TUNING="1"))
+        r = subprocess.run([xgrad] + args, cwd=d, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return [f"{cid} ({where}): HANG: no exit within {timeout} s: xgrad {command}"]
     err = r.stderr.decode("utf-8", "replace")
