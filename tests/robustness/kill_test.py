@@ -128,6 +128,7 @@ def kill_test(xgrad, work, kills, seed, steps):
         # The run finished before the kill: start over with a fresh folder for more kills.
         compare(ref, out, "a run that finished between kills")
         shutil.rmtree(out)
+        last = -1
     compare(ref, out, f"after {landed} kills")
     print(f"kill test: {landed} kills, the resumed run is bit-identical to the uninterrupted one")
 
