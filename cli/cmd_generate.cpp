@@ -32,6 +32,11 @@ std::vector<std::int64_t> tokenize(const train::Vocabulary& v, const std::string
 }
 
 void run_generate(const GenerateArgs& a) {
+  if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
+    throw UsageError(op_message("generate", "--temperature " + std::to_string(a.temperature) +
+                                                ": must be 0 (greedy) or in [0.001, 1000]"));
+  if (a.max_new > 1000000)
+    throw UsageError(op_message("generate", "--max-new " + std::to_string(a.max_new) + ": must be at most 1000000"));
   train::LoadedModel m = train::load_model(a.checkpoint);
   const train::Vocabulary& vocab = m.info.vocab;
   Generator gen(a.seed);
@@ -88,14 +93,20 @@ void add_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");
   cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors written by xgrad train")->required();
   cmd->add_option("--prompt", a->prompt, "prompt text (for the reverse task: the source digits)")->required();
-  cmd->add_option("--max-new", a->max_new, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--max-new", a->max_new, "tokens to generate")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()
+      ->check(number());
+  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str()
+      ->check(non_negative_integer());
   cmd->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole prefix at every step");
   cmd->add_option("--attention-map", a->attention_map, "write this PNG: attention weights of --layer/--head");
-  cmd->add_option("--layer", a->layer, "layer for --attention-map")->capture_default_str();
-  cmd->add_option("--head", a->head, "query head for --attention-map")->capture_default_str();
+  cmd->add_option("--layer", a->layer, "layer for --attention-map")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--head", a->head, "query head for --attention-map")->capture_default_str()
+      ->check(non_negative_integer());
   cmd->callback([a] { run_generate(*a); });
 }
 

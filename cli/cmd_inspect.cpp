@@ -17,7 +17,8 @@ namespace {
 
 void run_inspect(const std::string& path) {
   const nn::safetensors::File f = nn::safetensors::load(path);
-  const train::ModelInfo info = train::model_info(f.metadata, path);
+  // Everything generate would check (configuration against the tensors, shapes, finiteness).
+  const train::ModelInfo info = train::load_model(path).info;
   const nn::TransformerConfig& c = info.config;
   std::cout << "checkpoint " << path << "\n\nconfiguration\n";
   for (const auto& [k, v] : f.metadata)

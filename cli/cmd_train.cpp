@@ -1,13 +1,79 @@
 // `xgrad train`: trains a built-in task from scratch (or resumes a run). With no arguments
 // it is the main job: the sort task, reaching >= 99% held-out exact match in a few minutes.
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <unistd.h>
 
 #include "cli/commands.hpp"
+#include "core/error.hpp"
 #include "train/trainer.hpp"
 
 namespace xg::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+
+// First SIGINT/SIGTERM: ask the loop to finish its step, checkpoint and stop. A second one:
+// leave at once (the last checkpoint on disk is intact: it is replaced atomically).
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop != 0) ::_exit(128 + sig);
+  g_stop = sig;
+  static const char msg[] = "\nxgrad: stopping after this step (checkpoint, log); press Ctrl-C again to quit at once\n";
+  ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+}  // namespace
+
+const CLI::Validator& non_negative_integer() {
+  static const CLI::Validator v(
+      [](std::string& s) -> std::string {
+        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+          return "must be a non-negative integer, got '" + s + "'";
+        errno = 0;
+        (void)std::strtoull(s.c_str(), nullptr, 10);
+        if (errno == ERANGE) return "'" + s + "' is out of range";
+        return {};
+      },
+      "UINT");
+  return v;
+}
+
+const CLI::Validator& number() {
+  static const CLI::Validator v(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        if (!s.empty() && !std::isspace(static_cast<unsigned char>(s[0]))) (void)std::strtod(s.c_str(), &end);
+        if (!end || *end != '\0') return "must be a number, got '" + s + "'";
+        return {};
+      },
+      "NUMBER");
+  return v;
+}
 
 void add_train(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
@@ -19,27 +85,63 @@ void add_train(CLI::App& app) {
   cmd->add_option("--out", o->out, "output directory")->capture_default_str();
   cmd->add_option("--resume", o->resume, "continue the run saved in this output directory");
   cmd->add_option("--steps", o->steps, "training steps (0: task default)")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str();
-  cmd->add_option("--lr", o->lr, "peak learning rate (0: task default)")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--lr", o->lr, "peak learning rate (0: task default)")->capture_default_str()
+      ->check(number());
   cmd->add_option("--warmup", o->warmup, "warmup steps")->capture_default_str();
-  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
-  cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str();
-  cmd->add_option("--d-model", o->d_model, "model width")->capture_default_str();
-  cmd->add_option("--heads", o->heads, "query heads H_q")->capture_default_str();
-  cmd->add_option("--kv-heads", o->kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)")->capture_default_str();
-  cmd->add_option("--layers", o->layers, "transformer layers")->capture_default_str();
-  cmd->add_option("--d-ff", o->d_ff, "feed-forward width (0: 4 d_model)")->capture_default_str();
-  cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str();
-  cmd->add_option("--context", o->context, "charlm context length")->capture_default_str();
-  cmd->add_option("--digits", o->n_digits, "sort: digits per problem")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed (initialisation, data, dropout)")->capture_default_str();
+  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str()
+      ->check(number());
+  cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str()
+      ->check(number());
+  cmd->add_option("--d-model", o->d_model, "model width")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--heads", o->heads, "query heads H_q")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--kv-heads", o->kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--layers", o->layers, "transformer layers")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--d-ff", o->d_ff, "feed-forward width (0: 4 d_model)")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str()
+      ->check(number());
+  cmd->add_option("--context", o->context, "charlm context length")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--digits", o->n_digits, "sort: digits per problem")->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--seed", o->seed, "random seed (initialisation, data, dropout)")->capture_default_str()
+      ->check(non_negative_integer());
   cmd->add_option("--threads", o->threads, "xgrad worker threads (0: one per core)")->capture_default_str();
   cmd->add_option("--eval-every", o->eval_every, "evaluate every N steps (0: only at the end)")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   cmd->add_option("--stop-at", o->stop_at, "stop after this step, as if interrupted (for resume)");
   cmd->add_flag("--no-progress{false}", o->progress, "no live progress line");
   cmd->add_flag("--no-plot{false}", o->plot, "do not draw loss.png");
-  cmd->callback([o] { train::run_training(*o, std::cout); });
+  cmd->add_flag("--overwrite", o->overwrite, "replace a different run saved in --out");
+  cmd->callback([o, cmd] {
+    if (cmd->count("--resume") > 0 && o->resume.empty())
+      throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
+    if (!o->resume.empty()) {
+      // A resumed run is the saved run: its options come from the checkpoint.
+      for (const std::string& flag : train::kRunDefiningFlags)
+        if (cmd->count(flag) > 0)
+          throw UsageError(op_message("train", flag + " cannot be combined with --resume: a resumed run keeps the "
+                                                      "options saved in " + o->resume +
+                                                      " (it may take --threads, --stop-at, --no-progress, --no-plot)"));
+    }
+    g_stop = 0;
+    StopSignals guard;
+    train::TrainOptions opts = *o;
+    opts.stop_signal = &g_stop;
+    const train::TrainResult r = train::run_training(opts, std::cout);
+    if (r.signal != 0) {
+      std::cerr << "xgrad: interrupted by signal " << r.signal << " after step " << r.steps_done
+                << "; checkpoint written; continue with xgrad train --resume " << (o->resume.empty() ? o->out : o->resume)
+                << "\n";
+      throw CLI::RuntimeError(128 + r.signal);
+    }
+  });
 }
 
 }  // namespace xg::cli

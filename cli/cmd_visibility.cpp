@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "core/error.hpp"
 #include "nn/visibility.hpp"
 #include "train/plots.hpp"
 
@@ -18,7 +19,12 @@ void add_visibility(CLI::App& app) {
   cmd->add_option("--out", *out, "output directory")->capture_default_str();
   cmd->callback([out] {
     namespace fs = std::filesystem;
-    fs::create_directories(*out);
+    std::error_code ec;
+    if (out->empty()) throw UsageError(op_message("visibility", "--out must name a folder, got ''"));
+    if (fs::exists(*out, ec) && !fs::is_directory(*out, ec))
+      throw UsageError(op_message("visibility", "--out " + *out + " exists and is not a directory"));
+    if (!fs::create_directories(*out, ec) && ec)
+      throw Error(op_message("visibility", "--out " + *out + ": cannot create the folder: " + ec.message()));
     struct Pattern {
       std::string file;
       nn::Visibility v;

@@ -22,6 +22,7 @@ class AnomalyError : public Error { using Error::Error; };    // anomaly mode: n
 class VisibilityError : public Error { using Error::Error; }; // attention: illegal allowed set
 class InternalError : public Error { using Error::Error; };   // an op broke the VJP contract
 class FormatError : public Error { using Error::Error; };     // a malformed file (checkpoints)
+class UsageError : public ValueError { using ValueError::ValueError; };  // a bad command-line flag: exit 2
 
 // "[op] message"
 std::string op_message(const std::string& op, const std::string& message);

@@ -302,6 +302,10 @@ Array checked_seed(const std::string& op, const Tensor& y, Array seed) {
   if (seed.dtype() != y.dtype())
     throw DTypeError(op_message(op, std::string("seed is ") + dtype_name(seed.dtype()) + ", y is " +
                                         dtype_name(y.dtype())));
+  const std::size_t bad = seed.first_nonfinite();
+  if (bad != seed.size())
+    throw ValueError(op_message(op, "seed element " + std::to_string(bad) + " is " + std::to_string(seed.flat(bad)) +
+                                        ": a backward seed must be finite"));
   return seed;
 }
 

@@ -13,6 +13,8 @@
 namespace xg::nn {
 
 void Optimizer::step() {
+  if (!(std::isfinite(lr) && lr >= 0.0))
+    throw ValueError(op_message("optimizer", kind() + " learning rate must be finite and >= 0, got " + std::to_string(lr)));
   if (buffers_.size() != params_.size()) buffers_.resize(params_.size());
   ++step_;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -117,6 +119,8 @@ void Adam::update(std::size_t i, const Tensor& p, const Array& g) {
 }
 
 double clip_grad_norm(const NamedTensors& params, double max_norm) {
+  if (!(std::isfinite(max_norm) && max_norm > 0.0))  // negative would reverse the gradient
+    throw ValueError(op_message("clip_grad_norm", "max_norm must be finite and > 0, got " + std::to_string(max_norm)));
   double sq = 0;
   for (const auto& [name, p] : params) {
     if (!p.has_grad()) continue;

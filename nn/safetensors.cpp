@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "core/xt.hpp"
@@ -49,6 +50,7 @@ void save(const std::string& path, const NamedArrays& tensors, const Metadata& m
     offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
+  check_metadata(metadata, path);
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
   const std::uint64_t n = text.size();
@@ -57,7 +59,8 @@ void save(const std::string& path, const NamedArrays& tensors, const Metadata& m
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw FormatError(where(path) + "cannot open " + tmp + " for writing: " + std::strerror(errno));
   bool ok = std::fwrite(&n, 8, 1, f) == 1 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (const auto& [name, a] : tensors) {
+  for (const auto& named : tensors) {
+    const Array& a = named.second;  // not a structured binding: lambdas may not capture those in C++17
     if (!ok) break;
     if (a.size() == 0) continue;  // empty tensors have no bytes (and no data pointer)
     detail::dispatch(a.dtype(), [&](auto t) {
@@ -72,6 +75,27 @@ void save(const std::string& path, const NamedArrays& tensors, const Metadata& m
     std::remove(tmp.c_str());
     throw FormatError(where(path) + "writing failed: " + why);
   }
+  sync_directory_of(path);
+}
+
+void check_metadata(const Metadata& metadata, const std::string& path) {
+  for (const auto& [key, value] : metadata) {
+    try {
+      (void)json(key).dump();
+      (void)json(value).dump();
+    } catch (const json::exception&) {
+      throw FormatError(where(path) + "metadata '" + key + "' is not valid UTF-8 text and cannot be saved");
+    }
+  }
+}
+
+void sync_directory_of(const std::string& path) {
+  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  if (dir.empty()) dir = path.find('/') == 0 ? "/" : ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: the rename itself is already atomic
+  ::fsync(fd);
+  ::close(fd);
 }
 
 File load(const std::string& path) {
@@ -130,11 +154,18 @@ File load(const std::string& path) {
     else
       throw FormatError(what + "dtype " + tag + " is not supported (F32, F64)");
     if (!e["shape"].is_array()) throw FormatError(what + "shape is not an array");
-    std::uint64_t count = 1;
+    // Every dimension and the product of the non-zero ones stay below 2^40 elements, so no
+    // element count, byte count or (signed) stride downstream can overflow, even when another
+    // dimension is 0 and the tensor is empty.
+    const std::uint64_t limit = std::uint64_t(1) << 40;
+    if (e["shape"].size() > 16) throw FormatError(what + "shape has " + std::to_string(e["shape"].size()) + " dimensions (at most 16)");
+    std::uint64_t count = 1, nonzero = 1;
     for (const json& d : e["shape"]) {
       if (!d.is_number_unsigned()) throw FormatError(what + "shape has a non-integer or negative entry");
       const std::uint64_t v = d.get<std::uint64_t>();
-      if (v != 0 && count > (std::uint64_t(1) << 40) / v) throw FormatError(what + "shape is implausibly large");
+      if (v > limit || (v != 0 && nonzero > limit / v))
+        throw FormatError(what + "shape " + e["shape"].dump() + " is implausibly large (2^40 elements at most)");
+      if (v != 0) nonzero *= v;
       count *= v;
       en.shape.push_back(static_cast<std::size_t>(v));
     }
@@ -205,6 +236,12 @@ Metadata load_module(const std::string& path, Module& m) {
       throw FormatError(where(path) + "parameter '" + name + "' has shape " + shape_str(found->shape()) + " " +
                         dtype_name(found->dtype()) + ", the model expects " + shape_str(p.shape()) + " " +
                         dtype_name(p.dtype()));
+  }
+  for (const auto& [name, a] : f.tensors) {
+    const std::size_t bad = a.first_nonfinite();
+    if (bad != a.size())
+      throw FormatError(where(path) + "parameter '" + name + "' element " + std::to_string(bad) + " is " +
+                        std::to_string(a.flat(bad)) + ": parameters must be finite");
   }
   for (auto& [name, p] : m.named_parameters())
     for (const auto& [n, a] : f.tensors)

@@ -31,12 +31,17 @@ struct File {
 };
 
 void save(const std::string& path, const NamedArrays& tensors, const Metadata& metadata = {});
+// FormatError naming the key if a metadata entry cannot be saved (text that is not UTF-8):
+// call it before work that must not be lost to a failing save.
+void check_metadata(const Metadata& metadata, const std::string& path);
+// fsync of the folder holding path, so a rename into it survives a power cut (best effort).
+void sync_directory_of(const std::string& path);
 File load(const std::string& path);
 
 // Module parameters by their hierarchical names.
 void save_module(const std::string& path, const Module& m, const Metadata& metadata = {});
 // Loads values into m's parameters: every parameter must be present with its exact shape
-// and dtype, and the file may hold nothing else. Returns the file's metadata.
+// and dtype, every value finite, and the file may hold nothing else. Returns the file's metadata.
 Metadata load_module(const std::string& path, Module& m);
 
 }  // namespace xg::nn::safetensors

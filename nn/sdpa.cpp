@@ -73,8 +73,8 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
                                          std::to_string(H_kv) + ")"));
   if (d_k == 0) throw ShapeError(op_message(kOp, "d_k is 0: Q has shape " + shape_str(Q.shape())));
   const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_k)));
-  if (!std::isfinite(scale))
-    throw ValueError(op_message(kOp, "scale must be finite, got " + std::to_string(scale)));
+  if (!(std::isfinite(scale) && scale > 0.0))  // 0 would ignore Q and K: refused (docs/reliability.md)
+    throw ValueError(op_message(kOp, "scale must be finite and > 0, got " + std::to_string(scale)));
   const bool dropout = opts.training && opts.dropout_p > 0.0;
   if (!(opts.dropout_p >= 0.0 && opts.dropout_p < 1.0))
     throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(opts.dropout_p)));
@@ -158,6 +158,8 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
     U = ops::add_mask(U, M);
   }
   const Tensor A = ops::softmax(U, -1);
+  if (opts.check_finite && !vis.unconstrained())  // a huge additive bias can overflow U + M to +inf
+    check_finite(A.value(), "attention weight A", "the additive mask overflows the scores (U + M = +inf)");
 
   // ---- 5. dropout on the weights
   SdpaResult res;

@@ -63,6 +63,8 @@ Tensor embed_tokens(const std::string& op, const Embedding& tok, const Embedding
   if (tokens.shape.size() != 2)
     throw ShapeError(op_message(op, "tokens must be [B, T], have shape " + shape_str(tokens.shape)));
   const std::size_t T = tokens.shape[1];
+  if (T == 0)  // the rule: a model call needs at least one position (docs/reliability.md)
+    throw ShapeError(op_message(op, "tokens have shape " + shape_str(tokens.shape) + ": T = 0 positions"));
   if (start + T > c.context)
     throw ValueError(op_message(op, "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
                                         " exceed the context length " + std::to_string(c.context)));

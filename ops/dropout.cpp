@@ -9,8 +9,8 @@
 namespace xg::ops {
 
 Array dropout_mask(const Shape& shape, double p, Generator& gen, DType dtype) {
-  if (!(p >= 0.0 && p <= 1.0))
-    throw ValueError(op_message("dropout", "p must be in [0, 1], got " + std::to_string(p)));
+  if (!(p >= 0.0 && p < 1.0))  // p = 1: everything zeroed, scaled by 1 / (1 - p) = inf
+    throw ValueError(op_message("dropout", "p must be in [0, 1), got " + std::to_string(p)));
   const double q = 1.0 - p;
   Array m = Array::empty(shape, dtype);
   for (std::size_t i = 0; i < m.size(); ++i) m.set_flat(i, (q > 0 && gen.uniform() < q) ? 1.0 / q : 0.0);
@@ -30,8 +30,8 @@ Tensor apply_dropout_mask(const Tensor& x, const Array& scaled_mask) {
 
 Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   check::defined("dropout", "x", x);
-  if (!(p >= 0.0 && p <= 1.0))
-    throw ValueError(op_message("dropout", "p must be in [0, 1], got " + std::to_string(p)));
+  if (!(p >= 0.0 && p < 1.0))  // p = 1: everything zeroed, scaled by 1 / (1 - p) = inf
+    throw ValueError(op_message("dropout", "p must be in [0, 1), got " + std::to_string(p)));
   if (!training || p == 0.0) return x;
   return apply_dropout_mask(x, dropout_mask(x.shape(), p, gen, x.dtype()));
 }

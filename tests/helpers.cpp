@@ -1,6 +1,16 @@
 #include "helpers.hpp"
 
+#include <unistd.h>
+
 namespace xgt {
+
+std::filesystem::path temp_dir(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::temp_directory_path() / ("xgrad_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
 
 Array rnd(const Shape& s, Generator& g, double lo, double hi) {
   return random_uniform(s, g, DType::float64, lo, hi);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "xgrad.hpp"
 
@@ -21,6 +22,9 @@ Shape rnd_shape(std::size_t rank, Generator& g, std::size_t max_size = 4);
 GradcheckReport require_gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
                                   const std::vector<std::string>& names = {},
                                   const GradcheckOptions& opts = {});
+
+// A fresh, empty folder under the temporary directory, unique to this process.
+std::filesystem::path temp_dir(const std::string& name);
 
 // Asserts two arrays have equal shapes and max |a - b| <= tol.
 void require_close(const Array& a, const Array& b, double tol);

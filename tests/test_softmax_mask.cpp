@@ -136,7 +136,8 @@ TEST_CASE("dropout: backward reuses the forward mask; identity when p = 0 or eva
   CHECK(ops::dropout(x, 0.0, g, true).impl() == x.impl());
   CHECK(ops::dropout(x, 0.5, g, false).impl() == x.impl());
   CHECK(g.next_u64() == before.next_u64());  // nothing was drawn
-  CHECK(ops::dropout(x, 1.0, g, true).value().to_vector() == std::vector<double>(2000, 0.0));
+  // p = 1 is refused (it would drop everything; docs/reliability.md), as in SDPA and the models.
+  CHECK_THROWS_WITH(ops::dropout(x, 1.0, g, true), Catch::Contains("[dropout] p must be in [0, 1)"));
 }
 
 TEST_CASE("dropout: VJP agrees with central differences for a fixed mask", "[ops][dropout][gradcheck]") {

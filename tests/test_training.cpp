@@ -19,13 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("xgrad_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 // A small, fast configuration of the sort task (single-threaded for exact reproducibility).
 train::TrainOptions small_sort(const fs::path& out, std::int64_t steps) {
   train::TrainOptions o;
@@ -73,6 +66,7 @@ TEST_CASE("train: a fixed seed reproduces the same loss trajectory", "[train]") 
   CHECK(ra.losses == rb.losses);  // bit for bit
   train::TrainOptions other = small_sort(b, 40);
   other.seed = 2;
+  other.overwrite = true;  // b holds the seed-1 run
   CHECK(train::run_training(other, log).losses != ra.losses);
   fs::remove_all(a);
   fs::remove_all(b);
@@ -284,6 +278,6 @@ TEST_CASE("train: charlm with a short context and checkpoint-every 0 run to the 
   CHECK_THAT(log.str(), Catch::Contains("sample:"));
   CHECK(fs::exists(dir / "out" / "model.safetensors"));
   o.context = 1;
-  CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context must be at least 2"));
+  CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context 1: must be in [2, 8192]"));
   fs::remove_all(dir);
 }

@@ -1,23 +1,28 @@
 #include "train/checkpoint.hpp"
 
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
 #include "core/error.hpp"
 
 namespace xg::train {
 
 namespace {
 
-std::size_t get_size(const nn::safetensors::Metadata& m, const std::string& key, const std::string& path) {
+// Sane bounds for a checkpoint's configuration (far above anything this trainer makes);
+// checked before anything is allocated.
+std::size_t get_size(const nn::safetensors::Metadata& m, const std::string& key, const std::string& path,
+                     std::size_t max) {
   auto it = m.find(key);
   if (it == m.end()) throw FormatError("[checkpoint] " + path + ": metadata lacks '" + key + "'");
-  try {
-    std::size_t used = 0;
-    const long long v = std::stoll(it->second, &used);
-    if (used != it->second.size() || v < 0) throw std::invalid_argument("");
-    return static_cast<std::size_t>(v);
-  } catch (const std::exception&) {
-    throw FormatError("[checkpoint] " + path + ": metadata '" + key + "' = '" + it->second +
-                      "' is not a non-negative integer");
-  }
+  const std::uint64_t v = parse_uint(it->second, "[checkpoint] " + path + ": metadata '" + key + "'");
+  if (v > max)
+    throw FormatError("[checkpoint] " + path + ": metadata '" + key + "' = " + it->second + " exceeds the limit " +
+                      std::to_string(max));
+  return static_cast<std::size_t>(v);
 }
 
 std::string get(const nn::safetensors::Metadata& m, const std::string& key, const std::string& path) {
@@ -26,7 +31,55 @@ std::string get(const nn::safetensors::Metadata& m, const std::string& key, cons
   return it->second;
 }
 
+bool digits_only(const std::string& t, std::size_t from) {
+  if (t.size() <= from) return false;
+  for (std::size_t i = from; i < t.size(); ++i)
+    if (t[i] < '0' || t[i] > '9') return false;
+  return true;
+}
+
 }  // namespace
+
+std::int64_t parse_int(const std::string& text, const std::string& where) {
+  if (!digits_only(text, text.size() > 0 && text[0] == '-' ? 1 : 0))
+    throw FormatError(where + ": '" + text + "' is not an integer");
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE) throw FormatError(where + ": '" + text + "' is out of range");
+  return v;
+}
+
+std::uint64_t parse_uint(const std::string& text, const std::string& where) {
+  if (!digits_only(text, 0)) throw FormatError(where + ": '" + text + "' is not a non-negative integer");
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE) throw FormatError(where + ": '" + text + "' is out of range");
+  return v;
+}
+
+double parse_double(const std::string& text, const std::string& where) {
+  char* end = nullptr;
+  const double v = text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ? NAN : std::strtod(text.c_str(), &end);
+  if (!end || *end != '\0' || !std::isfinite(v)) throw FormatError(where + ": '" + text + "' is not a finite number");
+  return v;
+}
+
+std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConfig& c) {
+  // In long double: exact for every count that fits (< 2^64), saturating above.
+  using R = long double;
+  const R d = c.d_model, f = c.d_ff, d_h = c.H_q ? R(c.d_model / c.H_q) : 0, q = c.H_q * d_h, kv = c.H_kv * d_h;
+  const R ln = 2 * d, ffn = d * f + f + f * d + d;
+  const R self = d * (q + 2 * kv) + (q + 2 * kv) + q * d + d;   // W_QKV, b_QKV, W_O, b_O
+  const R cross = d * q + q + d * 2 * kv + 2 * kv + q * d + d;  // W_Q, b_Q, W_KV, b_KV, W_O, b_O
+  const R embed = R(c.V_vocab) * d + R(c.context) * d;
+  R n = 0;
+  if (kind == "gpt")
+    n = embed + R(c.layers) * (2 * ln + self + ffn) + ln;
+  else
+    n = embed + R(c.encoder_layers) * (2 * ln + self + ffn) + ln + R(c.layers) * (3 * ln + self + cross + ffn) + ln;
+  return n >= R(std::numeric_limits<std::uint64_t>::max()) ? std::numeric_limits<std::uint64_t>::max()
+                                                            : static_cast<std::uint64_t>(n);
+}
 
 nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
   const nn::TransformerConfig c = info.config.resolved();
@@ -59,21 +112,21 @@ ModelInfo model_info(const nn::safetensors::Metadata& m, const std::string& path
   info.task = get(m, "task", path);
   info.vocab = Vocabulary::from_json(get(m, "vocabulary", path));
   nn::TransformerConfig& c = info.config;
-  c.V_vocab = get_size(m, "V_vocab", path);
-  c.context = get_size(m, "context", path);
-  c.d_model = get_size(m, "d_model", path);
-  c.H_q = get_size(m, "H_q", path);
-  c.H_kv = get_size(m, "H_kv", path);
-  c.layers = get_size(m, "layers", path);
-  c.encoder_layers = get_size(m, "encoder_layers", path);
-  c.d_ff = get_size(m, "d_ff", path);
+  c.V_vocab = get_size(m, "V_vocab", path, 1u << 20);
+  c.context = get_size(m, "context", path, 1u << 16);
+  c.d_model = get_size(m, "d_model", path, 1u << 14);
+  c.H_q = get_size(m, "H_q", path, 1u << 14);
+  c.H_kv = get_size(m, "H_kv", path, 1u << 14);
+  c.layers = get_size(m, "layers", path, 1024);
+  c.encoder_layers = get_size(m, "encoder_layers", path, 1024);
+  c.d_ff = get_size(m, "d_ff", path, 1u << 18);
   const std::string dt = get(m, "dtype", path);
   if (dt != "float32" && dt != "float64") throw FormatError("[checkpoint] " + path + ": unknown dtype '" + dt + "'");
   c.dtype = dt == "float32" ? DType::float32 : DType::float64;
   if (c.V_vocab != info.vocab.size())
     throw FormatError("[checkpoint] " + path + ": V_vocab " + std::to_string(c.V_vocab) + " but the vocabulary has " +
                       std::to_string(info.vocab.size()) + " tokens");
-  if (c.H_q == 0 || get_size(m, "d_h", path) * c.H_q != c.d_model)
+  if (c.H_q == 0 || get_size(m, "d_h", path, 1u << 14) * c.H_q != c.d_model)
     throw FormatError("[checkpoint] " + path + ": d_h * H_q must equal d_model");
   for (const char* k : {"n_digits", "n_values", "min_len", "max_len"})
     if (m.count(k)) info.task_params[k] = m.at(k);
@@ -89,6 +142,14 @@ LoadedModel load_model(const std::string& path) {
   const nn::safetensors::File f = nn::safetensors::load(path);
   LoadedModel lm;
   lm.info = model_info(f.metadata, path);
+  // The configuration must describe exactly the parameters in the file before anything is
+  // built: a metadata value cannot make the program allocate more than the file holds.
+  std::uint64_t in_file = 0;
+  for (const auto& named : f.tensors) in_file += named.second.size();
+  const std::uint64_t expected = parameter_count(lm.info.kind, lm.info.config);
+  if (expected != in_file)
+    throw FormatError("[checkpoint] " + path + ": the metadata describes a model of " + std::to_string(expected) +
+                      " parameters, the file holds " + std::to_string(in_file));
   Generator gen(0);  // initial values are overwritten by the file
   if (lm.info.kind == "gpt")
     lm.gpt = std::make_unique<nn::GPT>(lm.info.config, gen);

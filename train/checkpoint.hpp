@@ -20,6 +20,16 @@ struct ModelInfo {
   nn::safetensors::Metadata task_params;  // e.g. n_digits, min_len, max_len
 };
 
+// Checked conversions of text read from files (metadata, log.csv): the whole text must be the
+// number, in range; otherwise FormatError "<where>: '<text>' is not ...".
+std::int64_t parse_int(const std::string& text, const std::string& where);
+std::uint64_t parse_uint(const std::string& text, const std::string& where);
+double parse_double(const std::string& text, const std::string& where);  // finite values only
+
+// Number of parameters of the model `kind` ("gpt" / "encoder_decoder") with this resolved
+// configuration, computed without building it (saturates at UINT64_MAX).
+std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConfig& resolved);
+
 nn::safetensors::Metadata model_metadata(const ModelInfo& info);
 ModelInfo model_info(const nn::safetensors::Metadata& meta, const std::string& path);  // FormatError if incomplete
 
@@ -30,7 +40,9 @@ struct LoadedModel {
   nn::Module& module() { return gpt ? static_cast<nn::Module&>(*gpt) : static_cast<nn::Module&>(*encdec); }
 };
 
-// Builds the model the metadata describes and loads the parameters into it.
+// Builds the model the metadata describes and loads the parameters into it. Before anything is
+// allocated, the configuration must be within sane bounds and describe exactly as many
+// parameters as the file holds; every parameter must be finite.
 LoadedModel load_model(const std::string& path);
 
 }  // namespace xg::train

@@ -61,7 +61,14 @@ Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, Fi
 }  // namespace
 
 std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& opts) {
-  if (opts.temperature <= 0.0)
+  if (logits.empty()) throw ValueError(op_message("generate", "no logits to pick a token from"));
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      throw ValueError(op_message("generate", "the logit of token " + std::to_string(i) + " is " +
+                                                  std::to_string(logits[i]) + ": the model's output is not finite"));
+  if (!std::isfinite(opts.temperature) || opts.temperature < 0.0)
+    throw ValueError(op_message("generate", "temperature must be finite and >= 0, got " + std::to_string(opts.temperature)));
+  if (opts.temperature == 0.0)
     return static_cast<std::int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   if (!opts.generator) throw ValueError(op_message("generate", "sampling with temperature > 0 needs a generator"));
   std::vector<std::size_t> order(logits.size());
@@ -72,6 +79,9 @@ std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& 
   std::vector<double> p(k);
   double z = 0;
   for (std::size_t i = 0; i < k; ++i) z += p[i] = std::exp(logits[order[i]] / opts.temperature - c);
+  if (!std::isfinite(z) || !(z > 0.0))
+    throw ValueError(op_message("generate", "temperature " + std::to_string(opts.temperature) +
+                                                " makes the sampling weights overflow"));
   double u = opts.generator->uniform() * z;
   for (std::size_t i = 0; i < k; ++i) {
     if (u < p[i]) return static_cast<std::int64_t>(order[i]);

@@ -1,6 +1,8 @@
 #include "train/tasks.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -27,19 +29,87 @@ std::string Vocabulary::decode(const std::vector<std::int64_t>& ids) const {
   return s;
 }
 
-std::string Vocabulary::to_json() const { return nlohmann::json(tokens).dump(); }
+// A token that is valid UTF-8 is a JSON string; any other token (a byte of a multi-byte
+// character, for charlm on any text) is an array of its byte values: lossless either way.
+std::string Vocabulary::to_json() const {
+  nlohmann::json a = nlohmann::json::array();
+  for (const std::string& t : tokens) {
+    try {
+      (void)nlohmann::json(t).dump();
+      a.push_back(t);
+    } catch (const nlohmann::json::exception&) {
+      nlohmann::json bytes = nlohmann::json::array();
+      for (unsigned char c : t) bytes.push_back(static_cast<int>(c));
+      a.push_back(bytes);
+    }
+  }
+  return a.dump();
+}
 
 Vocabulary Vocabulary::from_json(const std::string& text) {
+  const std::string what = "not a JSON array of tokens (strings or arrays of byte values 0..255)";
   Vocabulary v;
+  nlohmann::json a;
   try {
-    v.tokens = nlohmann::json::parse(text).get<std::vector<std::string>>();
+    a = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw FormatError(op_message("vocabulary", std::string("not a JSON array of strings: ") + e.what()));
+    throw FormatError(op_message("vocabulary", what + ": " + e.what()));
+  }
+  if (!a.is_array()) throw FormatError(op_message("vocabulary", what));
+  for (const auto& t : a) {
+    if (t.is_string()) {
+      v.tokens.push_back(t.get<std::string>());
+      continue;
+    }
+    if (!t.is_array() || t.empty()) throw FormatError(op_message("vocabulary", what + ": entry " + t.dump()));
+    std::string bytes;
+    for (const auto& b : t) {
+      if (!b.is_number_unsigned() || b.get<std::uint64_t>() > 255)
+        throw FormatError(op_message("vocabulary", what + ": entry " + t.dump()));
+      bytes.push_back(static_cast<char>(b.get<std::uint64_t>()));
+    }
+    v.tokens.push_back(bytes);
   }
   return v;
 }
 
 // ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Draws `count` distinct items. The space must hold at least twice as many (so that training
+// keeps at least half of all problems and the loop ends quickly), and the loop is bounded.
+template <class Draw>
+std::vector<std::vector<std::int64_t>> distinct(const std::string& op, std::size_t count, double space,
+                                                const std::string& what, Draw draw) {
+  if (2.0 * static_cast<double>(count) > space)
+    throw ValueError(op_message(op, what + " give only " + std::to_string(static_cast<long long>(space)) +
+                                        " distinct problems; a held-out set of " + std::to_string(count) +
+                                        " needs at least " + std::to_string(2 * count) +
+                                        " (half of them stay for training)"));
+  std::set<std::vector<std::int64_t>> seen;
+  std::vector<std::vector<std::int64_t>> out;
+  for (std::size_t tries = 0; out.size() < count; ++tries) {
+    if (tries > 1000 * count + 1000)
+      throw InternalError(op_message(op, "could not draw " + std::to_string(count) + " distinct held-out problems"));
+    auto d = draw();
+    if (seen.insert(d).second) out.push_back(d);
+  }
+  return out;
+}
+
+// Redraws while `excluded` holds the sample; bounded (the held-out set is at most half of all).
+template <class Draw>
+std::vector<std::int64_t> not_excluded(const std::string& op, const std::vector<std::vector<std::int64_t>>& excluded,
+                                       Draw draw) {
+  for (int tries = 0; tries < 100000; ++tries) {
+    auto d = draw();
+    if (!std::binary_search(excluded.begin(), excluded.end(), d)) return d;
+  }
+  throw InternalError(op_message(op, "100000 draws in a row were held-out problems"));
+}
+
+}  // namespace
 
 SortTask::SortTask(std::size_t n_digits, std::size_t n_values) : n_(n_digits), values_(n_values) {
   if (n_ == 0 || values_ < 2 || values_ > 10)
@@ -75,8 +145,7 @@ LMBatch SortTask::batch(std::size_t B, Generator& gen) const {
   const std::size_t T = 2 * n_;  // the full sequence has 2n + 1 tokens; inputs drop the last
   LMBatch b{IndexArray({B, T}, std::vector<std::int64_t>(B * T)), IndexArray({B, T}, std::vector<std::int64_t>(B * T))};
   for (std::size_t s = 0; s < B; ++s) {
-    std::vector<std::int64_t> d = sample_digits(gen);
-    while (std::binary_search(excluded_.begin(), excluded_.end(), d)) d = sample_digits(gen);
+    const std::vector<std::int64_t> d = not_excluded("sort_task", excluded_, [&] { return sample_digits(gen); });
     std::vector<std::int64_t> seq = prompt(d);
     for (std::int64_t x : answer(d)) seq.push_back(x);
     for (std::size_t t = 0; t < T; ++t) {
@@ -87,15 +156,12 @@ LMBatch SortTask::batch(std::size_t B, Generator& gen) const {
   return b;
 }
 
+
 std::vector<std::vector<std::int64_t>> SortTask::heldout(std::size_t count, std::uint64_t seed) const {
   Generator gen(seed);
-  std::set<std::vector<std::int64_t>> seen;
-  std::vector<std::vector<std::int64_t>> out;
-  while (out.size() < count) {
-    auto d = sample_digits(gen);
-    if (seen.insert(d).second) out.push_back(d);
-  }
-  return out;
+  return distinct("sort_task", count, std::pow(static_cast<double>(values_), static_cast<double>(n_)),
+                  std::to_string(n_) + " digits of " + std::to_string(values_) + " values",
+                  [&] { return sample_digits(gen); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -141,29 +207,27 @@ Seq2SeqBatch ReverseTask::make_batch(const std::vector<std::vector<std::int64_t>
 
 Seq2SeqBatch ReverseTask::batch(std::size_t B, Generator& gen) const {
   std::vector<std::vector<std::int64_t>> sources;
-  while (sources.size() < B) {
-    auto s = sample(gen);
-    if (!std::binary_search(excluded_.begin(), excluded_.end(), s)) sources.push_back(s);
-  }
+  while (sources.size() < B) sources.push_back(not_excluded("reverse_task", excluded_, [&] { return sample(gen); }));
   return make_batch(sources);
 }
 
 std::vector<std::vector<std::int64_t>> ReverseTask::heldout(std::size_t count, std::uint64_t seed) const {
   Generator gen(seed);
-  std::set<std::vector<std::int64_t>> seen;
-  std::vector<std::vector<std::int64_t>> out;
-  while (out.size() < count) {
-    auto s = sample(gen);
-    if (seen.insert(s).second) out.push_back(s);
-  }
-  return out;
+  // Lengths are drawn uniformly: the shortest length alone must not run out, so count the
+  // space as (number of lengths) x (problems of the shortest length).
+  const double space = static_cast<double>(max_len_ - min_len_ + 1) * std::pow(10.0, static_cast<double>(min_len_));
+  return distinct("reverse_task", count, space,
+                  "lengths " + std::to_string(min_len_) + ".." + std::to_string(max_len_) + " of 10 values",
+                  [&] { return sample(gen); });
 }
 
 // ---------------------------------------------------------------------------------------
 
 CharLMTask::CharLMTask(const std::string& path, std::size_t context) : context_(context) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ValueError(op_message("charlm", "cannot read the text file " + path));
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec))
+    throw ValueError(op_message("charlm", "cannot read the text file " + path));
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();

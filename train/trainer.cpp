@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -78,29 +80,37 @@ TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOpti
     if (it == m.end()) throw FormatError("[train] " + path + ": state lacks option '" + k + "'");
     return it->second;
   };
+  auto where = [&](const std::string& k) { return "[train] " + path + ": metadata 'opt." + k + "'"; };
+  auto i64 = [&](const std::string& k) { return parse_int(get(k), where(k)); };
+  auto size = [&](const std::string& k) {
+    const std::uint64_t v = parse_uint(get(k), where(k));
+    if (v > (std::uint64_t(1) << 40)) throw FormatError(where(k) + " = " + get(k) + " is out of range");
+    return static_cast<std::size_t>(v);
+  };
+  auto real = [&](const std::string& k) { return parse_double(get(k), where(k)); };
   o.task = get("task");
   o.text = get("text");
-  o.steps = std::stoll(get("steps"));
-  o.batch = std::stoul(get("batch"));
-  o.lr = std::stod(get("lr"));
-  o.min_lr_ratio = std::stod(get("min_lr_ratio"));
-  o.warmup = std::stoll(get("warmup"));
-  o.weight_decay = std::stod(get("weight_decay"));
-  o.clip = std::stod(get("clip"));
-  o.d_model = std::stoul(get("d_model"));
-  o.heads = std::stoul(get("heads"));
-  o.kv_heads = std::stoul(get("kv_heads"));
-  o.layers = std::stoul(get("layers"));
-  o.d_ff = std::stoul(get("d_ff"));
-  o.dropout = std::stod(get("dropout"));
-  o.context = std::stoul(get("context"));
-  o.n_digits = std::stoul(get("n_digits"));
-  o.min_len = std::stoul(get("min_len"));
-  o.max_len = std::stoul(get("max_len"));
-  o.seed = std::stoull(get("seed"));
-  o.eval_every = std::stoll(get("eval_every"));
-  o.checkpoint_every = std::stoll(get("checkpoint_every"));
-  o.heldout = std::stoul(get("heldout"));
+  o.steps = i64("steps");
+  o.batch = size("batch");
+  o.lr = real("lr");
+  o.min_lr_ratio = real("min_lr_ratio");
+  o.warmup = i64("warmup");
+  o.weight_decay = real("weight_decay");
+  o.clip = real("clip");
+  o.d_model = size("d_model");
+  o.heads = size("heads");
+  o.kv_heads = size("kv_heads");
+  o.layers = size("layers");
+  o.d_ff = size("d_ff");
+  o.dropout = real("dropout");
+  o.context = size("context");
+  o.n_digits = size("n_digits");
+  o.min_len = size("min_len");
+  o.max_len = size("max_len");
+  o.seed = parse_uint(get("seed"), where("seed"));
+  o.eval_every = i64("eval_every");
+  o.checkpoint_every = i64("checkpoint_every");
+  o.heldout = size("heldout");
   return o;
 }
 
@@ -149,14 +159,16 @@ struct Run {
     }
     c.V_vocab = info.vocab.size();
     info.config = c.resolved();
+    info.kind = reverse ? "encoder_decoder" : "gpt";
+  }
+
+  // Allocates the model (after its size was checked against the limits and the checkpoint).
+  void build_model() {
     Generator init(o.seed);
-    if (reverse) {
-      info.kind = "encoder_decoder";
+    if (reverse)
       encdec = std::make_unique<nn::EncoderDecoder>(info.config, init);
-    } else {
-      info.kind = "gpt";
+    else
       gpt = std::make_unique<nn::GPT>(info.config, init);
-    }
   }
 
   // Training loss of one batch drawn from `data`.
@@ -241,20 +253,212 @@ struct Run {
   }
 };
 
+// log.csv, written so that it never runs ahead of nor lags behind the checkpoint: rows are
+// held in memory and committed (written, flushed, fsynced) just before each checkpoint. The
+// first commit writes the whole file under a temporary name and renames it into place, so an
+// earlier run's log stays intact until the new run has a checkpoint of its own.
+class RunLog {
+ public:
+  static constexpr const char* kHeader = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s";
+
+  RunLog(fs::path path, std::vector<std::string> kept) : path_(std::move(path)) {
+    pending_ = std::string(kHeader) + "\n";
+    for (const auto& row : kept) pending_ += row + "\n";
+  }
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+  ~RunLog() {
+    if (file_) std::fclose(file_);
+  }
+
+  void row(const std::string& r) { pending_ += r + "\n"; }
+
+  void commit() {
+    if (!file_) {
+      const std::string tmp = path_.string() + ".tmp." + std::to_string(::getpid());
+      std::FILE* f = std::fopen(tmp.c_str(), "wb");
+      if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
+      const bool ok = write_sync(f);
+      if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw FormatError("[train] writing " + path_.string() + " failed: " + std::strerror(errno));
+      }
+      file_ = std::fopen(path_.c_str(), "ab");
+      if (!file_) throw FormatError("[train] cannot append to " + path_.string() + ": " + std::strerror(errno));
+    } else if (!write_sync(file_)) {
+      throw FormatError("[train] writing " + path_.string() + " failed: " + std::strerror(errno));
+    }
+    pending_.clear();
+  }
+
+  const fs::path& path() const { return path_; }
+
+ private:
+  bool write_sync(std::FILE* f) {
+    return std::fwrite(pending_.data(), 1, pending_.size(), f) == pending_.size() && std::fflush(f) == 0 &&
+           ::fsync(::fileno(f)) == 0;
+  }
+
+  fs::path path_;
+  std::string pending_;
+  std::FILE* file_ = nullptr;
+};
+
+// The rows of an earlier log.csv up to the checkpoint's step: exactly steps 1..step, each a
+// complete row of numbers; rows after the step (written after the checkpoint) are dropped.
+std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError("[train] " + path.string() + ": cannot read the log of the run to resume");
+  std::string line;
+  std::vector<std::string> rows;
+  if (!std::getline(in, line) || line != RunLog::kHeader)
+    throw FormatError("[train] " + path.string() + ":1: not the header of a training log");
+  for (std::int64_t n = 2; static_cast<std::int64_t>(rows.size()) < step; ++n) {
+    const std::string where = "[train] " + path.string() + ":" + std::to_string(n);
+    if (!std::getline(in, line))
+      throw FormatError(where + ": the log ends at step " + std::to_string(rows.size()) + ", the checkpoint is at step " +
+                        std::to_string(step));
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+    if (fields.size() != 6) throw FormatError(where + ": expected 6 comma-separated fields, found " + std::to_string(fields.size()));
+    const std::int64_t s = parse_int(fields[0], where + ": step");
+    if (s != static_cast<std::int64_t>(rows.size()) + 1)
+      throw FormatError(where + ": step " + fields[0] + " where step " + std::to_string(rows.size() + 1) + " belongs");
+    for (std::size_t i = 1; i < fields.size(); ++i) parse_double(fields[i], where + ": field " + std::to_string(i + 1));
+    rows.push_back(line);
+  }
+  return rows;
+}
+
+const char* const kStateFile = "train_state.safetensors";
+const char* const kModelFile = "model.safetensors";
+const std::string kParamPrefix = "model.", kOptimPrefix = "optim.";
+
+// One checkpoint: the log first (so it holds every step the checkpoint holds), then the
+// state, which holds everything resume needs and is replaced atomically (the commit point),
+// then the model alone for generate/inspect.
 void save_checkpoint(Run& run, const nn::Optimizer& opt, std::int64_t step, const Generator& data,
-                     const Generator& dropout) {
-  nn::safetensors::Metadata meta = model_metadata(run.info);
-  meta["step"] = std::to_string(step);
-  nn::safetensors::save_module((fs::path(run.o.out) / "model.safetensors").string(), run.module(), meta);
+                     const Generator& dropout, RunLog& log) {
+  log.commit();
   nn::safetensors::Metadata state = options_metadata(run.o);
+  state["checkpoint"] = "xgrad-train-2";
   state["step"] = std::to_string(step);
   state["optimizer"] = opt.kind();
   state["data_rng"] = data.state();
   state["dropout_rng"] = dropout.state();
-  nn::safetensors::save((fs::path(run.o.out) / "train_state.safetensors").string(), opt.state(), state);
+  nn::safetensors::NamedArrays tensors;
+  for (const auto& [name, p] : run.module().named_parameters()) tensors.emplace_back(kParamPrefix + name, p.value());
+  for (auto& [name, a] : opt.state()) tensors.emplace_back(kOptimPrefix + name, std::move(a));
+  nn::safetensors::save((fs::path(run.o.out) / kStateFile).string(), tensors, state);
+  nn::safetensors::Metadata meta = model_metadata(run.info);
+  meta["step"] = std::to_string(step);
+  nn::safetensors::save_module((fs::path(run.o.out) / kModelFile).string(), run.module(), meta);
+}
+
+// Names and values of a state file's tensors under `prefix`, the prefix removed.
+nn::safetensors::NamedArrays with_prefix(const nn::safetensors::File& f, const std::string& prefix) {
+  nn::safetensors::NamedArrays out;
+  for (const auto& [name, a] : f.tensors)
+    if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), a);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// A new run in `out`: refuse a folder that holds a different run unless --overwrite (the
+// same options are the same run: starting it again is harmless).
+void check_out_folder(const TrainOptions& o) {
+  const fs::path out(o.out);
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    throw UsageError(op_message("train", "--out " + o.out + " exists and is not a directory"));
+  if (o.overwrite) return;
+  std::vector<std::string> present;
+  for (const char* f : {kStateFile, kModelFile, "log.csv"})
+    if (fs::exists(out / f, ec)) present.push_back(f);
+  if (present.empty()) return;
+  const std::string advice = "; continue it with --resume " + o.out + ", choose another --out, or pass --overwrite";
+  nn::safetensors::Metadata saved;
+  try {
+    saved = nn::safetensors::load((out / kStateFile).string()).metadata;
+  } catch (const Error&) {
+    throw UsageError(op_message("train", "--out " + o.out + " holds files of another run (" + join(present) + ")" + advice));
+  }
+  std::vector<std::string> differ;
+  for (const auto& [k, v] : options_metadata(o)) {
+    auto it = saved.find(k);
+    if (it == saved.end() || it->second != v) differ.push_back(k.substr(4) + " " + (it == saved.end() ? "?" : it->second) + " -> " + v);
+  }
+  if (!differ.empty())
+    throw UsageError(op_message("train", "--out " + o.out + " holds a different run (" + join(differ) + ")" + advice));
 }
 
 }  // namespace
+
+const std::vector<std::string> kRunDefiningFlags = {
+    "--task", "--text", "--out", "--steps", "--batch", "--lr", "--warmup", "--weight-decay", "--clip",
+    "--d-model", "--heads", "--kv-heads", "--layers", "--d-ff", "--dropout", "--context", "--digits",
+    "--seed", "--eval-every", "--checkpoint-every", "--overwrite"};
+
+void validate_options(const TrainOptions& o) {
+  auto bad = [](const std::string& flag, const std::string& value, const std::string& rule) {
+    throw UsageError(op_message("train", flag + " " + value + ": " + rule));
+  };
+  auto count = [&](const std::string& flag, std::uint64_t v, std::uint64_t lo, std::uint64_t hi) {
+    if (v < lo || v > hi) bad(flag, std::to_string(v), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  auto real = [&](const std::string& flag, double v, double lo, double hi, bool lo_open, bool hi_open) {
+    const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    if (!ok) bad(flag, exact(v), std::string("must be a number in ") + (lo_open ? "(" : "[") + exact(lo) + ", " + exact(hi) + (hi_open ? ")" : "]"));
+  };
+  if (o.task != "sort" && o.task != "reverse" && o.task != "charlm") bad("--task", o.task, "must be sort, reverse or charlm");
+  if (o.steps < 1 || o.steps > 100000000) bad("--steps", std::to_string(o.steps), "must be in [1, 100000000]");
+  count("--batch", o.batch, 1, 65536);
+  real("--lr", o.lr, 0.0, 1.0, true, false);
+  real("min_lr_ratio", o.min_lr_ratio, 0.0, 1.0, false, false);
+  if (o.warmup < 0 || o.warmup > 100000000) bad("--warmup", std::to_string(o.warmup), "must be in [0, 100000000]");
+  real("--weight-decay", o.weight_decay, 0.0, 10.0, false, false);
+  real("--clip", o.clip, 0.0, 1e6, true, false);
+  count("--d-model", o.d_model, 1, 8192);
+  count("--heads", o.heads, 1, o.d_model);
+  if (o.d_model % o.heads != 0)
+    bad("--heads", std::to_string(o.heads), "must divide --d-model " + std::to_string(o.d_model));
+  count("--kv-heads", o.kv_heads, 0, o.heads);
+  if (o.kv_heads != 0 && o.heads % o.kv_heads != 0)
+    bad("--kv-heads", std::to_string(o.kv_heads), "must divide --heads " + std::to_string(o.heads));
+  count("--layers", o.layers, 1, 256);
+  count("--d-ff", o.d_ff, 0, 65536);
+  real("--dropout", o.dropout, 0.0, 1.0, false, true);
+  count("--context", o.context, 2, 8192);
+  if (o.task == "sort") {
+    count("--digits", o.n_digits, 1, 32);
+    if (std::pow(10.0, static_cast<double>(o.n_digits)) < 2.0 * static_cast<double>(o.heldout))
+      bad("--digits", std::to_string(o.n_digits),
+          "too few distinct problems for a held-out set of " + std::to_string(o.heldout) +
+              " and training (the held-out set may take at most half of the 10^digits problems; use --digits >= 3)");
+  }
+  count("min_len", o.min_len, 1, 32);
+  count("max_len", o.max_len, o.min_len, 32);
+  count("heldout", o.heldout, 1, 100000);
+  if (o.eval_every < 0) bad("--eval-every", std::to_string(o.eval_every), "must be >= 0");
+  if (o.checkpoint_every < 0) bad("--checkpoint-every", std::to_string(o.checkpoint_every), "must be >= 0");
+  if (o.out.empty()) bad("--out", "''", "must name a folder");
+  validate_session_options(o);
+}
+
+void validate_session_options(const TrainOptions& o) {
+  auto bad = [](const std::string& flag, const std::string& value, const std::string& rule) {
+    throw UsageError(op_message("train", flag + " " + value + ": " + rule));
+  };
+  if (o.threads < 0 || o.threads > 1024) bad("--threads", std::to_string(o.threads), "must be in [0, 1024]");
+  if (o.stop_at != -1 && (o.stop_at < 1 || o.stop_at > o.steps))
+    bad("--stop-at", std::to_string(o.stop_at), "must be in [1, --steps " + std::to_string(o.steps) + "]");
+}
 
 TrainOptions with_defaults(TrainOptions o) {
   // Defaults with a wide margin on this machine: sort reaches 100% held-out exact match by
@@ -267,46 +471,110 @@ TrainOptions with_defaults(TrainOptions o) {
 TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
   TrainOptions o = with_defaults(opts_in);
   nn::safetensors::File resume_state;
+  std::string state_path;
   if (!o.resume.empty()) {
-    const std::string path = (fs::path(o.resume) / "train_state.safetensors").string();
-    resume_state = nn::safetensors::load(path);
+    state_path = (fs::path(o.resume) / kStateFile).string();
+    resume_state = nn::safetensors::load(state_path);
     const std::string out_dir = o.resume;
-    o = options_from_metadata(resume_state.metadata, o, path);
+    o = options_from_metadata(resume_state.metadata, o, state_path);
     o.out = out_dir;
+    TrainOptions saved = o;  // the flags of this session (--threads, --stop-at) are checked as flags
+    saved.threads = 1;
+    saved.stop_at = -1;
+    try {
+      validate_options(saved);
+    } catch (const UsageError& e) {
+      throw FormatError("[train] " + state_path + ": the saved options are invalid: " + e.what());
+    }
+    validate_session_options(o);
+  } else {
+    validate_options(o);
+    check_out_folder(o);
   }
-  if (o.batch == 0 || o.steps <= 0)
-    throw ValueError(op_message("train", "batch and steps must be positive"));
-  if (o.task == "charlm" && o.context < 2)
-    throw ValueError(op_message("train", "--context must be at least 2, got " + std::to_string(o.context)));
   if (o.threads > 0) set_num_threads(o.threads);
-  fs::create_directories(o.out);
 
   Run run(o);
+  // Everything that will be saved must be savable before any work is done.
+  nn::safetensors::check_metadata(model_metadata(run.info), (fs::path(o.out) / kModelFile).string());
+  nn::safetensors::check_metadata(options_metadata(o), (fs::path(o.out) / kStateFile).string());
+  const std::uint64_t n_expected = parameter_count(run.info.kind, run.info.config);
+  if (n_expected > 1000000000)
+    throw UsageError(op_message("train", "the model would have " + std::to_string(n_expected) +
+                                             " parameters; the limit is 1000000000 (reduce --d-model, --layers, --d-ff)"));
+  std::int64_t start = 0;
+  nn::safetensors::NamedArrays saved_params, saved_optim;
+  if (!o.resume.empty()) {
+    start = parse_int(resume_state.metadata.count("step") ? resume_state.metadata.at("step") : "",
+                      "[train] " + state_path + ": metadata 'step'");
+    if (start < 1 || start > o.steps)
+      throw FormatError("[train] " + state_path + ": step " + std::to_string(start) + " outside [1, " +
+                        std::to_string(o.steps) + "]");
+    saved_params = with_prefix(resume_state, kParamPrefix);
+    saved_optim = with_prefix(resume_state, kOptimPrefix);
+    if (saved_params.empty()) {
+      // A checkpoint of an earlier xgrad: the parameters are in model.safetensors, which must
+      // be from the same step (written one after the other, a kill could separate them).
+      const std::string model_path = (fs::path(o.out) / kModelFile).string();
+      const nn::safetensors::File model = nn::safetensors::load(model_path);
+      const auto it = model.metadata.find("step");
+      if (it == model.metadata.end() || it->second != std::to_string(start))
+        throw FormatError("[train] " + model_path + " is from step " + (it == model.metadata.end() ? "?" : it->second) +
+                          ", " + state_path + " from step " + std::to_string(start) +
+                          ": not one checkpoint (interrupted while writing?); cannot resume exactly");
+      saved_params = model.tensors;
+      saved_optim = resume_state.tensors;
+    }
+    std::uint64_t in_file = 0;
+    for (const auto& named : saved_params) in_file += named.second.size();
+    if (in_file != n_expected)
+      throw FormatError("[train] " + state_path + ": the saved options describe a model of " + std::to_string(n_expected) +
+                        " parameters, the checkpoint holds " + std::to_string(in_file));
+  }
+  run.build_model();
   const auto params = run.module().named_parameters();
   nn::AdamW opt(params, o.lr, o.weight_decay);
   Generator data(o.seed + 1), dropout(o.seed + 2);
-  std::int64_t start = 0;
   if (!o.resume.empty()) {
-    nn::safetensors::load_module((fs::path(o.out) / "model.safetensors").string(), run.module());
-    start = std::stoll(resume_state.metadata.at("step"));
-    opt.load_state(resume_state.tensors, start);
-    data.set_state(resume_state.metadata.at("data_rng"));
-    dropout.set_state(resume_state.metadata.at("dropout_rng"));
+    for (const auto& [name, p] : params) {
+      const Array* found = nullptr;
+      for (const auto& [n, a] : saved_params)
+        if (n == name) found = &a;
+      if (!found || found->shape() != p.shape() || found->dtype() != p.dtype())
+        throw FormatError("[train] " + state_path + ": parameter '" + name + "' is missing or has another shape");
+      const std::size_t bad = found->first_nonfinite();
+      if (bad != found->size())
+        throw FormatError("[train] " + state_path + ": parameter '" + name + "' element " + std::to_string(bad) +
+                          " is not finite");
+      Tensor target = p;
+      target.set_value(*found);
+    }
+    for (const auto& [name, a] : saved_optim)
+      if (a.first_nonfinite() != a.size())
+        throw FormatError("[train] " + state_path + ": optimizer state '" + name + "' is not finite");
+    try {
+      opt.load_state(saved_optim, start);
+      data.set_state(resume_state.metadata.count("data_rng") ? resume_state.metadata.at("data_rng") : "");
+      dropout.set_state(resume_state.metadata.count("dropout_rng") ? resume_state.metadata.at("dropout_rng") : "");
+    } catch (const Error& e) {
+      throw FormatError("[train] " + state_path + ": optimizer or generator state: " + e.what());
+    }
   }
 
-  // log.csv: on resume keep the rows up to the checkpoint, then continue.
-  const fs::path csv_path = fs::path(o.out) / "log.csv";
-  std::vector<std::string> kept;
-  if (start > 0) {
-    std::ifstream old(csv_path);
-    std::string line;
-    while (std::getline(old, line))
-      if (line.rfind("step", 0) != 0 && !line.empty() && std::stoll(line.substr(0, line.find(','))) <= start)
-        kept.push_back(line);
+  // log.csv: on resume keep exactly the rows up to the checkpoint, then continue.
+  RunLog csv(fs::path(o.out) / "log.csv", start > 0 ? rows_up_to(fs::path(o.out) / "log.csv", start) : std::vector<std::string>{});
+  try {
+    fs::create_directories(o.out);
+  } catch (const fs::filesystem_error& e) {
+    throw UsageError(op_message("train", "--out " + o.out + ": cannot create the folder: " + e.code().message()));
   }
-  std::ofstream csv(csv_path, std::ios::trunc);
-  csv << "step,lr,loss,grad_norm,tokens_per_s,elapsed_s\n";
-  for (const auto& l : kept) csv << l << "\n";
+
+  // Temporary files of a checkpoint that a kill interrupted (never read; the rename is the commit).
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(o.out, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const std::string base : {kStateFile, kModelFile, "log.csv"})
+      if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
+  }
 
   const std::size_t n_params = run.module().parameter_count();
   out << "xgrad train: task " << o.task << ", " << run.info.kind << " d_model " << o.d_model << ", heads " << o.heads
@@ -334,7 +602,9 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
     recent = s == start + 1 ? l : 0.9 * recent + 0.1 * l;
     const double elapsed = seconds_since(t0);
     const double tps = static_cast<double>(run.tokens_per_batch() * (s - start)) / std::max(elapsed, 1e-9);
-    csv << s << "," << opt.lr << "," << l << "," << gn << "," << tps << "," << elapsed << "\n";
+    std::ostringstream row;
+    row << s << "," << opt.lr << "," << l << "," << gn << "," << tps << "," << elapsed;
+    csv.row(row.str());
     if (o.progress && (tty || s % every == 0 || s == o.steps)) {
       const double eta = elapsed / static_cast<double>(s - start) * static_cast<double>(o.steps - s);
       std::ostringstream line;  // own stream: no formatting state leaks into `out`
@@ -348,14 +618,24 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
       out << (tty ? "\n" : "") << "  eval at step " << s << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ")
           << m << "\n";
     }
-    if ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps || s == o.stop_at)
-      save_checkpoint(run, opt, s, data, dropout);
+    const int sig = o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
+    if ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps || s == o.stop_at || sig != 0)
+      save_checkpoint(run, opt, s, data, dropout, csv);
     result.steps_done = s;
+    if (sig != 0) {
+      result.signal = sig;
+      break;
+    }
     if (s == o.stop_at) break;
   }
   if (tty && o.progress) out << "\n";
-  csv.close();
   result.seconds = seconds_since(t0);
+  if (result.signal == 0 && o.stop_signal && *o.stop_signal) result.signal = static_cast<int>(*o.stop_signal);
+  if (result.signal != 0) {
+    out << "interrupted by signal " << result.signal << " after step " << result.steps_done << "; checkpoint and log in "
+        << o.out << "; continue with: xgrad train --resume " << o.out << "\n" << std::flush;
+    return result;
+  }
   if (result.steps_done < o.steps && o.stop_at > 0) {
     out << "stopped at step " << result.steps_done << " (checkpoint in " << o.out << ")\n";
     return result;
@@ -368,8 +648,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
   if (run.charlm) out << "validation loss " << result.metric << ", perplexity " << std::exp(result.metric) << "\n";
   if (o.plot) {
     const std::string png = (fs::path(o.out) / "loss.png").string();
-    loss_curve_png(csv_path.string(), png, "xgrad train: " + o.task);
-    out << "wrote " << (fs::path(o.out) / "model.safetensors").string() << ", " << csv_path.string() << ", " << png
+    loss_curve_png(csv.path().string(), png, "xgrad train: " + o.task);
+    out << "wrote " << (fs::path(o.out) / kModelFile).string() << ", " << csv.path().string() << ", " << png
         << "\n";
   }
   std::ostringstream timing;

@@ -1,9 +1,12 @@
 // The training loop behind `xgrad train`: builds the task and model, trains with AdamW,
 // gradient clipping and a warmup + cosine schedule, evaluates on held-out data, writes the
 // output directory (model.safetensors, train_state.safetensors, log.csv, loss.png) and can
-// resume exactly from it.
+// resume exactly from it. The checkpoint is one file, train_state.safetensors (parameters,
+// optimizer state, random generators, step and options), replaced atomically; model.safetensors
+// is the model alone for generate/inspect, written after it (docs/reliability.md).
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -39,6 +42,11 @@ struct TrainOptions {
   bool progress = true;   // live progress line
   bool plot = true;       // loss.png through gnuplot
   std::int64_t stop_at = -1;  // stop after this step (a checkpoint is written), as if interrupted
+  bool overwrite = false;     // a new run may replace a different run saved in `out`
+
+  // Set asynchronously (a signal handler) to a signal number: the loop finishes the current
+  // step, writes a checkpoint and the log, and returns with TrainResult::signal set.
+  const volatile std::sig_atomic_t* stop_signal = nullptr;
 };
 
 struct TrainResult {
@@ -47,7 +55,16 @@ struct TrainResult {
   double metric = 0.0;
   std::int64_t steps_done = 0;
   double seconds = 0.0;
+  int signal = 0;              // the signal that stopped the run (0: not stopped by one)
 };
+
+// The flags a resumed run takes from its saved state (refused next to --resume, as flag names).
+extern const std::vector<std::string> kRunDefiningFlags;
+
+// Range checks of every option, before any work (UsageError naming the flag and the value).
+void validate_options(const TrainOptions& opts);
+// The part that a resumed run takes from its command line: --threads, --stop-at.
+void validate_session_options(const TrainOptions& opts);
 
 // Fills the task defaults into opts (steps, lr), for display and for the run.
 TrainOptions with_defaults(TrainOptions opts);

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""Runs the robustness catalogue (tests/robustness/cli_cases.txt and file_cases.txt) against
+an xgrad binary and fails on any abort, signal, hang (per-case timeout), sanitizer report or
+unexpected outcome (exit status, message key words, files that must stay untouched).
+
+    run_catalogue.py XGRAD WORKDIR [--only SUBSTRING] [--timeout SECONDS] [--jobs N]
+
+Case files: one case per line, fields separated by " | ", '#' starts a comment line.
+  cli_cases.txt:  id | fixture | exit | key words | untouched | command
+  file_cases.txt: id | fixture | file | mutation | exit | key words | untouched | command
+fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made once by this
+           script with xgrad itself (gpt stops at step 2 of 4 so it can be resumed).
+exit:      the expected exit status (0 success, 1 runtime error, 2 usage error).
+key words: comma-separated, all must appear (case-insensitive) in stderr (on failure) or
+           stdout (on success); '-' for none.
+untouched: 'all' (every file under the case folder keeps its bytes and no file appears or
+           disappears), '-' (no check) or space-separated paths relative to the case folder.
+file:      the file (relative to the run folder) the mutation applies to.
+command:   the arguments after `xgrad`, split like a shell would; {run} is the case's copy of
+           the fixture, {dir} the case folder (also the working directory).
+On failure (exit != 0) stderr must be exactly one line starting with "xgrad: ".
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:",
+                     "terminate called", "Aborted", "Segmentation fault", "core dumped")
+
+SMALL = ["--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--no-progress", "--no-plot",
+         "--threads", "1"]
+
+
+def make_fixtures(xgrad, root):
+    os.makedirs(root, exist_ok=True)
+    text = os.path.join(root, "text.txt")
+    with open(text, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog. " * 40)
+    runs = {
+        "gpt": ["train", "--steps", "4", "--stop-at", "2", "--digits", "4"] + SMALL,
+        "encdec": ["train", "--task", "reverse", "--steps", "2"] + SMALL,
+        "charlm": ["train", "--task", "charlm", "--text", text, "--context", "8", "--steps", "2"] + SMALL,
+    }
+    for name, args in runs.items():
+        out = os.path.join(root, name)
+        shutil.rmtree(out, ignore_errors=True)
+        r = subprocess.run([xgrad] + args + ["--out", out], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            sys.exit(f"catalogue: fixture {name} failed ({r.returncode}): {r.stderr}")
+        shutil.copy(text, os.path.join(out, "text.txt"))
+    return root
+
+
+# --- safetensors editing (independent of xgrad's own code) ----------------------------------
+
+def st_read(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+
+
+def st_write(path, header, data):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def set_element(path, tensor, index, value):
+    header, data = st_read(path)
+    e = header[tensor]
+    fmt, size = ("<f", 4) if e["dtype"] == "F32" else ("<d", 8)
+    at = e["data_offsets"][0] + index * size
+    data = data[:at] + struct.pack(fmt, value) + data[at + size:]
+    st_write(path, header, data)
+
+
+def drop_tensor(path, tensor):
+    """Removes a tensor and its bytes, shifting the offsets of those after it."""
+    header, data = st_read(path)
+    b, e = header.pop(tensor)["data_offsets"]
+    for k, v in header.items():
+        if k != "__metadata__" and v["data_offsets"][0] >= e:
+            v["data_offsets"] = [v["data_offsets"][0] - (e - b), v["data_offsets"][1] - (e - b)]
+    st_write(path, header, data[:b] + data[e:])
+
+
+def mutate(path, mutation):
+    op, _, arg = mutation.partition(":")
+    raw = open(path, "rb").read() if os.path.isfile(path) else b""
+    if op == "none":
+        return
+    if op == "empty":
+        open(path, "wb").close()
+    elif op == "delete":
+        os.remove(path)
+    elif op == "dir":
+        os.remove(path)
+        os.mkdir(path)
+    elif op == "truncate":  # keep the first N bytes
+        open(path, "wb").write(raw[:int(arg)])
+    elif op == "cut":  # drop the last N bytes
+        open(path, "wb").write(raw[:len(raw) - int(arg)])
+    elif op == "appendtext":
+        open(path, "ab").write(arg.encode().decode("unicode_escape").encode("latin-1"))
+    elif op == "text":  # replace the whole file (\n, \xNN escapes)
+        open(path, "wb").write(arg.encode().decode("unicode_escape").encode("latin-1"))
+    elif op == "hdrlen":  # the 8-byte header length field
+        open(path, "wb").write(struct.pack("<Q", int(arg)) + raw[8:])
+    elif op == "header":  # replace the header JSON text, keep the data
+        header, data = st_read(path)
+        h = arg.encode()
+        open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+    elif op == "hdrsub":  # FROM=>TO in the header text (first occurrence), length fixed
+        n = struct.unpack("<Q", raw[:8])[0]
+        old, new = arg.split("=>", 1)
+        h = raw[8:8 + n].decode()
+        if old not in h:
+            raise ValueError(f"hdrsub: '{old}' not in the header")
+        h = h.replace(old, new, 1).encode()
+        open(path, "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+    elif op == "meta":  # KEY=VALUE in __metadata__ (a JSON string)
+        key, value = arg.split("=", 1)
+        header, data = st_read(path)
+        header.setdefault("__metadata__", {})[key] = value
+        st_write(path, header, data)
+    elif op == "metajson":  # KEY=JSON in __metadata__ (any JSON value)
+        key, value = arg.split("=", 1)
+        header, data = st_read(path)
+        header.setdefault("__metadata__", {})[key] = json.loads(value)
+        st_write(path, header, data)
+    elif op == "metadel":
+        header, data = st_read(path)
+        del header["__metadata__"][arg]
+        st_write(path, header, data)
+    elif op == "field":  # TENSOR.FIELD=JSON (FIELD dtype / shape / data_offsets), '-' removes it
+        target, value = arg.split("=", 1)
+        tensor, field = target.rsplit(".", 1)
+        header, data = st_read(path)
+        if value == "-":
+            del header[tensor][field]
+        else:
+            header[tensor][field] = json.loads(value)
+        st_write(path, header, data)
+    elif op == "entry":  # TENSOR=JSON: the whole entry
+        tensor, value = arg.split("=", 1)
+        header, data = st_read(path)
+        header[tensor] = json.loads(value)
+        st_write(path, header, data)
+    elif op == "rename":  # OLD=>NEW tensor name
+        old, new = arg.split("=>", 1)
+        header, data = st_read(path)
+        header[new] = header.pop(old)
+        st_write(path, header, data)
+    elif op == "drop":
+        drop_tensor(path, arg)
+    elif op == "value":  # TENSOR@INDEX=nan|inf|-inf|number
+        target, value = arg.split("=", 1)
+        tensor, index = target.rsplit("@", 1)
+        set_element(path, tensor, int(index), float(value))
+    elif op == "lines":  # keep the first N lines of a text file
+        lines = raw.decode("latin-1").split("\n")
+        open(path, "wb").write("\n".join(lines[:int(arg)]).encode("latin-1") + b"\n")
+    elif op == "line":  # N=TEXT: replace line N (1-based) of a text file
+        n, text = arg.split("=", 1)
+        lines = raw.decode("latin-1").split("\n")
+        lines[int(n) - 1] = text
+        open(path, "wb").write("\n".join(lines).encode("latin-1"))
+    else:
+        raise ValueError(f"unknown mutation {mutation}")
+
+
+# --- cases ------------------------------------------------------------------------------------
+
+def read_cases(path, n_fields):
+    cases = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            fields = [x.strip() for x in line.split(" | ")]
+            if len(fields) != n_fields:
+                sys.exit(f"{path}:{number}: expected {n_fields} fields, found {len(fields)}")
+            cases.append((f"{os.path.basename(path)}:{number}", fields))
+    return cases
+
+
+def snapshot(folder):
+    out = {}
+    for base, _, files in os.walk(folder):
+        for name in files:
+            p = os.path.join(base, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def run_case(xgrad, work, fixtures, timeout, where, case):
+    if len(case) == 6:
+        cid, fixture, want, keys, untouched, command = case
+        target, mutation = None, "none"
+    else:
+        cid, fixture, target, mutation, want, keys, untouched, command = case
+    d = os.path.join(work, "cases", cid)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    run = os.path.join(d, "run")
+    if fixture != "-":
+        shutil.copytree(os.path.join(fixtures, fixture), run)
+    if target:
+        try:
+            mutate(os.path.join(run, target), mutation)
+        except Exception as e:  # a broken case, not an xgrad failure, but a failure all the same
+            return [f"{cid} ({where}): the mutation '{mutation}' failed: {e!r}"]
+    before = snapshot(d)
+    args = [a.replace("{run}", run).replace("{dir}", d) for a in shlex.split(command)]
+    problems = []
+    try:
+        r = subprocess.run([xgrad] + args, cwd=d, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [f"{cid} ({where}): HANG: no exit within {timeout} s: xgrad {command}"]
+    err = r.stderr.decode("utf-8", "replace")
+    out = r.stdout.decode("utf-8", "replace")
+    if r.returncode < 0:
+        problems.append(f"killed by signal {-r.returncode}")
+    for m in SANITIZER_MARKERS:
+        if m in err:
+            problems.append(f"'{m}' in stderr")
+    if r.returncode != int(want):
+        problems.append(f"exit {r.returncode}, expected {want}")
+    text = err if int(want) != 0 else out
+    if int(want) != 0:
+        lines = err.strip("\n").split("\n")
+        if len(lines) != 1 or not lines[0].startswith("xgrad: "):
+            problems.append(f"stderr is not one 'xgrad: ...' line")
+    if keys != "-":
+        for k in keys.split(","):
+            if k.strip().lower() not in text.lower():
+                problems.append(f"key word '{k.strip()}' missing")
+    if untouched != "-":
+        after = snapshot(d)
+        paths = before.keys() | after.keys() if untouched == "all" else untouched.split()
+        changed = [p for p in sorted(paths) if before.get(p) != after.get(p)]
+        if changed:
+            problems.append(f"files changed: {' '.join(changed)}")
+    if problems:
+        return [f"{cid} ({where}): {'; '.join(problems)}\n    xgrad {command}\n    stderr: {err.strip()[:400]}"]
+    shutil.rmtree(d, ignore_errors=True)
+    return []
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("xgrad")
+    ap.add_argument("work")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    xgrad = os.path.abspath(a.xgrad)
+    work = os.path.abspath(a.work)
+    shutil.rmtree(os.path.join(work, "cases"), ignore_errors=True)
+    fixtures = make_fixtures(xgrad, os.path.join(work, "fixtures"))
+    cases = read_cases(os.path.join(HERE, "cli_cases.txt"), 6) + read_cases(os.path.join(HERE, "file_cases.txt"), 8)
+    ids = [c[1][0] for c in cases]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        sys.exit(f"catalogue: repeated ids {sorted(dup)}")
+    cases = [c for c in cases if a.only in c[1][0]]
+    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        results = list(pool.map(lambda c: run_case(xgrad, work, fixtures, a.timeout, c[0], c[1]), cases))
+    failures = [p for r in results for p in r]
+    n_cli = sum(1 for c in cases if len(c[1]) == 6)
+    for f in failures:
+        print("FAILED", f)
+    print(f"catalogue: {len(cases)} cases ({n_cli} CLI, {len(cases) - n_cli} file), {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
