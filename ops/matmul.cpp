@@ -116,6 +116,11 @@ template <class T> void grad_a(const Plan& p, const T* G, const T* B, T* Ab) {
   const std::size_t nbatch = p.a_mat.size();
   const bool once = one_to_one(p.a_mat);
   const T beta = once ? T(0) : T(1);
+  if (p.b_single && !p.ta && once && nbatch > 1) {
+    // A stack of x against one W: every row of a at once, A_bar = G op(B)^T as one GEMM.
+    blas::gemm(false, !p.tb, nbatch * p.M, p.K, p.N, T(1), G, p.N, B, ldb_of(p), T(0), Ab, p.K);
+    return;
+  }
   detail::parallel_for(nbatch, once ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
   for (std::size_t i = lo; i < hi; ++i) {
     const T* Gi = G + i * p.M * p.N;
