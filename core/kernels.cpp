@@ -1,6 +1,7 @@
 #include "core/kernels.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/parallel.hpp"
 #include "core/strided.hpp"
@@ -105,6 +106,17 @@ Array add(const Array& a, const Array& b) { return binary(a, b, [](auto x, auto 
 Array sub(const Array& a, const Array& b) { return binary(a, b, [](auto x, auto y) { return x - y; }); }
 Array mul(const Array& a, const Array& b) { return binary(a, b, [](auto x, auto y) { return x * y; }); }
 Array div(const Array& a, const Array& b) { return binary(a, b, [](auto x, auto y) { return x / y; }); }
+
+Array masked_add(const Array& x, const Array& bias) {
+  return binary(x, bias, [](auto v, auto b) {
+    return b == -std::numeric_limits<decltype(b)>::infinity() ? b : v + b;
+  });
+}
+Array masked_grad(const Array& g, const Array& bias) {
+  return binary(g, bias, [](auto v, auto b) {
+    return b == -std::numeric_limits<decltype(b)>::infinity() ? decltype(v)(0) : v;
+  });
+}
 
 Array scale(const Array& a, double s) {
   Array out = Array::empty(a.shape(), a.dtype());

@@ -15,6 +15,10 @@ Array sub(const Array& a, const Array& b);
 Array mul(const Array& a, const Array& b);
 Array div(const Array& a, const Array& b);
 Array scale(const Array& a, double s);  // a * s
+// Additive masking with broadcasting of bias against x: bias == -inf gives -inf (whatever x
+// is), otherwise x + bias. And its VJP before un-broadcasting: g where bias != -inf, else 0.
+Array masked_add(const Array& x, const Array& bias);
+Array masked_grad(const Array& g, const Array& bias);
 
 // The one helper that undoes broadcasting: sums g over the axes along which an input of
 // shape `target` was broadcast, giving an array of shape `target`.

@@ -28,11 +28,14 @@ Tensor fill_select(const std::string& op, const Tensor& x, std::shared_ptr<const
 }  // namespace
 
 void check_additive_bias(const std::string& op, const Array& bias) {
-  const auto b = bias.to_vector();
-  for (std::size_t i = 0; i < b.size(); ++i)
-    if (std::isnan(b[i]) || b[i] == std::numeric_limits<double>::infinity())
-      throw ValueError(op_message(op, "additive bias has " + std::to_string(b[i]) + " at flat index " +
-                                          std::to_string(i) + "; use 0 (allowed), -inf (forbidden) or a finite bias"));
+  detail::dispatch(bias.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* b = bias.data<T>();
+    for (std::size_t i = 0, n = bias.size(); i < n; ++i)
+      if (std::isnan(b[i]) || b[i] == std::numeric_limits<T>::infinity())
+        throw ValueError(op_message(op, "additive bias has " + std::to_string(b[i]) + " at flat index " +
+                                            std::to_string(i) + "; use 0 (allowed), -inf (forbidden) or a finite bias"));
+  });
 }
 
 Tensor add_mask(const Tensor& x, const Array& bias) {
@@ -42,19 +45,10 @@ Tensor add_mask(const Tensor& x, const Array& bias) {
                                                 ", x is " + dtype_name(x.dtype())));
   broadcast_shapes("add_mask", "x", x.shape(), "bias", bias.shape());
   check_additive_bias("add_mask", bias);
-  auto forbidden = std::make_shared<BoolArray>(BoolArray::filled(bias.shape(), false));
-  const auto b = bias.to_vector();
-  for (std::size_t i = 0; i < b.size(); ++i) forbidden->data[i] = std::isinf(b[i]) ? 1 : 0;
-  // Finite part of the bias added arithmetically; forbidden positions selected to -inf.
-  Array finite_bias = kernels::select(forbidden->data, forbidden->shape, Array::zeros({}, x.dtype()), bias);
-  Array sum = kernels::add(x.value(), finite_bias);
-  Array out = kernels::select(forbidden->data, forbidden->shape,
-                              Array::scalar(-std::numeric_limits<double>::infinity(), x.dtype()), sum);
-  return record("add_mask", std::move(out), {x}, [forbidden](const VjpContext& c) {
-    const Array& g = c.grad_output;
-    return Cotangents{kernels::sum_to_shape(
-        kernels::select(forbidden->data, forbidden->shape, Array::zeros({}, g.dtype()), g),
-        c.inputs[0].shape())};
+  // One pass each way: forbidden positions selected to -inf (never x + -inf, which is NaN for
+  // x = +inf); the VJP passes g where the bias is finite.
+  return record("add_mask", kernels::masked_add(x.value(), bias), {x}, [bias](const VjpContext& c) {
+    return Cotangents{kernels::sum_to_shape(kernels::masked_grad(c.grad_output, bias), c.inputs[0].shape())};
   });
 }
 
