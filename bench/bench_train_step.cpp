@@ -68,6 +68,7 @@ IndexArray random_ids(const Shape& shape, std::size_t vocab, Generator& gen) {
 void run(const bench::TrainFlags& f) {
   bench::validate(f);
   set_num_threads(f.threads);
+  if (f.no_memory_cache) set_memory_cache_limit(0);
   nn::TransformerConfig cfg;
   cfg.V_vocab = f.vocab;
   cfg.context = f.seq;

@@ -61,6 +61,8 @@ void add_flags(CLI::App& app, TrainFlags& f) {
   count_flag(app, "--warmup", f.warmup, "untimed steps first");
   size_flag(app, "--threads", f.threads, "worker threads");
   count_flag(app, "--seed", f.seed, "random seed (weights, tokens, targets)");
+  app.add_flag("--no-memory-cache", f.no_memory_cache,
+               "xgrad only: turn the caching allocator off (set_memory_cache_limit(0)), to measure it");
 }
 
 void add_flags(CLI::App& app, AttentionFlags& f) {

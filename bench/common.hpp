@@ -29,6 +29,7 @@ struct TrainFlags {
   std::optional<std::size_t> kv_heads;  // default: heads
   int threads = 2;
   std::uint64_t seed = 0;
+  bool no_memory_cache = false;  // xgrad only: caching allocator off (to measure what it is worth)
   std::size_t kv() const { return kv_heads ? *kv_heads : heads; }
 };
 

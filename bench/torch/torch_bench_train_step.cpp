@@ -1,5 +1,6 @@
 // libtorch reference for bench_train_step: the same model, step and flags (plus
 // --blas-threads), on libtorch's C++ frontend. See bench/bench_train_step.cpp.
+#include <stdexcept>
 #include <cmath>
 
 #include "bench/torch/torch_common.hpp"
@@ -73,6 +74,7 @@ TORCH_MODULE(Model);
 
 void run(const bench::TrainFlags& f, const bench::torchref::ThreadFlags& tf) {
   bench::validate(f);
+  if (f.no_memory_cache) throw std::invalid_argument("--no-memory-cache is xgrad's allocator setting; libtorch has none");
   bench::print_header("torch_bench_train_step", "libtorch", f);
   bench::torchref::set_threads(f.threads, tf);
   torch::manual_seed(f.seed);
