@@ -35,7 +35,7 @@ struct Storage {
   void* ptr = nullptr;
   std::size_t bytes = 0;               // of the buffer this Storage owns (0 for a view)
   std::shared_ptr<const Storage> base;  // a view: the Storage whose buffer ptr points into
-  alignas(32) unsigned char small[64];  // arrays of up to 64 bytes live here: no allocation
+  alignas(16) unsigned char small[64];  // arrays of up to 64 bytes live here: no allocation
 
   Storage() = default;
   Storage(const Storage&) = delete;
