@@ -24,6 +24,10 @@ struct Cache {
   std::size_t in_use = 0, peak = 0;
 
   std::size_t cap() {
+#if defined(__SANITIZE_ADDRESS__)
+    // Under AddressSanitizer every block goes back to it, so a use after free is caught.
+    if (limit == 0) limit = 1;
+#endif
     if (limit == 0) {
       const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
       limit = (pages > 0 && page > 0) ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 4

@@ -8,6 +8,7 @@
 // The cache is bounded (core/runtime.hpp: set_memory_cache_limit, default a quarter of
 // physical memory); a block that would exceed the bound is returned to the system, and an
 // allocation that fails releases the cache and tries once more before throwing bad_alloc.
+// Builds with AddressSanitizer cache nothing by default, so ASan sees every free.
 #pragma once
 
 #include <cstddef>
