@@ -109,7 +109,7 @@ AttentionFn attention_with(nn::SdpaImpl impl) {
 void register_attention_implementation_checks(GradcheckSuite& s) {
   s.add("attention/fused-vs-composed", "reference",
         "fused path vs composed path, O and Q/K/V gradients: 16 random configurations (--full: 150) of masks, "
-        "GQA/MQA, T != S, invalid rows, half with dropout 0.2; plus causal, documents and key padding at T 80",
+        "GQA/MQA, T != S, invalid rows, half with dropout 0.2; plus causal, documents and key padding at T 150",
         [](CheckContext& ctx) {
           std::vector<CheckResult> parts;
           auto compare = [&](const nn::Visibility& vis, const BoolArray& valid, const Dims& d, double p,
@@ -145,13 +145,13 @@ void register_attention_implementation_checks(GradcheckSuite& s) {
             const RefConfig c = random_ref_config(ctx.gen());
             compare(c.vis, c.valid, c.d, n % 2 ? 0.2 : 0.0, "case " + std::to_string(n) + ": " + c.text);
           }
-          const Dims big{2, 4, 2, 80, 80, 8, 8};  // two 64-row query blocks
+          const Dims big{2, 4, 2, 150, 150, 8, 8};  // two 128-row query blocks
           std::vector<std::int64_t> ids(big.T);
-          for (std::size_t i = 0; i < big.T; ++i) ids[i] = static_cast<std::int64_t>(i < 30 ? 0 : (i < 70 ? 1 : 2));
-          compare(nn::Visibility::causal(big.T, big.S), {}, big, 0.0, "causal, T 80");
-          compare(nn::Visibility::documents(IndexArray(Shape{big.T}, ids)), {}, big, 0.0, "documents, T 80");
-          compare(nn::Visibility::key_lengths({80, 41}, big.S) & nn::Visibility::causal(big.T, big.S), left_padded(big),
-                  big, 0.1, "key padding & causal, left-padded queries, dropout 0.1, T 80");
+          for (std::size_t i = 0; i < big.T; ++i) ids[i] = static_cast<std::int64_t>(i < 30 ? 0 : (i < 140 ? 1 : 2));
+          compare(nn::Visibility::causal(big.T, big.S), {}, big, 0.0, "causal, T 150");
+          compare(nn::Visibility::documents(IndexArray(Shape{big.T}, ids)), {}, big, 0.0, "documents, T 150");
+          compare(nn::Visibility::key_lengths({150, 76}, big.S) & nn::Visibility::causal(big.T, big.S), left_padded(big),
+                  big, 0.1, "key padding & causal, left-padded queries, dropout 0.1, T 150");
           return CheckResult::combine(parts);
         });
 }
