@@ -196,8 +196,8 @@ void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_
 
 // Gradients of one block of head h; dK, dV point at the (b, h / r) group's [S, d] matrices.
 template <class T>
-void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, const T* O, const T* lse,
-                    const T* dO, T* dQ, T* dK, T* dV) {
+void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, const T* lse, const T* dO,
+                    T* dQ, T* dK, T* dV) {
   thread_local std::vector<T> p_buf, pd_buf, dp_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
@@ -236,10 +236,10 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
       continue;
     }
     if (P.dropout) dropout_row(P, b, h, R.i0 + k, R.L, da, da, n);  // dA = dA_d * m / q
-    T D = 0;  // D_i = dO_i . O_i = sum_j A_ij dA_ij
-    const T* o = O + (row0 + k) * g.dv;
-    const T* go = dOb + k * g.dv;
-    for (std::size_t c = 0; c < g.dv; ++c) D += go[c] * o[c];
+    // D_i = sum_j A_ij dA_ij (= dO_i . O_i, but summed as the softmax VJP (5.25) sums it, so a
+    // row with one visible key, A = 1, gets dU = 1 * (dA - dA) = 0 exactly, as on the composed path).
+    T D = 0;
+    for (std::size_t j = 0; j < n; ++j) D += a[j] * da[j];
     for (std::size_t j = 0; j < n; ++j) da[j] = a[j] * (da[j] - D);  // dU (zero where A is)
   }
   if (dQ) blas::gemm(false, false, R.rows, g.dk, n, P.scale, dA, n, Kr, g.dk, T(0), dQ + row0 * g.dk, g.dk);
@@ -259,7 +259,7 @@ void run_forward(const Problem<T>& P, T* O, T* lse) {
 }
 
 template <class T>
-void run_backward(const Problem<T>& P, const T* O, const T* lse, const T* dO, T* dQ, T* dK, T* dV) {
+void run_backward(const Problem<T>& P, const T* lse, const T* dO, T* dQ, T* dK, T* dV) {
   const Geometry& g = P.g;
   const std::size_t nb = g.blocks(), groups = g.B * g.Hkv;
   const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());
@@ -270,7 +270,7 @@ void run_backward(const Problem<T>& P, const T* O, const T* lse, const T* dO, T*
         const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
-            backward_block(P, b, h, blk, O, lse, dO, dQ, dK ? dK + bg * kd : nullptr, dV ? dV + bg * vd : nullptr);
+            backward_block(P, b, h, blk, lse, dO, dQ, dK ? dK + bg * kd : nullptr, dV ? dV + bg * vd : nullptr);
       }
     });
     return;
@@ -285,7 +285,7 @@ void run_backward(const Problem<T>& P, const T* O, const T* lse, const T* dO, T*
     std::fill(part_v.begin(), part_v.end(), T(0));
     detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t c) {
       for (std::size_t it = begin; it < end; ++it)
-        backward_block(P, b, kvh * g.r + it / nb, it % nb, O, lse, dO, dQ, dK ? part_k.data() + c * kd : nullptr,
+        backward_block(P, b, kvh * g.r + it / nb, it % nb, lse, dO, dQ, dK ? part_k.data() + c * kd : nullptr,
                        dV ? part_v.data() + c * vd : nullptr);
     });
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
@@ -371,7 +371,7 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
       if (c.needs(0)) dQ = Array::zeros(c.inputs[0].shape(), c.inputs[0].dtype());
       if (c.needs(1)) dK = Array::zeros(c.inputs[1].shape(), c.inputs[1].dtype());
       if (c.needs(2)) dV = Array::zeros(c.inputs[2].shape(), c.inputs[2].dtype());
-      run_backward(P, c.output.data<T>(), saved->lse.data<T>(), c.grad_output.data<T>(),
+      run_backward(P, saved->lse.data<T>(), c.grad_output.data<T>(),
                    dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
                    dV.defined() ? dV.data<T>() : nullptr);
       cot[0] = dQ;

@@ -13,7 +13,7 @@
 //   only O and l are kept for the backward pass;
 //   backward recomputes A from U and l block by block:
 //     dV += A_d^T dO,  dA_d = dO V^T,  dA = dA_d * m / q
-//     D_i = dO_i . O_i  (= sum_j A_ij dA_ij, (5.25)),  dU = A * (dA - D)
+//     D_i = sum_j A_ij dA_ij  ((5.25); equal to dO_i . O_i),  dU = A * (dA - D)
 //     dQ = scale dU K,  dK += scale dU^T Q_blk
 //
 // Invalid queries (query_valid false) give exact zero rows and gradients; a valid query with
