@@ -576,6 +576,15 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
       if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
   }
 
+  // Resuming: bring model.safetensors to the state's step first. It is written after the state,
+  // so kills that keep landing between the two would otherwise leave it several steps behind;
+  // this keeps it at the state's step or one behind (docs/reliability.md).
+  if (start > 0) {
+    nn::safetensors::Metadata meta = model_metadata(run.info);
+    meta["step"] = std::to_string(start);
+    nn::safetensors::save_module((fs::path(o.out) / kModelFile).string(), run.module(), meta);
+  }
+
   const std::size_t n_params = run.module().parameter_count();
   out << "xgrad train: task " << o.task << ", " << run.info.kind << " d_model " << o.d_model << ", heads " << o.heads
       << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers << ", " << n_params << " parameters; "
