@@ -10,7 +10,6 @@
 extern "C" {
 __m256 _ZGVdN8v_expf(__m256);
 __m256 _ZGVdN8v_erff(__m256);
-__m256 _ZGVdN8v_tanhf(__m256);
 }
 #endif
 
@@ -37,19 +36,14 @@ template <float (*S)(float)> void apply1(const float* x, float* y, std::size_t n
 #endif
 float expf_(float v) { return std::exp(v); }
 float erff_(float v) { return std::erf(v); }
-float tanhf_(float v) { return std::tanh(v); }
 }  // namespace
 
 #ifdef XG_LIBMVEC
 void exp(const float* x, float* y, std::size_t n) { apply8<_ZGVdN8v_expf, expf_>(x, y, n); }
 void erf(const float* x, float* y, std::size_t n) { apply8<_ZGVdN8v_erff, erff_>(x, y, n); }
-void tanh(const float* x, float* y, std::size_t n) { apply8<_ZGVdN8v_tanhf, tanhf_>(x, y, n); }
-bool vectorised() { return true; }
 #else
 void exp(const float* x, float* y, std::size_t n) { apply1<expf_>(x, y, n); }
 void erf(const float* x, float* y, std::size_t n) { apply1<erff_>(x, y, n); }
-void tanh(const float* x, float* y, std::size_t n) { apply1<tanhf_>(x, y, n); }
-bool vectorised() { return false; }
 #endif
 
 void exp(const double* x, double* y, std::size_t n) {
@@ -57,9 +51,6 @@ void exp(const double* x, double* y, std::size_t n) {
 }
 void erf(const double* x, double* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
-}
-void tanh(const double* x, double* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
 
 }  // namespace xg::vmath

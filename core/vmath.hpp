@@ -12,10 +12,5 @@ void exp(const float* x, float* y, std::size_t n);   // y = e^x (x == y allowed)
 void exp(const double* x, double* y, std::size_t n);
 void erf(const float* x, float* y, std::size_t n);
 void erf(const double* x, double* y, std::size_t n);
-void tanh(const float* x, float* y, std::size_t n);
-void tanh(const double* x, double* y, std::size_t n);
-
-// True when the float32 functions above run on libmvec's vector kernels.
-bool vectorised();
 
 }  // namespace xg::vmath

@@ -85,12 +85,11 @@ template <class T> void plan_block(const Problem<T>& P, std::size_t b, std::size
     const std::size_t i = R.i0 + k;
     R.use[k] = false;
     if (!P.row_valid(b, i)) continue;
-    P.plan->range(b, h, i, R.lo[k], R.hi[k]);
+    R.exact[k] = P.plan->range(b, h, i, R.lo[k], R.hi[k]);
     if (R.lo[k] >= R.hi[k])
       throw VisibilityError(op_message(kOp, where(b, h, i) + " is valid but sees no key; check mask polarity and "
                                                               "causal offset, or mark the query invalid"));
     R.use[k] = true;
-    R.exact[k] = P.plan->exact(b, h, i);
     R.L = std::min(R.L, R.lo[k]);
     R.U = std::max(R.U, R.hi[k]);
   }

@@ -122,9 +122,9 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
           continue;
         }
         std::size_t lo = 0, hi = 0;
-        plan.range(b, h, i, lo, hi);
+        const bool exact = plan.range(b, h, i, lo, hi);
         bool any = lo < hi;
-        if (any && !plan.exact(b, h, i)) {
+        if (any && !exact) {
           std::fill(row.begin(), row.begin() + (hi - lo), 0.0);
           plan.apply(b, h, i, lo, hi, row.data());
           any = std::any_of(row.begin(), row.begin() + (hi - lo), [](double v) { return std::isfinite(v); });

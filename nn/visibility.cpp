@@ -332,18 +332,13 @@ VisibilityPlan Visibility::plan(const std::string& op, const Shape& BHTS) const 
   return p;
 }
 
-void VisibilityPlan::range(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const {
+bool VisibilityPlan::range(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const {
   lo = 0;
   hi = BHTS_[3];
-  for (const auto& r : rules_) r->narrow(b, h, i, lo, hi);
+  bool exact = true;
+  for (const auto& r : rules_) exact = r->narrow(b, h, i, lo, hi) && r->hard() && exact;
   if (hi < lo) hi = lo;
-}
-
-bool VisibilityPlan::exact(std::size_t b, std::size_t h, std::size_t i) const {
-  std::size_t lo = 0, hi = BHTS_[3];
-  bool all = true;
-  for (const auto& r : rules_) all = r->narrow(b, h, i, lo, hi) && r->hard() && all;
-  return all;
+  return exact;
 }
 
 bool VisibilityPlan::has_soft() const {

@@ -88,11 +88,10 @@ class Visibility {
 // copy; immutable; safe to use from several threads.
 class VisibilityPlan {
  public:
-  // Keys that query (b, h, i) may see all lie in [lo, hi) (lo == hi: none).
-  void range(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const;
-  // True when every key in range() is allowed and no soft bias applies to the row: apply()
-  // would change nothing.
-  bool exact(std::size_t b, std::size_t h, std::size_t i) const;
+  // Keys that query (b, h, i) may see all lie in [lo, hi) (lo == hi: none). Returns true when
+  // every key in that range is allowed and no soft bias applies to the row: apply() would then
+  // change nothing.
+  bool range(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const;
   // Applies the visibility to the scores of query (b, h, i) for keys lo .. hi-1 (row[0] is key
   // lo): forbidden keys become -inf, soft biases are added.
   void apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, float* row) const;
