@@ -4,12 +4,12 @@
 // minus the RSS right after the inputs were allocated), which the fused path's memory
 // target is stated in.
 #include "bench/common.hpp"
-#include "core/runtime.hpp"
-#include "core/tensor.hpp"
-#include "nn/sdpa.hpp"
-#include "nn/visibility.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/reduce.hpp"
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/core/tensor.hpp>
+#include <xgrad/nn/sdpa.hpp>
+#include <xgrad/nn/visibility.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/reduce.hpp>
 
 using namespace xg;
 

@@ -5,9 +5,9 @@
 
 #include "bench/common.hpp"
 #include "bench/openblas.hpp"
-#include "core/runtime.hpp"
-#include "core/tensor.hpp"
-#include "ops/matmul.hpp"
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/core/tensor.hpp>
+#include <xgrad/ops/matmul.hpp>
 
 using namespace xg;
 

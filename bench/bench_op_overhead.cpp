@@ -3,8 +3,8 @@
 // time of one chain divided by k. The arithmetic is negligible: this is the cost of
 // creating, recording and differentiating an op.
 #include "bench/common.hpp"
-#include "core/tensor.hpp"
-#include "ops/elementwise.hpp"
+#include <xgrad/core/tensor.hpp>
+#include <xgrad/ops/elementwise.hpp>
 
 using namespace xg;
 

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "bench/common.hpp"
-#include "core/runtime.hpp"
-#include "core/tensor.hpp"
-#include "nn/layers.hpp"
-#include "nn/optim.hpp"
-#include "nn/transformer.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/loss.hpp"
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/core/tensor.hpp>
+#include <xgrad/nn/layers.hpp>
+#include <xgrad/nn/optim.hpp>
+#include <xgrad/nn/transformer.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/loss.hpp>
 
 using namespace xg;
 

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <limits>
 
-#include "checks/builtin.hpp"
-#include "checks/common.hpp"
-#include "nn/flash_attention.hpp"
+#include <xgrad/checks/builtin.hpp>
+#include <xgrad/checks/common.hpp>
+#include <xgrad/nn/flash_attention.hpp>
 
 namespace xg::checks {
 

@@ -1,6 +1,6 @@
 // The default set of `xgrad gradcheck`, in table order: ops, the attention core (gradients,
 // closed form, invariants), the attention layers, then the layers and models built on them.
-#include "checks/builtin.hpp"
+#include <xgrad/checks/builtin.hpp>
 
 namespace xg::checks {
 

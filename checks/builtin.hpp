@@ -10,9 +10,9 @@
 #include <functional>
 #include <string>
 
-#include "core/gradcheck_suite.hpp"
-#include "nn/sdpa.hpp"
-#include "nn/visibility.hpp"
+#include <xgrad/checks/suite.hpp>
+#include <xgrad/nn/sdpa.hpp>
+#include <xgrad/nn/visibility.hpp>
 
 namespace xg::checks {
 

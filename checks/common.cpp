@@ -1,4 +1,4 @@
-#include "checks/common.hpp"
+#include <xgrad/checks/common.hpp>
 
 #include <cmath>
 #include <limits>

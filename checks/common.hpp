@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/gradcheck_suite.hpp"
-#include "xgrad.hpp"
+#include <xgrad/checks/suite.hpp>
+#include <xgrad/xgrad.hpp>
 
 namespace xg::checks {
 

@@ -8,8 +8,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "checks/builtin.hpp"
-#include "checks/common.hpp"
+#include <xgrad/checks/builtin.hpp>
+#include <xgrad/checks/common.hpp>
 
 namespace xg::checks {
 

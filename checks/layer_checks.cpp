@@ -5,8 +5,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "checks/builtin.hpp"
-#include "checks/common.hpp"
+#include <xgrad/checks/builtin.hpp>
+#include <xgrad/checks/common.hpp>
 
 namespace xg::checks {
 

@@ -3,10 +3,10 @@
 // gradcheck_leaves. Parameters are re-drawn from uniform [-0.6, 0.6] (GPT-2's 0.02 init and
 // zero biases would leave most terms too small to see, and a bias bug invisible); models
 // run without dropout, so f is deterministic. GELU and layer norm have no kinks.
-#include "checks/builtin.hpp"
-#include "checks/common.hpp"
-#include "nn/layers.hpp"
-#include "nn/transformer.hpp"
+#include <xgrad/checks/builtin.hpp>
+#include <xgrad/checks/common.hpp>
+#include <xgrad/nn/layers.hpp>
+#include <xgrad/nn/transformer.hpp>
 
 namespace xg::checks {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "checks/builtin.hpp"
-#include "checks/common.hpp"
+#include <xgrad/checks/builtin.hpp>
+#include <xgrad/checks/common.hpp>
 
 namespace xg::checks {
 

@@ -3,8 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "cli/commands.hpp"
-#include "xgrad.hpp"
+#include "commands.hpp"
+#include <xgrad/xgrad.hpp>
 
 namespace xg::cli {
 

@@ -5,13 +5,13 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "core/tape.hpp"
-#include "ops/join.hpp"
-#include "train/checkpoint.hpp"
-#include "train/generate.hpp"
-#include "train/plots.hpp"
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/ops/join.hpp>
+#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/generate.hpp>
+#include <xgrad/train/plots.hpp>
 
 namespace xg::cli {
 

@@ -5,10 +5,10 @@
 #include <iostream>
 #include <memory>
 
-#include "checks/builtin.hpp"
-#include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "core/gradcheck_suite.hpp"
+#include <xgrad/checks/builtin.hpp>
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/checks/suite.hpp>
 
 namespace xg::cli {
 

@@ -6,10 +6,10 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/commands.hpp"
-#include "nn/cost_model.hpp"
-#include "nn/safetensors.hpp"
-#include "train/checkpoint.hpp"
+#include "commands.hpp"
+#include <xgrad/nn/cost_model.hpp>
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/checkpoint.hpp>
 
 namespace xg::cli {
 

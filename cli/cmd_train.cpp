@@ -9,9 +9,9 @@
 #include <memory>
 #include <unistd.h>
 
-#include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "train/trainer.hpp"
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/train/trainer.hpp>
 
 namespace xg::cli {
 

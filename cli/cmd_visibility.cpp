@@ -6,10 +6,10 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "nn/visibility.hpp"
-#include "train/plots.hpp"
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/nn/visibility.hpp>
+#include <xgrad/train/plots.hpp>
 
 namespace xg::cli {
 

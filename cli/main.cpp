@@ -6,9 +6,9 @@
 #include <iostream>
 #include <new>
 
-#include "cli/commands.hpp"
-#include "core/error.hpp"
-#include "core/runtime.hpp"
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/runtime.hpp>
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "core/allocator.hpp"
+#include <xgrad/core/allocator.hpp>
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/runtime.hpp"
+#include <xgrad/core/runtime.hpp>
 
 namespace xg {
 

@@ -1,11 +1,11 @@
-#include "core/array.hpp"
+#include <xgrad/core/array.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
-#include "core/allocator.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/allocator.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg {
 namespace detail {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/shape.hpp"
+#include <xgrad/core/shape.hpp>
 
 namespace xg {
 

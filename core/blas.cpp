@@ -1,11 +1,11 @@
-#include "core/blas.hpp"
+#include <xgrad/core/blas.hpp>
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <mutex>
 
-#include "core/parallel.hpp"
+#include <xgrad/core/parallel.hpp>
 
 namespace xg::blas {
 

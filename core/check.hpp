@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "core/error.hpp"
-#include "core/tensor.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::check {
 

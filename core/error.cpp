@@ -1,4 +1,4 @@
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg {
 

@@ -10,9 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg {
 
@@ -66,5 +67,17 @@ using GradcheckFn = std::function<Tensor(const std::vector<Tensor>&)>;
 GradcheckReport gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
                           const GradcheckOptions& opts = {},
                           const std::vector<std::string>& names = {});
+
+// Checks the gradient of f() with respect to leaf tensors that f reads, such as a module's
+// named_parameters() (plus any input tensor you made a leaf that requires grad), without
+// rebuilding the module: the analytic side is one backward pass with a random cotangent v
+// (fixed seed, never all-ones); the numeric side replaces each leaf's value with
+// Tensor::set_value and differentiates v . f() centrally. Full mode perturbs every element
+// (chosen when elements x outputs <= opts.full_max_entries, as for gradcheck, and elements <=
+// full_max_entries / 8); projection mode compares v^T J u for random directions u per leaf. Every leaf's value is restored, also
+// when f throws. f must be deterministic (dropout off, or a generator re-seeded inside f).
+GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
+                                 const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                 const GradcheckOptions& opts = {});
 
 }  // namespace xg

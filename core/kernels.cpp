@@ -1,11 +1,11 @@
-#include "core/kernels.hpp"
+#include <xgrad/core/kernels.hpp>
 
 #include <algorithm>
 #include <limits>
 
-#include "core/parallel.hpp"
-#include "core/strided.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/strided.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::kernels {
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "core/array.hpp"
+#include <xgrad/core/array.hpp>
 
 namespace xg::kernels {
 

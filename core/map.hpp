@@ -1,8 +1,8 @@
 // Internal: elementwise maps over contiguous Arrays of one dtype (no broadcasting).
 #pragma once
 
-#include "core/parallel.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::detail {
 

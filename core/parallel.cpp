@@ -1,4 +1,4 @@
-#include "core/parallel.hpp"
+#include <xgrad/core/parallel.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -1,9 +1,9 @@
-#include "core/random.hpp"
+#include <xgrad/core/random.hpp>
 
 #include <cmath>
 #include <sstream>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg {
 

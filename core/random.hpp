@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "core/array.hpp"
+#include <xgrad/core/array.hpp>
 
 namespace xg {
 

@@ -1,10 +1,10 @@
-#include "core/runtime.hpp"
+#include <xgrad/core/runtime.hpp>
 
 #include <string>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
-#include "core/parallel.hpp"
+#include <xgrad/core/parallel.hpp>
 
 namespace xg::detail {
 void set_pool_threads(int n);

@@ -1,10 +1,10 @@
-#include "core/shape.hpp"
+#include <xgrad/core/shape.hpp>
 
 #include <algorithm>
 #include <limits>
 #include <sstream>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg {
 

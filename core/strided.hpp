@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/shape.hpp"
+#include <xgrad/core/shape.hpp>
 
 namespace xg::detail {
 

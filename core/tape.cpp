@@ -1,13 +1,13 @@
 // Tape, backward sweep, grad mode and anomaly mode. See core/tape.hpp for the contract and
 // docs/architecture.md for the picture.
-#include "core/tape.hpp"
+#include <xgrad/core/tape.hpp>
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "core/error.hpp"
-#include "core/kernels.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg {
 namespace detail {

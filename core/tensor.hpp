@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "core/array.hpp"
-#include "core/random.hpp"
+#include <xgrad/core/array.hpp>
+#include <xgrad/core/random.hpp>
 
 namespace xg {
 

@@ -1,4 +1,4 @@
-#include "core/vmath.hpp"
+#include <xgrad/core/vmath.hpp>
 
 #include <cmath>
 

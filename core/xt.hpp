@@ -19,8 +19,8 @@
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnoalias.hpp>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
+#include <xgrad/core/array.hpp>
+#include <xgrad/core/error.hpp>
 
 namespace xg {
 namespace detail {

@@ -11,8 +11,8 @@
 // `xgrad gradcheck` (--filter, --dtype float32, --json, ...) and returns the exit status.
 #include <CLI/CLI.hpp>
 
-#include "core/gradcheck_suite.hpp"
-#include "xgrad.hpp"
+#include <xgrad/checks/suite.hpp>
+#include <xgrad/xgrad.hpp>
 
 using namespace xg;
 

@@ -1,7 +1,7 @@
 // The README's fifteen-line program: make leaves, run ops, call backward, print, check.
 #include <iostream>
 
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 using namespace xg;
 
 int main() {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "xgrad.hpp"
-#include "train/generate.hpp"
-#include "train/tasks.hpp"
+#include <xgrad/xgrad.hpp>
+#include <xgrad/train/generate.hpp>
+#include <xgrad/train/tasks.hpp>
 
 using namespace xg;
 

@@ -4,15 +4,15 @@
 //   C = merge_heads(O) = concat_h O^(h);  Y = C W_O + b_O        (5.20), (5.21)
 // Backward is the tape's, by composition; nn/attention_reference.cpp derives the same
 // gradients in closed form (5.24)-(5.31) and the tests compare the two.
-#include "nn/attention.hpp"
+#include <xgrad/nn/attention.hpp>
 
 #include <cmath>
 
-#include "core/error.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/join.hpp"
-#include "ops/matmul.hpp"
-#include "ops/shape_ops.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/join.hpp>
+#include <xgrad/ops/matmul.hpp>
+#include <xgrad/ops/shape_ops.hpp>
 
 namespace xg::nn {
 

@@ -16,11 +16,11 @@
 #include <optional>
 #include <utility>
 
-#include "core/random.hpp"
-#include "nn/kv_cache.hpp"
-#include "nn/module.hpp"
-#include "nn/sdpa.hpp"
-#include "nn/visibility.hpp"
+#include <xgrad/core/random.hpp>
+#include <xgrad/nn/kv_cache.hpp>
+#include <xgrad/nn/module.hpp>
+#include <xgrad/nn/sdpa.hpp>
+#include <xgrad/nn/visibility.hpp>
 
 namespace xg::nn {
 

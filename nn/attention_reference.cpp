@@ -1,10 +1,10 @@
-#include "nn/attention_reference.hpp"
+#include <xgrad/nn/attention_reference.hpp>
 
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg::nn::reference {
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/array.hpp"
+#include <xgrad/core/array.hpp>
 
 namespace xg::nn::reference {
 

@@ -1,8 +1,8 @@
-#include "nn/cost_model.hpp"
+#include <xgrad/nn/cost_model.hpp>
 
 #include <string>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg::nn::cost {
 

@@ -7,7 +7,7 @@
 // fewer groups than threads, splits a group's blocks with per-chunk dK/dV summed in chunk
 // order. Either way the partition depends only on the thread count: bit-identical results run
 // to run for a fixed count.
-#include "nn/flash_attention.hpp"
+#include <xgrad/nn/flash_attention.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -15,12 +15,12 @@
 #include <memory>
 #include <vector>
 
-#include "core/blas.hpp"
-#include "core/error.hpp"
-#include "core/parallel.hpp"
-#include "core/tape.hpp"
-#include "core/vmath.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/blas.hpp>
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/vmath.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::nn {
 

@@ -25,8 +25,8 @@
 
 #include <cstdint>
 
-#include "core/tensor.hpp"
-#include "nn/visibility.hpp"
+#include <xgrad/core/tensor.hpp>
+#include <xgrad/nn/visibility.hpp>
 
 namespace xg::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/kv_cache.hpp"
+#include <xgrad/nn/kv_cache.hpp>
 
 #include <cstring>
 
-#include "core/error.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::nn {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/array.hpp"
+#include <xgrad/core/array.hpp>
 
 namespace xg::nn {
 

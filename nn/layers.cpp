@@ -1,12 +1,12 @@
-#include "nn/layers.hpp"
+#include <xgrad/nn/layers.hpp>
 
-#include "core/error.hpp"
-#include "ops/dropout.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/index.hpp"
-#include "ops/layer_norm.hpp"
-#include "ops/matmul.hpp"
-#include "ops/unary.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/ops/dropout.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/index.hpp>
+#include <xgrad/ops/layer_norm.hpp>
+#include <xgrad/ops/matmul.hpp>
+#include <xgrad/ops/unary.hpp>
 
 namespace xg::nn {
 

@@ -1,8 +1,8 @@
 // Basic layers: Linear, Embedding, LayerNorm, FeedForward (GELU). Weights in x out.
 #pragma once
 
-#include "core/random.hpp"
-#include "nn/module.hpp"
+#include <xgrad/core/random.hpp>
+#include <xgrad/nn/module.hpp>
 
 namespace xg::nn {
 

@@ -1,6 +1,6 @@
-#include "nn/module.hpp"
+#include <xgrad/nn/module.hpp>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg::nn {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::nn {
 

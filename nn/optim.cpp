@@ -3,12 +3,12 @@
 //   Adam:  g += wd p (Adam only);  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //          p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps);  AdamW first p -= lr wd p
 // Values are replaced (Tensor::set_value), never written in place.
-#include "nn/optim.hpp"
+#include <xgrad/nn/optim.hpp>
 
 #include <cmath>
 
-#include "core/error.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::nn {
 

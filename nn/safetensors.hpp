@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/error.hpp"
-#include "nn/module.hpp"
+#include <xgrad/core/array.hpp>
+#include <xgrad/core/error.hpp>
+#include <xgrad/nn/module.hpp>
 
 namespace xg::nn::safetensors {
 

@@ -8,20 +8,20 @@
 //      so their softmax is finite (never -inf - -inf = NaN)                     (steps 3-5)
 //   5. optional dropout on A with a saved mask (SPEC 2)
 //   6. O = A V; invalid rows selected to exact zero (select, not multiply)     (step 6)
-#include "nn/sdpa.hpp"
+#include <xgrad/nn/sdpa.hpp>
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.hpp"
-#include "core/kernels.hpp"
-#include "nn/flash_attention.hpp"
-#include "ops/dropout.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/mask.hpp"
-#include "ops/matmul.hpp"
-#include "ops/shape_ops.hpp"
-#include "ops/softmax.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/ops/dropout.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/mask.hpp>
+#include <xgrad/ops/matmul.hpp>
+#include <xgrad/ops/shape_ops.hpp>
+#include <xgrad/ops/softmax.hpp>
 
 namespace xg::nn {
 

@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/random.hpp"
-#include "core/tensor.hpp"
-#include "nn/visibility.hpp"
+#include <xgrad/core/random.hpp>
+#include <xgrad/core/tensor.hpp>
+#include <xgrad/nn/visibility.hpp>
 
 namespace xg::nn {
 

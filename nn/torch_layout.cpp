@@ -1,7 +1,7 @@
-#include "nn/torch_layout.hpp"
+#include <xgrad/nn/torch_layout.hpp>
 
-#include "core/error.hpp"
-#include "core/kernels.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/kernels.hpp>
 
 namespace xg::nn::torch_layout {
 

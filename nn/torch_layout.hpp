@@ -3,8 +3,8 @@
 // row blocks are W_q, W_k, W_v (each out x in). SPEC 0: transpose on import and export.
 #pragma once
 
-#include "core/array.hpp"
-#include "nn/attention.hpp"
+#include <xgrad/core/array.hpp>
+#include <xgrad/nn/attention.hpp>
 
 namespace xg::nn::torch_layout {
 

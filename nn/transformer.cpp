@@ -1,13 +1,13 @@
 // Pre-LN blocks, GPT and the encoder-decoder (see nn/transformer.hpp for the equations).
-#include "nn/transformer.hpp"
+#include <xgrad/nn/transformer.hpp>
 
 #include <cmath>
 
-#include "core/error.hpp"
-#include "ops/dropout.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/loss.hpp"
-#include "ops/matmul.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/ops/dropout.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/loss.hpp>
+#include <xgrad/ops/matmul.hpp>
 
 namespace xg::nn {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "nn/attention.hpp"
-#include "nn/layers.hpp"
+#include <xgrad/nn/attention.hpp>
+#include <xgrad/nn/layers.hpp>
 
 namespace xg::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/visibility.hpp"
+#include <xgrad/nn/visibility.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -6,10 +6,10 @@
 #include <map>
 #include <mutex>
 
-#include "core/error.hpp"
-#include "core/kernels.hpp"
-#include "core/xt.hpp"
-#include "ops/mask.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/xt.hpp>
+#include <xgrad/ops/mask.hpp>
 
 namespace xg::nn {
 

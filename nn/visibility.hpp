@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
+#include <xgrad/core/array.hpp>
 
 namespace xg::nn {
 

@@ -1,10 +1,10 @@
 // Forward (SPEC 2):  y = x * m / q,  m ~ Bernoulli(q), q = 1 - p
 // VJP:               x_bar = g * m / q  (the mask saved by the forward pass)
-#include "ops/dropout.hpp"
+#include <xgrad/ops/dropout.hpp>
 
-#include "core/check.hpp"
-#include "core/kernels.hpp"
-#include "core/tape.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/tape.hpp>
 
 namespace xg::ops {
 

@@ -1,8 +1,8 @@
 // Inverted dropout with an explicit generator (SPEC 2). ops/dropout.cpp.
 #pragma once
 
-#include "core/random.hpp"
-#include "core/tensor.hpp"
+#include <xgrad/core/random.hpp>
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

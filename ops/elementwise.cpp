@@ -5,15 +5,15 @@
 //   mul: a_bar = S(g * b),    b_bar = S(g * a)
 //   div: a_bar = S(g / b),    b_bar = -S(g * out / b)
 //   where: a_bar = S(cond ? g : 0), b_bar = S(cond ? 0 : g)
-#include "ops/elementwise.hpp"
+#include <xgrad/ops/elementwise.hpp>
 
 #include <cmath>
 
-#include "core/check.hpp"
-#include "core/kernels.hpp"
-#include "core/map.hpp"
-#include "core/tape.hpp"
-#include "ops/unary.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/map.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/ops/unary.hpp>
 
 namespace xg::ops {
 

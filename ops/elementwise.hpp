@@ -2,7 +2,7 @@
 // in ops/elementwise.cpp; broadcasting is undone by kernels::sum_to_shape.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

@@ -2,15 +2,15 @@
 // gather:       y = x[.., idx[..], ..]   x_bar = scatter-add of g at the gathered positions
 // embedding:    index_select on axis 0 of the weight, the ids reshaped to 1-d.
 // Repeated indices receive the sum of their gradients (scatter-add, not scatter).
-#include "ops/index.hpp"
+#include <xgrad/ops/index.hpp>
 
 #include <cstring>
 
-#include "core/check.hpp"
-#include "core/strided.hpp"
-#include "core/tape.hpp"
-#include "core/xt.hpp"
-#include "ops/shape_ops.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/strided.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
+#include <xgrad/ops/shape_ops.hpp>
 
 namespace xg::ops {
 

@@ -2,7 +2,7 @@
 // they are captured by the VJP. Out-of-range indices are errors naming the position.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

@@ -1,15 +1,15 @@
 // concat: y = [x_0, x_1, ...] along axis      x_k_bar = the k-th block of g
 // slice:  y = x[start:stop:step] along axis   x_bar = zeros with g scattered back
 // A tensor viewed as [outer, axis, inner] makes both a loop of contiguous copies.
-#include "ops/join.hpp"
+#include <xgrad/ops/join.hpp>
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/check.hpp"
-#include "core/parallel.hpp"
-#include "core/tape.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::ops {
 

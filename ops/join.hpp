@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

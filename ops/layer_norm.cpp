@@ -7,19 +7,19 @@
 //   gamma_bar = sum over rows of y_bar * xh,  beta_bar = sum over rows of y_bar
 // The forward keeps mu and r per row; xh is recomputed. layer_norm_composed() builds the same
 // function from mean, sub, mul, sqrt and div: the test oracle for this VJP.
-#include "ops/layer_norm.hpp"
+#include <xgrad/ops/layer_norm.hpp>
 
 #include <cmath>
 #include <memory>
 #include <vector>
 
-#include "core/check.hpp"
-#include "core/parallel.hpp"
-#include "core/tape.hpp"
-#include "core/xt.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/reduce.hpp"
-#include "ops/unary.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/reduce.hpp>
+#include <xgrad/ops/unary.hpp>
 
 namespace xg::ops {
 

@@ -1,7 +1,7 @@
 // Layer normalisation over the last axis. ops/layer_norm.cpp.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

@@ -1,15 +1,15 @@
 // cross_entropy = -sum_i w_i log_softmax(z_i)[t_i] / sum_i w_i, composed from log_softmax
 // (dedicated VJP), gather, mul and sum: the VJP is softmax(z_i) - onehot(t_i), scaled by
 // w_i / sum w, by composition. mse = mean((a - b)^2) likewise.
-#include "ops/loss.hpp"
+#include <xgrad/ops/loss.hpp>
 
 #include <cmath>
 
-#include "core/check.hpp"
-#include "ops/elementwise.hpp"
-#include "ops/index.hpp"
-#include "ops/reduce.hpp"
-#include "ops/softmax.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/index.hpp>
+#include <xgrad/ops/reduce.hpp>
+#include <xgrad/ops/softmax.hpp>
 
 namespace xg::ops {
 

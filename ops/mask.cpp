@@ -1,15 +1,15 @@
 // add_mask:    out = (bias == -inf) ? -inf : x + bias      x_bar = (bias == -inf) ? 0 : g
 // masked_fill: out = m ? value : x                         x_bar = m ? 0 : g
 // Both are selects; broadcasting of x against the mask is undone by sum_to_shape.
-#include "ops/mask.hpp"
+#include <xgrad/ops/mask.hpp>
 
 #include <cmath>
 #include <limits>
 
-#include "core/check.hpp"
-#include "core/kernels.hpp"
-#include "core/tape.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::ops {
 

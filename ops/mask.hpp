@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

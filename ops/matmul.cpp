@@ -3,14 +3,14 @@
 //   op(A)_bar = G op(B)^T,   op(B)_bar = op(A)^T G,
 // mapped back through op and summed over batch dimensions the input was broadcast along
 // (BLAS beta = 1 accumulates straight into the input's matrix, no temporary copies).
-#include "ops/matmul.hpp"
+#include <xgrad/ops/matmul.hpp>
 
-#include "core/blas.hpp"
-#include "core/check.hpp"
-#include "core/parallel.hpp"
-#include "core/strided.hpp"
-#include "core/tape.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/blas.hpp>
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/strided.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::ops {
 

@@ -5,7 +5,7 @@
 // rather than copied (matmul(Q, K, {false, true}) is Q K^T). ops/matmul.cpp.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

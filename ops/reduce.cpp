@@ -3,16 +3,16 @@
 //   mean: y = sum_axes x / N              x_bar = B(g) / N
 //   max:  y = max_axes x                  x_bar = B(g) * [x == B(y)] / B(count of ties)
 //   var:  composed from mean, sub, mul, sum; its VJP follows by composition.
-#include "ops/reduce.hpp"
+#include <xgrad/ops/reduce.hpp>
 
 #include <limits>
 
-#include "core/check.hpp"
-#include "core/kernels.hpp"
-#include "core/strided.hpp"
-#include "core/tape.hpp"
-#include "core/xt.hpp"
-#include "ops/elementwise.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/strided.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
+#include <xgrad/ops/elementwise.hpp>
 
 namespace xg::ops {
 

@@ -1,7 +1,7 @@
 // Reductions over any set of axes (empty = all axes), with keepdims. ops/reduce.cpp.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

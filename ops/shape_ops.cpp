@@ -2,13 +2,13 @@
 //   reshape/squeeze/unsqueeze: x_bar = reshape(g, x.shape)
 //   permute(dims):             x_bar = permute(g, inverse(dims))
 //   broadcast_to:              x_bar = sum_to_shape(g, x.shape)
-#include "ops/shape_ops.hpp"
+#include <xgrad/ops/shape_ops.hpp>
 
 #include <algorithm>
 
-#include "core/check.hpp"
-#include "core/kernels.hpp"
-#include "core/tape.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/tape.hpp>
 
 namespace xg::ops {
 

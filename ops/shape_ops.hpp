@@ -1,7 +1,7 @@
 // Shape ops: reshape, transpose/permute, broadcast_to, squeeze/unsqueeze. ops/shape_ops.cpp.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

@@ -4,14 +4,14 @@
 // log_softmax forward:                y = u - c - log z
 // log_softmax VJP:                    u_bar = y_bar - exp(y) * sum(y_bar)
 // Both VJPs need only the output, which the tape keeps; the closures capture the axis.
-#include "ops/softmax.hpp"
+#include <xgrad/ops/softmax.hpp>
 
 #include <cmath>
 #include <limits>
 
-#include "core/check.hpp"
-#include "core/tape.hpp"
-#include "core/xt.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
 
 namespace xg::ops {
 

@@ -2,7 +2,7 @@
 // before exp), each with a dedicated VJP (5.24)-(5.25). ops/softmax.cpp.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

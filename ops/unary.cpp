@@ -11,18 +11,18 @@
 //   gelu:    y = x Phi(x)           x_bar = g * (Phi(x) + x phi(x))
 //   gelu~:   y = x/2 (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi); derivative below
 //   clamp:   y = min(max(x,lo),hi)  x_bar = g * [lo <= x <= hi]
-#include "ops/unary.hpp"
+#include <xgrad/ops/unary.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
 
-#include "core/check.hpp"
-#include "core/kernels.hpp"
-#include "core/map.hpp"
-#include "core/parallel.hpp"
-#include "core/tape.hpp"
-#include "core/vmath.hpp"
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/map.hpp>
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/vmath.hpp>
 
 namespace xg::ops {
 

@@ -1,7 +1,7 @@
 // Unary elementwise ops. Forward and VJP side by side in ops/unary.cpp.
 #pragma once
 
-#include "core/tensor.hpp"
+#include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 namespace xgt {
 

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "checks/common.hpp"
+#include <xgrad/checks/common.hpp>
 #include "helpers.hpp"
-#include "nn/attention_reference.hpp"
-#include "nn/flash_attention.hpp"
+#include <xgrad/nn/attention_reference.hpp>
+#include <xgrad/nn/flash_attention.hpp>
 
 using namespace xg;
 using namespace xg::nn;

@@ -5,9 +5,9 @@
 #include <limits>
 #include <sstream>
 
-#include "checks/common.hpp"
+#include <xgrad/checks/common.hpp>
 #include "helpers.hpp"
-#include "nn/flash_attention.hpp"
+#include <xgrad/nn/flash_attention.hpp>
 
 using namespace xg;
 using namespace xg::nn;

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "checks/common.hpp"
+#include <xgrad/checks/common.hpp>
 #include "helpers.hpp"
 
 using namespace xg;

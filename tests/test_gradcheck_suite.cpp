@@ -1,12 +1,12 @@
-// The gradient-check suite itself (core/gradcheck_suite.hpp, checks/): each kind of check
+// The gradient-check suite itself (checks/suite.hpp, checks/): each kind of check
 // fails when it should -- a wrong VJP, wrong mask handling, a wrong GQA mapping, a gradient
 // leaking into a forbidden position -- and the runner's table, JSON report, filter, list and
 // exit status do what docs/gradcheck.md says. The default set must have >= 40 checks and pass.
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checks/builtin.hpp"
-#include "core/gradcheck_suite.hpp"
+#include <xgrad/checks/builtin.hpp>
+#include <xgrad/checks/suite.hpp>
 #include "helpers.hpp"
 
 using namespace xg;

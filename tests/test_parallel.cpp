@@ -3,8 +3,8 @@
 // thread count and agree across thread counts to rounding, and freed blocks are reused.
 #include <stdexcept>
 
-#include "core/parallel.hpp"
-#include "core/runtime.hpp"
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/runtime.hpp>
 #include "helpers.hpp"
 
 using namespace xg;

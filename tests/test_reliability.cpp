@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "helpers.hpp"
-#include "train/checkpoint.hpp"
-#include "train/generate.hpp"
-#include "train/tasks.hpp"
-#include "train/trainer.hpp"
+#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/generate.hpp>
+#include <xgrad/train/tasks.hpp>
+#include <xgrad/train/trainer.hpp>
 
 using namespace xg;
 using namespace xgt;

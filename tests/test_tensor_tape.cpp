@@ -2,7 +2,7 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "core/xt.hpp"
+#include <xgrad/core/xt.hpp>
 #include "helpers.hpp"
 
 using namespace xg;

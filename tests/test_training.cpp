@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "helpers.hpp"
-#include "train/checkpoint.hpp"
-#include "train/generate.hpp"
-#include "train/plots.hpp"
-#include "train/trainer.hpp"
+#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/generate.hpp>
+#include <xgrad/train/plots.hpp>
+#include <xgrad/train/trainer.hpp>
 
 using namespace xg;
 using namespace xgt;

@@ -1,4 +1,4 @@
-#include "train/checkpoint.hpp"
+#include <xgrad/train/checkpoint.hpp>
 
 #include <cctype>
 #include <cerrno>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg::train {
 

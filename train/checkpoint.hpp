@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "nn/safetensors.hpp"
-#include "nn/transformer.hpp"
-#include "train/tasks.hpp"
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/nn/transformer.hpp>
+#include <xgrad/train/tasks.hpp>
 
 namespace xg::train {
 

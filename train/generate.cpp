@@ -1,12 +1,12 @@
-#include "train/generate.hpp"
+#include <xgrad/train/generate.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "core/error.hpp"
-#include "core/tape.hpp"
-#include "ops/join.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/ops/join.hpp>
 
 namespace xg::train {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/random.hpp"
-#include "nn/transformer.hpp"
+#include <xgrad/core/random.hpp>
+#include <xgrad/nn/transformer.hpp>
 
 namespace xg::train {
 

@@ -1,4 +1,4 @@
-#include "train/plots.hpp"
+#include <xgrad/train/plots.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <vector>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg::train {
 

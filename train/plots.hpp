@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "core/array.hpp"
-#include "nn/visibility.hpp"
+#include <xgrad/core/array.hpp>
+#include <xgrad/nn/visibility.hpp>
 
 namespace xg::train {
 

@@ -1,4 +1,4 @@
-#include "train/tasks.hpp"
+#include <xgrad/train/tasks.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.hpp"
+#include <xgrad/core/error.hpp>
 
 namespace xg::train {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
-#include "core/random.hpp"
+#include <xgrad/core/array.hpp>
+#include <xgrad/core/random.hpp>
 
 namespace xg::train {
 

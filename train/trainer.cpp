@@ -1,4 +1,4 @@
-#include "train/trainer.hpp"
+#include <xgrad/train/trainer.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -13,14 +13,14 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "core/error.hpp"
-#include "core/runtime.hpp"
-#include "core/tape.hpp"
-#include "nn/optim.hpp"
-#include "nn/safetensors.hpp"
-#include "train/checkpoint.hpp"
-#include "train/generate.hpp"
-#include "train/plots.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/nn/optim.hpp>
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/generate.hpp>
+#include <xgrad/train/plots.hpp>
 
 namespace xg::train {
 

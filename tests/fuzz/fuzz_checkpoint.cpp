@@ -2,9 +2,9 @@
 // model, then the parameters) on arbitrary bytes, as `xgrad generate` and `inspect` load a
 // model.safetensors; a model that loads is also run on one token. Any outcome but success or
 // an xg::Error is a finding. Run by scripts/fuzz.sh.
-#include "core/error.hpp"
-#include "core/tape.hpp"
-#include "train/checkpoint.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/train/checkpoint.hpp>
 #include "fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

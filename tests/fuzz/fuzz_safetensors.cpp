@@ -1,8 +1,8 @@
 // libFuzzer target: the safetensors loader (nn/safetensors.cpp) on arbitrary bytes. Any
 // outcome but a loaded file or an xg::Error (an abort, another exception, a sanitizer report,
 // a leak, a timeout, memory beyond -rss_limit_mb) is a finding. Run by scripts/fuzz.sh.
-#include "core/error.hpp"
-#include "nn/safetensors.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/nn/safetensors.hpp>
 #include "fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

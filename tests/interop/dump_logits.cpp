@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.hpp"
+#include <xgrad/train/checkpoint.hpp>
 #include "tests/support/json_text.hpp"
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/array.hpp"
+#include <xgrad/core/array.hpp>
 
 namespace xgt::json_text {
 

@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "tests/support/json_text.hpp"
-#include "xgrad.hpp"
+#include <xgrad/xgrad.hpp>
 
 xg::nn::SdpaImpl g_impl = xg::nn::SdpaImpl::automatic;  // argv[2]
 

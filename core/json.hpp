@@ -1,0 +1,65 @@
+// A small JSON reader and writer for the engine's own file formats (the safetensors header),
+// so the engine library needs no JSON package. Internal: not installed, not part of the API.
+// The reader is strict (RFC 8259): one value, no trailing commas, no comments, no duplicate
+// object keys, strings in valid UTF-8, nesting at most 64 deep. Numbers keep their text, so
+// integers up to 2^64 - 1 read back exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace xg::json {
+
+class Value {
+ public:
+  enum class Kind { null, boolean, number, string, array, object };
+
+  Value() = default;
+  static Value make_bool(bool b);
+  static Value make_number_text(std::string text);  // a valid JSON number's text
+  static Value make_uint(std::uint64_t v);
+  static Value make_string(std::string s);
+  static Value make_array(std::vector<Value> items = {});
+  static Value make_object(std::vector<std::pair<std::string, Value>> members = {});
+
+  Kind kind() const { return kind_; }
+  bool is_object() const { return kind_ == Kind::object; }
+  bool is_array() const { return kind_ == Kind::array; }
+  bool is_string() const { return kind_ == Kind::string; }
+  bool is_number() const { return kind_ == Kind::number; }
+
+  // A number that is a non-negative integer written without fraction or exponent and fits
+  // in 64 bits; false otherwise (out is then unchanged).
+  bool as_uint(std::uint64_t& out) const;
+  const std::string& str() const { return text_; }  // string contents, or a number's text
+  const std::vector<Value>& items() const { return items_; }
+  const std::vector<std::pair<std::string, Value>>& members() const { return members_; }
+  // The member named key, or nullptr.
+  const Value* find(const std::string& key) const;
+
+  void push(Value v) { items_.push_back(std::move(v)); }
+  void set(std::string key, Value v) { members_.emplace_back(std::move(key), std::move(v)); }
+
+  // Compact JSON text.
+  std::string dump() const;
+
+ private:
+  Kind kind_ = Kind::null;
+  bool bool_ = false;
+  std::string text_;
+  std::vector<Value> items_;
+  std::vector<std::pair<std::string, Value>> members_;
+};
+
+// Parses text; throws xg::FormatError("... at byte N: what is wrong") on any error.
+Value parse(const std::string& text);
+
+// s as a JSON string literal with quotes; throws xg::FormatError when s is not valid UTF-8.
+std::string quote(const std::string& s);
+
+// True when s is valid UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
+bool valid_utf8(const std::string& s);
+
+}  // namespace xg::json
