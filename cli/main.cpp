@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
+#include <xgrad/version.hpp>
 
 namespace {
 
@@ -26,6 +27,7 @@ int fail(int code, const std::string& message) {
 int main(int argc, char** argv) {
   try {
     CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
+    app.set_version_flag("--version", "xgrad " XGRAD_VERSION_STRING, "Print the version and exit");
     app.require_subcommand(1);
     xg::cli::add_demo(app);
     xg::cli::add_gradcheck(app);

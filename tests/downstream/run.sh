@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# xgrad from a user's side (docs/install.md): install the build into a temporary prefix, then
+# build and run tests/downstream/consumer.cpp three ways, and check what was installed.
+#   1. find_package(xgrad VERSION REQUIRED COMPONENTS checks) from the prefix, no other hints
+#   2. pkg-config --cflags --libs xgrad, a plain compiler command
+#   3. FetchContent from the source tree, with only the engine's packages visible (CLI11 and
+#      nlohmann_json hidden), shared libraries; that build is installed again and consumed
+#      with find_package, so the shared, engine-only package is checked too.
+# Usage: run.sh SOURCE_DIR BUILD_DIR WORK_DIR VERSION
+set -euo pipefail
+src=$1 build=$2 work=$3 version=$4
+jobs=$(nproc)
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+step() { echo; echo "== $*"; }
+fail() { echo "downstream: $*" >&2; exit 1; }
+
+step "install into $prefix"
+cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+for f in include/xgrad/xgrad.hpp include/xgrad/version.hpp include/xgrad/core/tensor.hpp \
+         include/xgrad/nn/attention.hpp include/xgrad/checks/suite.hpp include/xgrad/train/trainer.hpp \
+         lib/cmake/xgrad/xgradConfig.cmake lib/cmake/xgrad/xgradConfigVersion.cmake lib/pkgconfig/xgrad.pc \
+         lib/libxgrad.a bin/xgrad; do
+  [[ -e "$prefix/$f" ]] || fail "the install has no $f"
+done
+# Only namespaced headers, none of the internal ones, and no xtensor in any public header.
+[[ -z "$(ls "$prefix/include" | grep -v '^xgrad$')" ]] || fail "un-namespaced entries in include/: $(ls "$prefix/include")"
+for internal in core/xt.hpp core/kernels.hpp core/json.hpp; do
+  [[ ! -e "$prefix/include/xgrad/$internal" ]] || fail "internal header $internal was installed"
+done
+if grep -rn '#include <xtensor' "$prefix/include"; then fail "a public header includes xtensor"; fi
+"$prefix/bin/xgrad" --version | grep -qx "xgrad $version" || fail "xgrad --version does not say 'xgrad $version'"
+
+step "1. find_package"
+cmake -S "$src/tests/downstream" -B "$work/package" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+      -DCONSUMER_MODE=package -DCONSUMER_EXPECT_VERSION="$version" >"$work/package.log"
+cmake --build "$work/package" -j "$jobs" >>"$work/package.log" || { tail -30 "$work/package.log"; fail "find_package build failed"; }
+"$work/package/consumer"
+# A version the package does not satisfy is refused.
+if cmake -S "$src/tests/downstream" -B "$work/too-new" -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_MODE=package \
+         -DCONSUMER_EXPECT_VERSION=99.0 >"$work/too-new.log" 2>&1; then
+  fail "find_package(xgrad 99.0) succeeded"
+fi
+grep -q 'compatible with requested version "99.0"' <(tr -s ' \n' ' ' <"$work/too-new.log") || fail "find_package(xgrad 99.0) failed for another reason"
+
+step "2. pkg-config"
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+[[ "$(pkg-config --modversion xgrad)" == "$version" ]] || fail "pkg-config --modversion xgrad is not $version"
+flags=$(pkg-config --cflags --libs xgrad)
+echo "pkg-config: $flags"
+c++ -std=c++17 -O1 -DCONSUMER_WITH_CHECKS -DEXPECTED_VERSION="\"$version\"" "$src/tests/downstream/consumer.cpp" \
+    -o "$work/consumer-pc" $flags
+"$work/consumer-pc"
+
+step "3. FetchContent, engine only"
+# 3a. xgrad's defaults as a subproject, with only the engine's packages visible and no build
+#     type: tests, examples, CLI, benchmarks and install rules off; checks off without CLI11;
+#     the parent's (empty) build type left alone. Configure only.
+hide=(-DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON)
+launcher=${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER}
+cmake -S "$src/tests/downstream" -B "$work/sub-defaults" -DCONSUMER_MODE=subdirectory -DXGRAD_SOURCE_DIR="$src" \
+      -DCONSUMER_CHECK_DEFAULTS=ON -DCONSUMER_PARENT_BUILD_TYPE= "${hide[@]}" >"$work/sub-defaults.log" \
+  || { tail -20 "$work/sub-defaults.log"; fail "the subproject's defaults are wrong"; }
+grep -q '^XGRAD_BUILD_CHECKS:BOOL=OFF' "$work/sub-defaults/CMakeCache.txt" || fail "checks were not turned off without CLI11"
+grep -q '^XGRAD_BUILD_TRAIN:BOOL=OFF' "$work/sub-defaults/CMakeCache.txt" || fail "train was not turned off without nlohmann_json"
+# 3b. The same, built as shared libraries and run; its install rules switched on, so the
+#     shared engine-only package is installed and consumed with find_package as well.
+cmake -S "$src/tests/downstream" -B "$work/sub" -DCMAKE_BUILD_TYPE=Release -DCONSUMER_MODE=subdirectory \
+      -DXGRAD_SOURCE_DIR="$src" -DBUILD_SHARED_LIBS=ON -DXGRAD_NATIVE=OFF -DXGRAD_INSTALL=ON "${hide[@]}" \
+      $launcher >"$work/sub.log"
+cmake --build "$work/sub" -j "$jobs" >>"$work/sub.log" || { tail -30 "$work/sub.log"; fail "subproject build failed"; }
+"$work/sub/consumer"
+ls "$work/sub/_deps/xgrad-build"/libxgrad.so* >/dev/null || fail "BUILD_SHARED_LIBS=ON built no libxgrad.so"
+cmake --install "$work/sub" --prefix "$work/prefix-shared" >/dev/null
+[[ ! -e "$work/prefix-shared/include/xgrad/checks" ]] || fail "an engine-only install has checks/ headers"
+ls "$work/prefix-shared/lib"/libxgrad.so* >/dev/null || fail "no libxgrad.so installed"
+
+step "4. find_package of the shared engine-only install"
+cmake -S "$src/tests/downstream" -B "$work/package-shared" -DCMAKE_PREFIX_PATH="$work/prefix-shared" \
+      -DCMAKE_BUILD_TYPE=Release -DCONSUMER_MODE=package -DCONSUMER_NEED_CHECKS=OFF \
+      -DCONSUMER_EXPECT_VERSION="$version" >"$work/package-shared.log"
+cmake --build "$work/package-shared" -j "$jobs" >>"$work/package-shared.log" \
+  || { tail -30 "$work/package-shared.log"; fail "find_package build (shared) failed"; }
+"$work/package-shared/consumer"
+# A component the engine-only package lacks is refused by name.
+if cmake -S "$src/tests/downstream" -B "$work/no-checks" -DCMAKE_PREFIX_PATH="$work/prefix-shared" \
+         -DCONSUMER_MODE=package >"$work/no-checks.log" 2>&1; then
+  fail "find_package(xgrad COMPONENTS checks) succeeded on an install without checks"
+fi
+echo "downstream: all ways passed"
