@@ -17,7 +17,11 @@ namespace {
 
 nn::Visibility visibility(const bench::AttentionFlags& f) {
   if (f.mask == "causal") return nn::Visibility::causal(f.seq, f.seq);
-  if (f.mask == "padding") return nn::Visibility::key_lengths(bench::padding_lengths(f.batch, f.seq), f.seq);
+  if (f.mask == "padding") {
+    const auto lengths = bench::padding_lengths(f.batch, f.seq);
+    return nn::Visibility::key_lengths(std::vector<nn::Position>(lengths.begin(), lengths.end()),
+                                       static_cast<nn::Position>(f.seq));
+  }
   if (f.mask == "documents") return nn::Visibility::documents(IndexArray({f.seq}, bench::document_ids(f.seq, f.seed)));
   return nn::Visibility::all();
 }

@@ -190,13 +190,13 @@ void register_attention_gradient_checks(GradcheckSuite& s, const std::string& pr
                  });
   attention_case(s, prefix, attn, "key-padding", "key padding, lengths {S, S/2}", {2, 2, 2, 3, 4, 3, 2},
                  {2, 2, 2, 6, 10, 4, 3},
-                 [](CheckContext&, const Dims& d) { return Case{V::key_lengths({d.S, d.S / 2}, d.S), {}, {}}; });
+                 [](CheckContext&, const Dims& d) { return Case{V::key_lengths({pos(d.S), pos(d.S / 2)}, pos(d.S)), {}, {}}; });
   attention_case(s, prefix, attn, "gqa", "GQA r = 2, causal & random mask", {1, 4, 2, 3, 3, 2, 2}, {2, 6, 2, 6, 6, 4, 3},
                  [](CheckContext& ctx, const Dims& d) {
                    return Case{causal_and_random({d.B, d.H_q, d.T, d.S}, ctx.gen(), 0.7), {}, {}};
                  });
   attention_case(s, prefix, attn, "mqa", "MQA (H_kv 1), key padding", {2, 3, 1, 3, 4, 2, 2}, {2, 4, 1, 6, 8, 4, 3},
-                 [](CheckContext&, const Dims& d) { return Case{V::key_lengths({d.S, 2}, d.S), {}, {}}; });
+                 [](CheckContext&, const Dims& d) { return Case{V::key_lengths({pos(d.S), 2}, pos(d.S)), {}, {}}; });
   attention_case(s, prefix, attn, "invalid-rows", "left-padded causal batch: invalid queries with empty allowed sets",
                  {2, 2, 2, 4, 4, 3, 2}, {2, 4, 2, 8, 8, 4, 3}, [](CheckContext&, const Dims& d) {
                    const BoolArray real = left_padded(d);
@@ -204,7 +204,7 @@ void register_attention_gradient_checks(GradcheckSuite& s, const std::string& pr
                  });
   attention_case(s, prefix, attn, "cross", "cross shapes: T != S, d_k != d_v, key padding", {2, 2, 1, 3, 6, 4, 3},
                  {2, 4, 2, 5, 11, 6, 4},
-                 [](CheckContext&, const Dims& d) { return Case{V::key_lengths({d.S, d.S / 2}, d.S), {}, {}}; });
+                 [](CheckContext&, const Dims& d) { return Case{V::key_lengths({pos(d.S), pos(d.S / 2)}, pos(d.S)), {}, {}}; });
   attention_case(s, prefix, attn, "projection", "larger, random-projection mode; causal & random mask",
                  {2, 4, 2, 12, 12, 8, 8}, {2, 8, 4, 32, 32, 16, 16}, [](CheckContext& ctx, const Dims& d) {
                    return Case{causal_and_random({d.B, d.H_q, d.T, d.S}, ctx.gen(), 0.7), {}, {}};

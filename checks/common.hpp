@@ -10,6 +10,9 @@
 
 namespace xg::checks {
 
+// A size as the Visibility constructors take it.
+inline nn::Position pos(std::size_t n) { return static_cast<nn::Position>(n); }
+
 // Random boolean mask of shape s (last axis S) in which every row has at least one true
 // entry, so every query has a key to see.
 BoolArray random_allowed(const Shape& s, Generator& g, double p_allowed = 0.6);

@@ -71,7 +71,7 @@ CheckResult rows_sum_zero(CheckContext& ctx, const AttentionFn& attn) {
 CheckResult forbidden_zero(CheckContext& ctx, const AttentionFn& attn) {
   const std::size_t B = 2, H_q = 4, H_kv = 2, T = ctx.pick(4, 8), S = ctx.pick(6, 12), d = 3, dv = 2, r = H_q / H_kv;
   const BoolArray mask = random_allowed({B, H_q, T, S}, ctx.gen(), 0.5);
-  const nn::Visibility vis = nn::Visibility::allowed(mask) & nn::Visibility::key_lengths({S, S - 2}, S);
+  const nn::Visibility vis = nn::Visibility::allowed(mask) & nn::Visibility::key_lengths({pos(S), pos(S - 2)}, pos(S));
   const auto allowed = vis.expand_allowed("gradcheck", {B, H_q, T, S});
   // Repair rows that key padding emptied: key 0 is never padded.
   BoolArray fixed = BoolArray({B, H_q, T, S}, allowed);

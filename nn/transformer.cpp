@@ -12,6 +12,13 @@
 namespace xg::nn {
 
 namespace {
+// Lengths as the Visibility constructors take them (Position = std::int64_t).
+std::vector<Position> positions(const std::vector<std::size_t>& lengths) {
+  return std::vector<Position>(lengths.begin(), lengths.end());
+}
+}  // namespace
+
+namespace {
 
 const double kInitStd = 0.02;
 
@@ -255,7 +262,7 @@ Tensor EncoderDecoder::embed(const IndexArray& tokens, std::size_t start, Genera
 Tensor EncoderDecoder::encode(const IndexArray& src, const std::vector<std::size_t>& src_lengths, Generator* gen) {
   Tensor h = embed(src, 0, gen);
   AttentionCall call;
-  call.visibility = Visibility::key_lengths(src_lengths, src.shape[1]);  // bidirectional, padding hidden
+  call.visibility = Visibility::key_lengths(positions(src_lengths), src.shape[1]);  // bidirectional, padding hidden
   call.generator = gen;
   for (auto& block : encoder) h = (*block)(h, call);
   return ln_enc(h);
@@ -274,7 +281,7 @@ Tensor EncoderDecoder::decode(const IndexArray& tgt, const Tensor& memory, const
   AttentionCall self_call, cross_call;
   self_call.visibility = Visibility::causal(T, T);
   self_call.generator = cross_call.generator = gen;
-  cross_call.visibility = Visibility::key_lengths(src_lengths, memory.shape()[1]);  // no causal mask here
+  cross_call.visibility = Visibility::key_lengths(positions(src_lengths), memory.shape()[1]);  // no causal mask here
   const auto kv = memory_kv(memory);
   for (std::size_t l = 0; l < decoder.size(); ++l) h = (*decoder[l])(h, self_call, kv[l], cross_call);
   return ops::matmul(ln_f(h), tok.weight, {false, true});
@@ -302,7 +309,7 @@ Tensor EncoderDecoder::decode_cached(const IndexArray& tgt_new, std::vector<KVCa
   const std::size_t start = caches[0].length();
   Tensor h = embed(tgt_new, start, nullptr);
   AttentionCall self_call, cross_call;
-  cross_call.visibility = Visibility::key_lengths(src_lengths, kv[0].first.shape()[2]);
+  cross_call.visibility = Visibility::key_lengths(positions(src_lengths), kv[0].first.shape()[2]);
   try {
     for (std::size_t l = 0; l < decoder.size(); ++l)
       h = decoder[l]->forward_cached(h, caches[l], self_call, kv[l], cross_call);

@@ -32,9 +32,11 @@ struct VisRule {
   // allowed keys of a row are a prefix, found by binary search.
   std::vector<std::int64_t> q_pos, k_pos;
   bool k_sorted = false;
-  // documents: ids [r0, T]; per (b, i) the first key of the same document and whether every
-  // key from there to i is in it (a contiguous document).
-  std::vector<std::int64_t> doc;
+  // documents: query ids [r0, T], key ids [r0, S], absolute positions q_pos [T], k_pos [S];
+  // key j visible to query i iff k_doc[j] == q_doc[i] and (when doc_causal) k_pos[j] <= q_pos[i].
+  // Per (b, i): the bounding key range (row_lo, row_hi) and whether every key in it is visible.
+  std::vector<std::int64_t> q_doc, k_doc;
+  bool doc_causal = true;
 
   std::size_t row_of(std::size_t b, std::size_t h, std::size_t i) const {
     const std::size_t rb = shape[0] == 1 ? 0 : b, rh = shape[1] == 1 ? 0 : h, ri = shape[2] == 1 ? 0 : i;
@@ -103,10 +105,11 @@ struct VisRule {
         return;
       }
       case Kind::documents: {
-        const std::size_t Tn = shape[2], rb = shape[0] == 1 ? 0 : b;
-        const std::int64_t* d = doc.data() + rb * Tn;
+        const std::size_t rb = shape[0] == 1 ? 0 : b;
+        const std::int64_t qd = q_doc[rb * shape[2] + i], qp = q_pos[i];
+        const std::int64_t* kd = k_doc.data() + rb * shape[3];
         for (std::size_t j = lo; j < hi; ++j)
-          if (j > i || d[j] != d[i]) row[j - lo] = ninf;
+          if (kd[j] != qd || (doc_causal && k_pos[j] > qp)) row[j - lo] = ninf;
         return;
       }
     }
@@ -151,12 +154,21 @@ namespace {
 const char* kOp = "visibility";
 using vis_detail::VisRule;
 
-// [T, S] -> [1, 1, T, S]; rank 4 kept; anything else is an error.
+// [T, S] -> [1, 1, T, S]; [B, T, S] -> [B, 1, T, S] (every head); rank 4 kept; anything
+// else is an error.
 Shape to_rank4(const Shape& s, const std::string& what) {
   if (s.size() == 2) return {1, 1, s[0], s[1]};
+  if (s.size() == 3) return {s[0], 1, s[1], s[2]};
   if (s.size() == 4) return s;
-  throw ShapeError(op_message(kOp, what + " must be [T, S] or [B, H, T, S], has shape " + shape_str(s)));
+  throw ShapeError(op_message(kOp, what + " must be [T, S], [B, T, S] or [B, H, T, S], has shape " + shape_str(s)));
 }
+
+std::size_t non_negative(Position v, const std::string& what) {
+  if (v < 0) throw ValueError(op_message(kOp, what + " must be >= 0, got " + std::to_string(v)));
+  return static_cast<std::size_t>(v);
+}
+
+std::string positions_str(std::size_t n) { return std::to_string(n) + (n == 1 ? " entry" : " entries"); }
 
 std::shared_ptr<VisRule> dense_rule(const Shape& shape, std::vector<unsigned char> allowed) {
   auto r = std::make_shared<VisRule>();
@@ -236,7 +248,8 @@ Visibility Visibility::causal(const std::vector<std::int64_t>& q_pos, const std:
   return Visibility(r);
 }
 
-Visibility Visibility::causal(std::size_t T, std::size_t S) {
+Visibility Visibility::causal(Position T_, Position S_) {
+  const std::size_t T = non_negative(T_, "causal(T, S): T"), S = non_negative(S_, "causal(T, S): S");
   if (T > S)
     throw ShapeError(op_message(kOp, "causal(T, S) aligns T queries with the last T of S keys; T (" +
                                          std::to_string(T) + ") exceeds S (" + std::to_string(S) +
@@ -247,13 +260,15 @@ Visibility Visibility::causal(std::size_t T, std::size_t S) {
   return causal(q, k);
 }
 
-Visibility Visibility::key_lengths(const std::vector<std::size_t>& lengths, std::size_t S) {
+Visibility Visibility::key_lengths(const std::vector<Position>& lengths, Position S_) {
+  const std::size_t S = non_negative(S_, "key_lengths: S");
   BoolArray valid = BoolArray::filled({lengths.size(), S}, false);
   for (std::size_t b = 0; b < lengths.size(); ++b) {
-    if (lengths[b] > S)
-      throw ShapeError(op_message(kOp, "key length " + std::to_string(lengths[b]) + " of sample " +
+    const std::size_t len = non_negative(lengths[b], "key_lengths: length of sample " + std::to_string(b));
+    if (len > S)
+      throw ShapeError(op_message(kOp, "key length " + std::to_string(len) + " of sample " +
                                            std::to_string(b) + " exceeds S (" + std::to_string(S) + ")"));
-    for (std::size_t j = 0; j < lengths[b]; ++j) valid.data[b * S + j] = 1;
+    for (std::size_t j = 0; j < len; ++j) valid.data[b * S + j] = 1;
   }
   return valid_keys(valid);
 }
@@ -270,28 +285,85 @@ Visibility Visibility::padded_keys(const BoolArray& padding) {
   return forbidden(BoolArray({padding.shape[0], 1, 1, padding.shape[1]}, padding.data));
 }
 
-Visibility Visibility::documents(const IndexArray& doc_ids) {
+Visibility Visibility::documents(const IndexArray& doc_ids, bool causal) {
   const Shape& s = doc_ids.shape;
   if (s.size() != 1 && s.size() != 2)
-    throw ShapeError(op_message(kOp, "document ids must be [T] or [B, T], have shape " + shape_str(s)));
-  const std::size_t B = s.size() == 2 ? s[0] : 1, T = s.back();
+    throw ShapeError(op_message(kOp, "documents: document ids must be [T] or [B, T], have shape " + shape_str(s)));
+  std::vector<Position> pos(s.back());
+  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<Position>(i);
+  return documents(doc_ids, doc_ids, pos, pos, causal);
+}
+
+Visibility Visibility::documents(const IndexArray& q_doc, const IndexArray& k_doc, const std::vector<Position>& q_pos,
+                                 const std::vector<Position>& k_pos, bool causal) {
+  const Shape &qs = q_doc.shape, &ks = k_doc.shape;
+  if (qs.size() != 1 && qs.size() != 2)
+    throw ShapeError(op_message(kOp, "documents: query document ids must be [T] or [B, T], have shape " + shape_str(qs)));
+  if (ks.size() != 1 && ks.size() != 2)
+    throw ShapeError(op_message(kOp, "documents: key document ids must be [S] or [B, S], have shape " + shape_str(ks)));
+  const std::size_t T = qs.back(), S = ks.back();
+  const std::size_t Bq = qs.size() == 2 ? qs[0] : 1, Bk = ks.size() == 2 ? ks[0] : 1;
+  if (qs.size() == 2 && ks.size() == 2 && Bq != Bk)
+    throw ShapeError(op_message(kOp, "documents: query document ids " + shape_str(qs) + " and key document ids " +
+                                         shape_str(ks) + " have different batch sizes"));
+  if (q_pos.size() != T)
+    throw ShapeError(op_message(kOp, "documents: q_pos has " + positions_str(q_pos.size()) +
+                                         ", the query document ids " + shape_str(qs) + " have T = " + std::to_string(T)));
+  if (k_pos.size() != S)
+    throw ShapeError(op_message(kOp, "documents: k_pos has " + positions_str(k_pos.size()) +
+                                         ", the key document ids " + shape_str(ks) + " have S = " + std::to_string(S)));
+  const std::size_t B = std::max(Bq, Bk);
   auto r = std::make_shared<VisRule>();
   r->kind = VisRule::Kind::documents;
-  r->shape = {B, 1, T, T};
-  r->doc = doc_ids.data;
+  r->shape = {B, 1, T, S};
+  r->doc_causal = causal;
+  r->q_pos = q_pos;
+  r->k_pos = k_pos;
+  // Both id arrays spread to B rows, so a rule row needs no broadcasting logic.
+  r->q_doc.resize(B * T);
+  r->k_doc.resize(B * S);
+  for (std::size_t b = 0; b < B; ++b) {
+    std::copy_n(q_doc.data.begin() + static_cast<std::ptrdiff_t>((Bq == 1 ? 0 : b) * T), T, r->q_doc.begin() + b * T);
+    std::copy_n(k_doc.data.begin() + static_cast<std::ptrdiff_t>((Bk == 1 ? 0 : b) * S), S, r->k_doc.begin() + b * S);
+  }
+  // Per row: the visible keys are those of the query's document (with k_pos <= q_pos when
+  // causal). Keys of each document are listed in index order; with ascending k_pos the
+  // causal ones are a prefix of that list (binary search), otherwise the list is scanned.
+  const bool k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
   r->row_lo.assign(B * T, 0);
   r->row_hi.assign(B * T, 0);
   r->row_exact.assign(B * T, 1);
   for (std::size_t b = 0; b < B; ++b) {
-    const std::int64_t* d = r->doc.data() + b * T;
-    std::map<std::int64_t, std::size_t> first;  // first position of each document id
-    std::size_t run_start = 0;
+    std::map<std::int64_t, std::vector<std::size_t>> keys_of;
+    for (std::size_t j = 0; j < S; ++j) keys_of[r->k_doc[b * S + j]].push_back(j);
     for (std::size_t i = 0; i < T; ++i) {
-      if (i > 0 && d[i] != d[i - 1]) run_start = i;
-      const std::size_t f = first.emplace(d[i], i).first->second;
-      r->row_lo[b * T + i] = f;
-      r->row_hi[b * T + i] = i + 1;
-      r->row_exact[b * T + i] = f == run_start;  // the document is one contiguous run up to i
+      const std::size_t row = b * T + i;
+      const auto it = keys_of.find(r->q_doc[row]);
+      if (it == keys_of.end()) continue;  // no key of this document: empty row
+      const std::vector<std::size_t>& js = it->second;
+      std::size_t lo = S, hi = 0, count = 0;
+      if (!causal || k_sorted) {
+        count = js.size();
+        if (causal)
+          count = static_cast<std::size_t>(
+              std::upper_bound(js.begin(), js.end(), q_pos[i], [&](Position q, std::size_t j) { return q < k_pos[j]; }) -
+              js.begin());
+        if (count > 0) {
+          lo = js.front();
+          hi = js[count - 1] + 1;
+        }
+      } else {
+        for (const std::size_t j : js)
+          if (k_pos[j] <= q_pos[i]) {
+            lo = std::min(lo, j);
+            hi = j + 1;
+            ++count;
+          }
+      }
+      if (count == 0) continue;
+      r->row_lo[row] = lo;
+      r->row_hi[row] = hi;
+      r->row_exact[row] = count == hi - lo;
     }
   }
   return Visibility(r);
@@ -408,13 +480,15 @@ std::vector<unsigned char> Visibility::expand_allowed(const std::string& op, con
   return out;
 }
 
-BoolArray valid_queries_from_lengths(const std::vector<std::size_t>& lengths, std::size_t T) {
+BoolArray valid_queries_from_lengths(const std::vector<Position>& lengths, Position T_) {
+  const std::size_t T = non_negative(T_, "valid_queries_from_lengths: T");
   BoolArray v = BoolArray::filled({lengths.size(), T}, false);
   for (std::size_t b = 0; b < lengths.size(); ++b) {
-    if (lengths[b] > T)
-      throw ShapeError(op_message("visibility", "query length " + std::to_string(lengths[b]) + " of sample " +
+    const std::size_t len = non_negative(lengths[b], "valid_queries_from_lengths: length of sample " + std::to_string(b));
+    if (len > T)
+      throw ShapeError(op_message("visibility", "query length " + std::to_string(len) + " of sample " +
                                                     std::to_string(b) + " exceeds T (" + std::to_string(T) + ")"));
-    for (std::size_t i = 0; i < lengths[b]; ++i) v.data[b * T + i] = 1;
+    for (std::size_t i = 0; i < len; ++i) v.data[b * T + i] = 1;
   }
   return v;
 }

@@ -7,7 +7,11 @@
 // optional finite additive bias (a soft bias, not a prohibition).
 //
 // Shapes: a Visibility is rank 4, [B or 1, H or 1, T, S], broadcast against the scores
-// [B, H_q, T, S]. Constructors that take [T, S] or [B, S] insert the missing axes.
+// [B, H_q, T, S]. Constructors that take [T, S], [B, T, S] or [B, S] insert the missing axes
+// (a [B, T, S] mask applies to every head).
+//
+// Integers: positions, lengths and sizes are std::int64_t (Position) throughout, as document
+// ids and token ids are; a negative one is a ValueError.
 // Positions are ABSOLUTE: causal(q_pos, k_pos) allows key j for query i iff
 // k_pos[j] <= q_pos[i], so a suffix of queries over a cached prefix is bottom-right aligned.
 #pragma once
@@ -21,6 +25,9 @@
 
 namespace xg::nn {
 
+// Positions, lengths and sizes in the Visibility constructors.
+using Position = std::int64_t;
+
 namespace vis_detail {
 struct VisRule;
 struct VisCache;
@@ -33,29 +40,37 @@ class Visibility {
   Visibility() = default;  // every key visible (as all())
   // Every key visible to every query (no constraint).
   static Visibility all();
-  // m[.., i, j] true = query i MAY see key j. m is [T, S] or [B|1, H|1, T, S].
+  // m[.., i, j] true = query i MAY see key j. m is [T, S], [B|1, T, S] (every head) or
+  // [B|1, H|1, T, S].
   static Visibility allowed(const BoolArray& m);
-  // m[.., i, j] true = query i must NOT see key j. m is [T, S] or [B|1, H|1, T, S].
+  // m[.., i, j] true = query i must NOT see key j. Shapes as allowed().
   static Visibility forbidden(const BoolArray& m);
   // Additive float bias M (5.11): 0 allowed, -inf forbidden, finite = soft bias (allowed).
-  // [T, S] or [B|1, H|1, T, S]. NaN and +inf are errors.
+  // Shapes as allowed(). NaN and +inf are errors.
   static Visibility additive(const Array& bias);
   // Causal by absolute positions (5.12): key j visible to query i iff k_pos[j] <= q_pos[i].
-  static Visibility causal(const std::vector<std::int64_t>& q_pos,
-                           const std::vector<std::int64_t>& k_pos);
+  static Visibility causal(const std::vector<Position>& q_pos, const std::vector<Position>& k_pos);
   // Causal for T queries that are the LAST T of S positions (keys at 0..S-1, queries at
   // S-T..S-1): bottom-right aligned. T == S is the usual square causal mask. T > S is an error.
-  static Visibility causal(std::size_t T, std::size_t S);
+  static Visibility causal(Position T, Position S);
   // Key padding (SPEC 3.5): sample b has lengths[b] real keys (0 .. lengths[b]-1); the rest
   // are padding, hidden from every query and head. Shape [B, 1, 1, S].
-  static Visibility key_lengths(const std::vector<std::size_t>& lengths, std::size_t S);
+  static Visibility key_lengths(const std::vector<Position>& lengths, Position S);
   // Key padding from a [B, S] mask: true = a real key (valid_keys) / true = padding (padded_keys).
   static Visibility valid_keys(const BoolArray& valid);
   static Visibility padded_keys(const BoolArray& padding);
-  // Packed documents (SPEC 3.7): query i sees key j iff doc[i] == doc[j] and j <= i
-  // (block-diagonal, causal inside each document). doc_ids is [T] (shared by the batch) or
-  // [B, T]. Separator tokens isolate nothing; only this mask does.
-  static Visibility documents(const IndexArray& doc_ids);
+  // Packed documents (SPEC 3.7): query i sees key j iff doc[i] == doc[j] and, when causal,
+  // j <= i (block-diagonal, causal inside each document; bidirectional inside each document
+  // with causal = false). doc_ids is [T] (shared by the batch) or [B, T]; T == S. Separator
+  // tokens isolate nothing; only this mask does.
+  static Visibility documents(const IndexArray& doc_ids, bool causal = true);
+  // Packed documents, general form: queries and keys carry their own document ids and
+  // absolute positions, so T != S works, e.g. a suffix of queries over a cached packed prefix.
+  // Query i sees key j iff k_doc[.., j] == q_doc[.., i] and, when causal, k_pos[j] <= q_pos[i].
+  // q_doc is [T] or [B, T], k_doc [S] or [B, S] (batch sizes equal when both have one);
+  // q_pos has T entries, k_pos S. Disagreeing sizes are a ShapeError naming the rule.
+  static Visibility documents(const IndexArray& q_doc, const IndexArray& k_doc, const std::vector<Position>& q_pos,
+                              const std::vector<Position>& k_pos, bool causal = true);
 
   // Intersection of allowed sets (SPEC 3.4); soft biases add.
   Visibility operator&(const Visibility& other) const;
@@ -107,6 +122,6 @@ class VisibilityPlan {
 
 // Query validity flags b_i (SPEC 3.8, Algorithm 5.1): true = a real query, false = padding.
 // An invalid query's output row is exactly zero and it sends zero gradient everywhere.
-BoolArray valid_queries_from_lengths(const std::vector<std::size_t>& lengths, std::size_t T);
+BoolArray valid_queries_from_lengths(const std::vector<Position>& lengths, Position T);
 
 }  // namespace xg::nn

@@ -6,7 +6,7 @@
 #   and clang with libFuzzer (scripts/fuzz.sh, docs/reliability.md).
 set -euo pipefail
 
-packages=(cmake g++ make xtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev libopenblas-dev catch2
+packages=(cmake g++ make xtensor-dev xtl-dev libxsimd-dev libopenblas-dev catch2
           libcli11-dev nlohmann-json3-dev libstb-dev gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch clang-14 libclang-rt-14-dev pkgconf)

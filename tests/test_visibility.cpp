@@ -120,5 +120,102 @@ TEST_CASE("visibility: a mask that does not fit the scores names both shapes", "
   const Tensor Q(Array::zeros({1, 1, 2, 4}, DType::float64)), K(Array::zeros({1, 1, 3, 4}, DType::float64));
   CHECK_THROWS_WITH(attention(Q, K, K, Visibility::causal(3, 3)),
                     Catch::Contains("[attention]") && Catch::Contains("(1, 1, 3, 3)") && Catch::Contains("(1, 1, 2, 3)"));
-  CHECK_THROWS_WITH(Visibility::allowed(BoolArray::filled({3}, true)), Catch::Contains("[T, S] or [B, H, T, S]"));
+  CHECK_THROWS_WITH(Visibility::allowed(BoolArray::filled({3}, true)), Catch::Contains("[T, S], [B, T, S] or [B, H, T, S]"));
+}
+
+TEST_CASE("visibility: [B, T, S] masks apply to every head", "[nn][visibility]") {
+  // Sample 0 allows the diagonal, sample 1 its complement; the head axis is implied.
+  const BoolArray m({2, 2, 2}, {1, 0, 0, 1, 0, 1, 1, 0});
+  for (const bool as_allowed : {true, false}) {
+    const Visibility v = as_allowed ? Visibility::allowed(m) : Visibility::forbidden(m);
+    CHECK(v.shape() == Shape{2, 1, 2, 2});
+    const auto a = v.expand_allowed("test", {2, 3, 2, 2});  // B 2, H 3
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t h = 0; h < 3; ++h)
+        for (std::size_t i = 0; i < 2; ++i)
+          for (std::size_t j = 0; j < 2; ++j) {
+            const bool given = m.data[(b * 2 + i) * 2 + j] != 0;
+            CHECK(a[((b * 3 + h) * 2 + i) * 2 + j] == (as_allowed ? given : !given));
+          }
+  }
+  const Array bias = Array::from_vector({2, 1, 2}, {0.0, -1.5, -std::numeric_limits<double>::infinity(), 0.0},
+                                        DType::float64);
+  const Array b4 = Visibility::additive(bias).bias(DType::float64);
+  CHECK(b4.shape() == Shape{2, 1, 1, 2});
+  CHECK(b4.at({0, 0, 0, 1}) == -1.5);
+  CHECK(b4.at({1, 0, 0, 0}) == -kInf);
+  CHECK_THROWS_WITH(Visibility::allowed(BoolArray::filled({2}, true)), Catch::Contains("[T, S], [B, T, S] or [B, H, T, S]"));
+}
+
+namespace {
+// The document rule from its definition: key j visible to query i iff same document and,
+// when causal, k_pos[j] <= q_pos[i].
+Table documents_by_definition(const std::vector<std::int64_t>& q_doc, const std::vector<std::int64_t>& k_doc,
+                              const std::vector<std::int64_t>& q_pos, const std::vector<std::int64_t>& k_pos,
+                              bool causal) {
+  Table t(q_doc.size(), std::vector<int>(k_doc.size()));
+  for (std::size_t i = 0; i < q_doc.size(); ++i)
+    for (std::size_t j = 0; j < k_doc.size(); ++j)
+      t[i][j] = k_doc[j] == q_doc[i] && (!causal || k_pos[j] <= q_pos[i]);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("visibility: documents with their own query ids and positions (T != S), causal and bidirectional",
+          "[nn][visibility]") {
+  // A packed prefix of 6 keys (documents 0, 0, 1, 1, 1, 2) and a suffix of 3 queries at
+  // positions 6..8 that continue document 2, then start document 3: the cached-prefix case.
+  const std::vector<std::int64_t> k_doc{0, 0, 1, 1, 1, 2, 2, 3, 3}, k_pos{0, 1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<std::int64_t> q_doc{2, 3, 3}, q_pos{6, 7, 8};
+  for (const bool causal : {true, false}) {
+    const Visibility v = Visibility::documents(IndexArray({3}, q_doc), IndexArray({9}, k_doc), q_pos, k_pos, causal);
+    CHECK(table(v, 3, 9) == documents_by_definition(q_doc, k_doc, q_pos, k_pos, causal));
+  }
+  // Equals the last rows of the square mask over all 9 positions.
+  const Table full = table(Visibility::documents(IndexArray({9}, k_doc)), 9, 9);
+  const Table suffix = table(Visibility::documents(IndexArray({3}, q_doc), IndexArray({9}, k_doc), q_pos, k_pos), 3, 9);
+  CHECK(suffix == Table(full.begin() + 6, full.end()));
+  // Bidirectional square form: whole blocks.
+  const Table bidi = table(Visibility::documents(IndexArray({4}, {5, 5, 7, 7}), /*causal=*/false), 4, 4);
+  const Table blocks{{1, 1, 0, 0}, {1, 1, 0, 0}, {0, 0, 1, 1}, {0, 0, 1, 1}};
+  CHECK(bidi == blocks);
+  // Keys in any order (a non-contiguous document, unsorted positions) and per-sample ids.
+  const std::vector<std::int64_t> kd2{4, 9, 4, 4}, kp2{3, 0, 1, 2}, qd2{4, 9}, qp2{2, 1};
+  CHECK(table(Visibility::documents(IndexArray({2}, qd2), IndexArray({4}, kd2), qp2, kp2), 2, 4) ==
+        documents_by_definition(qd2, kd2, qp2, kp2, true));
+  const Visibility batched =
+      Visibility::documents(IndexArray({2, 2}, {0, 1, 1, 1}), IndexArray({3}, {0, 1, 1}), {1, 2}, {0, 1, 2});
+  CHECK(batched.shape() == Shape{2, 1, 2, 3});
+  const auto a = batched.expand_allowed("test", {2, 1, 2, 3});
+  CHECK(std::vector<unsigned char>(a.begin(), a.begin() + 6) == std::vector<unsigned char>{1, 0, 0, 0, 1, 1});
+  CHECK(std::vector<unsigned char>(a.begin() + 6, a.end()) == std::vector<unsigned char>{0, 1, 0, 0, 1, 1});
+}
+
+TEST_CASE("visibility: document rules with disagreeing sizes, and negative positions or lengths, are named errors",
+          "[nn][visibility][errors]") {
+  CHECK_THROWS_WITH(Visibility::documents(IndexArray({2}, {0, 0}), IndexArray({3}, {0, 0, 0}), {0, 1, 2}, {0, 1, 2}),
+                    Catch::Contains("documents: q_pos has 3 entries") && Catch::Contains("T = 2"));
+  CHECK_THROWS_WITH(Visibility::documents(IndexArray({2}, {0, 0}), IndexArray({3}, {0, 0, 0}), {0, 1}, {0, 1}),
+                    Catch::Contains("documents: k_pos has 2 entries") && Catch::Contains("S = 3"));
+  CHECK_THROWS_WITH(Visibility::documents(IndexArray({2, 1}, {0, 0}), IndexArray({3, 1}, {0, 0, 0}), {0}, {0}),
+                    Catch::Contains("different batch sizes"));
+  CHECK_THROWS_AS(Visibility::documents(IndexArray({1, 1, 1}, {0}), false), ShapeError);
+  CHECK_THROWS_WITH(Visibility::key_lengths({2, -1}, 4), Catch::Contains("length of sample 1 must be >= 0, got -1"));
+  CHECK_THROWS_AS(Visibility::causal(-1, 3), ValueError);
+  CHECK_THROWS_AS(valid_queries_from_lengths({1}, -2), ValueError);
+}
+
+TEST_CASE("visibility: documents on the fused and composed attention paths agree for a cached suffix",
+          "[nn][visibility][attention]") {
+  Generator g(5);
+  const std::vector<std::int64_t> k_doc{0, 0, 1, 1, 1, 2, 2, 3, 3}, q_doc{2, 3, 3};
+  const Visibility v = Visibility::documents(IndexArray({3}, q_doc), IndexArray({9}, k_doc), {6, 7, 8},
+                                             {0, 1, 2, 3, 4, 5, 6, 7, 8});
+  const Array Q = random_normal({1, 2, 3, 4}, g), K = random_normal({1, 2, 9, 4}, g), V = random_normal({1, 2, 9, 4}, g);
+  SdpaOptions fused, composed;
+  fused.impl = SdpaImpl::fused;
+  composed.impl = SdpaImpl::composed;
+  const Array a = attention(Tensor(Q), Tensor(K), Tensor(V), v, fused).value();
+  const Array b = attention(Tensor(Q), Tensor(K), Tensor(V), v, composed).value();
+  CHECK(max_abs_diff(a, b) < 1e-12);
 }

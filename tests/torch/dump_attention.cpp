@@ -183,7 +183,7 @@ Visibility visibility_of(const MaskSpec& m, bool forbidden_polarity) {
   if (!m.rand_allowed.data.empty())
     v = forbidden_polarity ? Visibility::forbidden(invert(m.rand_allowed)) : Visibility::allowed(m.rand_allowed);
   if (m.causal) v = v & Visibility::causal(m.T, m.S);
-  if (!m.lens.empty()) v = v & Visibility::key_lengths(m.lens, m.S);
+  if (!m.lens.empty()) v = v & Visibility::key_lengths(std::vector<nn::Position>(m.lens.begin(), m.lens.end()), static_cast<nn::Position>(m.S));
   return v;
 }
 
