@@ -12,9 +12,9 @@ namespace {
 
 int run_demo() {
   // y = sum(softmax(x W) * t): a tiny "attention-like" graph with matmul and softmax.
-  Tensor x(Array::of({{1.0, 0.0}, {0.0, 1.0}, {1.0, 1.0}}), true);
-  Tensor W(Array::of({{0.5, -1.0, 2.0}, {1.5, 0.25, -0.5}}), true);
-  const Array t = Array::of({{1.0, 0.0, 0.0}, {0.0, 1.0, 0.0}, {0.0, 0.0, 1.0}});
+  Tensor x(Array::of({{1.0, 0.0}, {0.0, 1.0}, {1.0, 1.0}}, DType::float64), true);
+  Tensor W(Array::of({{0.5, -1.0, 2.0}, {1.5, 0.25, -0.5}}, DType::float64), true);
+  const Array t = Array::of({{1.0, 0.0, 0.0}, {0.0, 1.0, 0.0}, {0.0, 0.0, 1.0}}, DType::float64);
   Tensor y = ops::sum(ops::softmax(ops::matmul(x, W), -1) * Tensor(t));
   y.backward();
   std::cout << "y = sum(softmax(x W) * t) = " << y.item() << "\n";

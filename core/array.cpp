@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <sstream>
 
 #include <xgrad/core/allocator.hpp>
@@ -239,6 +240,8 @@ std::size_t Array::first_nonfinite() const {
 }
 
 bool Array::all_finite() const { return first_nonfinite() == size(); }
+
+std::ostream& operator<<(std::ostream& os, const Array& a) { return os << a.str(); }
 
 std::string Array::str() const {
   if (!defined()) return "<undefined>";

@@ -7,6 +7,7 @@
 // interested users the underlying xt::xarray<T>.
 #pragma once
 
+#include <iosfwd>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -34,11 +35,11 @@ class Array {
   // name, because {{1, 2}} would be ambiguous between two and three levels). Ragged lists
   // are an error. A column of one-element rows ({{1}, {2}}) is ambiguous in C++ with a
   // 1-d list: build it with from_vector.
-  static Array of(std::initializer_list<double> v, DType dtype = DType::float64);
+  static Array of(std::initializer_list<double> v, DType dtype = default_dtype());
   static Array of(std::initializer_list<std::initializer_list<double>> v,
-                  DType dtype = DType::float64);
+                  DType dtype = default_dtype());
   static Array of3(std::initializer_list<std::initializer_list<std::initializer_list<double>>> v,
-                  DType dtype = DType::float64);
+                  DType dtype = default_dtype());
 
   bool defined() const { return static_cast<bool>(s_); }
   DType dtype() const;
@@ -105,5 +106,9 @@ struct IndexArray {
   IndexArray(std::initializer_list<std::int64_t> v);  // 1-d
   std::size_t size() const { return data.size(); }
 };
+
+// Prints a.str(): nested brackets, 6 significant digits, shortened past a few hundred
+// elements; "<undefined>" for an undefined Array.
+std::ostream& operator<<(std::ostream& os, const Array& a);
 
 }  // namespace xg

@@ -30,9 +30,9 @@ class Generator {
   double spare_ = 0.0;
 };
 
-Array random_normal(const Shape& shape, Generator& gen, DType dtype = DType::float64,
+Array random_normal(const Shape& shape, Generator& gen, DType dtype = default_dtype(),
                     double mean = 0.0, double stddev = 1.0);
-Array random_uniform(const Shape& shape, Generator& gen, DType dtype = DType::float64,
+Array random_uniform(const Shape& shape, Generator& gen, DType dtype = default_dtype(),
                      double low = 0.0, double high = 1.0);
 
 }  // namespace xg

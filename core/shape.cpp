@@ -1,12 +1,20 @@
 #include <xgrad/core/shape.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <sstream>
 
 #include <xgrad/core/error.hpp>
 
 namespace xg {
+
+namespace {
+std::atomic<DType> g_default_dtype{DType::float32};
+}  // namespace
+
+DType default_dtype() { return g_default_dtype.load(std::memory_order_relaxed); }
+void set_default_dtype(DType dtype) { g_default_dtype.store(dtype, std::memory_order_relaxed); }
 
 const char* dtype_name(DType d) { return d == DType::float32 ? "float32" : "float64"; }
 

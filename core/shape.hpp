@@ -12,6 +12,12 @@ namespace xg {
 enum class DType { float32, float64 };
 const char* dtype_name(DType d);  // "float32" / "float64"
 
+// The dtype every creation helper and layer uses when none is given: float32 at start, as in
+// PyTorch and JAX. Process-wide; set_default_dtype(DType::float64) is what a gradient-check
+// program or a float64 test suite calls first (like torch.set_default_dtype).
+DType default_dtype();
+void set_default_dtype(DType dtype);
+
 using Shape = std::vector<std::size_t>;
 using Axes = std::vector<int>;  // may be negative (counted from the end), as in NumPy
 

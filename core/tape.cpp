@@ -3,6 +3,7 @@
 #include <xgrad/core/tape.hpp>
 
 #include <algorithm>
+#include <ostream>
 #include <unordered_map>
 
 #include <xgrad/core/error.hpp>
@@ -139,9 +140,26 @@ void Tensor::set_grad(Array g) {
   impl_->grad = std::move(g);
 }
 
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(<undefined>)";
+  const detail::TensorImpl& impl = *t.impl();
+  os << "tensor(" << impl.value.str() << ", dtype=" << dtype_name(impl.value.dtype());
+  if (impl.is_leaf) {
+    if (impl.requires_grad) os << ", requires_grad=true";
+  } else if (const auto tape = impl.tape.lock(); tape && tape->generation == impl.generation && impl.node < tape->nodes.size()) {
+    os << ", grad_fn=" << tape->nodes[impl.node].op;
+  }
+  if (!impl.name.empty()) os << ", name=" << impl.name;
+  return os << ")";
+}
+
 void Tensor::set_value(Array v) {
   const TensorImpl& t = checked(impl_);
   if (!t.is_leaf) throw TapeError(op_message("set_value", "only a leaf's value can be replaced"));
+  if (v.defined() && t.value.defined() && v.dtype() != t.value.dtype())
+    throw DTypeError(op_message("set_value", "new value is " + std::string(dtype_name(v.dtype())) + " with shape " +
+                                                 shape_str(v.shape()) + ", tensor is " + dtype_name(t.value.dtype()) +
+                                                 " with shape " + shape_str(t.value.shape())));
   if (v.shape() != t.value.shape() || v.dtype() != t.value.dtype())
     throw ShapeError(op_message("set_value", "new value has shape " + shape_str(v.shape()) +
                                                  " " + dtype_name(v.dtype()) + ", tensor has " +

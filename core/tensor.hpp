@@ -4,6 +4,7 @@
 // Copying a Tensor copies the handle, not the data.
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <string>
 
@@ -58,16 +59,21 @@ class Tensor {
   std::shared_ptr<detail::TensorImpl> impl_;
 };
 
-// Creation helpers. The default dtype is float32, as in PyTorch.
+// Prints like PyTorch: "tensor(<values>, dtype=float32)", adding ", requires_grad=true" for
+// leaves that require grad, ", grad_fn=<op>" for an op's output while its tape still holds
+// it, ", name=<name>" when named; "tensor(<undefined>)" for an undefined Tensor.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Creation helpers. The default dtype is default_dtype(): float32 unless set, as in PyTorch.
 Tensor tensor(Array value, bool requires_grad = false);
-Tensor zeros(const Shape& shape, DType dtype = DType::float32, bool requires_grad = false);
-Tensor ones(const Shape& shape, DType dtype = DType::float32, bool requires_grad = false);
-Tensor full(const Shape& shape, double value, DType dtype = DType::float32,
+Tensor zeros(const Shape& shape, DType dtype = default_dtype(), bool requires_grad = false);
+Tensor ones(const Shape& shape, DType dtype = default_dtype(), bool requires_grad = false);
+Tensor full(const Shape& shape, double value, DType dtype = default_dtype(),
             bool requires_grad = false);
-Tensor arange(double start, double stop, double step = 1.0, DType dtype = DType::float32);
-Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::float32,
+Tensor arange(double start, double stop, double step = 1.0, DType dtype = default_dtype());
+Tensor randn(const Shape& shape, Generator& gen, DType dtype = default_dtype(),
              bool requires_grad = false);
-Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::float32,
+Tensor rand(const Shape& shape, Generator& gen, DType dtype = default_dtype(),
             bool requires_grad = false);  // uniform on [0, 1)
 
 }  // namespace xg

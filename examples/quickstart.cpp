@@ -5,6 +5,7 @@
 using namespace xg;
 
 int main() {
+  set_default_dtype(DType::float64);  // float32 is the default; gradient checks want float64
   Tensor x(Array::of({{1.0, 2.0}, {3.0, 4.0}}), /*requires_grad=*/true);
   Tensor W(Array::of({{0.5, -1.0}, {1.0, 0.25}}), true);
   Tensor y = ops::sum(ops::softmax(ops::matmul(x, W), -1) * x);  // records 4 ops

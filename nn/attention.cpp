@@ -20,10 +20,11 @@ namespace {
 
 long L(std::size_t v) { return static_cast<long>(v); }
 
-// Xavier-uniform [fan_in, fan_out] from gen.
-Array xavier(std::size_t fan_in, std::size_t fan_out, Generator& gen, DType dtype) {
+// Xavier-uniform [fan_in, fan_out] from gen; zeros without one (weights set afterwards).
+Array xavier(std::size_t fan_in, std::size_t fan_out, Generator* gen, DType dtype) {
+  if (!gen) return Array::zeros({fan_in, fan_out}, dtype);
   const double a = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
-  return random_uniform({fan_in, fan_out}, gen, dtype, -a, a);
+  return random_uniform({fan_in, fan_out}, *gen, dtype, -a, a);
 }
 
 void check_heads(const std::string& op, std::size_t d, const char* d_name, std::size_t H_q, std::size_t H_kv,
@@ -42,10 +43,13 @@ Tensor affine(const Tensor& X, const Tensor& W, const Tensor& b) {
   return b.defined() ? Y + b : Y;
 }
 
-void check_input(const std::string& op, const char* name, const Tensor& X, std::size_t width) {
+void check_input(const std::string& op, const char* name, const Tensor& X, std::size_t width, DType dtype) {
   if (!X.defined() || X.ndim() != 3 || X.shape()[2] != width)
     throw ShapeError(op_message(op, std::string(name) + " must be [B, length, " + std::to_string(width) +
                                         "], has shape " + (X.defined() ? shape_str(X.shape()) : "undefined")));
+  if (X.dtype() != dtype)
+    throw DTypeError(op_message(op, std::string(name) + " is " + dtype_name(X.dtype()) + ", the layer is " +
+                                        dtype_name(dtype) + "; convert one of them so both are the same dtype"));
 }
 
 SdpaOptions sdpa_options(const AttentionCall& call, const std::optional<double>& scale, double dropout,
@@ -75,7 +79,16 @@ Tensor merge_heads(const Tensor& O) {
 
 // ---------------------------------------------------------------------------------------
 
-MultiHeadAttention::MultiHeadAttention(const AttentionConfig& cfg, Generator& gen) : cfg_(cfg) {
+MultiHeadAttention::MultiHeadAttention(const AttentionConfig& cfg, Generator& gen) : cfg_(cfg) { init(&gen); }
+
+MultiHeadAttention::MultiHeadAttention(const AttentionConfig& cfg,
+                                       const std::vector<std::pair<std::string, Array>>& weights)
+    : cfg_(cfg) {
+  init(nullptr);
+  set_weights(weights);
+}
+
+void MultiHeadAttention::init(Generator* gen) {
   if (cfg_.H_kv == 0) cfg_.H_kv = cfg_.H_q;
   check_heads("attention", cfg_.d_model, "d_model", cfg_.H_q, cfg_.H_kv, cfg_.d_head);
   d_h_ = cfg_.d_head ? cfg_.d_head : cfg_.d_model / cfg_.H_q;
@@ -87,7 +100,7 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& cfg, Generator& ge
 }
 
 void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const {
-  check_input("attention", "X", X, cfg_.d_model);
+  check_input("attention", "X", X, cfg_.d_model, cfg_.dtype);
   const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
   const auto parts = ops::split(P, {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_}, -1);
   Q = split_heads(parts[0], cfg_.H_q);
@@ -135,7 +148,15 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
 
 // ---------------------------------------------------------------------------------------
 
-CrossAttention::CrossAttention(const CrossAttentionConfig& cfg, Generator& gen) : cfg_(cfg) {
+CrossAttention::CrossAttention(const CrossAttentionConfig& cfg, Generator& gen) : cfg_(cfg) { init(&gen); }
+
+CrossAttention::CrossAttention(const CrossAttentionConfig& cfg, const std::vector<std::pair<std::string, Array>>& weights)
+    : cfg_(cfg) {
+  init(nullptr);
+  set_weights(weights);
+}
+
+void CrossAttention::init(Generator* gen) {
   if (cfg_.H_kv == 0) cfg_.H_kv = cfg_.H_q;
   if (cfg_.d_out == 0) cfg_.d_out = cfg_.d_q;
   check_heads("cross_attention", cfg_.d_q, "d_q", cfg_.H_q, cfg_.H_kv, cfg_.d_head);
@@ -150,14 +171,14 @@ CrossAttention::CrossAttention(const CrossAttentionConfig& cfg, Generator& gen) 
 }
 
 std::pair<Tensor, Tensor> CrossAttention::project_memory(const Tensor& X_m) const {
-  check_input("cross_attention", "X_m", X_m, cfg_.d_m);
+  check_input("cross_attention", "X_m", X_m, cfg_.d_m, cfg_.dtype);
   const auto kv = ops::chunk(affine(X_m, W_KV, b_KV), 2, -1);  // [X_m W_K, X_m W_V]
   return {split_heads(kv[0], cfg_.H_kv), split_heads(kv[1], cfg_.H_kv)};
 }
 
 AttentionOutput CrossAttention::forward_with_memory(const Tensor& X_q, const std::pair<Tensor, Tensor>& KV,
                                                     const AttentionCall& call) {
-  check_input("cross_attention", "X_q", X_q, cfg_.d_q);
+  check_input("cross_attention", "X_q", X_q, cfg_.d_q, cfg_.dtype);
   const Tensor Q = split_heads(affine(X_q, W_Q, b_Q), cfg_.H_q);
   const SdpaResult r = scaled_dot_product_attention(Q, KV.first, KV.second, call.visibility,
                                                     sdpa_options(call, cfg_.scale, cfg_.dropout, training()));

@@ -32,7 +32,7 @@ struct AttentionConfig {
   bool bias = true;
   double dropout = 0.0;  // on attention weights, in training mode
   std::optional<double> scale;  // default 1 / sqrt(d_head)
-  DType dtype = DType::float32;
+  DType dtype = default_dtype();
   SdpaImpl impl = SdpaImpl::automatic;  // attention core (nn/sdpa.hpp)
 };
 
@@ -45,7 +45,7 @@ struct CrossAttentionConfig {
   bool bias = true;
   double dropout = 0.0;
   std::optional<double> scale;
-  DType dtype = DType::float32;
+  DType dtype = default_dtype();
   SdpaImpl impl = SdpaImpl::automatic;
 };
 
@@ -68,6 +68,10 @@ struct AttentionOutput {
 class MultiHeadAttention : public Module {
  public:
   MultiHeadAttention(const AttentionConfig& cfg, Generator& gen);
+  // From given weights, no generator: the parameters by name ("W_QKV" [d_model, (H_q + 2 H_kv)
+  // d_h], "b_QKV", "W_O" [H_q d_h, d_model], "b_O"; the biases only when cfg.bias), with
+  // cfg.dtype, checked as Module::set_weights checks them.
+  MultiHeadAttention(const AttentionConfig& cfg, const std::vector<std::pair<std::string, Array>>& weights);
 
   // X [B, T, d_model] -> Y [B, T, d_model].
   AttentionOutput forward(const Tensor& X, const AttentionCall& call);
@@ -92,6 +96,8 @@ class MultiHeadAttention : public Module {
   AttentionOutput finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                          const AttentionCall& call);
 
+  void init(Generator* gen);  // registers the parameters: random from gen, or zeros
+
   AttentionConfig cfg_;
   std::size_t d_h_;
 };
@@ -99,6 +105,9 @@ class MultiHeadAttention : public Module {
 class CrossAttention : public Module {
  public:
   CrossAttention(const CrossAttentionConfig& cfg, Generator& gen);
+  // From given weights by name ("W_Q", "b_Q", "W_KV" (K and V packed), "b_KV", "W_O", "b_O"),
+  // checked as Module::set_weights checks them.
+  CrossAttention(const CrossAttentionConfig& cfg, const std::vector<std::pair<std::string, Array>>& weights);
 
   // X_q [B, T, d_q], X_m [B, S, d_m] -> Y [B, T, d_out].
   AttentionOutput forward(const Tensor& X_q, const Tensor& X_m, const AttentionCall& call);
@@ -113,6 +122,8 @@ class CrossAttention : public Module {
   Tensor W_Q, b_Q, W_KV, b_KV, W_O, b_O;
 
  private:
+  void init(Generator* gen);
+
   CrossAttentionConfig cfg_;
   std::size_t d_h_;
 };

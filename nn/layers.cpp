@@ -10,16 +10,54 @@
 
 namespace xg::nn {
 
+namespace {
+
+// A given weight array: defined, float, of `rank` dimensions; its dtype must match `dtype`
+// when that is set (the first array of a layer sets it).
+void check_weight(const std::string& op, const std::string& name, const Array& a, std::size_t rank,
+                  const Array* same_dtype_as = nullptr, const std::string& other = "") {
+  if (!a.defined()) throw ValueError(op_message(op, name + " is an undefined Array"));
+  if (a.ndim() != rank)
+    throw ShapeError(op_message(op, name + " must have " + std::to_string(rank) + " dimension" + (rank == 1 ? "" : "s") +
+                                        ", has shape " + shape_str(a.shape())));
+  if (same_dtype_as && a.dtype() != same_dtype_as->dtype())
+    throw DTypeError(op_message(op, name + " is " + dtype_name(a.dtype()) + ", " + other + " is " +
+                                        dtype_name(same_dtype_as->dtype()) + ": one dtype per layer"));
+}
+
+void check_input_dtype(const std::string& op, const Tensor& x, const Tensor& param, const std::string& param_name) {
+  if (x.defined() && x.dtype() != param.dtype())
+    throw DTypeError(op_message(op, "input x is " + std::string(dtype_name(x.dtype())) + ", the layer's " + param_name +
+                                        " is " + dtype_name(param.dtype()) +
+                                        "; convert one of them (Array::astype) so both are the same dtype"));
+}
+
+}  // namespace
+
 Linear::Linear(std::size_t d_in, std::size_t d_out, Generator& gen, bool bias, DType dtype, double init_std) {
   if (d_in == 0 || d_out == 0) throw ValueError(op_message("linear", "d_in and d_out must be positive"));
   W = register_parameter("W", random_normal({d_in, d_out}, gen, dtype, 0.0, init_std));
   if (bias) b = register_parameter("b", Array::zeros({d_out}, dtype));
 }
 
+Linear::Linear(const Array& W_, const Array& b_) {
+  check_weight("linear", "W", W_, 2);
+  if (W_.shape()[0] == 0 || W_.shape()[1] == 0) throw ValueError(op_message("linear", "W must not be empty, has shape " + shape_str(W_.shape())));
+  if (b_.defined()) {
+    check_weight("linear", "b", b_, 1, &W_, "W");
+    if (b_.shape()[0] != W_.shape()[1])
+      throw ShapeError(op_message("linear", "b has shape " + shape_str(b_.shape()) + ", W " + shape_str(W_.shape()) +
+                                                " needs b of shape (" + std::to_string(W_.shape()[1]) + ")"));
+  }
+  W = register_parameter("W", W_.clone());
+  if (b_.defined()) b = register_parameter("b", b_.clone());
+}
+
 Tensor Linear::operator()(const Tensor& x) const {
   if (!x.defined() || x.ndim() == 0 || x.shape().back() != W.shape()[0])
     throw ShapeError(op_message("linear", "x must be [..., " + std::to_string(W.shape()[0]) + "], has shape " +
                                               (x.defined() ? shape_str(x.shape()) : "undefined")));
+  check_input_dtype("linear", x, W, "W");
   const Tensor y = ops::matmul(x, W);
   return b.defined() ? y + b : y;
 }
@@ -29,6 +67,13 @@ Embedding::Embedding(std::size_t V_vocab, std::size_t d, Generator& gen, DType d
   weight = register_parameter("weight", random_normal({V_vocab, d}, gen, dtype, 0.0, init_std));
 }
 
+Embedding::Embedding(const Array& weight_) {
+  check_weight("embedding", "weight", weight_, 2);
+  if (weight_.size() == 0)
+    throw ValueError(op_message("embedding", "weight must not be empty, has shape " + shape_str(weight_.shape())));
+  weight = register_parameter("weight", weight_.clone());
+}
+
 Tensor Embedding::operator()(const IndexArray& ids) const { return ops::embedding(weight, ids); }
 
 LayerNorm::LayerNorm(std::size_t d, DType dtype, double eps) : eps_(eps) {
@@ -36,11 +81,36 @@ LayerNorm::LayerNorm(std::size_t d, DType dtype, double eps) : eps_(eps) {
   beta = register_parameter("beta", Array::zeros({d}, dtype));
 }
 
-Tensor LayerNorm::operator()(const Tensor& x) const { return ops::layer_norm(x, gamma, beta, eps_); }
+LayerNorm::LayerNorm(const Array& gamma_, const Array& beta_, double eps) : eps_(eps) {
+  check_weight("layer_norm", "gamma", gamma_, 1);
+  check_weight("layer_norm", "beta", beta_, 1, &gamma_, "gamma");
+  if (beta_.shape() != gamma_.shape())
+    throw ShapeError(op_message("layer_norm", "gamma has shape " + shape_str(gamma_.shape()) + ", beta " +
+                                                  shape_str(beta_.shape()) + ": they must be equal"));
+  gamma = register_parameter("gamma", gamma_.clone());
+  beta = register_parameter("beta", beta_.clone());
+}
+
+Tensor LayerNorm::operator()(const Tensor& x) const {
+  check_input_dtype("layer_norm", x, gamma, "gamma");
+  return ops::layer_norm(x, gamma, beta, eps_);
+}
 
 FeedForward::FeedForward(std::size_t d, std::size_t d_ff, Generator& gen, double dropout, DType dtype,
                          double out_init_std)
     : fc1(d, d_ff, gen, true, dtype), fc2(d_ff, d, gen, true, dtype, out_init_std), dropout_(dropout) {
+  register_module("fc1", fc1);
+  register_module("fc2", fc2);
+}
+
+FeedForward::FeedForward(const Array& W1, const Array& b1, const Array& W2, const Array& b2, double dropout)
+    : fc1(W1, b1), fc2(W2, b2), dropout_(dropout) {
+  if (W2.dtype() != W1.dtype())
+    throw DTypeError(op_message("feed_forward", "W1 is " + std::string(dtype_name(W1.dtype())) + ", W2 is " +
+                                                    dtype_name(W2.dtype()) + ": one dtype per layer"));
+  if (W2.shape()[0] != W1.shape()[1] || W2.shape()[1] != W1.shape()[0])
+    throw ShapeError(op_message("feed_forward", "W1 " + shape_str(W1.shape()) + " and W2 " + shape_str(W2.shape()) +
+                                                    " must be [d, d_ff] and [d_ff, d]"));
   register_module("fc1", fc1);
   register_module("fc2", fc2);
 }

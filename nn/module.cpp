@@ -32,6 +32,36 @@ std::size_t Module::parameter_count() const {
   return n;
 }
 
+void Module::set_weights(const std::vector<std::pair<std::string, Array>>& weights) {
+  const std::string op = "set_weights";
+  const auto params = named_parameters();
+  std::string known;
+  for (const auto& [n, t] : params) known += (known.empty() ? "" : ", ") + n;
+  std::vector<const Array*> found(params.size(), nullptr);
+  for (const auto& [name, a] : weights) {
+    std::size_t k = 0;
+    while (k < params.size() && params[k].first != name) ++k;
+    if (k == params.size())
+      throw ValueError(op_message(op, "'" + name + "' is not a parameter of this module; its parameters: " + known));
+    if (found[k]) throw ValueError(op_message(op, "'" + name + "' is given twice"));
+    const Tensor& p = params[k].second;
+    if (!a.defined()) throw ValueError(op_message(op, "'" + name + "' is an undefined Array"));
+    if (a.dtype() != p.dtype())
+      throw DTypeError(op_message(op, "'" + name + "' is " + dtype_name(a.dtype()) + ", the parameter is " +
+                                          dtype_name(p.dtype())));
+    if (a.shape() != p.shape())
+      throw ShapeError(op_message(op, "'" + name + "' has shape " + shape_str(a.shape()) + ", the parameter has " +
+                                          shape_str(p.shape())));
+    found[k] = &a;
+  }
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (!found[k]) throw ValueError(op_message(op, "parameter '" + params[k].first + "' is not given"));
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    Tensor p = params[k].second;
+    p.set_value(found[k]->clone());
+  }
+}
+
 void Module::zero_grad() {
   for (auto& [name, t] : named_parameters()) t.zero_grad();
 }

@@ -26,6 +26,12 @@ class Module {
   Tensor parameter(const std::string& name) const;
   std::size_t parameter_count() const;  // number of scalars
 
+  // Replaces every parameter's value with the array of the same name (copied). Strict: every
+  // parameter must be given exactly once, with its shape and dtype, and nothing else: a
+  // missing or unknown name is a ValueError listing the names, a wrong shape a ShapeError, a
+  // wrong dtype a DTypeError naming both dtypes. Nothing is changed when it throws.
+  void set_weights(const std::vector<std::pair<std::string, Array>>& weights);
+
   void zero_grad();
   void train(bool on = true);
   void eval() { train(false); }

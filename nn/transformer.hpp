@@ -29,7 +29,7 @@ struct TransformerConfig {
   std::size_t encoder_layers = 0;  // encoder-decoder only; 0 means `layers`
   std::size_t d_ff = 0;        // 0 means 4 * d_model
   double dropout = 0.0;        // residual, attention-weight and feed-forward dropout
-  DType dtype = DType::float32;
+  DType dtype = default_dtype();
 
   TransformerConfig resolved() const;  // fills the 0 defaults; validates (ValueError)
 };

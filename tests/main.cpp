@@ -1,2 +1,15 @@
-#define CATCH_CONFIG_MAIN
+// Catch2's runner, alone in this file (the slowest file to compile; nobody edits it).
+// The suite runs with float64 as the default dtype (xg::set_default_dtype), as PyTorch's own
+// gradient tests set torch.set_default_dtype(torch.float64): values written without a dtype
+// are float64 references. Tests of float32 behaviour name float32 explicitly, and the
+// default itself (float32 at program start) is checked by tests/downstream/consumer.cpp, a
+// fresh process.
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include <xgrad/core/shape.hpp>
+
+int main(int argc, char* argv[]) {
+  xg::set_default_dtype(xg::DType::float64);
+  return Catch::Session().run(argc, argv);
+}

@@ -27,7 +27,7 @@ Tensor rms_norm(const Tensor& x, double eps = 1e-6) {
 TEST_CASE("tutorial: the RMSNorm custom layer passes gradcheck with the full Jacobian", "[tutorial][custom]") {
   Generator gen(1);
   GradcheckReport r = gradcheck([](const std::vector<Tensor>& in) { return rms_norm(in[0]); },
-                                {random_normal({3, 8}, gen)});
+                                {random_normal({3, 8}, gen, DType::float64)});
   INFO(r.summary());
   CHECK(r.passed);
   CHECK(r.mode == "full");

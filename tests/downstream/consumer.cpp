@@ -80,17 +80,33 @@ int main() {
   expect(std::string(XGRAD_VERSION_STRING) == EXPECTED_VERSION, "version header says " EXPECTED_VERSION);
 #endif
 
+  // One default dtype for every creation helper and layer: float32 at start, then whatever
+  // set_default_dtype says.
+  {
+    Generator g(1);
+    const bool all32 = default_dtype() == DType::float32 && Array::of({1.0, 2.0}).dtype() == DType::float32 &&
+                       random_normal({2}, g).dtype() == DType::float32 && zeros({2}).dtype() == DType::float32 &&
+                       nn::Linear(2, 2, g).W.dtype() == DType::float32;
+    expect(all32, "float32 is the default dtype of Array::of, random_normal, zeros and Linear at start");
+    set_default_dtype(DType::float64);
+    const bool all64 = Array::of({1.0, 2.0}).dtype() == DType::float64 && random_normal({2}, g).dtype() == DType::float64 &&
+                       zeros({2}).dtype() == DType::float64 && nn::Linear(2, 2, g).W.dtype() == DType::float64 &&
+                       nn::AttentionConfig().dtype == DType::float64;
+    expect(all64, "after set_default_dtype(float64) they all make float64");
+    set_default_dtype(DType::float32);
+  }
+
   // The custom op against central differences, full Jacobian, float64.
   Generator gen(7);
   const GradcheckReport op = gradcheck([](const std::vector<Tensor>& in) { return softsign(in[0]); },
-                                       {random_normal({3, 4}, gen)});
+                                       {random_normal({3, 4}, gen, DType::float64)});
   expect(op.passed, "custom op softsign passes gradcheck (" + op.summary() + ")");
 
   // The whole model in float64: every parameter and the input.
   {
     Generator g(11);
     Model m(5, 8, g, DType::float64);
-    const Tensor x(random_normal({2, 3, 8}, g), true);
+    const Tensor x(random_normal({2, 3, 8}, g, DType::float64), true);
     const IndexArray targets({2, 3}, {0, 1, 2, 3, 4, 0});
     auto leaves = m.named_parameters();
     leaves.insert(leaves.begin(), {"x", x});
