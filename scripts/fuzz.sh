@@ -16,7 +16,8 @@ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=
   -DXGRAD_BUILD_TESTS=OFF -DXGRAD_BUILD_FUZZ=ON "${launcher[@]}" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
   >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}"
+# The library, the check suite and the CLI too, so every library source compiles with clang.
+cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/fuzz_}" xgrad_checks xgrad_cli
 run_target() {  # the fuzzer's output goes to build-fuzz/fuzz_TARGET.log
   local t=$1
   cd build-fuzz
