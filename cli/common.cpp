@@ -87,7 +87,7 @@ void check_output_file(const std::string& command, const std::string& flag, cons
   const fs::path dir = parent_of(path);
   const fs::file_status dst = fs::status(dir, ec);
   if (!fs::exists(dst)) bad_path(command, flag, path, "its folder " + dir.string() + " does not exist");
-  if (!fs::is_directory(dst)) bad_path(command, flag, path, dir.string() + " is not a folder");
+  if (!fs::is_directory(dst)) bad_path(command, flag, path, dir.string() + " is not a directory");
   // The one sure test: create it (and remove it again; the command writes it at the end).
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) bad_path(command, flag, path, std::string("cannot create it: ") + std::strerror(errno));
@@ -100,7 +100,7 @@ void check_output_folder(const std::string& command, const std::string& flag, co
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (fs::exists(st)) {
-    if (!fs::is_directory(st)) bad_path(command, flag, path, "exists and is not a folder");
+    if (!fs::is_directory(st)) bad_path(command, flag, path, "exists and is not a directory");
     if (::access(path.c_str(), W_OK | X_OK) != 0)
       bad_path(command, flag, path, std::string("cannot write in it: ") + std::strerror(errno));
     return;
@@ -111,7 +111,7 @@ void check_output_folder(const std::string& command, const std::string& flag, co
     p = p.has_filename() ? p.parent_path() : p.parent_path().parent_path();  // "a/b/" ends in an empty name
     const fs::file_status ps = fs::status(p, ec);
     if (!fs::exists(ps)) continue;
-    if (!fs::is_directory(ps)) bad_path(command, flag, path, "cannot create the folder: " + p.string() + " is not a folder");
+    if (!fs::is_directory(ps)) bad_path(command, flag, path, "cannot create the folder: " + p.string() + " is not a directory");
     if (::access(p.c_str(), W_OK | X_OK) != 0)
       bad_path(command, flag, path, "cannot create the folder in " + p.string() + ": " + std::strerror(errno));
     return;

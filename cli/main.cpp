@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
       return e.get_exit_code();
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-      if (argc > 1 && argv[1][0] != '-' && command.empty())
-        return fail(2, std::string("unknown command '") + argv[1] +
-                           "' (demo, gradcheck, train, generate, inspect, visibility; see 'xgrad --help')");
+      if (argc > 1 && command.empty())  // the first argument is not a command
+        return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility; see 'xgrad --help')");
       return fail(2, std::string(e.what()) + help);
     }
   } catch (const xg::UsageError& e) {
