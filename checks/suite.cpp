@@ -423,7 +423,10 @@ int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, s
 // Command line
 
 void add_gradcheck_options(CLI::App& app, RunOptions& opts) {
-  app.add_option("--json", opts.json_path, "Also write the report as JSON to FILE")->type_name("FILE");
+  app.add_option("--json", opts.json_path, "Also write the report as JSON to FILE")
+      ->type_name("FILE")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a file, got ''") : ""; },
+                             "FILE"));
   app.add_flag("--list", opts.list, "List the checks (name, kind, configuration) without running them");
   app.add_option("--filter", opts.filter,
                  "Run only the checks whose name matches: a substring, or a glob with * ? [...]; "

@@ -302,13 +302,14 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole prefix at every step");
   cmd->add_option("--attention-map", a->attention_map,
                   "draw this PNG: attention weights of --layer/--head over the prompt and the generated tokens "
-                  "(GPT checkpoints; the gnuplot script goes beside it as .gp)");
+                  "(GPT checkpoints; the gnuplot script goes beside it as .gp)")
+      ->check(non_empty_path());
   cmd->add_option("--layer", a->layer, "layer for --attention-map / --json-attention")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--head", a->head, "query head for --attention-map / --json-attention")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--json", a->json_path, "write the generation as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE");
+      ->type_name("FILE")->check(non_empty_path());
   cmd->add_option("--json-top-k", a->json_top_k, "with --json: the K most likely tokens of every step (0: none)")
       ->capture_default_str()->check(non_negative_integer());
   cmd->add_flag("--json-attention", a->json_attention,

@@ -138,7 +138,7 @@ void add_inspect(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("inspect", "Show a checkpoint's configuration, parameters and cost model");
   cmd->add_option("file", a->path, "model.safetensors")->required();
   cmd->add_option("--json", a->json_path, "also write the figures as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE");
+      ->type_name("FILE")->check(non_empty_path());
   cmd->callback([a] { run_inspect(*a); });
 }
 

@@ -27,6 +27,8 @@ const CLI::Validator& non_negative_integer();
 const CLI::Validator& integer();
 // For floating-point flags: the whole text is a number (CLI11 alone reads '' as 0).
 const CLI::Validator& number();
+// For path flags whose empty value would silently mean "none": the text is not empty.
+const CLI::Validator& non_empty_path();
 
 // Output paths, checked before any work (UsageError naming the command and the flag).
 // A file: not empty, not a folder, in an existing folder that can be written to.

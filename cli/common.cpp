@@ -58,6 +58,12 @@ const CLI::Validator& number() {
   return v;
 }
 
+const CLI::Validator& non_empty_path() {
+  static const CLI::Validator v([](std::string& s) -> std::string { return s.empty() ? "must name a file, got ''" : ""; },
+                                "FILE");
+  return v;
+}
+
 namespace {
 
 [[noreturn]] void bad_path(const std::string& command, const std::string& flag, const std::string& path,
