@@ -6,9 +6,12 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -399,16 +402,14 @@ int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, s
     list_checks(suite, opts, out);
     return 0;
   }
-  if (suite.select(opts.filter).empty()) {
-    out << "[gradcheck] no check matches --filter '" << opts.filter << "'; --list shows the " << suite.size()
-        << " names\n0 passed, 0 failed" << std::endl;
-    return 2;
-  }
+  if (suite.select(opts.filter).empty())
+    throw UsageError(op_message("gradcheck", "no check matches --filter '" + opts.filter + "'; --list shows the " +
+                                                 std::to_string(suite.size()) + " names"));
   std::ofstream json;
   if (!opts.json_path.empty()) {  // opened first: a bad path fails before the run, not after
     json.open(opts.json_path);
     if (!json)
-      throw ValueError(op_message("gradcheck", "cannot open '" + opts.json_path + "' to write the JSON report"));
+      throw UsageError(op_message("gradcheck", "--json: cannot open '" + opts.json_path + "' to write the JSON report"));
   }
   const SuiteReport rep = run_suite(suite, opts, out);
   if (json.is_open()) {
@@ -422,14 +423,26 @@ int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, s
 // Command line
 
 void add_gradcheck_options(CLI::App& app, RunOptions& opts) {
-  app.add_option("--json", opts.json_path, "Also write the report as JSON to FILE")->type_name("FILE");
+  app.add_option("--json", opts.json_path, "Also write the report as JSON to FILE")
+      ->type_name("FILE")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a file, got ''") : ""; },
+                             "FILE"));
   app.add_flag("--list", opts.list, "List the checks (name, kind, configuration) without running them");
   app.add_option("--filter", opts.filter,
                  "Run only the checks whose name matches: a substring, or a glob with * ? [...]; "
                  "several patterns separated by commas")
       ->type_name("PATTERN");
   app.add_option("--seed", opts.seed, "Seed for every check's inputs, cotangents and directions")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {  // digits only: CLI11 alone wraps -1 and reads '' as 0
+            if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
+              return "must be a non-negative integer, got '" + v + "'";
+            errno = 0;
+            (void)std::strtoull(v.c_str(), nullptr, 10);
+            return errno == ERANGE ? "'" + v + "' is out of range" : std::string();
+          },
+          "UINT"));
   app.add_option_function<std::string>(
          "--dtype", [&opts](const std::string& s) { opts.dtype = s == "float32" ? DType::float32 : DType::float64; },
          "Precision of the checks: float64 (step 1e-6, atol 1e-5, rtol 1e-3) or float32 (step 5e-3, atol 1e-2, "
@@ -446,16 +459,25 @@ int gradcheck_main(const GradcheckSuite& suite, int argc, char** argv, const std
   RunOptions opts;
   add_gradcheck_options(app, opts);
   if (extra) extra(app);
+  // Failures are one line on stderr, "<program>: <message>": a bad flag exits 2 (with a
+  // pointer to --help), any other error 1, as the xgrad program does.
+  const std::string program = argc > 0 && argv[0][0] != '\0' ? std::filesystem::path(argv[0]).filename().string()
+                                                              : std::string("gradcheck");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << program << ": " << e.what() << " (see '" << program << " --help')\n";
+    return 2;
   }
   try {
     return run_gradcheck_command(suite, opts, std::cout);
-  } catch (const Error& e) {
-    std::cerr << e.what() << "\n";
+  } catch (const UsageError& e) {
+    std::cerr << program << ": " << e.what() << " (see '" << program << " --help')\n";
     return 2;
+  } catch (const Error& e) {
+    std::cerr << program << ": " << e.what() << "\n";
+    return 1;
   }
 }
 

@@ -185,7 +185,8 @@ std::string report_json(const SuiteReport& report);
 void list_checks(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out);
 
 // Everything a command does: list or run, write --json, and return the exit status:
-// 0 when every selected check passed, 1 when one failed, 2 when the filter selects nothing.
+// 0 when every selected check passed, 1 when one failed. A filter that selects nothing or a
+// --json path that cannot be opened throws UsageError before any check runs.
 int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out);
 
 // The flags --json, --list, --filter, --seed, --dtype, --full on a CLI11 app, writing into
@@ -193,7 +194,8 @@ int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, s
 void add_gradcheck_options(CLI::App& app, RunOptions& opts);
 
 // main() for a program of your own checks: parses the flags above (plus any that `extra`
-// adds), runs the suite and returns the exit status.
+// adds), runs the suite and returns the exit status (2 for a bad flag, reported as one line
+// "<program>: <message>" on stderr).
 int gradcheck_main(const GradcheckSuite& suite, int argc, char** argv,
                    const std::function<void(CLI::App&)>& extra = {},
                    const std::string& description = "Gradient checks");

@@ -1,89 +1,286 @@
 // `xgrad generate`: continue a prompt with a trained checkpoint, greedy by default or with
-// temperature / top-k sampling, using the KV cache unless --no-kv-cache; optionally draws the
-// attention map of one layer and head (GPT checkpoints).
+// temperature / top-k sampling, using the KV cache unless --no-kv-cache. Optionally draws the
+// attention map of one layer and head (GPT checkpoints) and writes the whole generation as
+// JSON (--json FILE, '-' for stdout): prompt, tokens, per-step top-k logits, sampling settings
+// and, on request, the attention weights (docs/cli.md has the schema).
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/nn/visibility.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/plots.hpp>
+#include <xgrad/version.hpp>
 
 namespace xg::cli {
 
 namespace {
 
+using json = nlohmann::ordered_json;
+
 struct GenerateArgs {
-  std::string checkpoint, prompt, attention_map;
-  std::size_t max_new = 16, top_k = 0, layer = 0, head = 0;
+  std::string checkpoint, prompt, attention_map, json_path;
+  std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5;
   double temperature = 0.0;
   std::uint64_t seed = 0;
-  bool no_kv_cache = false;
+  bool no_kv_cache = false, json_attention = false;
 };
 
+[[noreturn]] void usage(const std::string& message) { throw UsageError(op_message("generate", message)); }
+
+// A token in JSON: a string when it is valid UTF-8, otherwise the array of its byte values
+// (a byte of a multi-byte character, for charlm): the vocabulary's own convention.
+json token_text(const std::string& t) {
+  try {
+    (void)json(t).dump();
+    return t;
+  } catch (const json::exception&) {
+    json bytes = json::array();
+    for (unsigned char c : t) bytes.push_back(static_cast<int>(c));
+    return bytes;
+  }
+}
+
+json token_json(const train::Vocabulary& v, std::int64_t id) {
+  return {{"id", id}, {"text", token_text(v.tokens.at(static_cast<std::size_t>(id)))}};
+}
+
+json tokens_json(const train::Vocabulary& v, const std::vector<std::int64_t>& ids) {
+  json a = json::array();
+  for (std::int64_t id : ids) a.push_back(token_json(v, id));
+  return a;
+}
+
+// The prompt as token ids, one character each; a character outside the vocabulary is a bad flag.
 std::vector<std::int64_t> tokenize(const train::Vocabulary& v, const std::string& text) {
   std::vector<std::int64_t> ids;
-  for (char c : text) ids.push_back(v.id(std::string(1, c)));
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const std::string c(1, text[i]);
+    const auto it = std::find(v.tokens.begin(), v.tokens.end(), c);
+    if (it == v.tokens.end())
+      usage("--prompt: unknown token '" + train::tick_label(c) + "' at position " + std::to_string(i) +
+            " (the checkpoint's vocabulary has " + std::to_string(v.size()) + " tokens: " + v.to_json() + ")");
+    ids.push_back(it - v.tokens.begin());
+  }
   return ids;
 }
 
-void run_generate(const GenerateArgs& a) {
+// Softmax of one row of logits (temperature 1) and the indices ordered by logit, highest first.
+struct Ranked {
+  std::vector<double> logits, probs;
+  std::vector<std::size_t> order;
+};
+
+Ranked rank(const Array& step_logits) {
+  Ranked r;
+  const std::size_t V = step_logits.shape()[1];
+  for (std::size_t i = 0; i < V; ++i) r.logits.push_back(step_logits.flat(i));  // sample 0 of [1, V]
+  const double hi = *std::max_element(r.logits.begin(), r.logits.end());
+  double z = 0;
+  for (double l : r.logits) z += std::exp(l - hi);
+  for (double l : r.logits) r.probs.push_back(std::exp(l - hi) / z);
+  r.order.resize(V);
+  std::iota(r.order.begin(), r.order.end(), 0);
+  std::stable_sort(r.order.begin(), r.order.end(), [&](std::size_t a, std::size_t b) { return r.logits[a] > r.logits[b]; });
+  return r;
+}
+
+// A prompt for a title: visible escapes, at most 40 characters.
+std::string short_text(const train::Vocabulary& v, const std::vector<std::int64_t>& ids) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size() && i < 40; ++i) s += train::tick_label(v.tokens[static_cast<std::size_t>(ids[i])]);
+  return ids.size() > 40 ? s + "..." : s;
+}
+
+void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
+  // Flags alone, before anything is read.
   if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
-    throw UsageError(op_message("generate", "--temperature " + std::to_string(a.temperature) +
-                                                ": must be 0 (greedy) or in [0.001, 1000]"));
-  if (a.max_new > 1000000)
-    throw UsageError(op_message("generate", "--max-new " + std::to_string(a.max_new) + ": must be at most 1000000"));
+    usage("--temperature " + std::to_string(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
+  if (a.max_new > 1000000) usage("--max-new " + std::to_string(a.max_new) + ": must be at most 1000000");
+  if (a.prompt.empty()) usage("--prompt must not be empty");
+  if (a.top_k > 0 && a.temperature == 0.0)
+    usage("--top-k " + std::to_string(a.top_k) + " needs --temperature > 0 (greedy decoding always takes the most "
+                                                  "likely token)");
+  const bool want_attention = !a.attention_map.empty() || a.json_attention;
+  for (const char* flag : {"--layer", "--head"})
+    if (cmd.count(flag) > 0 && !want_attention) usage(std::string(flag) + " needs --attention-map or --json-attention");
+  if (a.json_path.empty()) {
+    for (const char* flag : {"--json-top-k", "--json-attention"})
+      if (cmd.count(flag) > 0) usage(std::string(flag) + " needs --json FILE");
+  } else if (a.json_path != "-") {
+    std::error_code ec;
+    if (std::filesystem::equivalent(a.json_path, a.checkpoint, ec))
+      usage("--json '" + a.json_path + "' is the checkpoint itself");
+    check_output_file("generate", "--json", a.json_path);
+  }
+  if (a.json_top_k > 100000) usage("--json-top-k " + std::to_string(a.json_top_k) + ": must be at most 100000");
+  if (!a.attention_map.empty()) {
+    if (std::filesystem::path(a.attention_map).extension() != ".png")
+      usage("--attention-map '" + a.attention_map + "': must name a .png file (its gnuplot script goes beside it, as .gp)");
+    check_output_file("generate", "--attention-map", a.attention_map);
+    check_output_file("generate", "--attention-map",
+                      std::filesystem::path(a.attention_map).replace_extension(".gp").string());
+  }
+
+  // Flags against the checkpoint, before generating.
   train::LoadedModel m = train::load_model(a.checkpoint);
   const train::Vocabulary& vocab = m.info.vocab;
+  const nn::TransformerConfig& c = m.info.config;
+  const std::vector<std::int64_t> prompt = tokenize(vocab, a.prompt);
+  if (prompt.size() > c.context)
+    usage("--prompt has " + std::to_string(prompt.size()) + " tokens, more than the model's context length " +
+          std::to_string(c.context));
+  if (want_attention) {
+    const std::string flag = a.attention_map.empty() ? "--json-attention" : "--attention-map";
+    if (!m.gpt) usage(flag + " needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
+    if (a.layer >= c.layers)
+      usage("--layer " + std::to_string(a.layer) + " out of range: the model has " + std::to_string(c.layers) +
+            " layers (0.." + std::to_string(c.layers - 1) + ")");
+    if (a.head >= c.H_q)
+      usage("--head " + std::to_string(a.head) + " out of range: the model has " + std::to_string(c.H_q) +
+            " query heads (0.." + std::to_string(c.H_q - 1) + ")");
+  }
+  // --max-new past the context window: generation stops at the window (a note says so).
+  const std::size_t room = m.gpt ? c.context - prompt.size() : c.context;
+  const std::size_t max_new = std::min(a.max_new, room);
+  if (max_new < a.max_new && cmd.count("--max-new") > 0)
+    warn("--max-new " + std::to_string(a.max_new) + " goes past the context window: the model sees " +
+         std::to_string(c.context) + " positions" +
+         (m.gpt ? " and the prompt takes " + std::to_string(prompt.size()) : std::string(" (decoder)")) +
+         ", so at most " + std::to_string(max_new) + " tokens are generated");
+
   Generator gen(a.seed);
   train::SampleOptions so;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
-  const std::vector<std::int64_t> prompt = tokenize(vocab, a.prompt);
-  if (prompt.empty()) throw ValueError(op_message("generate", "--prompt must not be empty"));
-  std::vector<std::int64_t> out;
+  train::Generation g;
   if (m.gpt) {
-    const std::size_t room = m.info.config.context - std::min(m.info.config.context, prompt.size());
-    out = train::generate(*m.gpt, {prompt}, std::min(a.max_new, room), so).tokens[0];
+    g = train::generate(*m.gpt, {prompt}, max_new, so);
   } else {  // encoder-decoder: the prompt is the source
-    const std::int64_t bos = vocab.id("<"), eos = vocab.id(">");
-    so.stop_token = eos;
+    so.stop_token = vocab.id(">");
     std::vector<std::size_t> len{prompt.size()};
-    out = train::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, bos,
-                          std::min(a.max_new, m.info.config.context), so)
-              .tokens[0];
+    g = train::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
   }
-  if (m.gpt)
-    std::cout << a.prompt << vocab.decode(out) << "\n";
-  else
-    std::cout << a.prompt << " -> " << vocab.decode(out) << "\n";
+  const std::vector<std::int64_t>& out = g.tokens[0];
+  const std::string line = m.gpt ? a.prompt + vocab.decode(out) : a.prompt + " -> " + vocab.decode(out);
+  const bool json_stdout = a.json_path == "-";
+  if (!json_stdout) std::cout << line << "\n" << std::flush;
 
-  if (!a.attention_map.empty()) {
-    if (!m.gpt) throw ValueError(op_message("generate", "--attention-map needs a GPT (decoder-only) checkpoint"));
-    if (a.layer >= m.info.config.layers || a.head >= m.info.config.H_q)
-      throw ValueError(op_message("generate", "--layer " + std::to_string(a.layer) + " / --head " +
-                                                  std::to_string(a.head) + " out of range: the model has " +
-                                                  std::to_string(m.info.config.layers) + " layers and " +
-                                                  std::to_string(m.info.config.H_q) + " query heads"));
-    std::vector<std::int64_t> seq = prompt;
-    seq.insert(seq.end(), out.begin(), out.end());
+  // Attention of the whole sequence (prompt and generated tokens) at one layer and head.
+  std::vector<std::int64_t> seq = prompt;
+  seq.insert(seq.end(), out.begin(), out.end());
+  Array weights;
+  std::vector<unsigned char> allowed;
+  json picture;
+  if (want_attention) {
     NoGradGuard ng;
     std::vector<nn::AttentionOutput> attn;
     m.gpt->logits(IndexArray({1, seq.size()}, seq), nullptr, &attn);
     const Tensor& A = attn[a.layer].weights;  // [1, H_q, T, T]
-    const long T = static_cast<long>(seq.size());
-    const Array map = ops::slice(A, 1, static_cast<long>(a.head), static_cast<long>(a.head) + 1).value().reshaped(
+    weights = ops::slice(A, 1, static_cast<long>(a.head), static_cast<long>(a.head) + 1).value().reshaped(
         {seq.size(), seq.size()});
-    const auto size = train::heatmap_png(map, a.attention_map);
-    std::cout << "attention map of layer " << a.layer << ", head " << a.head << " (" << T << " x " << T
-              << " queries x keys, " << size.width << "x" << size.height << " px): " << a.attention_map << "\n";
+    allowed = nn::Visibility::causal(seq.size(), seq.size()).expand_allowed("generate", {1, 1, seq.size(), seq.size()});
   }
+  if (!a.attention_map.empty()) {
+    train::HeatmapLabels labels;
+    labels.title = "attention weights: layer " + std::to_string(a.layer) + ", query head " + std::to_string(a.head) +
+                   " (" + std::to_string(seq.size()) + " x " + std::to_string(seq.size()) + ")\nprompt \"" +
+                   short_text(vocab, prompt) + "\" + " + std::to_string(out.size()) + " generated tokens";
+    for (std::int64_t id : seq) labels.x_ticks.push_back(vocab.tokens[static_cast<std::size_t>(id)]);
+    labels.y_ticks = labels.x_ticks;
+    const train::Picture pic = train::attention_map_png(weights, allowed, labels, a.attention_map);
+    picture = {{"png", pic.png}, {"script", pic.script}, {"drawn", pic.drawn}};
+    if (pic.drawn) {
+      picture["width"] = pic.size.width;
+      picture["height"] = pic.size.height;
+      if (!json_stdout)
+        std::cout << "attention map of layer " << a.layer << ", head " << a.head << " (" << seq.size() << " x "
+                  << seq.size() << " queries x keys, " << pic.size.width << "x" << pic.size.height
+                  << " px): " << a.attention_map << "\n";
+    } else {
+      warn(pic.note);
+    }
+  }
+
+  if (a.json_path.empty()) return;
+  json j;
+  j["command"] = "generate";
+  j["xgrad_version"] = XGRAD_VERSION_STRING;
+  j["checkpoint"] = a.checkpoint;
+  j["model"] = {{"kind", m.info.kind},     {"task", m.info.task},     {"context", c.context},
+                {"vocab_size", vocab.size()}, {"layers", c.layers}, {"heads", c.H_q},
+                {"kv_heads", c.H_kv}};
+  std::string stopped_by = "max_new";
+  if (!out.empty() && so.stop_token >= 0 && out.back() == so.stop_token) stopped_by = "stop_token";
+  else if (max_new < a.max_new && out.size() == max_new) stopped_by = "context";
+  j["sampling"] = {{"mode", a.temperature == 0.0 ? "greedy" : "sample"},
+                   {"temperature", a.temperature},
+                   {"top_k", a.top_k},
+                   {"seed", a.seed},
+                   {"kv_cache", !a.no_kv_cache},
+                   {"max_new", a.max_new},
+                   {"max_new_effective", max_new},
+                   {"stop_token", so.stop_token >= 0 ? token_json(vocab, so.stop_token) : json(nullptr)}};
+  j["prompt"] = {{"text", a.prompt}, {"tokens", tokens_json(vocab, prompt)}};
+  j["generated"] = {{"text", vocab.decode(out)}, {"tokens", tokens_json(vocab, out)}, {"count", out.size()},
+                    {"stopped_by", stopped_by}};
+  j["line"] = line;
+  json steps = json::array();
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    const Ranked r = rank(g.logits[s]);
+    const std::size_t chosen = static_cast<std::size_t>(out[s]);
+    json step = {{"step", s},
+                 {"token", token_json(vocab, out[s])},
+                 {"logit", r.logits[chosen]},
+                 {"prob", r.probs[chosen]},
+                 {"rank", std::find(r.order.begin(), r.order.end(), chosen) - r.order.begin()}};
+    json top = json::array();
+    for (std::size_t k = 0; k < std::min(a.json_top_k, r.order.size()); ++k) {
+      json t = token_json(vocab, static_cast<std::int64_t>(r.order[k]));
+      t["logit"] = r.logits[r.order[k]];
+      t["prob"] = r.probs[r.order[k]];
+      top.push_back(t);
+    }
+    if (a.json_top_k > 0) step["top"] = top;
+    steps.push_back(step);
+  }
+  j["steps"] = steps;
+  j["top_k_per_step"] = std::min<std::size_t>(a.json_top_k, vocab.size());
+  if (a.json_attention) {
+    json w = json::array(), vis = json::array();
+    const std::size_t T = seq.size();
+    for (std::size_t q = 0; q < T; ++q) {
+      json row = json::array(), vrow = json::array();
+      for (std::size_t k = 0; k < T; ++k) {
+        row.push_back(weights.flat(q * T + k));
+        vrow.push_back(allowed[q * T + k] != 0);
+      }
+      w.push_back(row);
+      vis.push_back(vrow);
+    }
+    j["attention"] = {{"layer", a.layer},
+                      {"head", a.head},
+                      {"kv_head", a.head / (c.H_q / c.H_kv)},
+                      {"queries", T},
+                      {"keys", T},
+                      {"tokens", tokens_json(vocab, seq)},
+                      {"weights", w},
+                      {"allowed", vis}};
+  }
+  if (!picture.is_null()) j["attention_map"] = picture;
+  write_json("generate", "--json", a.json_path, j.dump(2, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace
@@ -93,21 +290,31 @@ void add_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");
   cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors written by xgrad train")->required();
   cmd->add_option("--prompt", a->prompt, "prompt text (for the reverse task: the source digits)")->required();
-  cmd->add_option("--max-new", a->max_new, "tokens to generate")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--temperature", a->temperature, "0: greedy; > 0: sample")->capture_default_str()
+  cmd->add_option("--max-new", a->max_new,
+                  "tokens to generate; generation stops at the model's context window (a warning says so)")
+      ->capture_default_str()->check(non_negative_integer());
+  cmd->add_option("--temperature", a->temperature, "0: greedy; in [0.001, 1000]: sample")->capture_default_str()
       ->check(number());
-  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()
-      ->check(non_negative_integer());
+  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all; needs --temperature > 0)")
+      ->capture_default_str()->check(non_negative_integer());
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole prefix at every step");
-  cmd->add_option("--attention-map", a->attention_map, "write this PNG: attention weights of --layer/--head");
-  cmd->add_option("--layer", a->layer, "layer for --attention-map")->capture_default_str()
+  cmd->add_option("--attention-map", a->attention_map,
+                  "draw this PNG: attention weights of --layer/--head over the prompt and the generated tokens "
+                  "(GPT checkpoints; the gnuplot script goes beside it as .gp)")
+      ->check(non_empty_path());
+  cmd->add_option("--layer", a->layer, "layer for --attention-map / --json-attention")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--head", a->head, "query head for --attention-map")->capture_default_str()
+  cmd->add_option("--head", a->head, "query head for --attention-map / --json-attention")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->callback([a] { run_generate(*a); });
+  cmd->add_option("--json", a->json_path, "write the generation as JSON to FILE ('-': stdout, and nothing else there)")
+      ->type_name("FILE")->check(non_empty_path());
+  cmd->add_option("--json-top-k", a->json_top_k, "with --json: the K most likely tokens of every step (0: none)")
+      ->capture_default_str()->check(non_negative_integer());
+  cmd->add_flag("--json-attention", a->json_attention,
+                "with --json: the attention weights of --layer/--head (GPT checkpoints)");
+  cmd->callback([a, cmd] { run_generate(*a, *cmd); });
 }
 
 }  // namespace xg::cli

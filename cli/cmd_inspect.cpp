@@ -1,71 +1,145 @@
 // `xgrad inspect FILE`: a checkpoint's configuration, its parameter table and the attention
 // cost model at that configuration: FLOPs per token by term (5.34), KV cache bytes (5.36) and
-// the bytes of a materialised attention-weight tensor (5.35).
+// the bytes of a materialised attention-weight tensor (5.35). --json FILE ('-' for stdout)
+// writes the same figures as JSON (docs/cli.md has the schema).
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include <xgrad/core/error.hpp>
 #include <xgrad/nn/cost_model.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/version.hpp>
 
 namespace xg::cli {
 
 namespace {
 
-void run_inspect(const std::string& path) {
-  const nn::safetensors::File f = nn::safetensors::load(path);
-  // Everything generate would check (configuration against the tensors, shapes, finiteness).
-  const train::ModelInfo info = train::load_model(path).info;
-  const nn::TransformerConfig& c = info.config;
-  std::cout << "checkpoint " << path << "\n\nconfiguration\n";
-  for (const auto& [k, v] : f.metadata)
-    if (k != "vocabulary") std::cout << "  " << std::left << std::setw(16) << k << v << "\n";
-  std::cout << "  " << std::setw(16) << "vocabulary" << info.vocab.size() << " tokens " << info.vocab.to_json() << "\n";
+using json = nlohmann::ordered_json;
 
-  std::cout << "\nparameters\n  " << std::setw(34) << "name" << std::setw(16) << "shape" << std::right << std::setw(10)
-            << "count" << std::left << "\n";
-  std::size_t total = 0;
-  for (const auto& [name, a] : f.tensors) {
-    std::cout << "  " << std::setw(34) << name << std::setw(16) << shape_str(a.shape()) << std::right << std::setw(10)
-              << a.size() << std::left << "\n";
-    total += a.size();
+struct InspectArgs {
+  std::string path, json_path;
+};
+
+void run_inspect(const InspectArgs& a) {
+  if (!a.json_path.empty() && a.json_path != "-") {
+    std::error_code ec;
+    if (std::filesystem::equivalent(a.json_path, a.path, ec))
+      throw UsageError(op_message("inspect", "--json '" + a.json_path + "' is the checkpoint itself"));
+    check_output_file("inspect", "--json", a.json_path);
   }
-  std::cout << "  " << std::setw(50) << "total" << std::right << std::setw(10) << total << std::left << "\n";
+  const nn::safetensors::File f = nn::safetensors::load(a.path);
+  // Everything generate would check (configuration against the tensors, shapes, finiteness).
+  const train::ModelInfo info = train::load_model(a.path).info;
+  const nn::TransformerConfig& c = info.config;
 
   const std::size_t bytes = c.dtype == DType::float32 ? 4 : 8, d_h = c.d_model / c.H_q, T = c.context;
   const std::size_t attn_layers = c.layers + (info.kind == "encoder_decoder" ? c.encoder_layers : 0);
   nn::cost::AttentionShape s{1, T, T, c.d_model, c.H_q, c.H_kv, d_h};
   const nn::cost::Flops fl = nn::cost::attention_flops(s);
   auto per_token = [&](std::uint64_t v) { return static_cast<double>(v) / static_cast<double>(T); };
-  std::cout << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token, (5.34)\n"
-            << "  Q projection        " << per_token(fl.q_proj) << "\n"
-            << "  K projection        " << per_token(fl.k_proj) << "\n"
-            << "  V projection        " << per_token(fl.v_proj) << "\n"
-            << "  output projection   " << per_token(fl.o_proj) << "\n"
-            << "  Q K^T               " << per_token(fl.scores) << "\n"
-            << "  A V                 " << per_token(fl.weighted_sum) << "\n"
-            << "  total               " << per_token(fl.total()) << "  (x " << attn_layers << " attention layers)\n";
   const std::uint64_t kv_token = nn::cost::kv_cache_bytes(1, 1, c.H_kv, d_h, bytes) * c.layers;
-  std::cout << "KV cache (5.36), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
-            << "  per token           " << kv_token << " bytes (2 x H_kv " << c.H_kv << " x d_h " << d_h << " x "
-            << bytes << " B x " << c.layers << " layers)\n"
-            << "  at full context     " << kv_token * T << " bytes\n"
-            << "  KV projection params per layer " << nn::cost::kv_projection_params(c.d_model, c.H_kv, d_h)
-            << " (MHA would be " << nn::cost::kv_projection_params(c.d_model, c.H_q, d_h) << ")\n";
-  std::cout << "materialised attention weights (5.35): B H_q T S = 1 x " << c.H_q << " x " << T << " x " << T << " = "
-            << nn::cost::weight_matrix_bytes(1, c.H_q, T, T, bytes) << " bytes per layer\n";
+  const std::uint64_t kv_params = nn::cost::kv_projection_params(c.d_model, c.H_kv, d_h);
+  const std::uint64_t kv_params_mha = nn::cost::kv_projection_params(c.d_model, c.H_q, d_h);
+  const std::uint64_t weight_bytes = nn::cost::weight_matrix_bytes(1, c.H_q, T, T, bytes);
+  std::size_t total = 0;
+  for (const auto& named : f.tensors) total += named.second.size();
+
+  if (a.json_path != "-") {
+    std::ostream& o = std::cout;
+    o << "checkpoint " << a.path << "\n\nconfiguration\n";
+    for (const auto& [k, v] : f.metadata)
+      if (k != "vocabulary") o << "  " << std::left << std::setw(16) << k << v << "\n";
+    o << "  " << std::setw(16) << "vocabulary" << info.vocab.size() << " tokens " << info.vocab.to_json() << "\n";
+
+    o << "\nparameters\n  " << std::setw(34) << "name" << std::setw(16) << "shape" << std::right << std::setw(10)
+      << "count" << std::left << "\n";
+    for (const auto& [name, arr] : f.tensors)
+      o << "  " << std::setw(34) << name << std::setw(16) << shape_str(arr.shape()) << std::right << std::setw(10)
+        << arr.size() << std::left << "\n";
+    o << "  " << std::setw(50) << "total" << std::right << std::setw(10) << total << std::left << "\n";
+
+    o << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token, (5.34)\n"
+      << "  Q projection        " << per_token(fl.q_proj) << "\n"
+      << "  K projection        " << per_token(fl.k_proj) << "\n"
+      << "  V projection        " << per_token(fl.v_proj) << "\n"
+      << "  output projection   " << per_token(fl.o_proj) << "\n"
+      << "  Q K^T               " << per_token(fl.scores) << "\n"
+      << "  A V                 " << per_token(fl.weighted_sum) << "\n"
+      << "  total               " << per_token(fl.total()) << "  (x " << attn_layers << " attention layers)\n";
+    o << "KV cache (5.36), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
+      << "  per token           " << kv_token << " bytes (2 x H_kv " << c.H_kv << " x d_h " << d_h << " x " << bytes
+      << " B x " << c.layers << " layers)\n"
+      << "  at full context     " << kv_token * T << " bytes\n"
+      << "  KV projection params per layer " << kv_params << " (MHA would be " << kv_params_mha << ")\n";
+    o << "materialised attention weights (5.35): B H_q T S = 1 x " << c.H_q << " x " << T << " x " << T << " = "
+      << weight_bytes << " bytes per layer\n";
+  }
+  if (a.json_path.empty()) return;
+
+  json j;
+  j["command"] = "inspect";
+  j["xgrad_version"] = XGRAD_VERSION_STRING;
+  j["checkpoint"] = a.path;
+  j["kind"] = info.kind;
+  j["task"] = info.task;
+  json meta = json::object();
+  for (const auto& [k, v] : f.metadata)
+    if (k != "vocabulary") meta[k] = v;
+  j["metadata"] = meta;
+  j["config"] = {{"vocab_size", c.V_vocab}, {"context", c.context},   {"d_model", c.d_model},
+                 {"heads", c.H_q},          {"kv_heads", c.H_kv},     {"d_h", d_h},
+                 {"layers", c.layers},      {"encoder_layers", info.kind == "encoder_decoder" ? c.encoder_layers : 0},
+                 {"d_ff", c.d_ff},          {"dropout", c.dropout},   {"dtype", dtype_name(c.dtype)}};
+  j["vocabulary"] = json::parse(info.vocab.to_json());
+  json params = json::array();
+  for (const auto& [name, arr] : f.tensors)
+    params.push_back({{"name", name}, {"shape", arr.shape()}, {"count", arr.size()}, {"dtype", dtype_name(arr.dtype())}});
+  j["parameters"] = params;
+  j["parameter_count"] = total;
+  j["cost"] = {
+      {"T", T},
+      {"S", T},
+      {"B", 1},
+      {"attention_layers", attn_layers},
+      {"flops_per_token", {{"q_proj", per_token(fl.q_proj)},
+                           {"k_proj", per_token(fl.k_proj)},
+                           {"v_proj", per_token(fl.v_proj)},
+                           {"o_proj", per_token(fl.o_proj)},
+                           {"scores", per_token(fl.scores)},
+                           {"weighted_sum", per_token(fl.weighted_sum)},
+                           {"total", per_token(fl.total())}}},
+      {"flops_per_layer", {{"q_proj", fl.q_proj},
+                           {"k_proj", fl.k_proj},
+                           {"v_proj", fl.v_proj},
+                           {"o_proj", fl.o_proj},
+                           {"scores", fl.scores},
+                           {"weighted_sum", fl.weighted_sum},
+                           {"total", fl.total()}}},
+      {"kv_cache", {{"dtype", dtype_name(c.dtype)},
+                    {"layers", c.layers},
+                    {"bytes_per_token", kv_token},
+                    {"bytes_at_context", kv_token * T}}},
+      {"kv_projection_params_per_layer", kv_params},
+      {"kv_projection_params_per_layer_mha", kv_params_mha},
+      {"attention_weights_bytes_per_layer", weight_bytes}};
+  write_json("inspect", "--json", a.json_path, j.dump(2, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace
 
 void add_inspect(CLI::App& app) {
-  auto path = std::make_shared<std::string>();
+  auto a = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show a checkpoint's configuration, parameters and cost model");
-  cmd->add_option("file", *path, "model.safetensors")->required();
-  cmd->callback([path] { run_inspect(*path); });
+  cmd->add_option("file", a->path, "model.safetensors")->required();
+  cmd->add_option("--json", a->json_path, "also write the figures as JSON to FILE ('-': stdout, and nothing else there)")
+      ->type_name("FILE")->check(non_empty_path());
+  cmd->callback([a] { run_inspect(*a); });
 }
 
 }  // namespace xg::cli

@@ -1,10 +1,7 @@
 // `xgrad train`: trains a built-in task from scratch (or resumes a run). With no arguments
 // it is the main job: the sort task, reaching >= 99% held-out exact match in a few minutes.
 #include <CLI/CLI.hpp>
-#include <cctype>
-#include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <unistd.h>
@@ -49,47 +46,22 @@ class StopSignals {
 
 }  // namespace
 
-const CLI::Validator& non_negative_integer() {
-  static const CLI::Validator v(
-      [](std::string& s) -> std::string {
-        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-          return "must be a non-negative integer, got '" + s + "'";
-        errno = 0;
-        (void)std::strtoull(s.c_str(), nullptr, 10);
-        if (errno == ERANGE) return "'" + s + "' is out of range";
-        return {};
-      },
-      "UINT");
-  return v;
-}
-
-const CLI::Validator& number() {
-  static const CLI::Validator v(
-      [](std::string& s) -> std::string {
-        char* end = nullptr;
-        if (!s.empty() && !std::isspace(static_cast<unsigned char>(s[0]))) (void)std::strtod(s.c_str(), &end);
-        if (!end || *end != '\0') return "must be a number, got '" + s + "'";
-        return {};
-      },
-      "NUMBER");
-  return v;
-}
-
 void add_train(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
   CLI::App* cmd = app.add_subcommand("train", "Train a tiny transformer on a built-in task (the main job)");
   cmd->add_option("--task", o->task, "sort (decoder-only), reverse (encoder-decoder) or charlm")
       ->check(CLI::IsMember({"sort", "reverse", "charlm"}))
       ->capture_default_str();
-  cmd->add_option("--text", o->text, "text file for charlm")->capture_default_str();
+  cmd->add_option("--text", o->text, "charlm: the text file to learn")->capture_default_str();
   cmd->add_option("--out", o->out, "output directory")->capture_default_str();
   cmd->add_option("--resume", o->resume, "continue the run saved in this output directory");
-  cmd->add_option("--steps", o->steps, "training steps (0: task default)")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "training steps (0: task default)")->capture_default_str()
+      ->check(integer());
   cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--lr", o->lr, "peak learning rate (0: task default)")->capture_default_str()
-      ->check(number());
-  cmd->add_option("--warmup", o->warmup, "warmup steps")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "peak learning rate, in (0, 1] (default: 0.003)")->check(number());
+  cmd->add_option("--warmup", o->warmup, "warmup steps")->capture_default_str()
+      ->check(integer());
   cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str()
       ->check(number());
   cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str()
@@ -106,16 +78,19 @@ void add_train(CLI::App& app) {
       ->check(non_negative_integer());
   cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str()
       ->check(number());
-  cmd->add_option("--context", o->context, "charlm context length")->capture_default_str()
+  cmd->add_option("--context", o->context, "charlm: context length")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--digits", o->n_digits, "sort: digits per problem")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--seed", o->seed, "random seed (initialisation, data, dropout)")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--threads", o->threads, "xgrad worker threads (0: one per core)")->capture_default_str();
-  cmd->add_option("--eval-every", o->eval_every, "evaluate every N steps (0: only at the end)")->capture_default_str();
-  cmd->add_option("--checkpoint-every", o->checkpoint_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
-  cmd->add_option("--stop-at", o->stop_at, "stop after this step, as if interrupted (for resume)");
+  cmd->add_option("--threads", o->threads, "xgrad worker threads (0: one per core)")->capture_default_str()
+      ->check(integer());
+  cmd->add_option("--eval-every", o->eval_every, "evaluate every N steps (0: only at the end)")->capture_default_str()
+      ->check(integer());
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "checkpoint every N steps (0: only at the end)")
+      ->capture_default_str()->check(integer());
+  cmd->add_option("--stop-at", o->stop_at, "stop after this step, as if interrupted (for resume)")->check(integer());
   cmd->add_flag("--no-progress{false}", o->progress, "no live progress line");
   cmd->add_flag("--no-plot{false}", o->plot, "do not draw loss.png");
   cmd->add_flag("--overwrite", o->overwrite, "replace a different run saved in --out");
@@ -130,11 +105,28 @@ void add_train(CLI::App& app) {
                                                       "options saved in " + o->resume +
                                                       " (it may take --threads, --stop-at, --no-progress, --no-plot)"));
     }
+    if (o->resume.empty()) {
+      // Flags that only one task reads would be ignored by the others: refuse them.
+      auto only_for = [&](const std::string& flag, const std::string& task) {
+        if (cmd->count(flag) > 0 && o->task != task)
+          throw UsageError(op_message("train", flag + " is only for --task " + task + " (this run is --task " +
+                                                   o->task + ")"));
+      };
+      only_for("--text", "charlm");
+      only_for("--context", "charlm");
+      only_for("--digits", "sort");
+      if (cmd->count("--lr") > 0 && o->lr == 0.0)
+        throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
+      train::validate_options(train::with_defaults(*o));
+      check_output_folder("train", "--out", o->out);
+    }
     g_stop = 0;
     StopSignals guard;
     train::TrainOptions opts = *o;
     opts.stop_signal = &g_stop;
-    const train::TrainResult r = train::run_training(opts, std::cout);
+    // Results (the run, samples, files written, RESULT) on stdout; the live progress line and
+    // warnings on stderr, so `xgrad train > log` keeps a clean record.
+    const train::TrainResult r = train::run_training(opts, std::cout, std::cerr);
     if (r.signal != 0) {
       std::cerr << "xgrad: interrupted by signal " << r.signal << " after step " << r.steps_done
                 << "; checkpoint written; continue with xgrad train --resume " << (o->resume.empty() ? o->out : o->resume)

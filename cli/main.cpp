@@ -1,8 +1,11 @@
-// The xgrad program: `xgrad <command> [options]`, `xgrad <command> --help` for each.
-// Every failure reaches the user as one line on stderr: usage errors (a bad flag) exit 2,
-// runtime errors (a bad file, a failing write, anything else) exit 1; nothing aborts.
+// The xgrad program: `xgrad <command> [options]`, `xgrad <command> --help` for each,
+// `xgrad --version`. Every failure reaches the user as one line on stderr: usage errors (a
+// bad flag, with a pointer to the command's --help) exit 2, runtime errors (a bad file, a
+// failing write, anything else) exit 1; nothing aborts. Conventions: docs/cli.md.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <new>
 
@@ -12,6 +15,8 @@
 #include <xgrad/version.hpp>
 
 namespace {
+
+const char* const kCommands[] = {"demo", "gradcheck", "train", "generate", "inspect", "visibility"};
 
 // One line: newlines inside a message (rare, from libraries) become spaces.
 int fail(int code, const std::string& message) {
@@ -25,9 +30,15 @@ int fail(int code, const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The command named on the command line (its first argument), for the --help pointer.
+  std::string command;
+  if (argc > 1)
+    for (const char* c : kCommands)
+      if (std::strcmp(argv[1], c) == 0) command = c;
+  const std::string help = command.empty() ? " (see 'xgrad --help')" : " (see 'xgrad " + command + " --help')";
   try {
     CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
-    app.set_version_flag("--version", "xgrad " XGRAD_VERSION_STRING, "Print the version and exit");
+    app.set_version_flag("--version", std::string("xgrad ") + XGRAD_VERSION_STRING, "Print the version and exit");
     app.require_subcommand(1);
     xg::cli::add_demo(app);
     xg::cli::add_gradcheck(app);
@@ -40,20 +51,19 @@ int main(int argc, char** argv) {
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
       return e.get_exit_code();
     } catch (const CLI::ParseError& e) {
-      if (e.get_exit_code() == 0) return app.exit(e);  // --help
-      if (argc > 1 && argv[1][0] != '-') {
-        bool known = false;
-        for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->get_name() == argv[1];
-        if (!known)
-          return fail(2, std::string("unknown command '") + argv[1] +
-                             "' (demo, gradcheck, train, generate, inspect, visibility; see xgrad --help)");
-      }
-      return fail(2, std::string(e.what()) + " (see xgrad --help)");
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+      if (argc > 1 && command.empty())  // the first argument is not a command
+        return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility; see 'xgrad --help')");
+      return fail(2, std::string(e.what()) + help);
     }
   } catch (const xg::UsageError& e) {
-    return fail(2, e.what());
+    return fail(2, e.what() + help);
   } catch (const xg::Error& e) {
     return fail(1, e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    const std::string path = e.path1().empty() ? std::string() : e.path1().string() + ": ";
+    return fail(1, path + e.code().message());
   } catch (const std::bad_alloc&) {
     return fail(1, "out of memory");
   } catch (const std::exception& e) {

@@ -2,10 +2,15 @@
 //   build/bin/tiny_gpt [--steps N] [--seed S] [--min-accuracy A]   (exit 1 below A)
 // Shows the pieces a user composes: a task's batches, nn::GPT, a Tape per step, backward,
 // gradient clipping, AdamW with a warmup + cosine schedule, and greedy generation with the
-// KV cache. Prints the loss as it goes and a few held-out predictions at the end.
+// KV cache. Prints the loss as it goes and a few held-out predictions at the end. A bad flag
+// is one line on stderr and exit status 2, as for the xgrad program.
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -23,22 +28,45 @@ struct Args {
   double min_accuracy = 0.0;
 };
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--steps" && i + 1 < argc) {
-      a.steps = std::strtol(argv[++i], nullptr, 10);
-    } else if (k == "--seed" && i + 1 < argc) {
-      a.seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (k == "--min-accuracy" && i + 1 < argc) {
-      a.min_accuracy = std::strtod(argv[++i], nullptr);
-    } else {
-      std::fprintf(stderr, "usage: tiny_gpt [--steps N] [--seed S] [--min-accuracy A]\n");
-      std::exit(2);
-    }
+// The whole text must be digits (CLI11 alone would wrap "-1" and read "" as 0).
+std::string digits_only(std::string& s) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+    return "must be a non-negative integer, got '" + s + "'";
+  errno = 0;
+  (void)std::strtoull(s.c_str(), nullptr, 10);
+  return errno == ERANGE ? "'" + s + "' is out of range" : std::string();
+}
+
+// The whole text must be a finite number (CLI11 alone reads "" as 0, and NaN passes a range).
+std::string a_number(std::string& s) {
+  char* end = nullptr;
+  double v = 0;
+  if (!s.empty() && !std::isspace(static_cast<unsigned char>(s[0]))) v = std::strtod(s.c_str(), &end);
+  return end && *end == '\0' && std::isfinite(v) ? std::string() : "must be a finite number, got '" + s + "'";
+}
+
+// Parses the flags; returns -1 to go on, or the exit status (0 after --help, 2 for a bad flag).
+int parse(int argc, char** argv, Args& a) {
+  CLI::App app{"tiny_gpt: train a small GPT to sort 6 digits with the xgrad library directly"};
+  app.add_option("--steps", a.steps, "training steps, 1 to 1000000")
+      ->capture_default_str()
+      ->check(CLI::Validator(digits_only, "UINT"))
+      ->check(CLI::Range(1L, 1000000L));
+  app.add_option("--seed", a.seed, "seed of the initialisation, the data and the held-out set")
+      ->capture_default_str()
+      ->check(CLI::Validator(digits_only, "UINT"));
+  app.add_option("--min-accuracy", a.min_accuracy, "exit 1 when the held-out exact match is below this (0 to 1)")
+      ->capture_default_str()
+      ->check(CLI::Validator(a_number, "NUMBER"))
+      ->check(CLI::Range(0.0, 1.0));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::cerr << "tiny_gpt: " << e.what() << " (see 'tiny_gpt --help')\n";
+    return 2;
   }
-  return a;
+  return -1;
 }
 
 // Fraction of held-out problems whose whole sorted answer is generated correctly.
@@ -63,7 +91,8 @@ double exact_match(nn::GPT& model, const train::SortTask& task, const std::vecto
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  Args args;
+  if (const int rc = parse(argc, argv, args); rc >= 0) return rc;
   train::SortTask task(6);
   const auto heldout = task.heldout(200, args.seed + 1000);
   task.exclude(heldout);  // never train on a held-out problem

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(cmake g++ make xtensor-dev xtl-dev libxsimd-dev libopenblas-dev catch2
-          libcli11-dev nlohmann-json3-dev libstb-dev gnuplot-nox)
+          libcli11-dev nlohmann-json3-dev gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch clang-14 libclang-rt-14-dev pkgconf)
 fi

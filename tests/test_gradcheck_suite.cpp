@@ -284,7 +284,9 @@ TEST_CASE("gradcheck suite: filter, list, seeds, exit status and the JSON report
   CHECK(last_line(os2.str()) == "3 passed, 1 failed");
   o.filter = "nothing";
   std::ostringstream os3;
-  CHECK(run_gradcheck_command(s, o, os3) == 2);  // a filter that selects nothing is not a pass
+  // A filter that selects nothing is not a pass: a usage error naming the filter (exit 2).
+  CHECK_THROWS_AS(run_gradcheck_command(s, o, os3), UsageError);
+  CHECK_THROWS_WITH(run_gradcheck_command(s, o, os3), Catch::Contains("--filter 'nothing'"));
   o.filter = "";
   o.list = true;
   std::ostringstream os4;

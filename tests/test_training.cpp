@@ -1,6 +1,6 @@
 // Training, generation and checkpoints: the loss falls and accuracy rises, a seed
 // reproduces a run, resume continues the exact trajectory, generation with and without the
-// KV cache agree, checkpoints reject malformed files, pictures are valid PNGs.
+// KV cache agree, checkpoints reject malformed files. (Pictures: test_plots.cpp.)
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +10,6 @@
 #include "helpers.hpp"
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
-#include <xgrad/train/plots.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -225,30 +224,6 @@ TEST_CASE("checkpoint: malformed files are rejected with a message naming the pr
   nn::GPT wider(c, g);
   CHECK_THROWS_WITH(nn::safetensors::load_module(model, wider),
                     Catch::Contains("tok.weight") && Catch::Contains("(11, 16)") && Catch::Contains("(11, 32)"));
-  fs::remove_all(dir);
-}
-
-TEST_CASE("pictures: loss curve, attention map and visibility patterns are PNGs of the expected size",
-          "[train][plots]") {
-  const fs::path dir = temp_dir("plots");
-  {
-    std::ofstream csv(dir / "log.csv");
-    csv << "step,lr,loss\n";
-    for (int s = 1; s <= 50; ++s) csv << s << ",0.001," << 3.0 / s << "\n";
-  }
-  train::loss_curve_png((dir / "log.csv").string(), (dir / "loss.png").string(), "test");
-  const auto loss = train::png_size((dir / "loss.png").string());
-  CHECK(loss.width == 900);
-  CHECK(loss.height == 500);
-  const auto heat = train::heatmap_png(Array::of({{0.5, 0.5, 0.0}, {0.1, 0.2, 0.7}}), (dir / "a.png").string(), 10);
-  CHECK(train::png_size((dir / "a.png").string()).width == heat.width);
-  CHECK(heat.width == 3 * 10 + 1);
-  CHECK(heat.height == 2 * 10 + 1);
-  const auto vis = train::visibility_png(nn::Visibility::causal(3, 8), 3, 8, (dir / "v.png").string(), 12);
-  CHECK(vis.width == 8 * 12 + 1);
-  CHECK(vis.height == 3 * 12 + 1);
-  CHECK_THROWS_AS(train::png_size((dir / "log.csv").string()), FormatError);
-  CHECK_THROWS_WITH(train::heatmap_png(Array::full({1, 1}, -1.0, DType::float64), (dir / "x.png").string()), Catch::Contains("[heatmap]"));
   fs::remove_all(dir);
 }
 

@@ -1,29 +1,72 @@
-// Pictures: the loss curve (gnuplot, from log.csv), attention maps and visibility patterns
-// (heatmaps written as PNG with stb_image_write). Every function throws on failure rather
-// than leaving a missing or broken file behind.
+// Pictures, drawn by gnuplot (Debian gnuplot-nox, pngcairo terminal): the loss curve (from
+// log.csv), attention maps and visibility patterns. Each picture X.png comes with its gnuplot
+// script X.gp beside it (self-contained but for log.csv; `cd DIR && gnuplot X.gp` redraws it).
+//
+// gnuplot is looked up on PATH when a picture is drawn. Without it a picture is skipped, not an
+// error: the script is still written, any earlier X.png is removed (it would no longer match)
+// and Picture::note says so. A gnuplot that runs and fails, or input that cannot be drawn
+// (a non-finite weight, a bad path), throws.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include <xgrad/core/array.hpp>
 #include <xgrad/nn/visibility.hpp>
 
 namespace xg::train {
 
-// Loss against step from a log.csv (columns step,lr,loss,...), 900 x 500 PNG via gnuplot.
-void loss_curve_png(const std::string& csv, const std::string& png, const std::string& title);
-
 struct ImageSize {
   int width = 0, height = 0;
 };
 
-// A [rows, cols] matrix as a heatmap: each entry a cell of `cell` x `cell` pixels, white (0)
-// to dark blue (max), with 1-pixel grid lines. Values must be finite and >= 0 (weights).
-ImageSize heatmap_png(const Array& M, const std::string& png, int cell = 24);
+// What drawing one picture did.
+struct Picture {
+  std::string png, script;  // the paths of the picture and of its gnuplot script
+  bool drawn = false;       // false: gnuplot is not on PATH, only the script was written
+  ImageSize size;           // of the PNG, when drawn
+  std::string note;         // when not drawn: what was skipped and how to draw it later
+};
 
-// A visibility pattern [T, S] for query/key layouts like the spec's Figure 5.1: allowed
-// cells dark, forbidden cells white.
-ImageSize visibility_png(const nn::Visibility& v, std::size_t T, std::size_t S, const std::string& png, int cell = 24);
+// The first executable `gnuplot` on PATH ("" when there is none).
+std::string find_gnuplot();
+
+// Tick labels are drawn on an axis of at most this many cells (one label per cell).
+constexpr std::size_t kMaxTickLabels = 32;
+
+// Title, axis names and per-cell labels of a heatmap.
+struct HeatmapLabels {
+  std::string title;  // may hold "\n" for a second line
+  std::string x_label = "key position";
+  std::string y_label = "query position";
+  std::vector<std::string> x_ticks, y_ticks;  // one per column / row, or empty (positions 0, 1, ...)
+};
+
+// A label for a token on an axis: spaces, control characters and bytes that are not UTF-8
+// become visible escapes ("␣", "\n", "\x07", "\xC3"); anything else is kept.
+std::string tick_label(const std::string& token);
+
+// Loss against step from a log.csv (columns step,lr,loss,...), log scale, 900 x 500.
+// `png_name` is the output's file name; the CSV is named relative to the script's folder.
+std::string loss_curve_script(const std::string& csv, const std::string& png_name, const std::string& title);
+Picture loss_curve_png(const std::string& csv, const std::string& png, const std::string& title);
+
+// Attention weights M [rows = queries, cols = keys], finite and in [0, 1], with the cells a query
+// may not see (allowed[r * cols + c] == 0, e.g. from Visibility::expand_allowed) drawn grey,
+// apart from the white-to-dark-blue colour scale of the weights (0 to 1). A masked cell must
+// hold weight 0. Tick labels on an axis of <= kMaxTickLabels cells, numbers on longer ones.
+std::string attention_map_script(const Array& M, const std::vector<unsigned char>& allowed, const HeatmapLabels& labels,
+                                 const std::string& png_name);
+Picture attention_map_png(const Array& M, const std::vector<unsigned char>& allowed, const HeatmapLabels& labels,
+                          const std::string& png);
+
+// A visibility pattern [T, S] (as in the spec's Figure 5.1): allowed cells dark blue, masked
+// (forbidden) cells grey, with a legend naming both.
+std::string visibility_script(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
+                              const std::string& png_name);
+Picture visibility_png(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
+                       const std::string& png);
 
 // Width and height of a PNG file (reads the IHDR chunk; FormatError if not a PNG).
 ImageSize png_size(const std::string& png);

@@ -468,7 +468,9 @@ TrainOptions with_defaults(TrainOptions o) {
   return o;
 }
 
-TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
+TrainResult run_training(const TrainOptions& opts, std::ostream& out) { return run_training(opts, out, out); }
+
+TrainResult run_training(const TrainOptions& opts_in, std::ostream& out, std::ostream& progress) {
   TrainOptions o = with_defaults(opts_in);
   nn::safetensors::File resume_state;
   std::string state_path;
@@ -591,7 +593,10 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
       << o.steps << " steps of batch " << o.batch << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out
       << (start > 0 ? "; resumed at step " + std::to_string(start) : "") << "\n";
 
-  const bool tty = ::isatty(::fileno(stdout)) != 0;
+  // The progress line is redrawn in place (\r) only on a terminal.
+  const bool tty = (&progress == &std::cerr || &progress == &std::clog)
+                       ? ::isatty(STDERR_FILENO) != 0
+                       : (&progress == &std::cout && ::isatty(STDOUT_FILENO) != 0);
   const std::int64_t every = std::max<std::int64_t>(1, o.steps / 20);
   TrainResult result;
   const auto t0 = Clock::now();
@@ -620,11 +625,12 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
       line << (tty ? "\r" : "") << "step " << s << "/" << o.steps << " | loss " << std::fixed << std::setprecision(4)
            << recent << " | " << static_cast<long>(tps) << " tok/s | elapsed " << clock_text(elapsed) << " | ETA "
            << clock_text(eta) << (tty ? "   " : "\n");
-      out << line.str() << std::flush;
+      progress << line.str() << std::flush;
     }
     if (o.eval_every > 0 && s % o.eval_every == 0 && s != o.steps) {
       const double m = run.evaluate(nullptr);
-      out << (tty ? "\n" : "") << "  eval at step " << s << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ")
+      if (tty && o.progress) progress << "\n" << std::flush;
+      out << "  eval at step " << s << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ")
           << m << "\n";
     }
     const int sig = o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
@@ -637,7 +643,7 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
     }
     if (s == o.stop_at) break;
   }
-  if (tty && o.progress) out << "\n";
+  if (tty && o.progress) progress << "\n" << std::flush;
   result.seconds = seconds_since(t0);
   if (result.signal == 0 && o.stop_signal && *o.stop_signal) result.signal = static_cast<int>(*o.stop_signal);
   if (result.signal != 0) {
@@ -655,12 +661,21 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out) {
   result.metric_name = run.charlm ? "val_loss" : "heldout_exact_match";
   out << "samples:\n" << samples.str();
   if (run.charlm) out << "validation loss " << result.metric << ", perplexity " << std::exp(result.metric) << "\n";
+  std::string written = (fs::path(o.out) / kModelFile).string() + ", " + csv.path().string();
   if (o.plot) {
+    // The loss curve is a picture of a finished run: it never turns the run into a failure.
     const std::string png = (fs::path(o.out) / "loss.png").string();
-    loss_curve_png(csv.path().string(), png, "xgrad train: " + o.task);
-    out << "wrote " << (fs::path(o.out) / kModelFile).string() << ", " << csv.path().string() << ", " << png
-        << "\n";
+    try {
+      const Picture p = loss_curve_png(csv.path().string(), png, "xgrad train: " + o.task);
+      if (p.drawn)
+        written += ", " + png;
+      else
+        progress << "xgrad: warning: " << p.note << "\n" << std::flush;
+    } catch (const Error& e) {
+      progress << "xgrad: warning: no loss curve: " << e.what() << "\n" << std::flush;
+    }
   }
+  out << "wrote " << written << "\n";
   std::ostringstream timing;
   timing << "trained " << result.steps_done - start << " steps in " << std::fixed << std::setprecision(1)
          << result.seconds << " s\n";

@@ -69,6 +69,13 @@ void validate_session_options(const TrainOptions& opts);
 // Fills the task defaults into opts (steps, lr), for display and for the run.
 TrainOptions with_defaults(TrainOptions opts);
 
+// Trains (or resumes) a run. `out` gets the record of the run: what is trained, evaluations,
+// samples, the files written, "trained N steps in S s" and the line "RESULT <metric> <value>"
+// (or "stopped at step N ..." / "interrupted by signal ..."); `progress` gets the live progress
+// line ("step s/N | loss ... | ETA", redrawn in place when `progress` is the terminal's
+// std::cerr or std::cout) and warnings (a loss curve that could not be drawn: the run still
+// succeeds). The two-stream form writes both to `out`.
+TrainResult run_training(const TrainOptions& opts, std::ostream& out, std::ostream& progress);
 TrainResult run_training(const TrainOptions& opts, std::ostream& out);
 
 }  // namespace xg::train
