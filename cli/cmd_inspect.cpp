@@ -1,6 +1,7 @@
 // `xgrad inspect FILE`: a checkpoint's configuration, its parameter table and the attention
-// cost model at that configuration: FLOPs per token by term (5.34), KV cache bytes (5.36) and
-// the bytes of a materialised attention-weight tensor (5.35).
+// cost model at that configuration: FLOPs per token by term (projections: the text before
+// (5.34); Q K^T and A V: (5.34)), KV cache bytes (the text after (5.36)) and the bytes of a
+// materialised attention-weight tensor (5.35).
 #include <CLI/CLI.hpp>
 #include <iomanip>
 #include <iostream>
@@ -40,7 +41,7 @@ void run_inspect(const std::string& path) {
   nn::cost::AttentionShape s{1, T, T, c.d_model, c.H_q, c.H_kv, d_h};
   const nn::cost::Flops fl = nn::cost::attention_flops(s);
   auto per_token = [&](std::uint64_t v) { return static_cast<double>(v) / static_cast<double>(T); };
-  std::cout << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token, (5.34)\n"
+  std::cout << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token ((5.34) and the text before it)\n"
             << "  Q projection        " << per_token(fl.q_proj) << "\n"
             << "  K projection        " << per_token(fl.k_proj) << "\n"
             << "  V projection        " << per_token(fl.v_proj) << "\n"
@@ -49,7 +50,7 @@ void run_inspect(const std::string& path) {
             << "  A V                 " << per_token(fl.weighted_sum) << "\n"
             << "  total               " << per_token(fl.total()) << "  (x " << attn_layers << " attention layers)\n";
   const std::uint64_t kv_token = nn::cost::kv_cache_bytes(1, 1, c.H_kv, d_h, bytes) * c.layers;
-  std::cout << "KV cache (5.36), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
+  std::cout << "KV cache (the text after (5.36)), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
             << "  per token           " << kv_token << " bytes (2 x H_kv " << c.H_kv << " x d_h " << d_h << " x "
             << bytes << " B x " << c.layers << " layers)\n"
             << "  at full context     " << kv_token * T << " bytes\n"

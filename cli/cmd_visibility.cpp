@@ -1,6 +1,6 @@
-// `xgrad visibility --out DIR`: renders the visibility patterns of the spec's Figure 5.1 from
-// the mask builders themselves: causal (T = S), causal for a suffix of queries over a cached
-// prefix (bottom-right aligned) and document-causal (block-diagonal) packing.
+// `xgrad visibility --out DIR`: renders visibility patterns from the mask builders themselves:
+// causal (T = S) and document-causal (block-diagonal) packing, as in Figure 5.1, and causal for
+// a suffix of queries over a cached prefix (bottom-right aligned), which illustrates (5.12).
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <iostream>
@@ -15,7 +15,7 @@ namespace xg::cli {
 
 void add_visibility(CLI::App& app) {
   auto out = std::make_shared<std::string>("out");
-  CLI::App* cmd = app.add_subcommand("visibility", "Draw causal and document-causal visibility patterns (Figure 5.1)");
+  CLI::App* cmd = app.add_subcommand("visibility", "Draw causal and document-causal visibility patterns (Figure 5.1) and a causal suffix ((5.12))");
   cmd->add_option("--out", *out, "output directory")->capture_default_str();
   cmd->callback([out] {
     namespace fs = std::filesystem;
