@@ -21,8 +21,8 @@ struct ImageSize {
 // to dark blue (max), with 1-pixel grid lines. Values must be finite and >= 0 (weights).
 ImageSize heatmap_png(const Array& M, const std::string& png, int cell = 24);
 
-// A visibility pattern [T, S] for query/key layouts like the spec's Figure 5.1: allowed
-// cells dark, forbidden cells white.
+// A visibility pattern [T, S] (layouts like those of Figure 5.1, or the causal suffix that
+// illustrates (5.12)): allowed cells dark, forbidden cells white.
 ImageSize visibility_png(const nn::Visibility& v, std::size_t T, std::size_t S, const std::string& png, int cell = 24);
 
 // Width and height of a PNG file (reads the IHDR chunk; FormatError if not a PNG).
