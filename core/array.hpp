@@ -1,11 +1,11 @@
 /// \file
-/// Array: an n-d float32 or float64 array with the dtype known at run time. The data is an
-/// xtensor xarray (row-major, contiguous, so BLAS reads it without copies) held behind a
-/// shared pointer: copying an Array shares the data. xgrad never writes into an Array that
-/// an op has produced or recorded; ops allocate their results.
+/// Array: an n-d float32 or float64 array with the dtype known at run time. The data is a
+/// row-major contiguous buffer (so BLAS reads it without copies; from the caching allocator,
+/// core/allocator.hpp) held behind a shared pointer: copying an Array shares the data. xgrad
+/// never writes into an Array that an op has produced or recorded; ops allocate their results.
 ///
-/// xtensor itself stays out of this header (compile time); core/xt.hpp gives kernels and
-/// interested users the underlying `xt::xarray<T>`.
+/// xtensor itself stays out of this header (compile time); core/xt.hpp (internal, not
+/// installed) gives xgrad's kernels and tests the underlying `xt::xarray<T>`.
 #pragma once
 
 #include <initializer_list>
