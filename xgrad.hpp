@@ -1,4 +1,5 @@
-// xgrad: everything a user program needs, in one include.
+/// \file
+/// xgrad: everything a user program needs, in one include (core, ops, nn).
 #pragma once
 
 #include <xgrad/core/array.hpp>

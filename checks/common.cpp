@@ -162,7 +162,7 @@ nn::reference::Layer reference_layer(const nn::CrossAttention& m) {
   const std::size_t d_h = m.d_head(), kv = c.H_kv * d_h;
   nn::reference::Layer p;
   p.W_Q = f64_or_none(m.W_Q);
-  p.W_K = f64_columns(m.W_KV, 0, kv);  // columns [K heads | V heads] (5.23)
+  p.W_K = f64_columns(m.W_KV, 0, kv);  // columns [K heads | V heads] (the text after (5.22))
   p.W_V = f64_columns(m.W_KV, kv, kv);
   p.b_Q = f64_or_none(m.b_Q);
   p.b_K = f64_columns(m.b_KV, 0, kv);

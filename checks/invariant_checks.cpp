@@ -290,7 +290,7 @@ CheckResult prefix_isolation(CheckContext& ctx, const AttentionFn& attn) {
                                "outputs before the perturbed position must be bit-identical (causal prefix isolation)");
 }
 
-// (5.37)-(5.40): F(P Q, P K, P V; P M P^T) = P F(Q, K, V; M) for self-attention, outputs
+// (5.37)-(5.41): F(P Q, P K, P V; P M P^T) = P F(Q, K, V; M) for self-attention, outputs
 // and gradients (cotangent P G), with GQA heads and a random per-head mask. The permuted
 // run sums in another order: relative bound 64 (S + d) u. Negative control: the causal mask
 // is not permutation-invariant, so with it fixed the property must visibly fail.
@@ -405,7 +405,7 @@ void register_attention_invariant_checks(GradcheckSuite& s, const std::string& p
   add("equal-values", "equal values make weights irrelevant (SPEC 12); 4 masks", equal_values);
   add("prefix-isolation", "3-layer causal stack: output i depends on x_<=i only, bit for bit (SPEC 5)",
       prefix_isolation);
-  add("permutation", "F(PX; P M P^T) = P F(X; M), outputs and gradients, GQA (5.37)-(5.40)",
+  add("permutation", "F(PX; P M P^T) = P F(X; M), outputs and gradients, GQA (5.37)-(5.41)",
       permutation_equivariance);
   add("gqa-head-mapping", "query head h reads kv head floor(h/r); group-summed kv gradients (5.36)", gqa_mapping);
 }

@@ -1,6 +1,7 @@
 // `xgrad inspect FILE`: a checkpoint's configuration, its parameter table and the attention
-// cost model at that configuration: FLOPs per token by term (5.34), KV cache bytes (5.36) and
-// the bytes of a materialised attention-weight tensor (5.35). --json FILE ('-' for stdout)
+// cost model at that configuration: FLOPs per token by term (projections: the text before
+// (5.34); Q K^T and A V: (5.34)), KV cache bytes (the text after (5.36)) and the bytes of a
+// materialised attention-weight tensor (5.35). --json FILE ('-' for stdout)
 // writes the same figures as JSON (docs/cli.md has the schema).
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -64,7 +65,7 @@ void run_inspect(const InspectArgs& a) {
         << arr.size() << std::left << "\n";
     o << "  " << std::setw(50) << "total" << std::right << std::setw(10) << total << std::left << "\n";
 
-    o << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token, (5.34)\n"
+    o << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token ((5.34) and the text before it)\n"
       << "  Q projection        " << per_token(fl.q_proj) << "\n"
       << "  K projection        " << per_token(fl.k_proj) << "\n"
       << "  V projection        " << per_token(fl.v_proj) << "\n"
@@ -72,7 +73,7 @@ void run_inspect(const InspectArgs& a) {
       << "  Q K^T               " << per_token(fl.scores) << "\n"
       << "  A V                 " << per_token(fl.weighted_sum) << "\n"
       << "  total               " << per_token(fl.total()) << "  (x " << attn_layers << " attention layers)\n";
-    o << "KV cache (5.36), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
+    o << "KV cache (the text after (5.36)), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
       << "  per token           " << kv_token << " bytes (2 x H_kv " << c.H_kv << " x d_h " << d_h << " x " << bytes
       << " B x " << c.layers << " layers)\n"
       << "  at full context     " << kv_token * T << " bytes\n"

@@ -1,6 +1,6 @@
-// `xgrad visibility --out DIR`: draws the visibility patterns of the spec's Figure 5.1 from
-// the mask builders themselves: causal (T = S), causal for a suffix of queries over a cached
-// prefix (bottom-right aligned) and document-causal (block-diagonal) packing. Each picture has
+// `xgrad visibility --out DIR`: draws visibility patterns from the mask builders themselves:
+// causal (T = S) and document-causal (block-diagonal) packing, as in Figure 5.1, and causal for
+// a suffix of queries over a cached prefix (bottom-right aligned), which illustrates (5.12). Each picture has
 // a title, query/key position axes labelled with absolute positions, a legend, and masked
 // cells grey; its gnuplot script is written beside it (docs/cli.md).
 #include <CLI/CLI.hpp>
@@ -27,7 +27,7 @@ std::vector<std::string> positions(std::size_t from, std::size_t n, const std::s
 
 void add_visibility(CLI::App& app) {
   auto out = std::make_shared<std::string>("out");
-  CLI::App* cmd = app.add_subcommand("visibility", "Draw causal and document-causal visibility patterns (Figure 5.1)");
+  CLI::App* cmd = app.add_subcommand("visibility", "Draw causal and document-causal visibility patterns (Figure 5.1) and a causal suffix ((5.12))");
   cmd->add_option("--out", *out, "output folder (created if missing)")->capture_default_str();
   cmd->callback([out] {
     namespace fs = std::filesystem;

@@ -1,14 +1,15 @@
-// Internal: the caching allocator behind every Array's storage (xtensor's default allocator
-// in core/xt.hpp). A training step frees and allocates the same large blocks every step;
-// glibc serves those by fresh mmap and returns them on free, so each step page-faulted its
-// whole working set in again. Blocks of 64 KiB and more are kept on free in size classes
-// (eight per power of two: at most 12.5% rounding) and handed out again, so a steady-state
-// step touches no new pages. Smaller blocks go to malloc, which keeps them in its heap anyway.
-//
-// The cache is bounded (core/runtime.hpp: set_memory_cache_limit, default a quarter of
-// physical memory); a block that would exceed the bound is returned to the system, and an
-// allocation that fails releases the cache and tries once more before throwing bad_alloc.
-// Builds with AddressSanitizer cache nothing by default, so ASan sees every free.
+/// \file
+/// Internal: the caching allocator behind every Array's storage (xtensor's default allocator
+/// in core/xt.hpp). A training step frees and allocates the same large blocks every step;
+/// glibc serves those by fresh mmap and returns them on free, so each step page-faulted its
+/// whole working set in again. Blocks of 64 KiB and more are kept on free in size classes
+/// (eight per power of two: at most 12.5% rounding) and handed out again, so a steady-state
+/// step touches no new pages. Smaller blocks go to malloc, which keeps them in its heap anyway.
+///
+/// The cache is bounded (core/runtime.hpp: set_memory_cache_limit, default a quarter of
+/// physical memory); a block that would exceed the bound is returned to the system, and an
+/// allocation that fails releases the cache and tries once more before throwing bad_alloc.
+/// Builds with AddressSanitizer cache nothing by default, so ASan sees every free.
 #pragma once
 
 #include <cstddef>

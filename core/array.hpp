@@ -1,10 +1,11 @@
-// Array: an n-d float32 or float64 array with the dtype known at run time. The data is an
-// xtensor xarray (row-major, contiguous, so BLAS reads it without copies) held behind a
-// shared pointer: copying an Array shares the data. xgrad never writes into an Array that
-// an op has produced or recorded; ops allocate their results.
-//
-// xtensor itself stays out of this header (compile time); core/xt.hpp gives kernels and
-// interested users the underlying xt::xarray<T>.
+/// \file
+/// Array: an n-d float32 or float64 array with the dtype known at run time. The data is a
+/// row-major contiguous buffer (so BLAS reads it without copies; from the caching allocator,
+/// core/allocator.hpp) held behind a shared pointer: copying an Array shares the data. xgrad
+/// never writes into an Array that an op has produced or recorded; ops allocate their results.
+///
+/// xtensor itself stays out of this header (compile time); core/xt.hpp (internal, not
+/// installed) gives xgrad's kernels and tests the underlying `xt::xarray<T>`.
 #pragma once
 
 #include <iosfwd>
@@ -21,54 +22,89 @@ namespace detail {
 struct Storage;
 }
 
+/// An n-d array of float32 or float64 values, row-major and contiguous, whose dtype is known
+/// at run time. Copies share the data (a shared pointer); clone() copies it. An Array that an
+/// op produced or the tape saved is never written to.
 class Array {
  public:
-  Array() = default;  // undefined (no data); see defined()
+  Array() = default;  ///< An undefined array (no data); see defined().
 
-  // Uninitialised contents; every element is written by the caller.
+  /// An array of `shape` and `dtype` with uninitialised contents; every element is written by
+  /// the caller.
   static Array empty(const Shape& shape, DType dtype);
+  /// An array of `shape` and `dtype` filled with zeros.
   static Array zeros(const Shape& shape, DType dtype);
+  /// An array of `shape` and `dtype` with every element equal to `value`.
   static Array full(const Shape& shape, double value, DType dtype);
+  /// A 0-d array (shape ()) holding `value` in `dtype`.
   static Array scalar(double value, DType dtype);
+  /// An array of `shape` and `dtype` holding `values` in row-major order; their count must be
+  /// numel(shape) (ShapeError otherwise).
   static Array from_vector(const Shape& shape, const std::vector<double>& values, DType dtype);
-  // Nested initializer lists: Array::of({{1, 2}, {3, 4}}); of3 for three levels (a separate
-  // name, because {{1, 2}} would be ambiguous between two and three levels). Ragged lists
-  // are an error. A column of one-element rows ({{1}, {2}}) is ambiguous in C++ with a
-  // 1-d list: build it with from_vector.
+  /// Nested initializer lists: Array::of({{1, 2}, {3, 4}}); of3 for three levels (a separate
+  /// name, because {{1, 2}} would be ambiguous between two and three levels). Ragged lists
+  /// are an error. A column of one-element rows ({{1}, {2}}) is ambiguous in C++ with a
+  /// 1-d list: build it with from_vector. This overload: a 1-d array of the values `v` in
+  /// `dtype`.
   static Array of(std::initializer_list<double> v, DType dtype = default_dtype());
+  /// A 2-d array from the rows `v` (all of one length; ShapeError otherwise) in `dtype`.
   static Array of(std::initializer_list<std::initializer_list<double>> v,
                   DType dtype = default_dtype());
+  /// A 3-d array from the nested lists `v` (matrices of one shape; ShapeError otherwise) in
+  /// `dtype`.
   static Array of3(std::initializer_list<std::initializer_list<std::initializer_list<double>>> v,
                   DType dtype = default_dtype());
 
+  /// Whether this array holds data (false for a default-constructed Array).
   bool defined() const { return static_cast<bool>(s_); }
+  /// Element type. The accessors below throw ValueError on an undefined array.
   DType dtype() const;
+  /// Extents, outermost first.
   const Shape& shape() const;
+  /// Number of dimensions (0 for a scalar).
   std::size_t ndim() const { return shape().size(); }
+  /// Number of elements.
   std::size_t size() const;
 
-  // Typed access; T must match dtype() (DTypeError otherwise).
+  /// Typed pointer to the first element; T must match dtype() (DTypeError otherwise):
+  /// `float` for float32, `double` for float64.
   template <class T> T* data();
+  /// Typed read-only pointer to the first element; T must match dtype() (DTypeError otherwise).
   template <class T> const T* data() const;
 
-  double item() const;                                  // exactly one element
-  double at(const std::vector<std::size_t>& idx) const;  // bounds-checked
-  double flat(std::size_t i) const;                      // bounds-checked
-  void set_flat(std::size_t i, double v);                // only for arrays you own
+  /// The value of an array with exactly one element (ShapeError otherwise).
+  double item() const;
+  /// The element at the multi-index `idx` (one index per dimension), bounds-checked
+  /// (ShapeError).
+  double at(const std::vector<std::size_t>& idx) const;
+  /// The element at row-major position `i`, bounds-checked (ShapeError).
+  double flat(std::size_t i) const;
+  /// Writes `v` at row-major position `i` (bounds-checked). Only for arrays you own: never for
+  /// one an op produced or the tape saved.
+  void set_flat(std::size_t i, double v);
+  /// Every element as double, row-major.
   std::vector<double> to_vector() const;
 
+  /// A copy with its own data.
   Array clone() const;
+  /// The values converted to `dtype`; this array itself (shared, no copy) if it already has it.
   Array astype(DType dtype) const;
-  Array reshaped(const Shape& shape) const;  // same data count required; copies
-  // Same data count required; shares this array's data (no copy). Neither may then be written
-  // through: the engine's rule for every array an op has produced.
+  /// A copy with shape `shape`; the element count must be the same (ShapeError otherwise).
+  Array reshaped(const Shape& shape) const;
+  /// Same data count required; shares this array's data (no copy) under `shape`. Neither may
+  /// then be written through: the engine's rule for every array an op has produced.
   Array view(const Shape& shape) const;
+  /// Whether every element is finite (no NaN or infinity).
   bool all_finite() const;
-  // First non-finite element's flat index, or size() if all finite.
+  /// First non-finite element's flat index, or size() if all finite.
   std::size_t first_nonfinite() const;
-  std::string str() const;  // nested-bracket text, up to a few hundred elements
+  /// Nested-bracket text of the values, up to a few hundred elements ("<undefined>" for an
+  /// undefined array).
+  std::string str() const;
 
+  /// Internal: the storage descriptor (shape, dtype, buffer), for xgrad's kernels (core/xt.hpp).
   detail::Storage& storage();
+  /// Internal: the storage descriptor, read-only.
   const detail::Storage& storage() const;
 
  private:
@@ -77,38 +113,47 @@ class Array {
   friend struct detail::Storage;
 };
 
-// Largest |a - b| over all elements; shapes must match (ShapeError otherwise).
+/// Largest |a - b| over all elements of `a` and `b` (NaN if any difference is NaN); shapes
+/// must match (ShapeError otherwise).
 double max_abs_diff(const Array& a, const Array& b);
 
-}  // namespace xg
+}
 
 namespace xg {
 
-// Boolean array (conditions, masks): one byte per element, 0 or 1. Not differentiable.
-// Masks whose polarity matters (attention visibility) wrap this in a named type instead.
+/// Boolean array (conditions, masks): one byte per element, 0 or 1. Not differentiable.
+/// Masks whose polarity matters (attention visibility) wrap this in a named type instead.
 struct BoolArray {
-  Shape shape;
-  std::vector<unsigned char> data;
+  Shape shape;                     ///< Extents, outermost first.
+  std::vector<unsigned char> data;  ///< One byte per element, row-major: 0 or 1.
 
-  BoolArray() = default;
-  BoolArray(Shape s, std::vector<unsigned char> d);  // sizes must agree (ShapeError)
+  BoolArray() = default;  ///< No elements (size() == 0): "not given" where an argument is optional.
+  /// An array of shape `s` holding the flags `d` row-major (non-zero bytes become 1); the
+  /// sizes must agree (ShapeError).
+  BoolArray(Shape s, std::vector<unsigned char> d);
+  /// An array of shape `s` with every element equal to `value`.
   static BoolArray filled(Shape s, bool value);
+  /// Number of elements.
   std::size_t size() const { return data.size(); }
 };
 
-// Integer index array (token ids, class targets, gather indices). Not differentiable.
+/// Integer index array (token ids, class targets, gather indices). Not differentiable.
 struct IndexArray {
-  Shape shape;
-  std::vector<std::int64_t> data;
+  Shape shape;                    ///< Extents, outermost first.
+  std::vector<std::int64_t> data;  ///< The indices, row-major.
 
-  IndexArray() = default;
-  IndexArray(Shape s, std::vector<std::int64_t> d);  // sizes must agree (ShapeError)
-  IndexArray(std::initializer_list<std::int64_t> v);  // 1-d
+  IndexArray() = default;  ///< No elements (size() == 0).
+  /// An array of shape `s` holding the indices `d` row-major; the sizes must agree
+  /// (ShapeError).
+  IndexArray(Shape s, std::vector<std::int64_t> d);
+  /// A 1-d array of the indices `v`.
+  IndexArray(std::initializer_list<std::int64_t> v);
+  /// Number of elements.
   std::size_t size() const { return data.size(); }
 };
 
-// Prints a.str(): nested brackets, 6 significant digits, shortened past a few hundred
-// elements; "<undefined>" for an undefined Array.
+/// Prints a.str() of Array `a` to `os`: nested brackets, 6 significant digits, shortened
+/// past a few hundred elements; "<undefined>" for an undefined Array. Returns `os`.
 std::ostream& operator<<(std::ostream& os, const Array& a);
 
-}  // namespace xg
+}

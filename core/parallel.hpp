@@ -1,14 +1,15 @@
-// Internal: the one thread pool. xgrad's own loops (elementwise kernels, reductions, the fused
-// attention blocks, the splitting of large GEMMs) run on it; OpenBLAS is kept at one thread
-// (core/blas.cpp), so two pools never spin against each other on the same cores.
-//
-// Workers spin for a few tens of microseconds after a job (the next op usually follows at
-// once), then sleep on a condition variable: on a loaded or oversubscribed machine (ctest -j,
-// other programs) a waiting thread never burns a core that the thread it waits for needs.
-//
-// parallel_for splits [0, n) into contiguous chunks, one per thread, with a partition that
-// depends only on n, the grain and the thread count: results are bit-identical run to run
-// for a fixed thread count (docs/performance.md says what changes with the count).
+/// \file
+/// Internal: the one thread pool. xgrad's own loops (elementwise kernels, reductions, the fused
+/// attention blocks, the splitting of large GEMMs) run on it; OpenBLAS is kept at one thread
+/// (core/blas.cpp), so two pools never spin against each other on the same cores.
+///
+/// Workers spin for a few tens of microseconds after a job (the next op usually follows at
+/// once), then sleep on a condition variable: on a loaded or oversubscribed machine (ctest -j,
+/// other programs) a waiting thread never burns a core that the thread it waits for needs.
+///
+/// parallel_for splits [0, n) into contiguous chunks, one per thread, with a partition that
+/// depends only on n, the grain and the thread count: results are bit-identical run to run
+/// for a fixed thread count (docs/performance.md says what changes with the count).
 #pragma once
 
 #include <cstddef>
@@ -16,18 +17,18 @@
 
 namespace xg::detail {
 
-// Threads a parallel_for may use now (1 inside a parallel_for, or while another thread
-// holds the pool).
+/// Threads a parallel_for may use now (1 inside a parallel_for, or while another thread
+/// holds the pool).
 int pool_threads();
 
-// Number of chunks parallel_for(n, grain) uses.
+/// Number of chunks parallel_for(n, grain) uses.
 std::size_t parallel_chunks(std::size_t n, std::size_t grain);
 
-// Runs job(c) for c in [0, chunks) on the pool (chunk 0 on the calling thread) and waits. An
-// exception thrown by a chunk is rethrown on the caller (the lowest chunk's).
+/// Runs job(c) for c in [0, chunks) on the pool (chunk 0 on the calling thread) and waits. An
+/// exception thrown by a chunk is rethrown on the caller (the lowest chunk's).
 void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job);
 
-// f(begin, end, chunk) for each chunk of [0, n); chunks run in parallel.
+/// f(begin, end, chunk) for each chunk of [0, n); chunks run in parallel.
 template <class F> void parallel_for(std::size_t n, std::size_t grain, F&& f) {
   const std::size_t chunks = parallel_chunks(n, grain);
   if (chunks <= 1) {

@@ -1,37 +1,42 @@
-// Process-wide settings. The defaults are the fast ones: nothing here needs to be called for
-// xgrad to run at full speed (docs/performance.md).
+/// \file
+/// Process-wide settings. The defaults are the fast ones: nothing here needs to be called for
+/// xgrad to run at full speed (docs/performance.md).
 #pragma once
 
 #include <cstddef>
 
 namespace xg {
 
-// xgrad's worker threads (one pool, core/parallel.hpp). Default: one per core. Every parallel loop and
-// every split GEMM uses this pool; OpenBLAS itself always runs single-threaded inside it.
-// n >= 1. Results are bit-identical run to run for a fixed n.
+/// Sets the number `n` of xgrad's worker threads (one pool, core/parallel.hpp). Default: one
+/// per core. Every parallel loop and every split GEMM uses this pool; OpenBLAS itself always
+/// runs single-threaded inside it.
+/// n >= 1 (ValueError otherwise). Results are bit-identical run to run for a fixed n.
 void set_num_threads(int n);
+/// The number of worker threads set_num_threads() configured (default: one per core).
 int num_threads();
 
-// Kept for programs written against earlier versions: same as set_num_threads(n).
+/// Kept for programs written against earlier versions: same as set_num_threads(n).
 void set_blas_threads(int n);
 
-// Array storage: blocks of 64 KiB and more are cached on free and reused (core/allocator.hpp),
-// so a training loop does not page-fault its working set in again every step. The cache
-// holds at most `bytes` (default: a quarter of physical memory; 0 caches nothing).
+/// Array storage: blocks of 64 KiB and more are cached on free and reused (core/allocator.hpp),
+/// so a training loop does not page-fault its working set in again every step. The cache
+/// holds at most `bytes` (default: a quarter of physical memory; 0 caches nothing).
 void set_memory_cache_limit(std::size_t bytes);
-// Returns every cached block to the system now.
+/// Returns every cached block to the system now.
 void release_cached_memory();
+/// Counters of the caching allocator behind Array storage (memory_stats()).
 struct MemoryStats {
-  std::size_t in_use = 0;   // bytes of large blocks held by live arrays
-  std::size_t peak = 0;     // the most in_use has been
-  std::size_t cached = 0;   // bytes kept for reuse
-  std::size_t limit = 0;    // the cache's bound
+  std::size_t in_use = 0;   ///< Bytes of large blocks held by live arrays.
+  std::size_t peak = 0;     ///< The most in_use has been.
+  std::size_t cached = 0;   ///< Bytes kept for reuse.
+  std::size_t limit = 0;    ///< The cache's bound.
 };
+/// The caching allocator's counters now.
 MemoryStats memory_stats();
 
-// Earlier versions tuned glibc malloc here. Array storage now comes from xgrad's own caching
-// allocator (core/allocator.hpp), which keeps freed blocks for reuse by default; this call is
-// a no-op kept for source compatibility.
+/// Earlier versions tuned glibc malloc here. Array storage now comes from xgrad's own caching
+/// allocator (core/allocator.hpp), which keeps freed blocks for reuse by default; this call is
+/// a no-op kept for source compatibility.
 void tune_allocator_for_training();
 
 }  // namespace xg

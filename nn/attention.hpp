@@ -1,16 +1,18 @@
-// Attention layers (SPEC 6-8, 11): one core (nn/sdpa.hpp) and two thin front doors.
-//
-//  MultiHeadAttention: self-attention with a packed W_QKV (5.22) and output projection W_O
-//    (5.20). Any H_q and H_kv with H_q % H_kv == 0: H_kv == H_q is MHA, 1 < H_kv < H_q is
-//    GQA, H_kv == 1 is MQA (5.36). W_QKV is [d_model, (H_q + 2 H_kv) d_h], columns
-//    [Q heads | K heads | V heads], each block head-major ([h0 d_h | h1 d_h | ...]).
-//  CrossAttention: queries from X_q [B, T, d_q], keys and values from X_m [B, S, d_m] with a
-//    packed W_KV [d_m, 2 H_kv d_h] (5.23); d_q != d_m allowed. No causal mask is implied:
-//    pass the source padding visibility; a target-side causal mask is not copied here.
-//
-// Weights are stored in x out (y = x W + b); nn/torch_layout.hpp converts to and from
-// PyTorch's out x in. Heads split features, not positions:
-// [B, T, H d_h] -> [B, T, H, d_h] -> [B, H, T, d_h] (SPEC 6).
+/// \file
+/// Attention layers (SPEC 6-8, 11): one core (nn/sdpa.hpp) and two thin front doors.
+///
+/// - MultiHeadAttention: self-attention with a packed W_QKV (5.22) and output projection W_O
+///   (5.20). Any H_q and H_kv with H_q % H_kv == 0: H_kv == H_q is MHA, 1 < H_kv < H_q is
+///   GQA, H_kv == 1 is MQA (5.36). W_QKV is [d_model, (H_q + 2 H_kv) d_h], columns
+///   [Q heads | K heads | V heads], each block head-major ([h0 d_h | h1 d_h | ...]).
+/// - CrossAttention: queries from X_q [B, T, d_q], keys and values from X_m [B, S, d_m] with a
+///   packed W_KV [d_m, 2 H_kv d_h] (the text after (5.22)); d_q != d_m allowed. No causal mask
+///   is implied: pass the source padding visibility; a target-side causal mask is not copied
+///   here.
+///
+/// Weights are stored in x out (y = x W + b); nn/torch_layout.hpp converts to and from
+/// PyTorch's out x in. Heads split features, not positions:
+/// [B, T, H d_h] -> [B, T, H, d_h] -> [B, H, T, d_h] (SPEC 6).
 #pragma once
 
 #include <optional>
@@ -24,71 +26,87 @@
 
 namespace xg::nn {
 
+/// Configuration of a MultiHeadAttention layer.
 struct AttentionConfig {
-  std::size_t d_model = 0;
-  std::size_t H_q = 1;
-  std::size_t H_kv = 0;    // 0 means H_q (MHA)
-  std::size_t d_head = 0;  // 0 means d_model / H_q (which must then divide evenly)
-  bool bias = true;
-  double dropout = 0.0;  // on attention weights, in training mode
-  std::optional<double> scale;  // default 1 / sqrt(d_head)
-  DType dtype = default_dtype();
-  SdpaImpl impl = SdpaImpl::automatic;  // attention core (nn/sdpa.hpp)
+  std::size_t d_model = 0;  ///< Input and output width d.
+  std::size_t H_q = 1;      ///< Query heads.
+  std::size_t H_kv = 0;    ///< Key/value heads; 0 means H_q (MHA). H_q must be a multiple of it.
+  std::size_t d_head = 0;  ///< Head width d_h; 0 means d_model / H_q (which must then divide evenly).
+  bool bias = true;        ///< Whether the projections have biases (b_QKV, b_O).
+  double dropout = 0.0;  ///< Dropout probability on attention weights, in training mode.
+  std::optional<double> scale;  ///< Score scale; default 1 / sqrt(d_head).
+  DType dtype = default_dtype();  ///< Parameter dtype (default_dtype() when the config is made).
+  SdpaImpl impl = SdpaImpl::automatic;  ///< Attention core (nn/sdpa.hpp).
 };
 
+/// Configuration of a CrossAttention layer.
 struct CrossAttentionConfig {
+  /// Widths of the query-side input X_q (d_q) and of the memory X_m (d_m). @{
   std::size_t d_q = 0, d_m = 0;
-  std::size_t H_q = 1;
-  std::size_t H_kv = 0;    // 0 means H_q
-  std::size_t d_head = 0;  // 0 means d_q / H_q
-  std::size_t d_out = 0;   // 0 means d_q (residual connection)
-  bool bias = true;
-  double dropout = 0.0;
-  std::optional<double> scale;
-  DType dtype = default_dtype();
-  SdpaImpl impl = SdpaImpl::automatic;
+  /// @}
+  std::size_t H_q = 1;     ///< Query heads.
+  std::size_t H_kv = 0;    ///< Key/value heads; 0 means H_q.
+  std::size_t d_head = 0;  ///< Head width d_h; 0 means d_q / H_q.
+  std::size_t d_out = 0;   ///< Output width; 0 means d_q (residual connection).
+  bool bias = true;        ///< Whether the projections have biases (b_Q, b_KV, b_O).
+  double dropout = 0.0;    ///< Dropout probability on attention weights, in training mode.
+  std::optional<double> scale;  ///< Score scale; default 1 / sqrt(d_head).
+  DType dtype = default_dtype();  ///< Parameter dtype (default_dtype() when the config is made).
+  SdpaImpl impl = SdpaImpl::automatic;  ///< Attention core (nn/sdpa.hpp).
 };
 
-// Per-call inputs that are not tensors.
+/// Per-call inputs that are not tensors.
 struct AttentionCall {
-  Visibility visibility = Visibility::all();
-  BoolArray query_valid = {};      // [B, T], true = real query; empty = all valid
-  Generator* generator = nullptr;  // dropout source, needed when training with dropout > 0
-  bool return_weights = false;
-  bool check_finite = true;
+  Visibility visibility = Visibility::all();  ///< Which keys each query may see.
+  BoolArray query_valid = {};      ///< [B, T], true = real query; empty = all valid.
+  Generator* generator = nullptr;  ///< Dropout source, needed when training with dropout > 0.
+  bool return_weights = false;     ///< Also return the weights A (composed path).
+  bool check_finite = true;        ///< Check inputs and scores for NaN/Inf (SdpaOptions::check_finite).
 };
 
+/// What an attention layer returns.
 struct AttentionOutput {
-  Tensor Y;        // [B, T, d_out]
-  Tensor weights;      // A [B, H_q, T, S] if return_weights
-  Array dropout_mask;  // m / q [B, H_q, T, S] if dropout was applied (composed path)
-  std::uint64_t dropout_seed = 0;  // regenerates the mask on either path (SdpaResult)
+  Tensor Y;        ///< The output [B, T, d_out].
+  Tensor weights;      ///< A [B, H_q, T, S] if return_weights.
+  Array dropout_mask;  ///< m / q [B, H_q, T, S] if dropout was applied (composed path).
+  std::uint64_t dropout_seed = 0;  ///< Regenerates the mask on either path (SdpaResult).
 };
 
+/// Multi-head self-attention with any number of key/value heads (MHA, GQA, MQA).
 class MultiHeadAttention : public Module {
  public:
+  /// A layer configured by `cfg` with weights drawn from `gen` (Xavier-uniform, biases zero).
+  /// ValueError if the head counts or widths do not fit.
   MultiHeadAttention(const AttentionConfig& cfg, Generator& gen);
-  // From given weights, no generator: the parameters by name ("W_QKV" [d_model, (H_q + 2 H_kv)
-  // d_h], "b_QKV", "W_O" [H_q d_h, d_model], "b_O"; the biases only when cfg.bias), with
-  // cfg.dtype, checked as Module::set_weights checks them.
+  /// A layer configured by `cfg` from given `weights`, no generator: the parameters by name
+  /// ("W_QKV" [d_model, (H_q + 2 H_kv) d_h], "b_QKV", "W_O" [H_q d_h, d_model], "b_O"; the
+  /// biases only when cfg.bias), in cfg.dtype, checked as Module::set_weights checks them.
   MultiHeadAttention(const AttentionConfig& cfg, const std::vector<std::pair<std::string, Array>>& weights);
 
-  // X [B, T, d_model] -> Y [B, T, d_model].
+  /// X [B, T, d_model] -> Y [B, T, d_model], with the visibility, validity, dropout source and
+  /// options in `call`.
   AttentionOutput forward(const Tensor& X, const AttentionCall& call);
+  /// forward(X, call) with only the visibility `vis` set; returns Y.
   Tensor operator()(const Tensor& X, const Visibility& vis);
 
-  // Incremental decoding: X_new [B, n, d_model] holds the next n positions (absolute
-  // positions cache.length() .. +n-1). Their K and V are appended to the cache and the n
-  // queries attend causally by absolute position to every cached key (intersected with
-  // call.visibility, which must then be [.., n, cache.length() + n]). If the call throws, the
-  // cache is left as it was.
+  /// Incremental decoding: X_new [B, n, d_model] holds the next n positions (absolute
+  /// positions cache.length() .. +n-1). Their K and V are appended to `cache` and the n
+  /// queries attend causally by absolute position to every cached key (intersected with
+  /// call.visibility, which must then be [.., n, cache.length() + n]). If the call throws, the
+  /// cache is left as it was.
   AttentionOutput forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call = {});
+  /// An empty KV cache for this layer: `batch` samples, room for `capacity` positions.
   KVCache make_cache(std::size_t batch, std::size_t capacity) const;
 
+  /// The configuration, with H_kv resolved (never 0).
   const AttentionConfig& config() const { return cfg_; }
+  /// The head width d_h in use.
   std::size_t d_head() const { return d_h_; }
 
-  Tensor W_QKV, b_QKV, W_O, b_O;  // b_* undefined when cfg.bias is false
+  /// Parameters: W_QKV [d_model, (H_q + 2 H_kv) d_h] and b_QKV [(H_q + 2 H_kv) d_h], W_O
+  /// [H_q d_h, d_model] and b_O [d_model]; the biases are undefined when cfg.bias is false. @{
+  Tensor W_QKV, b_QKV, W_O, b_O;
+  /// @}
 
  private:
   // Q [B, H_q, T, d_h], K, V [B, H_kv, T, d_h] from X.
@@ -102,24 +120,36 @@ class MultiHeadAttention : public Module {
   std::size_t d_h_;
 };
 
+/// Cross-attention: queries from one sequence, keys and values from another (the memory).
 class CrossAttention : public Module {
  public:
+  /// A layer configured by `cfg` with weights drawn from `gen` (Xavier-uniform, biases zero).
+  /// ValueError if the head counts or widths do not fit.
   CrossAttention(const CrossAttentionConfig& cfg, Generator& gen);
-  // From given weights by name ("W_Q", "b_Q", "W_KV" (K and V packed), "b_KV", "W_O", "b_O"),
-  // checked as Module::set_weights checks them.
+  /// A layer configured by `cfg` from given `weights` by name ("W_Q", "b_Q", "W_KV" (K and V
+  /// packed), "b_KV", "W_O", "b_O"), checked as Module::set_weights checks them.
   CrossAttention(const CrossAttentionConfig& cfg, const std::vector<std::pair<std::string, Array>>& weights);
 
-  // X_q [B, T, d_q], X_m [B, S, d_m] -> Y [B, T, d_out].
+  /// X_q [B, T, d_q], X_m [B, S, d_m] -> Y [B, T, d_out], with the visibility (source
+  /// padding), validity, dropout source and options in `call`.
   AttentionOutput forward(const Tensor& X_q, const Tensor& X_m, const AttentionCall& call);
-  // The memory's K and V heads [B, H_kv, S, d_h], computed once and reused while decoding.
+  /// The memory's K and V heads [B, H_kv, S, d_h] from X_m, computed once and reused while
+  /// decoding.
   std::pair<Tensor, Tensor> project_memory(const Tensor& X_m) const;
+  /// forward() with the memory's K and V heads `KV` from project_memory() instead of X_m.
   AttentionOutput forward_with_memory(const Tensor& X_q, const std::pair<Tensor, Tensor>& KV,
                                       const AttentionCall& call);
 
+  /// The configuration, with H_kv and d_out resolved (never 0).
   const CrossAttentionConfig& config() const { return cfg_; }
+  /// The head width d_h in use.
   std::size_t d_head() const { return d_h_; }
 
+  /// Parameters: W_Q [d_q, H_q d_h] and b_Q, the packed W_KV [d_m, 2 H_kv d_h] (columns
+  /// [K heads | V heads]) and b_KV, W_O [H_q d_h, d_out] and b_O; the biases are undefined
+  /// when cfg.bias is false. @{
   Tensor W_Q, b_Q, W_KV, b_KV, W_O, b_O;
+  /// @}
 
  private:
   void init(Generator* gen);
@@ -128,8 +158,10 @@ class CrossAttention : public Module {
   std::size_t d_h_;
 };
 
-// [B, T, H d_h] -> [B, H, T, d_h] and back (SPEC 6: heads split features, not positions).
+/// [B, T, H d_h] -> [B, H, T, d_h]: X's features split into `H` heads (SPEC 6: heads split
+/// features, not positions).
 Tensor split_heads(const Tensor& X, std::size_t H);
+/// [B, H, T, d_h] -> [B, T, H d_h]: the heads of `O` concatenated along the features.
 Tensor merge_heads(const Tensor& O);
 
 }  // namespace xg::nn

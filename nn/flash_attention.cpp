@@ -235,9 +235,9 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
       continue;
     }
     if (P.dropout) dropout_row(P, b, h, R.i0 + k, R.L, da, da, n);  // dA = dA_d * m / q
-    // D_i = sum_j A_ij dA_ij (= dO_i . O_i, but summed as the softmax VJP (5.25) sums it, so a
+    // delta_i = sum_j A_ij dA_ij (= dO_i . O_i, but summed as the softmax VJP (5.25) sums it, so a
     // row with one visible key, A = 1, gets dU = 1 * (dA - dA) = 0 exactly, as on the composed path).
-    T D = 0;
+    T D = 0;  // delta_i
     for (std::size_t j = 0; j < n; ++j) D += a[j] * da[j];
     for (std::size_t j = 0; j < n; ++j) da[j] = a[j] * (da[j] - D);  // dU (zero where A is)
   }

@@ -1,26 +1,29 @@
-// The fused attention path (docs/performance.md, docs/attention.md "Two implementations").
-//
-// One op on the tape with its own VJP, computing exactly what the composed path of
-// nn/sdpa.cpp computes (Algorithm 5.1, (5.11), (5.25)-(5.31), GQA (5.36)) without ever
-// holding the [B, H, T, S] scores:
-//
-//   forward, per block of query rows of one head:
-//     U = scale Q_blk K^T over the keys the block can see at all (VisibilityPlan::range:
-//         key ranges that no row of the block can see are skipped, so causal halves the work)
-//     visibility applied row by row (forbidden -> -inf, soft bias added)
-//     l_i = m_i + log sum_j exp(U_ij - m_i),  m_i = max_j U_ij      (the row's log-sum-exp)
-//     A = exp(U - l), dropout A_d = A * m / q,  O_blk = A_d V
-//   only O and l are kept for the backward pass;
-//   backward recomputes A from U and l block by block:
-//     dV += A_d^T dO,  dA_d = dO V^T,  dA = dA_d * m / q
-//     D_i = sum_j A_ij dA_ij  ((5.25); equal to dO_i . O_i),  dU = A * (dA - D)
-//     dQ = scale dU K,  dK += scale dU^T Q_blk
-//
-// Invalid queries (query_valid false) give exact zero rows and gradients; a valid query with
-// no visible key is a VisibilityError naming batch, head and query. K and V are read in place
-// by every query head of their group (no repeat). Dropout masks come from a counter-based
-// generator, so the backward pass regenerates them instead of storing them, and the composed
-// path draws the identical mask from the same seed (attention_dropout_mask).
+/// \file
+/// The fused attention path (docs/performance.md, docs/attention.md "Two implementations").
+///
+/// One op on the tape with its own VJP, computing exactly what the composed path of
+/// nn/sdpa.cpp computes (Algorithm 5.1, (5.11), (5.25)-(5.31), GQA (5.36)) without ever
+/// holding the [B, H, T, S] scores:
+///
+/// \verbatim
+///   forward, per block of query rows of one head:
+///     U = scale Q_blk K^T over the keys the block can see at all (VisibilityPlan::range:
+///         key ranges that no row of the block can see are skipped, so causal halves the work)
+///     visibility applied row by row (forbidden -> -inf, soft bias added)
+///     l_i = m_i + log sum_j exp(U_ij - m_i),  m_i = max_j U_ij      (the row's log-sum-exp)
+///     A = exp(U - l), dropout A_d = A * m / q,  O_blk = A_d V
+///   only O and l are kept for the backward pass;
+///   backward recomputes A from U and l block by block:
+///     dV += A_d^T dO,  dA_d = dO V^T,  dA = dA_d * m / q
+///     delta_i = sum_j A_ij dA_ij  ((5.25); equal to dO_i . O_i),  dU = A * (dA - delta)
+///     dQ = scale dU K,  dK += scale dU^T Q_blk
+/// \endverbatim
+///
+/// Invalid queries (query_valid false) give exact zero rows and gradients; a valid query with
+/// no visible key is a VisibilityError naming batch, head and query. K and V are read in place
+/// by every query head of their group (no repeat). Dropout masks come from a counter-based
+/// generator, so the backward pass regenerates them instead of storing them, and the composed
+/// path draws the identical mask from the same seed (attention_dropout_mask).
 #pragma once
 
 #include <cstdint>
@@ -30,26 +33,28 @@
 
 namespace xg::nn {
 
+/// Options of flash_attention().
 struct FlashOptions {
-  double scale = 1.0;
-  BoolArray query_valid = {};  // [B, T] or empty (all valid)
-  double dropout_p = 0.0;      // applied when > 0
-  std::uint64_t dropout_seed = 0;
-  bool check_finite = true;    // non-finite scores are an error (Algorithm 5.1 step 3)
+  double scale = 1.0;          ///< Score scale.
+  BoolArray query_valid = {};  ///< [B, T] or empty (all valid).
+  double dropout_p = 0.0;      ///< Dropout probability on the weights, applied when > 0.
+  std::uint64_t dropout_seed = 0;  ///< Seed of the counter-based dropout mask.
+  bool check_finite = true;    ///< Non-finite scores are an error (Algorithm 5.1 step 3).
 };
 
-// Q [B, H_q, T, d_k], K [B, H_kv, S, d_k], V [B, H_kv, S, d_v] -> O [B, H_q, T, d_v]. Inputs
-// must already be checked for shape and dtype (nn/sdpa.cpp does it); `plan` is for
-// [B, H_q, T, S].
+/// Q [B, H_q, T, d_k], K [B, H_kv, S, d_k], V [B, H_kv, S, d_v] -> O [B, H_q, T, d_v]. Inputs
+/// must already be checked for shape and dtype (nn/sdpa.cpp does it); `plan` is the
+/// visibility bound to [B, H_q, T, S]; `opts` as in FlashOptions.
 Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const VisibilityPlan& plan,
                        const FlashOptions& opts);
 
-// Whether element `flat` of a [B, H, T, S] attention-weight array is kept by dropout with
-// keep probability q = 1 - p, drawn from `seed` (a counter-based hash: the same answer in the
-// forward pass, the backward pass and the composed path).
+/// Whether element `flat` of a [B, H, T, S] attention-weight array is kept by dropout with
+/// keep probability q = 1 - p, drawn from `seed` (a counter-based hash: the same answer in the
+/// forward pass, the backward pass and the composed path).
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p);
 
-// The scaled mask m / q of shape BHTS from the same generator, for the composed path.
+/// The scaled mask m / q of shape `BHTS` and `dtype` from the same generator (drop
+/// probability `p`, `seed`), for the composed path.
 Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype);
 
 }  // namespace xg::nn

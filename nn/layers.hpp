@@ -1,4 +1,5 @@
-// Basic layers: Linear, Embedding, LayerNorm, FeedForward (GELU). Weights in x out.
+/// \file
+/// Basic layers: Linear, Embedding, LayerNorm, FeedForward (GELU). Weights in x out.
 #pragma once
 
 #include <xgrad/core/random.hpp>
@@ -6,51 +7,70 @@
 
 namespace xg::nn {
 
-// y = x W + b, W [d_in, d_out] normal(0, init_std), b [d_out] zeros.
+/// y = x W + b, W [d_in, d_out] normal(0, init_std), b [d_out] zeros.
 class Linear : public Module {
  public:
+  /// A layer from `d_in` to `d_out` features (both positive; ValueError otherwise) with W
+  /// drawn from `gen` with standard deviation `init_std`, a bias if `bias`, in `dtype`.
   Linear(std::size_t d_in, std::size_t d_out, Generator& gen, bool bias = true, DType dtype = default_dtype(),
          double init_std = 0.02);
-  // From given weights, no generator: W [d_in, d_out], b [d_out] or undefined (no bias), one
-  // float dtype (ShapeError / DTypeError otherwise). The arrays are copied.
+  /// From given weights, no generator: `W` [d_in, d_out], `b` [d_out] or undefined (no bias),
+  /// one float dtype (ShapeError / DTypeError otherwise). The arrays are copied.
   explicit Linear(const Array& W, const Array& b = Array());
-  Tensor operator()(const Tensor& x) const;  // [..., d_in] -> [..., d_out]
-  Tensor W, b;  // b undefined without bias
+  /// x [..., d_in] -> [..., d_out].
+  Tensor operator()(const Tensor& x) const;
+  /// Parameters: W [d_in, d_out] and b [d_out] (b undefined without bias). @{
+  Tensor W, b;
+  /// @}
 };
 
-// Lookup table [V_vocab, d], normal(0, init_std).
+/// Lookup table [V_vocab, d], normal(0, init_std).
 class Embedding : public Module {
  public:
+  /// A table of `V_vocab` rows of width `d` drawn from `gen` with standard deviation
+  /// `init_std`, in `dtype`.
   Embedding(std::size_t V_vocab, std::size_t d, Generator& gen, DType dtype = default_dtype(), double init_std = 0.02);
-  // From a given table [V_vocab, d] (copied).
+  /// From a given table `weight` [V_vocab, d] (copied).
   explicit Embedding(const Array& weight);
-  Tensor operator()(const IndexArray& ids) const;  // ids [...] -> [..., d]
-  Tensor weight;
+  /// ids [...] -> [..., d]: the rows named by `ids`.
+  Tensor operator()(const IndexArray& ids) const;
+  Tensor weight;  ///< The table [V_vocab, d].
 };
 
-// Layer norm over the last axis with affine gamma (ones) and beta (zeros).
+/// Layer norm over the last axis with affine gamma (ones) and beta (zeros).
 class LayerNorm : public Module {
  public:
+  /// Normalises `d` features with `eps` added to the variance; parameters in `dtype`.
   explicit LayerNorm(std::size_t d, DType dtype = default_dtype(), double eps = 1e-5);
-  // From given gamma and beta, both [d] and of one dtype (copied).
+  /// From given `gamma` and `beta`, both [d] and of one dtype (copied), with `eps` added to
+  /// the variance.
   LayerNorm(const Array& gamma, const Array& beta, double eps = 1e-5);
+  /// ops::layer_norm(x, gamma, beta, eps) over x's last axis, of width d.
   Tensor operator()(const Tensor& x) const;
+  /// Parameters: gain gamma [d] (initially ones) and shift beta [d] (initially zeros). @{
   Tensor gamma, beta;
+  /// @}
 
  private:
   double eps_;
 };
 
-// Position-wise feed-forward: fc2(dropout(gelu(fc1(x)))), d -> d_ff -> d (SPEC-free, GPT-2 style).
+/// Position-wise feed-forward: fc2(dropout(gelu(fc1(x)))), d -> d_ff -> d (SPEC-free, GPT-2 style).
 class FeedForward : public Module {
  public:
+  /// Widths `d` -> `d_ff` -> `d`, weights from `gen` (fc2's with standard deviation
+  /// `out_init_std`), dropout probability `dropout` after the GELU in training mode, in `dtype`.
   FeedForward(std::size_t d, std::size_t d_ff, Generator& gen, double dropout = 0.0, DType dtype = default_dtype(),
               double out_init_std = 0.02);
-  // From given weights: W1 [d, d_ff], b1 [d_ff], W2 [d_ff, d], b2 [d] (biases may be
-  // undefined), one dtype (copied).
+  /// From given weights: `W1` [d, d_ff], `b1` [d_ff], `W2` [d_ff, d], `b2` [d] (biases may
+  /// be undefined), one dtype (copied); dropout probability `dropout` as above.
   FeedForward(const Array& W1, const Array& b1, const Array& W2, const Array& b2, double dropout = 0.0);
+  /// x [..., d] -> [..., d]. `dropout_gen` is needed when training with dropout > 0
+  /// (ValueError otherwise).
   Tensor operator()(const Tensor& x, Generator* dropout_gen = nullptr) const;
+  /// The two linear layers, d -> d_ff and d_ff -> d. @{
   Linear fc1, fc2;
+  /// @}
 
  private:
   double dropout_;

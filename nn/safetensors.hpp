@@ -1,13 +1,18 @@
-// safetensors files: an 8-byte little-endian header length N, N bytes of JSON
-//   {"<name>": {"dtype": "F32"|"F64", "shape": [...], "data_offsets": [begin, end]}, ...,
-//    "__metadata__": {"<key>": "<string>", ...}}
-// then the raw little-endian data; offsets are relative to the end of the header.
-//
-// save() is atomic: it writes a temporary file in the same folder, flushes and fsyncs it,
-// then renames it over the target, so a crash leaves the old file or the new one, never half.
-// load() validates everything before it trusts anything: header length, JSON, dtypes,
-// shapes, offsets inside the data section, sizes matching shapes, no overlaps, no holes or
-// trailing bytes; every failure is a FormatError naming the file and what is wrong.
+/// \file
+/// safetensors files: an 8-byte little-endian header length N, N bytes of JSON
+/// \verbatim
+///   {"<name>": {"dtype": "F32"|"F64", "shape": [...], "data_offsets": [begin, end]}, ...,
+///    "__metadata__": {"<key>": "<string>", ...}}
+/// \endverbatim
+/// then the raw little-endian data; offsets are relative to the end of the header. load()
+/// also reads F16 and BF16 tensors, as float32. save() records the writing xgrad version in
+/// the metadata key "xgrad_version" (unless the caller sets it).
+///
+/// save() is atomic: it writes a temporary file in the same folder, flushes and fsyncs it,
+/// then renames it over the target, so a crash leaves the old file or the new one, never half.
+/// load() validates everything before it trusts anything: header length, JSON, dtypes,
+/// shapes, offsets inside the data section, sizes matching shapes, no overlaps, no holes or
+/// trailing bytes; every failure is a FormatError naming the file and what is wrong.
 #pragma once
 
 #include <map>
@@ -19,29 +24,39 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/module.hpp>
 
+/// Reading and writing safetensors files (tensors by name plus string metadata).
 namespace xg::nn::safetensors {
 
+/// Tensors by name, in order.
 using NamedArrays = std::vector<std::pair<std::string, Array>>;
+/// The file's `__metadata__`: string keys to string values.
 using Metadata = std::map<std::string, std::string>;
 
+/// The contents of a loaded file.
 struct File {
-  NamedArrays tensors;  // in file (offset) order
-  Metadata metadata;
-  const Array& get(const std::string& name) const;  // FormatError if absent
+  NamedArrays tensors;  ///< In file (offset) order.
+  Metadata metadata;    ///< The `__metadata__` entries.
+  /// The tensor named `name`; FormatError if absent.
+  const Array& get(const std::string& name) const;
 };
 
+/// Writes `tensors` and `metadata` to `path` atomically (see above); FormatError naming the
+/// file if writing fails.
 void save(const std::string& path, const NamedArrays& tensors, const Metadata& metadata = {});
-// FormatError naming the key if a metadata entry cannot be saved (text that is not UTF-8):
-// call it before work that must not be lost to a failing save.
+/// FormatError naming the key if an entry of `metadata` cannot be saved to `path` (text that
+/// is not UTF-8): call it before work that must not be lost to a failing save.
 void check_metadata(const Metadata& metadata, const std::string& path);
-// fsync of the folder holding path, so a rename into it survives a power cut (best effort).
+/// fsync of the folder holding `path`, so a rename into it survives a power cut (best effort).
 void sync_directory_of(const std::string& path);
+/// Reads and validates the file at `path` (see above); FormatError naming the file and what
+/// is wrong.
 File load(const std::string& path);
 
-// Module parameters by their hierarchical names.
+/// Saves module `m`'s parameters by their hierarchical names to `path`, with `metadata`.
 void save_module(const std::string& path, const Module& m, const Metadata& metadata = {});
-// Loads values into m's parameters: every parameter must be present with its exact shape
-// and dtype, every value finite, and the file may hold nothing else. Returns the file's metadata.
+/// Loads values from `path` into m's parameters: every parameter must be present with its
+/// exact shape and dtype, every value finite, and the file may hold nothing else. Returns the
+/// file's metadata.
 Metadata load_module(const std::string& path, Module& m);
 
 }  // namespace xg::nn::safetensors

@@ -7,7 +7,8 @@
 //   4. A = softmax(U + M): M is 0 / -inf / soft bias; rows of invalid queries get M = 0
 //      so their softmax is finite (never -inf - -inf = NaN)                     (steps 3-5)
 //   5. optional dropout on A with a saved mask (SPEC 2)
-//   6. O = A V; invalid rows selected to exact zero (select, not multiply)     (step 6)
+//   6. O = A V; invalid rows selected to exact zero (select, not multiply)     (step 5;
+//      invalid rows stay zero as in step 2)
 #include <xgrad/nn/sdpa.hpp>
 
 #include <algorithm>

@@ -1,13 +1,16 @@
-// Pre-LN transformer blocks and the two models built from them:
-//   DecoderBlock:      x += attn(ln1(x), causal);           x += ffn(ln2(x))
-//   EncoderBlock:      x += attn(ln1(x), key padding);      x += ffn(ln2(x))   (bidirectional)
-//   CrossDecoderBlock: x += attn(ln1(x), causal); x += cross(ln2(x), memory, source padding);
-//                      x += ffn(ln3(x))
-//   GPT:               decoder-only language model, token + learned position embeddings,
-//                      DecoderBlocks, final layer norm, logits tied to the token embedding.
-//   EncoderDecoder:    EncoderBlocks over the source, CrossDecoderBlocks over the target.
-// GPT-2 initialisation: weights normal(0, 0.02), residual output projections (attention W_O
-// and the second feed-forward layer) normal(0, 0.02 / sqrt(2 * layers)), biases zero.
+/// \file
+/// Pre-LN transformer blocks and the two models built from them:
+/// \verbatim
+///   DecoderBlock:      x += attn(ln1(x), causal);           x += ffn(ln2(x))
+///   EncoderBlock:      x += attn(ln1(x), key padding);      x += ffn(ln2(x))   (bidirectional)
+///   CrossDecoderBlock: x += attn(ln1(x), causal); x += cross(ln2(x), memory, source padding);
+///                      x += ffn(ln3(x))
+///   GPT:               decoder-only language model, token + learned position embeddings,
+///                      DecoderBlocks, final layer norm, logits tied to the token embedding.
+///   EncoderDecoder:    EncoderBlocks over the source, CrossDecoderBlocks over the target.
+/// \endverbatim
+/// GPT-2 initialisation: weights normal(0, 0.02), residual output projections (attention W_O
+/// and the second feed-forward layer) normal(0, 0.02 / sqrt(2 * layers)), biases zero.
 #pragma once
 
 #include <memory>
@@ -19,86 +22,118 @@
 
 namespace xg::nn {
 
+/// Sizes of a transformer model (GPT or EncoderDecoder).
 struct TransformerConfig {
-  std::size_t V_vocab = 0;     // vocabulary size (shared by source and target)
-  std::size_t context = 0;     // maximum positions (learned position embeddings)
-  std::size_t d_model = 64;
-  std::size_t H_q = 4;
-  std::size_t H_kv = 0;        // 0 means H_q
-  std::size_t layers = 2;      // decoder layers (GPT) / decoder layers (encoder-decoder)
-  std::size_t encoder_layers = 0;  // encoder-decoder only; 0 means `layers`
-  std::size_t d_ff = 0;        // 0 means 4 * d_model
-  double dropout = 0.0;        // residual, attention-weight and feed-forward dropout
-  DType dtype = default_dtype();
+  std::size_t V_vocab = 0;     ///< Vocabulary size (shared by source and target).
+  std::size_t context = 0;     ///< Maximum positions (learned position embeddings).
+  std::size_t d_model = 64;    ///< Model width.
+  std::size_t H_q = 4;         ///< Query heads per attention layer.
+  std::size_t H_kv = 0;        ///< Key/value heads; 0 means H_q.
+  std::size_t layers = 2;      ///< Decoder layers (GPT) / decoder layers (encoder-decoder).
+  std::size_t encoder_layers = 0;  ///< Encoder-decoder only; 0 means `layers`.
+  std::size_t d_ff = 0;        ///< Feed-forward width; 0 means 4 * d_model.
+  double dropout = 0.0;        ///< Residual, attention-weight and feed-forward dropout.
+  DType dtype = default_dtype();  ///< Parameter dtype (default_dtype() when the config is made).
 
-  TransformerConfig resolved() const;  // fills the 0 defaults; validates (ValueError)
+  /// A copy with the 0 defaults filled in; validates (ValueError naming the bad size).
+  TransformerConfig resolved() const;
 };
 
+/// Pre-LN decoder block: causal self-attention and a feed-forward layer, each residual.
 class DecoderBlock : public Module {
  public:
+  /// A block of the sizes in `c` (resolved), weights drawn from `gen` (GPT-2 initialisation).
   DecoderBlock(const TransformerConfig& c, Generator& gen);
-  // x [B, T, d]; call.visibility should be causal (the model passes it).
+  /// x [B, T, d] -> [B, T, d]; call.visibility should be causal (the model passes it), and
+  /// call.generator is the dropout source. If `attn` is given it receives the attention output.
   Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr);
+  /// The block on the next positions `x_new` [B, n, d] with the self-attention KV `cache`
+  /// (MultiHeadAttention::forward_cached); `call` and `attn` as for operator().
   Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
                         AttentionOutput* attn = nullptr);
+  /// Layer norms before the attention (ln1) and the feed-forward layer (ln2). @{
   LayerNorm ln1, ln2;
-  MultiHeadAttention attn;
-  FeedForward ffn;
+  /// @}
+  MultiHeadAttention attn;  ///< Causal self-attention.
+  FeedForward ffn;          ///< Position-wise feed-forward layer.
 
  private:
   double dropout_;
 };
 
+/// Pre-LN encoder block: bidirectional self-attention (key padding only) and a feed-forward
+/// layer, each residual.
 class EncoderBlock : public Module {
  public:
+  /// A block of the sizes in `c` (resolved), weights drawn from `gen` (GPT-2 initialisation).
   EncoderBlock(const TransformerConfig& c, Generator& gen);
+  /// x [B, S, d] -> [B, S, d] with the visibility (key padding) and dropout source in `call`.
   Tensor operator()(const Tensor& x, const AttentionCall& call);
+  /// Layer norms before the attention (ln1) and the feed-forward layer (ln2). @{
   LayerNorm ln1, ln2;
-  MultiHeadAttention attn;
-  FeedForward ffn;
+  /// @}
+  MultiHeadAttention attn;  ///< Bidirectional self-attention.
+  FeedForward ffn;          ///< Position-wise feed-forward layer.
 
  private:
   double dropout_;
 };
 
+/// Pre-LN decoder block with cross-attention to an encoder's memory.
 class CrossDecoderBlock : public Module {
  public:
+  /// A block of the sizes in `c` (resolved), weights drawn from `gen` (GPT-2 initialisation).
   CrossDecoderBlock(const TransformerConfig& c, Generator& gen);
+  /// x [B, T, d] -> [B, T, d]: causal self-attention with `self_call` (its generator is the
+  /// dropout source), cross-attention to the memory's K and V heads `memory_kv`
+  /// (CrossAttention::project_memory) with `cross_call` (source padding), feed-forward.
   Tensor operator()(const Tensor& x, const AttentionCall& self_call, const std::pair<Tensor, Tensor>& memory_kv,
                     const AttentionCall& cross_call);
+  /// The block on the next positions `x_new` [B, n, d] with the self-attention KV `cache`;
+  /// the other arguments as for operator().
   Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& self_call,
                         const std::pair<Tensor, Tensor>& memory_kv, const AttentionCall& cross_call);
+  /// Layer norms before the self-attention, the cross-attention and the feed-forward layer. @{
   LayerNorm ln1, ln2, ln3;
-  MultiHeadAttention attn;
-  CrossAttention cross;
-  FeedForward ffn;
+  /// @}
+  MultiHeadAttention attn;  ///< Causal self-attention.
+  CrossAttention cross;     ///< Cross-attention to the memory.
+  FeedForward ffn;          ///< Position-wise feed-forward layer.
 
  private:
   double dropout_;
 };
 
-// Decoder-only language model.
+/// Decoder-only language model.
 class GPT : public Module {
  public:
+  /// A model of the sizes in `c` (resolved; ValueError if invalid), weights drawn from `gen`.
   GPT(const TransformerConfig& c, Generator& gen);
+  /// The resolved configuration.
   const TransformerConfig& config() const { return cfg_; }
 
-  // tokens [B, T] (T <= context) -> logits [B, T, V_vocab]. dropout_gen is needed when
-  // training with dropout > 0. If attn is given, it receives each layer's attention output
-  // with weights (for attention maps).
+  /// `tokens` [B, T] (T <= context) -> logits [B, T, V_vocab]. `dropout_gen` is needed when
+  /// training with dropout > 0. If `attn` is given, it receives each layer's attention output
+  /// with weights (for attention maps).
   Tensor logits(const IndexArray& tokens, Generator* dropout_gen = nullptr,
                 std::vector<AttentionOutput>* attn = nullptr);
-  // Mean cross-entropy of next-token targets [B, T] (ignore_index skips positions).
+  /// Mean cross-entropy of the logits of `tokens` [B, T] against next-token `targets` [B, T]
+  /// (targets equal to `ignore_index` are skipped); `dropout_gen` as for logits().
   Tensor loss(const IndexArray& tokens, const IndexArray& targets, std::int64_t ignore_index = -100,
               Generator* dropout_gen = nullptr);
 
-  // Incremental decoding: one cache per layer; tokens_new [B, n] are the next positions.
+  /// Incremental decoding: one empty cache per layer for `batch` samples and `capacity`
+  /// positions.
   std::vector<KVCache> make_caches(std::size_t batch, std::size_t capacity) const;
+  /// Logits [B, n, V_vocab] of the next positions `tokens_new` [B, n], appending to `caches`
+  /// (one per layer, ValueError otherwise). If the call throws, the caches are left as they were.
   Tensor logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& caches);
 
+  /// Token and learned position embeddings (tok also gives the output logits). @{
   Embedding tok, pos;
-  std::vector<std::unique_ptr<DecoderBlock>> blocks;
-  LayerNorm ln_f;
+  /// @}
+  std::vector<std::unique_ptr<DecoderBlock>> blocks;  ///< The decoder blocks, in order.
+  LayerNorm ln_f;  ///< Final layer norm.
 
  private:
   Tensor embed(const IndexArray& tokens, std::size_t start, Generator* dropout_gen) const;
@@ -106,34 +141,47 @@ class GPT : public Module {
   TransformerConfig cfg_;
 };
 
-// Encoder-decoder model with cross attention; source and target share the vocabulary and
-// the token embedding (also tied to the output logits).
+/// Encoder-decoder model with cross attention; source and target share the vocabulary and
+/// the token embedding (also tied to the output logits).
 class EncoderDecoder : public Module {
  public:
+  /// A model of the sizes in `c` (resolved; ValueError if invalid), weights drawn from `gen`.
   EncoderDecoder(const TransformerConfig& c, Generator& gen);
+  /// The resolved configuration.
   const TransformerConfig& config() const { return cfg_; }
 
-  // src [B, S] with src_lengths (real tokens per sample; the rest is padding) -> memory
-  // [B, S, d]. The encoder is bidirectional; padded source keys are hidden.
+  /// `src` [B, S] with `src_lengths` (real tokens per sample; the rest is padding) -> memory
+  /// [B, S, d]. The encoder is bidirectional; padded source keys are hidden. `dropout_gen` is
+  /// needed when training with dropout > 0.
   Tensor encode(const IndexArray& src, const std::vector<std::size_t>& src_lengths, Generator* dropout_gen = nullptr);
-  // tgt [B, T] -> logits [B, T, V_vocab] (causal over the target, cross attention to memory).
+  /// `tgt` [B, T] -> logits [B, T, V_vocab] (causal over the target, cross attention to
+  /// `memory` with the source padding of `src_lengths`); `dropout_gen` as for encode().
   Tensor decode(const IndexArray& tgt, const Tensor& memory, const std::vector<std::size_t>& src_lengths,
                 Generator* dropout_gen = nullptr);
+  /// Mean cross-entropy of decode(tgt_in) against `tgt_out` (targets equal to `ignore_index`
+  /// are skipped), with the source `src` and `src_lengths` encoded first.
   Tensor loss(const IndexArray& src, const std::vector<std::size_t>& src_lengths, const IndexArray& tgt_in,
               const IndexArray& tgt_out, std::int64_t ignore_index = -100, Generator* dropout_gen = nullptr);
 
-  // Incremental decoding with per-layer self-attention caches and the memory's K/V computed once.
+  /// Incremental decoding: one empty self-attention cache per decoder layer for `batch`
+  /// samples and `capacity` positions.
   std::vector<KVCache> make_caches(std::size_t batch, std::size_t capacity) const;
+  /// The memory's K and V heads for every decoder layer, computed once from `memory`.
   std::vector<std::pair<Tensor, Tensor>> memory_kv(const Tensor& memory) const;
+  /// Logits of the next target positions `tgt_new` [B, n], with the per-layer `caches`, the
+  /// memory's `memory_kv` and the source padding of `src_lengths`. If the call throws, the
+  /// caches are left as they were.
   Tensor decode_cached(const IndexArray& tgt_new, std::vector<KVCache>& caches,
                        const std::vector<std::pair<Tensor, Tensor>>& memory_kv,
                        const std::vector<std::size_t>& src_lengths);
 
+  /// Token and learned position embeddings (tok also gives the output logits). @{
   Embedding tok, pos;
-  std::vector<std::unique_ptr<EncoderBlock>> encoder;
-  LayerNorm ln_enc;
-  std::vector<std::unique_ptr<CrossDecoderBlock>> decoder;
-  LayerNorm ln_f;
+  /// @}
+  std::vector<std::unique_ptr<EncoderBlock>> encoder;  ///< The encoder blocks, in order.
+  LayerNorm ln_enc;  ///< Layer norm after the encoder.
+  std::vector<std::unique_ptr<CrossDecoderBlock>> decoder;  ///< The decoder blocks, in order.
+  LayerNorm ln_f;  ///< Final layer norm of the decoder.
 
  private:
   Tensor embed(const IndexArray& tokens, std::size_t start, Generator* dropout_gen) const;

@@ -1,24 +1,41 @@
-// Unary elementwise ops. Forward and VJP side by side in ops/unary.cpp.
+/// \file
+/// Unary elementwise ops. Forward and VJP side by side in ops/unary.cpp.
 #pragma once
 
 #include <xgrad/core/tensor.hpp>
 
 namespace xg::ops {
 
+/// -x.
 Tensor neg(const Tensor& x);
+/// e^x.
 Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);   // x < 0 is a ValueError; log(0) = -inf
-Tensor sqrt(const Tensor& x);  // x < 0 is a ValueError
-Tensor pow(const Tensor& x, double p);  // negative base with non-integer p is a ValueError
-Tensor abs(const Tensor& x);   // d|x|/dx = sign(x), 0 at x = 0
+/// Natural logarithm of x: x < 0 is a ValueError; log(0) = -inf.
+Tensor log(const Tensor& x);
+/// Square root of x: x < 0 is a ValueError.
+Tensor sqrt(const Tensor& x);
+/// x to the power `p`: a negative base with non-integer p is a ValueError.
+Tensor pow(const Tensor& x, double p);
+/// |x|, with d|x|/dx = sign(x), 0 at x = 0.
+Tensor abs(const Tensor& x);
+/// Hyperbolic tangent of x.
 Tensor tanh(const Tensor& x);
+/// Logistic sigmoid 1 / (1 + e^-x).
 Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);  // derivative 0 at x = 0 (as PyTorch)
+/// max(x, 0), with derivative 0 at x = 0 (as PyTorch).
+Tensor relu(const Tensor& x);
 
-enum class GeluApprox { none, tanh };  // none: exact x * Phi(x) with erf
+/// Which GELU gelu() computes.
+enum class GeluApprox { none, tanh };
+/// \var GeluApprox::none
+/// The exact x * Phi(x) with erf.
+/// \var GeluApprox::tanh
+/// The tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+
+/// GELU of x, exact or approximated as `approx` says.
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 
-// Clamp into [lo, hi]; gradient passes where lo <= x <= hi (as PyTorch), else 0.
+/// Clamp x into [lo, hi]; gradient passes where lo <= x <= hi (as PyTorch), else 0.
 Tensor clamp(const Tensor& x, double lo, double hi);
 
 }  // namespace xg::ops

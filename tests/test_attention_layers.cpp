@@ -150,7 +150,7 @@ TEST_CASE("KV cache: tracks positions and sizes, and refuses to overflow", "[nn]
   Generator g(6);
   MultiHeadAttention m(config(8, 2, 1), g);
   KVCache cache = m.make_cache(1, 4);
-  CHECK(cache.bytes() == cost::kv_cache_bytes(1, 4, 1, 4, 8));  // 2 S H_kv d_h elements (5.36)
+  CHECK(cache.bytes() == cost::kv_cache_bytes(1, 4, 1, 4, 8));  // 2 S H_kv d_h elements (the text after (5.36))
   m.forward_cached(Tensor(rnd({1, 3, 8}, g)), cache);
   CHECK(cache.positions() == std::vector<std::int64_t>{0, 1, 2});
   CHECK(cache.keys().shape() == Shape{1, 1, 3, 4});

@@ -178,7 +178,7 @@ TEST_CASE("attention reference: self-attention layer, three summed input paths (
   }
 }
 
-TEST_CASE("attention reference: cross-attention layer, d_q != d_m, packed W_KV (5.23), (5.29)-(5.30)",
+TEST_CASE("attention reference: cross-attention layer, d_q != d_m, packed W_KV (the text after (5.22)), (5.29)-(5.30)",
           "[nn][attention][reference]") {
   Generator g(91);
   for (int n = 0; n < 25; ++n) {

@@ -16,8 +16,9 @@ using namespace xgt;
 
 namespace {
 
-// Random masks in which every query row has at least one allowed key (SPEC 12 / B3: the
-// equivariance and normalisation preconditions), and head slices: shared with checks/.
+// Random masks in which every query row has at least one allowed key (SPEC 12, preconditions of
+// permutation equivariance: every query keeps an allowed key, so every row normalises), and
+// head slices: shared with checks/.
 using checks::head;
 using checks::random_allowed;
 
@@ -99,7 +100,7 @@ TEST_CASE("attention structure: prefix isolation through a 3-layer causal stack,
 }
 
 TEST_CASE("attention structure: permutation equivariance F(PX; P M P^T) = P F(X; M), not under a fixed causal mask "
-          "(5.37)-(5.40)",
+          "(5.37)-(5.41)",
           "[nn][attention][spec]") {
   const std::size_t T = 5, d = 8;
   Generator g(7002);

@@ -1,5 +1,6 @@
-// Cost model (SPEC 11): FLOPs by term (5.34), weight-matrix bytes (5.35), KV sharing and
-// cache size (5.36), exercises 5.7 and 5.11.
+// Cost model (SPEC 11): FLOPs by term (projections: the text before (5.34); Q K^T and A V:
+// (5.34)), weight-matrix bytes (5.35), KV sharing (5.36), cache size and KV parameters (the
+// text after (5.36)), exercises 5.7 and 5.11.
 #include "helpers.hpp"
 
 using namespace xg::nn::cost;

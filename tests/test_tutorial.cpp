@@ -1,4 +1,5 @@
-// The custom layer of docs/tutorial.md section 6, verbatim, checked as the tutorial says.
+// The custom layer of docs/tutorial.md section 6, verbatim (the tests also build and run the
+// tutorial's whole program, doc_sample_docs_tutorial_1), with further checks.
 #include "helpers.hpp"
 
 using namespace xg;

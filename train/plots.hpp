@@ -61,7 +61,8 @@ std::string attention_map_script(const Array& M, const std::vector<unsigned char
 Picture attention_map_png(const Array& M, const std::vector<unsigned char>& allowed, const HeatmapLabels& labels,
                           const std::string& png);
 
-// A visibility pattern [T, S] (as in the spec's Figure 5.1): allowed cells dark blue, masked
+// A visibility pattern [T, S] (layouts like those of Figure 5.1, or the causal suffix that
+// illustrates (5.12)): allowed cells dark blue, masked
 // (forbidden) cells grey, with a legend naming both.
 std::string visibility_script(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
                               const std::string& png_name);
