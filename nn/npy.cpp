@@ -199,7 +199,7 @@ std::string numpy_name(const std::string& d) {
       {"f2", "float16"}, {"f4", "float32"}, {"f8", "float64"}, {"f16", "float128"}, {"i1", "int8"},
       {"i2", "int16"},   {"i4", "int32"},   {"i8", "int64"},   {"u1", "uint8"},     {"u2", "uint16"},
       {"u4", "uint32"},  {"u8", "uint64"},  {"b1", "bool"},    {"c8", "complex64"}, {"c16", "complex128"},
-      {"O", "object (pickled Python objects)"}};
+      {"O", "object: pickled Python objects"}};
   for (const auto& n : names)
     if (code == n.first) return n.second;
   if (code[0] == 'U' || code[0] == 'S') return "string";

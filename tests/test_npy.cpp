@@ -216,7 +216,7 @@ TEST_CASE("npy rejects every malformed or unsupported file with a FormatError", 
   REQUIRE_FORMAT_ERROR(with(header("'<i4'", "False", "(2,)"), std::string(8, '\0')), "dtype '<i4' (int32) is not supported");
   REQUIRE_FORMAT_ERROR(with(header("'<f2'", "False", "(2,)"), std::string(4, '\0')), "(float16) is not supported");
   REQUIRE_FORMAT_ERROR(with(header("'|b1'", "False", "(2,)"), std::string(2, '\0')), "(bool) is not supported");
-  REQUIRE_FORMAT_ERROR(with(header("'|O'", "False", "(2,)"), data), "object (pickled Python objects)");
+  REQUIRE_FORMAT_ERROR(with(header("'|O'", "False", "(2,)"), data), "object: pickled Python objects");
   REQUIRE_FORMAT_ERROR(with(header("[('a', '<f4')]", "False", "(2,)"), data), "structured dtypes");
   // Data size.
   REQUIRE_FORMAT_ERROR(with(ok_dict, data.substr(0, 7)), "truncated: shape (2) of <f4 needs 8 data bytes, the file has 7");
