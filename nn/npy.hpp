@@ -1,6 +1,7 @@
 // NumPy .npy and .npz files: arrays in and out of xgrad.
 //
-// .npy (NumPy format versions 1.0, 2.0 and 3.0 read; 1.0 written): the magic "\x93NUMPY",
+// .npy (NumPy format versions 1.0, 2.0 and 3.0 read; 1.0 written, byte for byte what NumPy
+// 1.24's np.save writes for the same array): the magic "\x93NUMPY",
 // two version bytes, a little-endian header length (2 bytes in 1.0, 4 in 2.0/3.0), a Python
 // dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces
 // and a newline, then the raw data. Supported element types:

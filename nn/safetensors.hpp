@@ -2,6 +2,8 @@
 //   {"<name>": {"dtype": "F32"|"F64", "shape": [...], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {"<key>": "<string>", ...}}
 // then the raw little-endian data; offsets are relative to the end of the header.
+// load() also reads "F16" and "BF16" tensors, widened exactly to float32 (a signalling NaN
+// half becomes a quiet NaN, as in torch); save() writes F32 and F64.
 //
 // save() is atomic: it writes a temporary file in the same folder, flushes and fsyncs it,
 // then renames it over the target, so a crash leaves the old file or the new one, never half.
