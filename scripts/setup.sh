@@ -2,13 +2,14 @@
 # Installs the Debian 12 packages xgrad needs, only those missing. Needs root (or sudo).
 # Usage: scripts/setup.sh [--test]
 #   --test also installs python3-torch, the reference for tests/torch (the PyTorch cross-check),
+#   python3-numpy (tests/interop: .npy/.npz written and read by NumPy),
 #   and clang with libFuzzer (scripts/fuzz.sh, docs/reliability.md).
 set -euo pipefail
 
 packages=(cmake g++ make xtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev libopenblas-dev catch2
           libcli11-dev nlohmann-json3-dev libstb-dev gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3-torch clang-14 libclang-rt-14-dev)
+  packages+=(python3-torch python3-numpy clang-14 libclang-rt-14-dev)
 fi
 
 missing=()

@@ -7,6 +7,11 @@
 //                           FormatError text for files xgrad must refuse.
 //   npy_interop write DIR   writes .npy files and cpp.npz from fixed formulas for NumPy to read
 //                           back (npy_numpy.py verify computes the same formulas itself).
+//   npy_interop mha DIR     loads DIR/kdim.npz and DIR/packed.npz (torch_mha_npz.py: an
+//                           nn.MultiheadAttention's state_dict, inputs and torch's output),
+//                           imports the state into nn::CrossAttention with
+//                           torch_layout::import_mha as docs/from-pytorch.md shows, and
+//                           compares the output with torch's (1e-12, float64).
 // Exit status 0 if every check passed, 1 otherwise, 2 for a usage error.
 #include <cmath>
 #include <cstdio>
@@ -155,16 +160,56 @@ int write(const std::string& dir) {
   return 0;
 }
 
+// docs/from-pytorch.md, "Other torch models": the same steps.
+int mha(const std::string& dir) {
+  for (const char* name : {"kdim.npz", "packed.npz"}) {
+    const npy::Npz z = npy::load_npz(dir + "/" + name);
+    const bool packed = z.contains("in_proj_weight");
+    nn::CrossAttentionConfig cfg;
+    cfg.d_q = z.array("out_proj.weight").shape()[0];
+    cfg.d_m = z.array("X_m").shape()[2];
+    cfg.H_q = static_cast<std::size_t>(z.index("num_heads").data.at(0));
+    cfg.dtype = DType::float64;
+    Generator gen(0);
+    nn::CrossAttention cross(cfg, gen);
+    nn::torch_layout::TorchMHA w;
+    if (packed) {
+      w.in_proj_weight = z.array("in_proj_weight");
+    } else {
+      w.q_proj_weight = z.array("q_proj_weight");
+      w.k_proj_weight = z.array("k_proj_weight");
+      w.v_proj_weight = z.array("v_proj_weight");
+    }
+    w.in_proj_bias = z.array("in_proj_bias");
+    w.out_proj_weight = z.array("out_proj.weight");
+    w.out_proj_bias = z.array("out_proj.bias");
+    nn::torch_layout::import_mha(cross, w);
+    std::vector<std::size_t> lengths;
+    for (const std::int64_t l : z.index("src_lengths").data) lengths.push_back(static_cast<std::size_t>(l));
+    nn::AttentionCall call;
+    call.visibility = nn::Visibility::key_lengths(lengths, z.array("X_m").shape()[1]);
+    NoGradGuard no_grad;
+    const Tensor Y = cross.forward(Tensor(z.array("X_q")), Tensor(z.array("X_m")), call).Y;
+    const double e = max_abs_diff(Y.value(), z.array("Y"));
+    char err[32];
+    std::snprintf(err, sizeof err, "%.2e", e);
+    report(e <= 1e-12, std::string(name) + (packed ? " (packed in_proj_weight)" : " (kdim != embed_dim)") +
+                           ": xgrad CrossAttention with the imported nn.MultiheadAttention state, max|xgrad - torch| = " +
+                           err);
+  }
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc == 3 ? argv[1] : "";
-  if (mode != "check" && mode != "write") {
-    std::fprintf(stderr, "usage: %s check|write DIR\n", argv[0]);
+  if (mode != "check" && mode != "write" && mode != "mha") {
+    std::fprintf(stderr, "usage: %s check|write|mha DIR\n", argv[0]);
     return 2;
   }
   try {
-    return mode == "check" ? check(argv[2]) : write(argv[2]);
+    return mode == "check" ? check(argv[2]) : mode == "write" ? write(argv[2]) : mha(argv[2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "npy_interop: %s\n", e.what());
     return 1;

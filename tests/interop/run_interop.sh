@@ -82,15 +82,15 @@ rc=$?
 ((rc == 77)) && torch_skip "torch is not importable by $torch_python"
 ((rc == 0)) || { echo "FAILED: torch_checkpoints.py compare"; exit 1; }
 
-# The way back: xgrad reads what save_checkpoint wrote.
-while read -r name _ _; do
-  for kind in rt tuned; do
-    "$dump" "$rt/$name-$kind/model.safetensors" "$rt/$name-$kind.json" >/dev/null ||
-      { echo "FAILED: dump_logits on $rt/$name-$kind/model.safetensors"; exit 1; }
-  done
-  "$xgrad" inspect "$rt/$name-tuned/model.safetensors" >"$rt/$name.inspect" 2>&1 ||
-    { cat "$rt/$name.inspect"; echo "FAILED: xgrad inspect $name-tuned"; exit 1; }
-done <"$rt/roundtrip.txt"
+# The way back: xgrad reads what save_checkpoint wrote (DIR/NAME/model.safetensors ->
+# DIR/NAME.xgrad.json); `xgrad inspect` loads the tuned and the built-in-torch ones.
+for f in "$rt"/*/model.safetensors; do
+  d=$(dirname "$f")
+  "$dump" "$f" "$d.xgrad.json" >/dev/null || { echo "FAILED: dump_logits on $f"; exit 1; }
+  if [[ $d == *-tuned ]]; then
+    "$xgrad" inspect "$f" >"$d.inspect" 2>&1 || { cat "$d.inspect"; echo "FAILED: xgrad inspect $f"; exit 1; }
+  fi
+done
 # xgrad generate gives the same text from a checkpoint and from its torch round trip (the
 # float32 checkpoint of config k is pair 2k, so its round trip is case<2k>-rt).
 k=0

@@ -21,12 +21,14 @@ compare:
    and layer-norm eps 1e-6) must move the logits by CONTROL_FACTOR x the tolerance, so a
    pass above means those details really were checked.
 4. The way back: every checkpoint is saved again with xgrad_torch.save_checkpoint as it was
-   loaded (DIR/caseN-rt), and after one Adam step in torch (DIR/caseN-tuned, with torch's
-   logits of the tuned model in DIR/caseN-tuned.torch.json). DIR/roundtrip.txt lists them
-   for run_interop.sh, which has dump_logits compute xgrad's logits of both files.
+   loaded (DIR/caseN-rt) and after one Adam step in torch (DIR/caseN-tuned); a GPT and an
+   encoder-decoder built in torch from scratch are saved too (DIR/scratch-KIND-tuned).
+   DIR/roundtrip.txt lists them; run_interop.sh has dump_logits compute xgrad's logits of
+   every DIR/X/model.safetensors into DIR/X.xgrad.json.
 roundtrip: xgrad's logits of each re-saved checkpoint must equal xgrad's logits of the
-   original exactly (the transposes are exact), and xgrad's logits of each tuned checkpoint
-   must agree with torch's to the same tolerances as in 2.
+   original exactly (the transposes are exact), and xgrad's logits of each tuned or
+   built-in-torch checkpoint must agree with torch's (the tool's model of the same file) to
+   the same tolerances as in 2.
 half: writes float16 and bfloat16 tensors (every one of the 65536 bit patterns of each, so
    subnormals, +-inf, NaNs and -0.0 included) with the tool's safetensors writer, each next
    to torch's float32 conversion (NAME.expected), for half_check.
@@ -397,14 +399,22 @@ def write_round_trips(tally, ckpt, logits_json, out, name):
     tuned = os.path.join(out, f"{name}-tuned", "model.safetensors")
     os.makedirs(os.path.dirname(tuned), exist_ok=True)
     xt.save_checkpoint(model, tuned)
-    back = xt.load_checkpoint(tuned, dtype=torch.float64)  # torch's reference for what was saved
-    cases = []
-    for k in dump["cases"]:
-        cases.append(dict(k, logits={"shape": k["logits"]["shape"],
-                                     "data": run_case(back, k).reshape(-1).tolist()}))
-    with open(os.path.join(out, f"{name}-tuned.torch.json"), "w") as f:
-        json.dump(dict(dump, checkpoint=tuned, cases=cases), f)
     return rt, tuned
+
+
+def write_scratch(tally, out, kind):
+    """A model built in torch from scratch (torch's default initialisation), saved for xgrad
+    as DIR/scratch-KIND-tuned (checked like a tuned one)."""
+    torch.manual_seed(7)
+    vocab = list("abcdefghij") + ["|", "<", ">"]
+    c = xt.Config(kind=kind, vocabulary=vocab, context=8, d_model=16, H_q=4, H_kv=2, layers=2, d_ff=24)
+    model = xt.build_model(c).eval()
+    name = f"scratch-{kind}"
+    path = os.path.join(out, f"{name}-tuned", "model.safetensors")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    xt.save_checkpoint(model, path)
+    tally.check(True, f"{name}: built in torch ({c.describe()}), saved with save_checkpoint")
+    return name
 
 
 def roundtrip(out):
@@ -412,24 +422,25 @@ def roundtrip(out):
     with open(os.path.join(out, "roundtrip.txt")) as f:
         rows = [line.split() for line in f if line.strip()]
     for name, orig_json, dtype in rows:
-        with open(orig_json) as f:
-            orig = json.load(f)
-        with open(os.path.join(out, f"{name}-rt.json")) as f:
-            rt = json.load(f)
-        d = max(max(abs(a - b) for a, b in zip(x["logits"]["data"], y["logits"]["data"]))
-                for x, y in zip(orig["cases"], rt["cases"]))
-        same_tokens = all(x["tokens"] == y["tokens"] for x, y in zip(orig["cases"], rt["cases"]))
-        tally.check(same_tokens and d == 0.0, f"{name}: xgrad's logits of the checkpoint saved by "
-                    f"save_checkpoint equal the original's exactly (max|diff| = {d:.1e})")
-        with open(os.path.join(out, f"{name}-tuned.json")) as f:
+        if orig_json != "-":
+            with open(orig_json) as f:
+                orig = json.load(f)
+            with open(os.path.join(out, f"{name}-rt.xgrad.json")) as f:
+                rt = json.load(f)
+            d = max(max(abs(a - b) for a, b in zip(x["logits"]["data"], y["logits"]["data"]))
+                    for x, y in zip(orig["cases"], rt["cases"]))
+            same_tokens = all(x["tokens"] == y["tokens"] for x, y in zip(orig["cases"], rt["cases"]))
+            tally.check(same_tokens and d == 0.0, f"{name}: xgrad's logits of the checkpoint saved by "
+                        f"save_checkpoint equal the original's exactly (max|diff| = {d:.1e})")
+        # torch's logits of the saved file (float64: the exact reference) for xgrad's batches.
+        with open(os.path.join(out, f"{name}-tuned.xgrad.json")) as f:
             xg_tuned = json.load(f)
-        with open(os.path.join(out, f"{name}-tuned.torch.json")) as f:
-            th_tuned = json.load(f)
+        back = xt.load_checkpoint(os.path.join(out, f"{name}-tuned", "model.safetensors"), dtype=torch.float64)
         tol = TOL_F64 if dtype == "float64" else TOL
-        e = max((json_tensor(x["logits"], torch.float64) - json_tensor(y["logits"], torch.float64)).abs().max().item()
-                for x, y in zip(xg_tuned["cases"], th_tuned["cases"]))
-        tally.check(e <= tol, f"{name}: trained one step in torch, saved, loaded by xgrad: "
-                    f"max|xgrad - torch| = {e:.2e} (tol {tol:g})")
+        e = max((run_case(back, k) - json_tensor(k["logits"], torch.float64)).abs().max().item()
+                for k in xg_tuned["cases"])
+        what = "built in torch" if name.startswith("scratch") else "trained one step in torch"
+        tally.check(e <= tol, f"{name}: {what}, saved, loaded by xgrad: max|xgrad - torch| = {e:.2e} (tol {tol:g})")
     print(f"{tally.passed} passed, {tally.failed} failed")
     return 0 if tally.failed == 0 else 1
 
@@ -490,6 +501,8 @@ def main():
             rows.append(f"{name} {os.path.abspath(logits_json)} {xt.read_safetensors(rt)[1]['dtype']}\n")
         except (SafetensorsError, OSError, ValueError, KeyError, RuntimeError) as e:
             tally.check(False, f"{ckpt}: {type(e).__name__}: {e}")
+    for kind in ("gpt", "encoder_decoder"):
+        rows.append(f"{write_scratch(tally, a.out, kind)} - float32\n")
     with open(os.path.join(a.out, "roundtrip.txt"), "w") as f:
         f.writelines(rows)
     print("largest max|xgrad - torch| over all cases: " + ", ".join(
