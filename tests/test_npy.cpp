@@ -98,6 +98,11 @@ TEST_CASE("inflate rejects malformed deflate streams with a FormatError", "[npy]
   REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\x73\x04\x3e\x00", 4), 4, "t"), "invalid distance symbol 30");
   REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\x05\x00\x92\x04", 4), 4, "t"), "over-subscribed code-length code");
   REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\x72\x04\x00", 3), 1, "t"), "truncated");  // last block missing
+  // Hand-made dynamic-block headers.
+  REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\xf5\x00\x00\x00", 4), 1, "t"), "declares 287 literal/length");
+  REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\x05\x00\x02\x24", 4), 1, "t"), "repeat before the first length");
+  REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\x05\x00\x80\xe4\xff\x1f", 6), 1, "t"), "code lengths overrun");
+  REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\x05\x00\x80\xe4\x7f\x1b", 6), 1, "t"), "no end-of-block code");
 }
 
 TEST_CASE("npy save/load round-trips float32, float64 and int64 bit for bit", "[npy]") {
@@ -218,6 +223,28 @@ TEST_CASE("npy rejects every malformed or unsupported file with a FormatError", 
   REQUIRE_FORMAT_ERROR(with(header("'|b1'", "False", "(2,)"), std::string(2, '\0')), "(bool) is not supported");
   REQUIRE_FORMAT_ERROR(with(header("'|O'", "False", "(2,)"), data), "object: pickled Python objects");
   REQUIRE_FORMAT_ERROR(with(header("[('a', '<f4')]", "False", "(2,)"), data), "structured dtypes");
+  // The literal parser's own errors.
+  REQUIRE_FORMAT_ERROR(with("{'descr': " + std::string(20, '(') + "1" + std::string(20, ')') + "}", data), "nesting deeper than 16");
+  REQUIRE_FORMAT_ERROR(with("{'descr': ", data), "the text ends where a value should start");
+  REQUIRE_FORMAT_ERROR(with("{1: '<f4'}", data), "a dict key is not a string");
+  REQUIRE_FORMAT_ERROR(with("{'descr' '<f4'}", data), "expected ':' after the key 'descr'");
+  REQUIRE_FORMAT_ERROR(with(header("'<f4'", "False", "(2 3)"), data), "expected ',' or ')'");
+  REQUIRE_FORMAT_ERROR(with("{'descr': '<\\f4', 'fortran_order': False, 'shape': (2,)}", data), "escapes and line breaks");
+  REQUIRE_FORMAT_ERROR(with("{'descr': '<f4", data), "escapes and line breaks");  // runs into the final newline
+  REQUIRE_FORMAT_ERROR(npy::parse(std::string("\x93NUMPY\x01\x00\x0e\x00", 10) + "{'descr': '<f4", "x"), "unterminated string");
+  REQUIRE_FORMAT_ERROR(with(header("'<f4'", "False", "(-,)"), data), "a sign without digits");
+  REQUIRE_FORMAT_ERROR(with(header("'<f4'", "Maybe", "(2,)"), data), "unexpected text 'Maybe");
+  std::string dims33 = "(";
+  for (int i = 0; i < 33; ++i) dims33 += "1, ";
+  REQUIRE_FORMAT_ERROR(with(header("'<f4'", "False", dims33 + ")"), data), "shape has 33 dimensions (at most 32)");
+  // Version 2.0/3.0 specifics.
+  std::string big = npy_file(ok_dict, data, 2);
+  const std::uint32_t huge = (1u << 20) + 1;
+  std::memcpy(&big[8], &huge, 4);
+  big.append(huge, ' ');
+  REQUIRE_FORMAT_ERROR(npy::parse(big, "x"), "header length 1048577 exceeds 1 MiB");
+  REQUIRE_FORMAT_ERROR(npy::parse(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x\xff': 1}", data, 3), "x"),
+                       "a version 3.0 header must be UTF-8 text");
   // Data size.
   REQUIRE_FORMAT_ERROR(with(ok_dict, data.substr(0, 7)), "truncated: shape (2) of <f4 needs 8 data bytes, the file has 7");
   REQUIRE_FORMAT_ERROR(with(ok_dict, data + "x"), "1 trailing bytes after the 8 data bytes");
@@ -320,6 +347,22 @@ TEST_CASE("npz rejects damaged and unsupported archives with a FormatError", "[n
   REQUIRE_FORMAT_ERROR(npy::parse_npz(f2, "z"), "[npz] z: member 'a.npy': dtype '<f2' (float16) is not supported");
   REQUIRE_FORMAT_ERROR(npy::parse_npz(replace_all(good, "'<f8'", "'<f2'"), "z"), "member 'a.npy': CRC-32");
   REQUIRE_FORMAT_ERROR(npy::load_npz((dir / "missing.npz").string()), "cannot open the file");
+  // The end record and the central directory.
+  const std::size_t end = good.size() - 22;
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(end + 4, {1}), "z"), "multi-disk (split) zip archives are not supported");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(end + 8, {1}), "z"), "multi-disk");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(end + 8, {0xE8, 0x03}).replace(end + 10, 2, "\xe8\x03"), "z"),
+                       "declares 1000 members, more than fit");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(end + 8, {1}).replace(end + 10, 1, "\x01"), "z"),
+                       "the central directory has bytes after its last entry");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd, {'X'}), "z"), "central directory entry 0 is damaged");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 28, {0xFF, 0x7F}), "z"), "runs past the directory");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 34, {1}), "z"), "lies on another disk");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 24, {0x01, 0x01}), "z"), "is stored with 144 bytes but declares 257 uncompressed");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 20, {0xFF, 0xFF, 0xFF, 0x00}).replace(cd + 24, 4, std::string("\xff\xff\xff\x00", 4)), "z"),
+                       "data bytes run past the central directory");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(8, {8}).replace(cd + 10, 1, "\x08").replace(cd + 24, 4, std::string("\xff\xff\xff\x7f", 4)), "z"),
+                       "more than deflate can expand");
   // Lookups.
   const npy::Npz back = npy::parse_npz(good);
   REQUIRE_FORMAT_ERROR(back.get("c"), "no array named 'c' (the archive holds 'a', 'b')");
