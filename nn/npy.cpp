@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <xgrad/core/json.hpp>
@@ -62,6 +63,13 @@ std::string printable(const std::string& s) {
     }
   }
   return s.size() > 40 ? r + "..." : r;
+}
+
+// Folders and devices open as streams but have no size to trust.
+void require_regular_file(const std::string& path, const std::string& where) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw FormatError(where + "cannot open the file: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw FormatError(where + "cannot read the file: not a regular file (a folder?)");
 }
 
 // ------------------------------------------------------------------ the header literal
@@ -310,10 +318,13 @@ class MemorySource : public Source {
 class FileSource : public Source {
  public:
   FileSource(const std::string& path, std::string where) : where_(std::move(where)) {
+    require_regular_file(path, where_);
     in_.open(path, std::ios::binary);
     if (!in_) throw FormatError(where_ + "cannot open the file: " + std::strerror(errno));
     in_.seekg(0, std::ios::end);
-    size_ = static_cast<std::uint64_t>(in_.tellg());
+    const std::streamoff n = in_.tellg();
+    if (!in_ || n < 0) throw FormatError(where_ + "cannot read the file");
+    size_ = static_cast<std::uint64_t>(n);
     in_.seekg(0);
   }
   void read(void* dst, std::size_t n, const char* what) override {
@@ -682,7 +693,13 @@ Npz read_zip(const std::string& z, const std::string& where) {
     throw FormatError(where + "the end record declares " + std::to_string(entries) + " members, more than fit in the " +
                       std::to_string(cd_size) + "-byte central directory");
 
-  Npz npz;
+  // First pass: the central directory, checked whole before any member is decoded.
+  struct Member {
+    std::string name, where;
+    std::uint32_t method, crc;
+    std::uint64_t local, data, csize, usize;
+  };
+  std::vector<Member> members;
   std::set<std::string> names;
   std::uint64_t pos = cd_offset;
   for (std::uint64_t e = 0; e < entries; ++e) {
@@ -748,23 +765,36 @@ Npz read_zip(const std::string& z, const std::string& where) {
     if (method == 8 && usize / 1032 > csize + 1)
       throw FormatError(mw + "declares " + std::to_string(usize) + " bytes from " + std::to_string(csize) +
                         " compressed: more than deflate can expand");
+    members.push_back({name, mw, method, crc, local, data, csize, usize});
+  }
+  if (pos != cd_end) throw FormatError(where + "the central directory has bytes after its last entry");
+  // Members may not share bytes (overlapping entries would let a small file inflate many times).
+  std::vector<const Member*> order;
+  for (const Member& m : members) order.push_back(&m);
+  std::sort(order.begin(), order.end(), [](const Member* a, const Member* b) { return a->local < b->local; });
+  for (std::size_t i = 1; i < order.size(); ++i)
+    if (order[i]->local < order[i - 1]->data + order[i - 1]->csize)
+      throw FormatError(order[i]->where + "overlaps member '" + printable(order[i - 1]->name) + ".npy'");
+
+  // Second pass: decode, check the CRC, parse the .npy inside.
+  Npz npz;
+  for (const Member& m : members) {
     std::string inflated;
-    const char* bytes = z.data() + data;
-    std::size_t n_bytes = static_cast<std::size_t>(csize);
-    if (method == 8) {
-      inflated = inflate_raw(b + data, static_cast<std::size_t>(csize), static_cast<std::size_t>(usize), mw);
+    const char* bytes = z.data() + m.data;
+    std::size_t n_bytes = static_cast<std::size_t>(m.csize);
+    if (m.method == 8) {
+      inflated = inflate_raw(b + m.data, static_cast<std::size_t>(m.csize), static_cast<std::size_t>(m.usize), m.where);
       bytes = inflated.data();
       n_bytes = inflated.size();
     }
     const std::uint32_t got = crc32(bytes, n_bytes);
-    if (got != crc) {
+    if (got != m.crc) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "CRC-32 is %08x, the archive says %08x", got, crc);
-      throw FormatError(mw + buf + ": the data is damaged");
+      std::snprintf(buf, sizeof buf, "CRC-32 is %08x, the archive says %08x", got, m.crc);
+      throw FormatError(m.where + buf + ": the data is damaged");
     }
-    npz.entries.emplace_back(name, parse_at(bytes, n_bytes, mw));
+    npz.entries.emplace_back(m.name, parse_at(bytes, n_bytes, m.where));
   }
-  if (pos != cd_end) throw FormatError(where + "the central directory has bytes after its last entry");
   return npz;
 }
 
@@ -838,10 +868,12 @@ std::string zip_bytes(const Npz& npz, const std::string& where) {
 }
 
 std::string read_file(const std::string& path, const std::string& where) {
+  require_regular_file(path, where);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(where + "cannot open the file: " + std::strerror(errno));
   in.seekg(0, std::ios::end);
   const std::streamoff n = in.tellg();
+  if (!in || n < 0) throw FormatError(where + "cannot read the file");
   in.seekg(0);
   std::string s(static_cast<std::size_t>(n), '\0');
   in.read(&s[0], n);

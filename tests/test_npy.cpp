@@ -258,6 +258,7 @@ TEST_CASE("npy load/load_index check the element type and name the file", "[npy]
   REQUIRE_FORMAT_ERROR(npy::load(i), "[npy] " + i + ": holds int64 data ('<i8'), which is not an Array; read it with load_index");
   REQUIRE_FORMAT_ERROR(npy::load_index(f), "holds float64 data, not int64 indices; read it with load");
   REQUIRE_FORMAT_ERROR(npy::load((dir / "missing.npy").string()), "missing.npy: cannot open the file");
+  REQUIRE_FORMAT_ERROR(npy::load(dir.string()), "cannot read the file");  // a folder
   // A truncated file on disk (not only in memory).
   const std::string bytes = slurp(f);
   spit(f, bytes.substr(0, bytes.size() - 3));
@@ -358,6 +359,9 @@ TEST_CASE("npz rejects damaged and unsupported archives with a FormatError", "[n
   REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd, {'X'}), "z"), "central directory entry 0 is damaged");
   REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 28, {0xFF, 0x7F}), "z"), "runs past the directory");
   REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 34, {1}), "z"), "lies on another disk");
+  REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 20, {154}).replace(cd + 24, 1, "\x9a"), "z"),
+                       "member 'b.npy': overlaps member 'a.npy'");  // a's 144 data bytes claimed as 154
+  REQUIRE_FORMAT_ERROR(npy::load_npz(dir.string()), "cannot read the file");  // a folder
   REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 24, {0x01, 0x01}), "z"), "is stored with 144 bytes but declares 257 uncompressed");
   REQUIRE_FORMAT_ERROR(npy::parse_npz(patched(cd + 20, {0xFF, 0xFF, 0xFF, 0x00}).replace(cd + 24, 4, std::string("\xff\xff\xff\x00", 4)), "z"),
                        "data bytes run past the central directory");
