@@ -33,3 +33,4 @@
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
+#include <xgrad/nn/npy.hpp>

@@ -35,14 +35,15 @@ std::size_t stored_bytes(Stored s) { return s == Stored::f64 ? 8 : s == Stored::
 DType loaded_dtype(Stored s) { return s == Stored::f64 ? DType::float64 : DType::float32; }
 
 // IEEE 754 binary16 to binary32, exactly (every half value is a float): subnormals are
-// normalised, infinities and NaNs keep their class and payload bits.
+// normalised, infinities keep their sign, NaNs keep their sign and payload and become quiet
+// (IEEE 754 conversion; what torch's Tensor.float() gives too, bit for bit).
 float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000) << 16;
   std::uint32_t exp = (h >> 10) & 0x1F;
   std::uint32_t mant = h & 0x3FF;
   std::uint32_t bits;
   if (exp == 0x1F) {
-    bits = sign | 0x7F800000 | (mant << 13);
+    bits = sign | 0x7F800000 | (mant << 13) | (mant ? 0x00400000u : 0u);
   } else if (exp != 0) {
     bits = sign | ((exp + 112) << 23) | (mant << 13);
   } else if (mant == 0) {
@@ -60,7 +61,7 @@ float half_to_float(std::uint16_t h) {
   return f;
 }
 
-// bfloat16 is the top half of a binary32.
+// bfloat16 is the top half of a binary32 (NaNs unchanged, signalling ones too, as in torch).
 float bf16_to_float(std::uint16_t b) {
   const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
   float f;

@@ -5,7 +5,8 @@
 ///    "__metadata__": {"<key>": "<string>", ...}}
 /// \endverbatim
 /// then the raw little-endian data; offsets are relative to the end of the header. load()
-/// also reads F16 and BF16 tensors, as float32. save() records the writing xgrad version in
+/// also reads F16 and BF16 tensors, widened exactly to float32 (a signalling NaN half
+/// becomes a quiet NaN, as in torch); save() writes F32 and F64. save() records the writing xgrad version in
 /// the metadata key "xgrad_version" (unless the caller sets it).
 ///
 /// save() is atomic: it writes a temporary file in the same folder, flushes and fsyncs it,

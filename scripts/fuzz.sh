@@ -3,13 +3,13 @@
 # each for SECONDS (default 60) from the seed corpus in tests/fuzz/corpus/. New inputs go to
 # build-fuzz/corpus/ (not the repository); a crash leaves its input in build-fuzz/ and fails.
 # The build is also CI's proof that the library compiles with clang.
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]    (targets: safetensors checkpoint)
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]    (targets: safetensors checkpoint npy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(safetensors checkpoint)
+((${#targets[@]})) || targets=(safetensors checkpoint npy)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++-14 \

@@ -1,27 +1,33 @@
-// dump_logits: the xgrad half of the checkpoint interop test (tests/interop/reader_torch.py).
+// dump_logits: the xgrad half of the checkpoint interop test (tests/interop/torch_checkpoints.py).
 //
 // Usage: dump_logits [--float64-copy COPY] CHECKPOINT OUT_JSON
 //
-// Loads a decoder-only checkpoint written by `xgrad train` (train::load_model), runs
-// GPT::logits under NoGradGuard (eval mode, no dropout) for a few fixed token batches of
-// different lengths, and writes ONE JSON file:
-//   {"checkpoint": "...", "dtype": "float32", "V_vocab": V, "context": C,
-//    "cases": [{"tokens": ARRAY [B, T], "logits": ARRAY [B, T, V]}, ...]}
-// where ARRAY is {"shape": [...], "data": [...]} in row-major order, doubles as %.17g.
+// Loads a checkpoint written by `xgrad train` (or by tools/xgrad_torch.py save_checkpoint)
+// with train::load_model, runs the model under NoGradGuard (eval mode, no dropout) for a few
+// fixed token batches of different lengths, and writes ONE JSON file:
+//   {"checkpoint": "...", "model": "gpt"|"encoder_decoder", "dtype": "float32", "V_vocab": V,
+//    "context": C, "cases": [CASE, ...]}
+// GPT cases are {"tokens": ARRAY [B, T], "logits": ARRAY [B, T, V]} (GPT::logits);
+// encoder-decoder cases also hold "src": ARRAY [B, S] and "src_lengths": [...] (real source
+// tokens per row; the rest is padding), with "tokens" the target and "logits" from
+// EncoderDecoder::decode(tokens, encode(src, src_lengths), src_lengths).
+// ARRAY is {"shape": [...], "data": [...]} in row-major order, doubles as %.17g.
 // Tokens are drawn from a fixed linear congruential sequence (no dependence on xgrad's
 // generator), so the lengths and values are reproducible: T = 1, about half the context,
-// and the full context (that last batch holds two sequences, to cover B > 1).
+// and the full context (that last batch holds two sequences, to cover B > 1; for the
+// encoder-decoder its second source is padded).
 //
 // --float64-copy COPY also writes the same model converted to float64 (every parameter cast,
 // metadata dtype float64) with nn::safetensors::save_module, so the test can run the model a
 // second time with float64 arithmetic on both sides: `xgrad train` only writes float32, and
-// float32 rounding (~1e-7 here) would hide differences smaller than the 1e-5 tolerance, such
+// float32 rounding (~1e-7 here) would hide differences smaller than the tolerance, such
 // as a tanh-approximated GELU. The copy is an ordinary checkpoint: dump_logits reads it back
 // with train::load_model like any other.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,29 +59,31 @@ class Tokens {
   std::uint64_t s_;
 };
 
-void write_float64_copy(const train::LoadedModel& lm, const std::string& path) {
+void write_float64_copy(train::LoadedModel& lm, const std::string& path) {
   train::ModelInfo info = lm.info;
   info.config.dtype = DType::float64;
   Generator gen(0);  // initial values are overwritten below
-  nn::GPT g64(info.config, gen);
-  const auto src = lm.gpt->named_parameters();
-  auto dst = g64.named_parameters();
+  std::unique_ptr<nn::Module> m64;
+  if (lm.gpt)
+    m64 = std::make_unique<nn::GPT>(info.config, gen);
+  else
+    m64 = std::make_unique<nn::EncoderDecoder>(info.config, gen);
+  const auto src = lm.module().named_parameters();
+  auto dst = m64->named_parameters();
   if (src.size() != dst.size()) throw std::runtime_error("float64 copy: parameter lists differ in length");
   for (std::size_t i = 0; i < src.size(); ++i) {
     if (src[i].first != dst[i].first || src[i].second.shape() != dst[i].second.shape())
       throw std::runtime_error("float64 copy: parameter " + src[i].first + " does not match " + dst[i].first);
     dst[i].second.set_value(src[i].second.value().astype(DType::float64));
   }
-  nn::safetensors::save_module(path, g64, train::model_metadata(info));
+  nn::safetensors::save_module(path, *m64, train::model_metadata(info));
   std::printf("dump_logits: float64 copy -> %s\n", path.c_str());
 }
 
 int run(const std::string& ckpt, const std::string& out_path, const std::string& f64_copy) {
   train::LoadedModel lm = train::load_model(ckpt);
-  if (!lm.gpt) throw std::runtime_error("only decoder-only (gpt) checkpoints are supported, this one is '" +
-                                        lm.info.kind + "'");
   if (!f64_copy.empty()) write_float64_copy(lm, f64_copy);
-  const nn::TransformerConfig& c = lm.gpt->config();
+  const nn::TransformerConfig& c = lm.info.config;
   const std::size_t V = c.V_vocab, C = c.context;
 
   struct Case {
@@ -89,23 +97,34 @@ int run(const std::string& ckpt, const std::string& out_path, const std::string&
   std::string body;
   for (const Case& k : cases) {
     const IndexArray tokens = gen.batch(k.B, k.T, V);
-    const Tensor logits = lm.gpt->logits(tokens);
+    std::string extra;
+    Tensor logits;
+    if (lm.gpt) {
+      logits = lm.gpt->logits(tokens);
+    } else {
+      // Sources of the full context length; the second row (if any) is padded after C - 2 tokens.
+      const IndexArray src = gen.batch(k.B, C, V);
+      std::vector<std::size_t> lengths(k.B, C);
+      if (k.B > 1) lengths[1] = C > 2 ? C - 2 : 1;
+      logits = lm.encdec->decode(tokens, lm.encdec->encode(src, lengths), lengths);
+      extra = ",\"src\":" + jints(src) + ",\"src_lengths\":" + jsizes(lengths);
+    }
     const Shape expect = {k.B, k.T, V};
     if (logits.shape() != expect)
       throw std::runtime_error("logits have shape " + shape_str(logits.shape()) + ", expected " + shape_str(expect));
-    body += std::string(body.empty() ? "" : ",\n") + "{\"tokens\":" + jints(tokens) +
+    body += std::string(body.empty() ? "" : ",\n") + "{\"tokens\":" + jints(tokens) + extra +
             ",\"logits\":" + jarray(logits.value()) + "}";
   }
 
   std::FILE* f = std::fopen(out_path.c_str(), "w");
   if (!f) throw std::runtime_error("cannot open " + out_path + " for writing");
-  const std::string text = "{\"checkpoint\":" + jstr(ckpt) + ",\"dtype\":" + jstr(dtype_name(c.dtype)) +
-                           ",\"V_vocab\":" + std::to_string(V) + ",\"context\":" + std::to_string(C) +
-                           ",\"cases\":[\n" + body + "]}\n";
+  const std::string text = "{\"checkpoint\":" + jstr(ckpt) + ",\"model\":" + jstr(lm.info.kind) +
+                           ",\"dtype\":" + jstr(dtype_name(c.dtype)) + ",\"V_vocab\":" + std::to_string(V) +
+                           ",\"context\":" + std::to_string(C) + ",\"cases\":[\n" + body + "]}\n";
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (std::fclose(f) != 0 || !ok) throw std::runtime_error("writing " + out_path + " failed");
-  std::printf("dump_logits: %s -> %s (%zu cases, V=%zu, context=%zu)\n", ckpt.c_str(), out_path.c_str(),
-              cases.size(), V, C);
+  std::printf("dump_logits: %s -> %s (%s, %zu cases, V=%zu, context=%zu)\n", ckpt.c_str(), out_path.c_str(),
+              lm.info.kind.c_str(), cases.size(), V, C);
   return 0;
 }
 

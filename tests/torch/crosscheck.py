@@ -183,7 +183,60 @@ def run_cross(case):
     return y, p, None
 
 
-RUNNERS = {"sdpa": run_sdpa, "gqa": run_sdpa, "mha": run_mha, "cross": run_cross}
+def run_gqa_layer(case):
+    """GQA/MQA self-attention with four torch nn.Linear layers holding the exported weights."""
+    c, masks, inp = case["config"], case["masks"], case["inputs"]
+    B, T, d, Hq, Hkv, dh = c["B"], c["T"], c["d_model"], c["H_q"], c["H_kv"], c["d_head"]
+    lin = {n: torch.nn.Linear(i, o, dtype=torch.float64)
+           for n, i, o in (("q", d, Hq * dh), ("k", d, Hkv * dh), ("v", d, Hkv * dh), ("o", Hq * dh, d))}
+    with torch.no_grad():
+        for n, m in lin.items():
+            m.weight.copy_(arr(inp[n + ".weight"]))
+            m.bias.copy_(arr(inp[n + ".bias"]))
+    x = leaf(inp["X"])
+    q = lin["q"](x).view(B, T, Hq, dh).transpose(1, 2)
+    k = lin["k"](x).view(B, T, Hkv, dh).transpose(1, 2).repeat_interleave(Hq // Hkv, dim=1)
+    v = lin["v"](x).view(B, T, Hkv, dh).transpose(1, 2).repeat_interleave(Hq // Hkv, dim=1)
+    o = attend(q, k, v, allowed_set(masks, B, Hq, T, T), 1.0 / math.sqrt(dh))
+    y = lin["o"](o.transpose(1, 2).reshape(B, T, Hq * dh))
+    (y * arr(case["cotangent"])).sum().backward()
+    leaves = {"X": x}
+    for n, m in lin.items():
+        leaves[n + ".weight"], leaves[n + ".bias"] = m.weight, m.bias
+    return y, leaves, None
+
+
+def run_cross_mha(case):
+    """Cross attention through torch.nn.MultiheadAttention(kdim = vdim = d_m)."""
+    c, masks, inp = case["config"], case["masks"], case["inputs"]
+    B, T, S, E, H, dm = c["B"], c["T"], c["S"], c["d_q"], c["H"], c["d_m"]
+    mha = torch.nn.MultiheadAttention(E, H, dropout=0.0, bias=True, batch_first=True, kdim=dm, vdim=dm,
+                                      dtype=torch.float64)
+    weights = ["in_proj_weight"] if c["packed"] else ["q_proj_weight", "k_proj_weight", "v_proj_weight"]
+    if c["packed"] != (mha.in_proj_weight is not None):
+        return None, {}, f"torch packs q/k/v {'' if mha.in_proj_weight is not None else 'not '}for kdim {dm}, embed_dim {E}"
+    with torch.no_grad():
+        for n in weights + ["in_proj_bias"]:
+            getattr(mha, n).copy_(arr(inp[n]))
+        mha.out_proj.weight.copy_(arr(inp["out_proj_weight"]))
+        mha.out_proj.bias.copy_(arr(inp["out_proj_bias"]))
+    xq, xm = leaf(inp["X_q"]), leaf(inp["X_m"])
+    # nn.MultiheadAttention's bool masks: True = NOT allowed (padding to ignore / forbidden).
+    key_padding_mask = torch.arange(S).view(1, S) >= torch.tensor(masks["key_lengths"]).view(B, 1)
+    attn_mask = None
+    if masks["allowed"] is not None:
+        attn_mask = ~bools(masks["allowed"])  # [T, S]
+    y, _ = mha(xq, xm, xm, key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=False)
+    (y * arr(case["cotangent"])).sum().backward()
+    leaves = {"X_q": xq, "X_m": xm, "in_proj_bias": mha.in_proj_bias, "out_proj_weight": mha.out_proj.weight,
+              "out_proj_bias": mha.out_proj.bias}
+    for n in weights:
+        leaves[n] = getattr(mha, n)
+    return y, leaves, None
+
+
+RUNNERS = {"sdpa": run_sdpa, "gqa": run_sdpa, "mha": run_mha, "cross": run_cross, "gqa_layer": run_gqa_layer,
+           "cross_mha": run_cross_mha}
 
 
 def compare(name, xgrad_json, ref):
@@ -211,7 +264,8 @@ def compare(name, xgrad_json, ref):
 
 def describe(case):
     c, m = case["config"], case["masks"]
-    keys = [k for k in ("B", "H", "H_q", "H_kv", "T", "S", "d_model", "d_q", "d_m", "d_head", "d_k", "d_v", "d_out")
+    keys = [k for k in ("B", "H", "H_q", "H_kv", "T", "S", "d_model", "d_q", "d_m", "d_head", "d_k", "d_v", "d_out",
+                        "packed")
             if k in c]
     s = " ".join(f"{k}={c[k]}" for k in keys)
     if c.get("scale") is not None:

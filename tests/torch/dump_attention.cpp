@@ -15,6 +15,11 @@
 //         weights and gradients exported in torch layout (nn::torch_layout).
 //   cross nn::CrossAttention (d_q != d_m, source padding, some invalid query rows); torch
 //         side written by hand with F.linear.
+//   gqa_layer  nn::MultiHeadAttention with H_kv < H_q (GQA, MQA), exported with
+//         torch_layout::export_attention into four torch nn.Linear (q, k, v, o).
+//   cross_mha  nn::CrossAttention against torch.nn.MultiheadAttention with kdim = vdim = d_m
+//         (packed in_proj_weight when d_m == d_q, separate q/k/v_proj_weight otherwise),
+//         state from torch_layout::export_mha.
 //
 // JSON conventions (also written into the file under "conventions"):
 //   * an array is {"shape": [...], "data": [...]} in row-major order, doubles as %.17g;
@@ -388,6 +393,165 @@ std::string cross_case(Generator& g, std::size_t id, std::size_t k) {
   return c.str();
 }
 
+// Rows of several 2-d arrays (or elements of 1-d ones) one after another: torch's packed
+// in_proj_weight / in_proj_bias from the separate parts.
+Array concat_rows(const std::vector<Array>& parts) {
+  std::vector<double> v;
+  Shape s = parts[0].shape();
+  s[0] = 0;
+  for (const Array& p : parts) {
+    const auto d = p.to_vector();
+    v.insert(v.end(), d.begin(), d.end());
+    s[0] += p.shape()[0];
+  }
+  return Array::from_vector(s, v, DType::float64);
+}
+
+// gqa_layer: self-attention X [B, T, d] through nn::MultiHeadAttention with H_kv < H_q (GQA,
+// and MQA when H_kv == 1), exported with torch_layout::export_attention as separate q/k/v/o
+// nn.Linear weights; torch side: four nn.Linear modules and repeat_interleave. Bits of k choose
+// causal and key padding; odd cases set d_head explicitly (H_q d_head != d_model).
+std::string gqa_layer_case(Generator& g, std::size_t id, std::size_t k) {
+  MaskSpec m;
+  m.B = between(g, 1, 2);
+  const std::size_t H_kv = k % 4 == 0 ? 1 : between(g, 1, 2), r = between(g, 2, 3), H_q = H_kv * r;
+  m.H = H_q;
+  m.T = m.S = between(g, 1, 6);
+  m.causal = k & 1;
+  if (k & 2) m.lens = random_lengths(g, m.B, m.S);
+  if (m.causal && !m.lens.empty())  // row i sees keys 0..i: keep key 0 real in every sample
+    for (auto& l : m.lens) l = std::max<std::size_t>(l, 1);
+  const std::size_t d_head = between(g, 1, 3);
+  nn::AttentionConfig acfg;
+  acfg.impl = g_impl;
+  acfg.H_q = H_q;
+  acfg.H_kv = H_kv;
+  if (k & 4) {
+    acfg.d_model = between(g, 2, 7);
+    acfg.d_head = d_head;
+  } else {
+    acfg.d_model = H_q * d_head;
+  }
+  acfg.bias = true;
+  acfg.dtype = DType::float64;
+  Generator init(3000 + id);
+  nn::MultiHeadAttention mha(acfg, init);
+  mha.b_QKV.set_value(normal_array(mha.b_QKV.shape(), g));
+  mha.b_O.set_value(normal_array(mha.b_O.shape(), g));
+
+  Tape tape;
+  const Tensor X(normal_array({m.B, m.T, acfg.d_model}, g), true);
+  nn::AttentionCall call;
+  call.visibility = visibility_of(m, false);
+  const Tensor Y = mha.forward(X, call).Y;
+  const Array G = normal_array(Y.shape(), g);
+  const std::vector<Array> gr = grad(Y, {X, mha.W_QKV, mha.b_QKV, mha.W_O, mha.b_O}, G);
+
+  namespace tl = nn::torch_layout;
+  const tl::TorchAttention w = tl::export_attention(mha);
+  const tl::TorchAttention tg = tl::attention_to_torch(gr[1], gr[2], gr[3], gr[4], H_q, H_kv);  // gradients too
+  Obj cfg;
+  cfg.add("B", std::to_string(m.B)).add("T", std::to_string(m.T)).add("d_model", std::to_string(acfg.d_model));
+  cfg.add("H_q", std::to_string(H_q)).add("H_kv", std::to_string(H_kv)).add("d_head", std::to_string(mha.d_head()));
+  Obj masks;
+  add_masks(masks, m);
+  Obj inputs;  // torch layout: nn.Linear weights [out, in]
+  inputs.add("X", jarray(X.value()));
+  const std::vector<std::pair<std::string, const Array*>> params = {
+      {"q.weight", &w.q_weight}, {"q.bias", &w.q_bias}, {"k.weight", &w.k_weight}, {"k.bias", &w.k_bias},
+      {"v.weight", &w.v_weight}, {"v.bias", &w.v_bias}, {"o.weight", &w.o_weight}, {"o.bias", &w.o_bias}};
+  for (const auto& p : params) inputs.add(p.first, jarray(*p.second));
+  Obj c;
+  c.add("category", jstr("gqa_layer")).add("id", std::to_string(id)).add("config", cfg.str());
+  c.add("masks", masks.str()).add("inputs", inputs.str()).add("cotangent", jarray(G));
+  c.add("output", jarray(Y.value()));
+  c.add("grads", grads_json({"X", "q.weight", "q.bias", "k.weight", "k.bias", "v.weight", "v.bias", "o.weight", "o.bias"},
+                            {gr[0], tg.q_weight, tg.q_bias, tg.k_weight, tg.k_bias, tg.v_weight, tg.v_bias, tg.o_weight,
+                             tg.o_bias}));
+  return c.str();
+}
+
+// cross_mha: nn::CrossAttention (H_kv == H_q, d_q = H d_head, d_out = d_q) against
+// torch.nn.MultiheadAttention(embed_dim = d_q, kdim = vdim = d_m), state from
+// torch_layout::export_mha: packed in_proj_weight when d_m == d_q (even k), separate
+// q/k/v_proj_weight otherwise. Source padding always (key_padding_mask); odd k add a random
+// [T, S] mask (torch's attn_mask, True = NOT allowed).
+std::string cross_mha_case(Generator& g, std::size_t id, std::size_t k) {
+  MaskSpec m;
+  m.B = between(g, 1, 2);
+  m.H = between(g, 1, 3);
+  m.T = between(g, 1, 5);
+  m.S = between(g, 1, 5);
+  const std::size_t d_head = between(g, 1, 3), E = m.H * d_head;
+  nn::CrossAttentionConfig ccfg;
+  ccfg.impl = g_impl;
+  ccfg.d_q = E;
+  if (k % 2 == 0) {
+    ccfg.d_m = E;
+  } else {
+    do ccfg.d_m = between(g, 1, 7);
+    while (ccfg.d_m == E);
+  }
+  ccfg.H_q = ccfg.H_kv = m.H;
+  ccfg.bias = true;
+  ccfg.dtype = DType::float64;
+  m.lens = random_lengths(g, m.B, m.S);
+  if (k & 2) {
+    m.rand_allowed = random_allowed(g, m.B, m.H, m.T, m.S, true);
+    if (m.rand_allowed.shape.size() != 2) m.rand_allowed = random_allowed(g, m.B, m.H, m.T, m.S, true);
+    if (m.rand_allowed.shape.size() != 2) m.rand_allowed = BoolArray();  // torch takes [T, S] here
+  }
+  fix_empty_rows(m, g);
+  Generator init(4000 + id);
+  nn::CrossAttention ca(ccfg, init);
+  ca.b_Q.set_value(normal_array(ca.b_Q.shape(), g));
+  ca.b_KV.set_value(normal_array(ca.b_KV.shape(), g));
+  ca.b_O.set_value(normal_array(ca.b_O.shape(), g));
+
+  Tape tape;
+  const Tensor Xq(normal_array({m.B, m.T, E}, g), true);
+  const Tensor Xm(normal_array({m.B, m.S, ccfg.d_m}, g), true);
+  nn::AttentionCall call;
+  call.visibility = visibility_of(m, true);
+  const Tensor Y = ca.forward(Xq, Xm, call).Y;
+  const Array G = normal_array(Y.shape(), g);
+  const std::vector<Array> gr = grad(Y, {Xq, Xm, ca.W_Q, ca.b_Q, ca.W_KV, ca.b_KV, ca.W_O, ca.b_O}, G);
+
+  namespace tl = nn::torch_layout;
+  const tl::TorchMHA w = tl::export_mha(ca);
+  const tl::TorchAttention tg = tl::cross_to_torch(gr[2], gr[3], gr[4], gr[5], gr[6], gr[7]);
+  Obj cfg;
+  cfg.add("B", std::to_string(m.B)).add("T", std::to_string(m.T)).add("S", std::to_string(m.S));
+  cfg.add("d_q", std::to_string(E)).add("d_m", std::to_string(ccfg.d_m)).add("H", std::to_string(m.H));
+  cfg.add("d_head", std::to_string(d_head)).add("packed", w.in_proj_weight.defined() ? "true" : "false");
+  Obj masks;
+  add_masks(masks, m);
+  Obj inputs;  // nn.MultiheadAttention's state
+  inputs.add("X_q", jarray(Xq.value())).add("X_m", jarray(Xm.value()));
+  std::vector<std::string> names = {"X_q", "X_m"};
+  std::vector<Array> grads = {gr[0], gr[1]};
+  if (w.in_proj_weight.defined()) {
+    inputs.add("in_proj_weight", jarray(w.in_proj_weight));
+    names.push_back("in_proj_weight");
+    grads.push_back(concat_rows({tg.q_weight, tg.k_weight, tg.v_weight}));
+  } else {
+    inputs.add("q_proj_weight", jarray(w.q_proj_weight)).add("k_proj_weight", jarray(w.k_proj_weight));
+    inputs.add("v_proj_weight", jarray(w.v_proj_weight));
+    names.insert(names.end(), {"q_proj_weight", "k_proj_weight", "v_proj_weight"});
+    grads.insert(grads.end(), {tg.q_weight, tg.k_weight, tg.v_weight});
+  }
+  inputs.add("in_proj_bias", jarray(w.in_proj_bias));
+  inputs.add("out_proj_weight", jarray(w.out_proj_weight)).add("out_proj_bias", jarray(w.out_proj_bias));
+  names.insert(names.end(), {"in_proj_bias", "out_proj_weight", "out_proj_bias"});
+  grads.insert(grads.end(), {concat_rows({tg.q_bias, tg.k_bias, tg.v_bias}), tg.o_weight, tg.o_bias});
+  Obj c;
+  c.add("category", jstr("cross_mha")).add("id", std::to_string(id)).add("config", cfg.str());
+  c.add("masks", masks.str()).add("inputs", inputs.str()).add("cotangent", jarray(G));
+  c.add("output", jarray(Y.value()));
+  c.add("grads", grads_json(names, grads));
+  return c.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -422,6 +586,8 @@ int main(int argc, char** argv) {
     }
     for (std::size_t k = 0; k < per_category; ++k) cases.push_back(mha_case(g, id++, k));
     for (std::size_t k = 0; k < per_category; ++k) cases.push_back(cross_case(g, id++, k));
+    for (std::size_t k = 0; k < per_category; ++k) cases.push_back(gqa_layer_case(g, id++, k));
+    for (std::size_t k = 0; k < per_category; ++k) cases.push_back(cross_mha_case(g, id++, k));
 
     Obj conv;
     conv.add("arrays", jstr("{shape, data}, row-major, float64 as %.17g"));
