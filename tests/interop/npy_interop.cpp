@@ -184,10 +184,9 @@ int mha(const std::string& dir) {
     w.out_proj_weight = z.array("out_proj.weight");
     w.out_proj_bias = z.array("out_proj.bias");
     nn::torch_layout::import_mha(cross, w);
-    std::vector<std::size_t> lengths;
-    for (const std::int64_t l : z.index("src_lengths").data) lengths.push_back(static_cast<std::size_t>(l));
-    nn::AttentionCall call;
-    call.visibility = nn::Visibility::key_lengths(lengths, z.array("X_m").shape()[1]);
+    nn::AttentionCall call;  // int64 lengths from NumPy are the Visibility constructors' own type
+    call.visibility = nn::Visibility::key_lengths(z.index("src_lengths").data,
+                                                  static_cast<nn::Position>(z.array("X_m").shape()[1]));
     NoGradGuard no_grad;
     const Tensor Y = cross.forward(Tensor(z.array("X_q")), Tensor(z.array("X_m")), call).Y;
     const double e = max_abs_diff(Y.value(), z.array("Y"));
