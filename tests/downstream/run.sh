@@ -21,7 +21,7 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 for f in include/xgrad/xgrad.hpp include/xgrad/version.hpp include/xgrad/core/tensor.hpp \
          include/xgrad/nn/attention.hpp include/xgrad/checks/suite.hpp include/xgrad/train/trainer.hpp \
          lib/cmake/xgrad/xgradConfig.cmake lib/cmake/xgrad/xgradConfigVersion.cmake lib/pkgconfig/xgrad.pc \
-         lib/libxgrad.a bin/xgrad; do
+         lib/libxgrad.a bin/xgrad share/xgrad/tools/xgrad_torch.py; do
   [[ -e "$prefix/$f" ]] || fail "the install has no $f"
 done
 # Only namespaced headers, none of the internal ones, and no xtensor in any public header.
