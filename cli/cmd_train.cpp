@@ -11,6 +11,8 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/dist/communicator.hpp>
+#include <xgrad/dist/data_parallel.hpp>
 #include <xgrad/train/trainer.hpp>
 
 namespace xg::cli {
@@ -94,6 +96,9 @@ void add_train(CLI::App& app) {
       ->check(number());
   cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str()
       ->check(number());
+  cmd->add_option("--dtype", o->dtype, "parameter and arithmetic precision: float32 or float64")
+      ->check(CLI::IsMember({"float32", "float64"}))
+      ->capture_default_str();
   cmd->add_option("--d-model", o->d_model, "model width")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--heads", o->heads, "query heads H_q")->capture_default_str()
@@ -119,6 +124,14 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-progress{false}", o->progress, "no live progress line");
   cmd->add_flag("--no-plot{false}", o->plot, "do not draw loss.png");
   cmd->add_flag("--overwrite", o->overwrite, "replace a different run saved in --out");
+  // Data-parallel runs: mpirun -np N xgrad train ... (docs/distributed.md).
+  cmd->add_option("--dist-check-every", o->dist_check_every,
+                  "several ranks: compare parameter checksums every N steps (0: at the start and end only)")
+      ->capture_default_str();
+  cmd->add_flag("--dist-overlap", o->dist_overlap, "several ranks: all-reduce gradient buckets during backward");
+  cmd->add_option("--dist-bucket-kib", o->dist_bucket_kib, "several ranks: gradient bucket size in KiB")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   cmd->callback([o, cmd] {
     if (cmd->count("--resume") > 0 && o->resume.empty())
       throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
@@ -128,17 +141,44 @@ void add_train(CLI::App& app) {
         if (cmd->count(flag) > 0)
           throw UsageError(op_message("train", flag + " cannot be combined with --resume: a resumed run keeps the "
                                                       "options saved in " + o->resume +
-                                                      " (it may take --threads, --stop-at, --no-progress, --no-plot)"));
+                                                      " (it may take --threads, --stop-at, --no-progress, --no-plot, "
+                                                      "--dist-check-every, --dist-overlap, --dist-bucket-kib)"));
     }
     g_stop = 0;
+    // One process, or one rank of the job mpirun/srun started (docs/distributed.md).
+    std::unique_ptr<dist::Communicator> comm;
+    try {
+      comm = dist::launch();
+    } catch (const Error&) {
+      if (dist::detect_launch().rank > 0) throw CLI::RuntimeError(1);  // rank 0 says why
+      throw;
+    }
     StopSignals guard;
     train::TrainOptions opts = *o;
     opts.stop_signal = &g_stop;
-    const train::TrainResult r = train::run_training(opts, std::cout);
+    train::TrainResult r;
+    try {
+      r = train::run_training(opts, std::cout, *comm);
+    } catch (const dist::CollectiveError& e) {
+      // Every rank failed here together: one reports, all end normally (MPI_Finalize).
+      comm.reset();
+      if (e.reporter()) e.rethrow();
+      throw CLI::RuntimeError(e.exit_code());
+    } catch (...) {
+      if (comm->size() == 1) throw;
+      // This rank alone failed; the others may be waiting for it: report, then end the job.
+      const std::exception_ptr failure = std::current_exception();
+      std::string m = dist::message_of(failure);
+      for (char& c : m)
+        if (c == '\n' || c == '\r') c = ' ';
+      std::cerr << "xgrad: rank " << comm->rank() << " of " << comm->size() << ": " << m << "\n" << std::flush;
+      comm->abort(dist::exit_code_of(failure));
+    }
     if (r.signal != 0) {
-      std::cerr << "xgrad: interrupted by signal " << r.signal << " after step " << r.steps_done
-                << "; checkpoint written; continue with xgrad train --resume " << (o->resume.empty() ? o->out : o->resume)
-                << "\n";
+      if (comm->rank() == 0)
+        std::cerr << "xgrad: interrupted by signal " << r.signal << " after step " << r.steps_done
+                  << "; checkpoint written; continue with xgrad train --resume "
+                  << (o->resume.empty() ? o->out : o->resume) << "\n";
       throw CLI::RuntimeError(128 + r.signal);
     }
   });

@@ -23,6 +23,7 @@
 // path draws the identical mask from the same seed (attention_dropout_mask).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <xgrad/core/tensor.hpp>
@@ -35,6 +36,7 @@ struct FlashOptions {
   BoolArray query_valid = {};  // [B, T] or empty (all valid)
   double dropout_p = 0.0;      // applied when > 0
   std::uint64_t dropout_seed = 0;
+  std::size_t dropout_row_offset = 0;  // batch rows before this one in a global batch (ops::DropoutRowOffset)
   bool check_finite = true;    // non-finite scores are an error (Algorithm 5.1 step 3)
 };
 
@@ -49,7 +51,9 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
 // forward pass, the backward pass and the composed path).
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p);
 
-// The scaled mask m / q of shape BHTS from the same generator, for the composed path.
-Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype);
+// The scaled mask m / q of shape BHTS from the same generator, for the composed path; its
+// batch rows are rows row_offset.. of a global batch (ops::DropoutRowOffset).
+Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype,
+                             std::size_t row_offset = 0);
 
 }  // namespace xg::nn

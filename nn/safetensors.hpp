@@ -37,6 +37,9 @@ void check_metadata(const Metadata& metadata, const std::string& path);
 // fsync of the folder holding path, so a rename into it survives a power cut (best effort).
 void sync_directory_of(const std::string& path);
 File load(const std::string& path);
+// The same checks on a file's bytes already in memory (received from another process);
+// `name` stands for the path in messages.
+File load_bytes(const std::string& bytes, const std::string& name);
 
 // Module parameters by their hierarchical names.
 void save_module(const std::string& path, const Module& m, const Metadata& metadata = {});
