@@ -11,6 +11,7 @@ echo "$log"
 result=$(echo "$log" | awk '/^RESULT heldout_exact_match/ {print $3}')
 [[ -n $result ]] || { echo "FAILED: no RESULT line"; exit 1; }
 awk -v r="$result" 'BEGIN { exit !(r >= 0.99) }' || { echo "FAILED: held-out exact match $result < 0.99"; exit 1; }
+echo "$result" > "$out/heldout_result"  # tests/distributed compares the 2-rank run with it
 for f in model.safetensors train_state.safetensors log.csv loss.png; do
   [[ -s $out/$f ]] || { echo "FAILED: $out/$f missing"; exit 1; }
 done
