@@ -117,7 +117,7 @@ void add_train(CLI::App& app) {
       ->check(non_negative_integer());
   cmd->add_option("--seed", o->seed, "random seed (initialisation, data, dropout)")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--threads", o->threads, "xgrad worker threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine)")->capture_default_str();
   cmd->add_option("--eval-every", o->eval_every, "evaluate every N steps (0: only at the end)")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   cmd->add_option("--stop-at", o->stop_at, "stop after this step, as if interrupted (for resume)");

@@ -127,7 +127,7 @@ LaunchInfo detect_launch() {
   const Source sources[] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI (OMPI_COMM_WORLD_*)"},
                             {"PMIX_RANK", nullptr, "PMIx (PMIX_RANK)"},
                             {"PMI_RANK", "PMI_SIZE", "PMI (PMI_RANK, PMI_SIZE)"},
-                            {"SLURM_PROCID", "SLURM_NTASKS", "Slurm (SLURM_PROCID, SLURM_NTASKS)"}};
+                            {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "Slurm (SLURM_PROCID, SLURM_STEP_NUM_TASKS)"}};
   for (const Source& s : sources) {
     const int r = env_int(s.rank);
     if (r < 0) continue;

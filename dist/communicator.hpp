@@ -79,10 +79,12 @@ bool built_with_mpi();
 // How the environment says this process was started. An MPI launcher sets variables before
 // the program runs: Open MPI's mpirun OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_SIZE}; PMIx (srun
 // --mpi=pmix, mpirun) PMIX_RANK; PMI-2 (srun --mpi=pmi2, MPICH) PMI_RANK/PMI_SIZE; Slurm
-// SLURM_PROCID/SLURM_NTASKS. XGRAD_MPI=0 ignores them all; XGRAD_MPI=1 uses MPI even without them.
+// SLURM_PROCID/SLURM_STEP_NUM_TASKS (a job step of several tasks started by srun; a batch
+// script itself is one process). XGRAD_MPI=0 ignores them all; XGRAD_MPI=1 uses MPI even
+// without them.
 struct LaunchInfo {
   bool use_mpi = false;    // started by an MPI launcher (or XGRAD_MPI=1)
-  int rank = 0, size = 1;  // from the environment (-1 / 0 when it does not say)
+  int rank = 0, size = 1;  // from the environment (size -1 when the launcher does not say)
   std::string launcher;    // which variables said so, for messages
 };
 LaunchInfo detect_launch();

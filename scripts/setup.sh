@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(cmake g++ make xtensor-dev libxtensor-blas-dev xtl-dev libxsimd-dev libopenblas-dev catch2
-          libcli11-dev nlohmann-json3-dev libstb-dev gnuplot-nox)
+          libcli11-dev nlohmann-json3-dev libstb-dev gnuplot-nox libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch clang-14 libclang-rt-14-dev)
 fi

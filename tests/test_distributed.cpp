@@ -45,7 +45,7 @@ class ScopedEnv {
 std::map<std::string, std::optional<std::string>> no_launcher() {
   std::map<std::string, std::optional<std::string>> m;
   for (const char* k : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
-                        "SLURM_PROCID", "SLURM_NTASKS", "XGRAD_MPI"})
+                        "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "XGRAD_MPI"})
     m[k] = std::nullopt;
   return m;
 }
@@ -136,14 +136,22 @@ TEST_CASE("dist: launch detection reads the launchers' variables", "[dist]") {
   {
     auto vars = no_launcher();
     vars["SLURM_PROCID"] = "0";
-    vars["SLURM_NTASKS"] = "1";
+    vars["SLURM_STEP_NUM_TASKS"] = "1";
     ScopedEnv env(vars);
     CHECK_FALSE(dist::detect_launch().use_mpi);  // one Slurm task alone is a plain process
   }
   {
     auto vars = no_launcher();
+    vars["SLURM_PROCID"] = "0";
+    ::setenv("SLURM_NTASKS", "8", 1);  // a batch script of an 8-task job: still one process
+    ScopedEnv env(vars);
+    CHECK_FALSE(dist::detect_launch().use_mpi);
+    ::unsetenv("SLURM_NTASKS");
+  }
+  {
+    auto vars = no_launcher();
     vars["SLURM_PROCID"] = "3";
-    vars["SLURM_NTASKS"] = "8";
+    vars["SLURM_STEP_NUM_TASKS"] = "8";
     ScopedEnv env(vars);
     CHECK(dist::detect_launch().use_mpi);
     CHECK(dist::detect_launch().rank == 3);

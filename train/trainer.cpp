@@ -13,6 +13,9 @@
 #include <sstream>
 #include <thread>
 #include <unistd.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
@@ -539,6 +542,21 @@ class NullBuffer : public std::streambuf {
   std::streamsize xsputn(const char*, std::streamsize n) override { return n; }
 };
 
+// --threads 0: the cores of this machine divided among the ranks on it, and no more than the
+// CPUs this process may run on (mpirun binds each of 2 ranks to one core by default).
+int default_threads(int local_ranks) {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int allowed = CPU_COUNT(&set);
+    if (allowed > 0) return std::max(1, std::min(allowed, cores / std::max(1, local_ranks)));
+  }
+#endif
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -630,8 +648,7 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, di
                                                  join(differ) + "): start every rank with the same command line"));
     });
   }
-  const int threads =
-      o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm.local_size());
+  const int threads = o.threads > 0 ? o.threads : default_threads(comm.local_size());
   set_num_threads(threads);
 
   std::string text;  // charlm
