@@ -4,7 +4,8 @@ and the larger model as 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks x 1 threa
 2 ranks x 1 thread with the all-reduce overlapped with backward. Each configuration runs
 --rounds times (interleaved, so that a burst of load on a shared machine hits all of them);
 the table shows medians over the rounds of each run's median step, its all-reduce time,
-tokens/s of the whole job, and the load average before each round.
+tokens/s of the whole job, and the 1-minute load average around each run (the larger of the
+values before and after it).
 
     bench/dp_scaling.py [--build build] [--rounds 3] [--mpiexec mpiexec]
 """
@@ -39,12 +40,13 @@ def run(a, model, ranks, threads, extra):
     cmd = [prog] + MODELS[model] + ["--threads", str(threads)] + extra
     if ranks > 1:
         cmd = [a.mpiexec, "-np", str(ranks), "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + cmd
+    before = load()
     out = subprocess.run(cmd, env=ENV, capture_output=True, text=True, check=True).stdout
     step = float(re.search(r"RESULT dp_step_ms ([0-9.]+)", out).group(1))
     ar = float(re.search(r"all-reduce per step: min [0-9.]+, median ([0-9.]+)", out).group(1))
     tps = float(re.search(r"tokens/s \(whole job\): ([0-9.]+)", out).group(1))
     params = re.search(r"parameters: ([0-9]+)", out).group(1)
-    return step, ar, tps, params
+    return step, ar, tps, params, max(before, load())
 
 
 def main():
@@ -62,8 +64,8 @@ def main():
                 results.setdefault((model, name), []).append(run(a, model, ranks, threads, extra))
         print(f"round {r + 1}/{a.rounds} done (load before it {loads[-1]:.2f})", file=sys.stderr, flush=True)
     print(f"load average (1 min) before each round: {', '.join(f'{x:.2f}' for x in loads)}")
-    print("| model | configuration | step ms | all-reduce ms/step | tokens/s | vs 1 rank x 2 threads |")
-    print("|---|---|---|---|---|---|")
+    print("| model | configuration | step ms | all-reduce ms/step | tokens/s | vs 1 rank x 2 threads | load during runs |")
+    print("|---|---|---|---|---|---|---|")
     for model in MODELS:
         base = statistics.median(x[2] for x in results[(model, "1 rank x 2 threads")])
         for name, _, _, _ in CONFIGS:
@@ -71,7 +73,9 @@ def main():
             step = statistics.median(x[0] for x in rs)
             ar = statistics.median(x[1] for x in rs)
             tps = statistics.median(x[2] for x in rs)
-            print(f"| {model} ({rs[0][3]} parameters) | {name} | {step:.2f} | {ar:.2f} | {tps:.0f} | {tps / base:.2f} |")
+            loads_seen = ", ".join(f"{x[4]:.1f}" for x in rs)
+            print(f"| {model} ({rs[0][3]} parameters) | {name} | {step:.2f} | {ar:.2f} | {tps:.0f} | {tps / base:.2f} "
+                  f"| {loads_seen} |")
 
 
 if __name__ == "__main__":
