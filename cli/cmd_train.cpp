@@ -8,6 +8,8 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/dist/communicator.hpp>
+#include <xgrad/dist/data_parallel.hpp>
 #include <xgrad/train/trainer.hpp>
 
 namespace xg::cli {
@@ -66,6 +68,9 @@ void add_train(CLI::App& app) {
       ->check(number());
   cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str()
       ->check(number());
+  cmd->add_option("--dtype", o->dtype, "parameter and arithmetic precision: float32 or float64")
+      ->check(CLI::IsMember({"float32", "float64"}))
+      ->capture_default_str();
   cmd->add_option("--d-model", o->d_model, "model width")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--heads", o->heads, "query heads H_q")->capture_default_str()
@@ -84,7 +89,7 @@ void add_train(CLI::App& app) {
       ->check(non_negative_integer());
   cmd->add_option("--seed", o->seed, "random seed (initialisation, data, dropout)")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--threads", o->threads, "xgrad worker threads (0: one per core)")->capture_default_str()
+  cmd->add_option("--threads", o->threads, "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine)")->capture_default_str()
       ->check(integer());
   cmd->add_option("--eval-every", o->eval_every, "evaluate every N steps (0: only at the end)")->capture_default_str()
       ->check(integer());
@@ -94,6 +99,14 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-progress{false}", o->progress, "no live progress line");
   cmd->add_flag("--no-plot{false}", o->plot, "do not draw loss.png");
   cmd->add_flag("--overwrite", o->overwrite, "replace a different run saved in --out");
+  // Data-parallel runs: mpirun -np N xgrad train ... (docs/distributed.md).
+  cmd->add_option("--dist-check-every", o->dist_check_every,
+                  "several ranks: compare parameter checksums every N steps (0: at the start and end only)")
+      ->capture_default_str();
+  cmd->add_flag("--dist-overlap", o->dist_overlap, "several ranks: all-reduce gradient buckets during backward");
+  cmd->add_option("--dist-bucket-kib", o->dist_bucket_kib, "several ranks: gradient bucket size in KiB")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   cmd->callback([o, cmd] {
     if (cmd->count("--resume") > 0 && o->resume.empty())
       throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
@@ -103,7 +116,8 @@ void add_train(CLI::App& app) {
         if (cmd->count(flag) > 0)
           throw UsageError(op_message("train", flag + " cannot be combined with --resume: a resumed run keeps the "
                                                       "options saved in " + o->resume +
-                                                      " (it may take --threads, --stop-at, --no-progress, --no-plot)"));
+                                                      " (it may take --threads, --stop-at, --no-progress, --no-plot, "
+                                                      "--dist-check-every, --dist-overlap, --dist-bucket-kib)"));
     }
     if (o->resume.empty()) {
       // Flags that only one task reads would be ignored by the others: refuse them.
@@ -121,16 +135,42 @@ void add_train(CLI::App& app) {
       check_output_folder("train", "--out", o->out);
     }
     g_stop = 0;
+    // One process, or one rank of the job mpirun/srun started (docs/distributed.md).
+    std::unique_ptr<dist::Communicator> comm;
+    try {
+      comm = dist::launch();
+    } catch (const Error&) {
+      if (dist::detect_launch().rank > 0) throw CLI::RuntimeError(1);  // rank 0 says why
+      throw;
+    }
     StopSignals guard;
     train::TrainOptions opts = *o;
     opts.stop_signal = &g_stop;
-    // Results (the run, samples, files written, RESULT) on stdout; the live progress line and
-    // warnings on stderr, so `xgrad train > log` keeps a clean record.
-    const train::TrainResult r = train::run_training(opts, std::cout, std::cerr);
+    train::TrainResult r;
+    try {
+      // Results (the run, samples, files written, RESULT) on stdout; the live progress line and
+      // warnings on stderr, so `xgrad train > log` keeps a clean record.
+      r = train::run_training(opts, std::cout, std::cerr, *comm);
+    } catch (const dist::CollectiveError& e) {
+      // Every rank failed here together: one reports, all end normally (MPI_Finalize).
+      comm.reset();
+      if (e.reporter()) e.rethrow();
+      throw CLI::RuntimeError(e.exit_code());
+    } catch (...) {
+      if (comm->size() == 1) throw;
+      // This rank alone failed; the others may be waiting for it: report, then end the job.
+      const std::exception_ptr failure = std::current_exception();
+      std::string m = dist::message_of(failure);
+      for (char& c : m)
+        if (c == '\n' || c == '\r') c = ' ';
+      std::cerr << "xgrad: rank " << comm->rank() << " of " << comm->size() << ": " << m << "\n" << std::flush;
+      comm->abort(dist::exit_code_of(failure));
+    }
     if (r.signal != 0) {
-      std::cerr << "xgrad: interrupted by signal " << r.signal << " after step " << r.steps_done
-                << "; checkpoint written; continue with xgrad train --resume " << (o->resume.empty() ? o->out : o->resume)
-                << "\n";
+      if (comm->rank() == 0)
+        std::cerr << "xgrad: interrupted by signal " << r.signal << " after step " << r.steps_done
+                  << "; checkpoint written; continue with xgrad train --resume "
+                  << (o->resume.empty() ? o->out : o->resume) << "\n";
       throw CLI::RuntimeError(128 + r.signal);
     }
   });

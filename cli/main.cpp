@@ -13,6 +13,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/version.hpp>
+#include <xgrad/dist/communicator.hpp>
 
 namespace {
 
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
       return e.get_exit_code();
     } catch (const CLI::ParseError& e) {
+      // Under mpirun/srun every rank parses the same command line: rank 0 alone speaks.
+      if (xg::dist::detect_launch().rank > 0) return e.get_exit_code() == 0 ? 0 : 2;
       if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +

@@ -345,11 +345,32 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
   auto tape = live_tape_of(*yi, op, "y");
   NoGradGuard no_recording;
 
+  // on_leaf_grad: a leaf's gradient is complete once the sweep has passed the first node
+  // that uses it. (position, leaf) pairs of those first uses, walked from the end.
+  std::vector<std::pair<std::size_t, TensorImpl*>> first_use;
+  if (opts.on_leaf_grad) {
+    std::unordered_map<const TensorImpl*, std::size_t> seen;
+    for (std::size_t i = 0; i <= yi->node; ++i)
+      for (const detail::Edge& e : tape->nodes[i].edges)
+        if (e.kind == detail::Edge::leaf && seen.emplace(e.leaf_impl.get(), i).second)
+          first_use.emplace_back(i, e.leaf_impl.get());
+  }
+  auto leaves_done_at = [&](std::size_t i) {
+    while (!first_use.empty() && first_use.back().first == i) {
+      auto it = leaves.index.find(first_use.back().second);
+      if (it != leaves.index.end()) opts.on_leaf_grad(Tensor(leaves.items[it->second].first), leaves.items[it->second].second);
+      first_use.pop_back();
+    }
+  };
+
   std::vector<Array> grads(yi->node + 1);
   grads[yi->node] = seed;
   try {
     for (std::size_t i = yi->node + 1; i-- > 0;) {
-      if (!grads[i].defined()) continue;
+      if (!grads[i].defined()) {
+        leaves_done_at(i);
+        continue;
+      }
       detail::Node& n = tape->nodes[i];
       if (cap) {
         auto it = cap->nodes.find(i);
@@ -378,6 +399,7 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
         n.inputs.clear();
         n.output = Array();
       }
+      leaves_done_at(i);
     }
   } catch (...) {
     if (!opts.retain_graph) tape->clear();
@@ -416,6 +438,7 @@ std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const A
     }
   }
   LeafGrads leaves;
+  opts.on_leaf_grad = nullptr;  // backward() only
   sweep(y, seed, opts, &cap, leaves);
   for (auto& [leaf, g] : leaves.items) {
     auto it = cap.leaves.find(leaf.get());

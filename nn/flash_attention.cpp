@@ -57,7 +57,7 @@ template <class T> struct Problem {
   const VisibilityPlan* plan = nullptr;
   const unsigned char* valid = nullptr;  // [B, T] or null (all valid)
   bool dropout = false;
-  std::uint64_t seed = 0, threshold = 0;
+  std::uint64_t seed = 0, threshold = 0, row_offset = 0;
   T inv_q = 1;
   bool check_finite = true;
 
@@ -137,7 +137,7 @@ template <class T> void weights_row(T* row, std::size_t n, std::size_t a, std::s
 
 template <class T> void dropout_row(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t i, std::size_t L,
                                     const T* in, T* out, std::size_t n) {
-  const std::uint64_t base = ((b * P.g.Hq + h) * P.g.T + i) * P.g.S + L;
+  const std::uint64_t base = (((P.row_offset + b) * P.g.Hq + h) * P.g.T + i) * P.g.S + L;
   for (std::size_t j = 0; j < n; ++j) out[j] = keep_bits(P.seed, base + j, P.threshold) ? in[j] * P.inv_q : T(0);
 }
 
@@ -314,6 +314,7 @@ template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Arra
   P.valid = s.opts.query_valid.size() ? s.opts.query_valid.data.data() : nullptr;
   P.dropout = s.opts.dropout_p > 0.0;
   P.seed = s.opts.dropout_seed;
+  P.row_offset = s.opts.dropout_row_offset;
   P.threshold = keep_threshold(s.opts.dropout_p);
   P.inv_q = static_cast<T>(1.0 / (1.0 - s.opts.dropout_p));
   P.check_finite = s.opts.check_finite;
@@ -326,7 +327,7 @@ bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
   return keep_bits(seed, flat, keep_threshold(p));
 }
 
-Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype) {
+Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype, std::size_t row_offset) {
   if (!(p >= 0.0 && p < 1.0))
     throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(p)));
   Array m = Array::empty(BHTS, dtype);
@@ -335,7 +336,8 @@ Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DT
     using T = decltype(t);
     T* d = m.data<T>();
     const T s = static_cast<T>(1.0 / (1.0 - p));
-    for (std::size_t i = 0, n = m.size(); i < n; ++i) d[i] = keep_bits(seed, i, threshold) ? s : T(0);
+    const std::uint64_t base = BHTS.empty() || m.size() == 0 ? 0 : row_offset * (m.size() / BHTS[0]);
+    for (std::size_t i = 0, n = m.size(); i < n; ++i) d[i] = keep_bits(seed, base + i, threshold) ? s : T(0);
   });
   return m;
 }

@@ -26,6 +26,7 @@
 /// path draws the identical mask from the same seed (attention_dropout_mask).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <xgrad/core/tensor.hpp>
@@ -39,6 +40,9 @@ struct FlashOptions {
   BoolArray query_valid = {};  ///< [B, T] or empty (all valid).
   double dropout_p = 0.0;      ///< Dropout probability on the weights, applied when > 0.
   std::uint64_t dropout_seed = 0;  ///< Seed of the counter-based dropout mask.
+  /// Batch rows before this one in a global batch (ops::DropoutRowOffset), so a data-parallel
+  /// shard draws exactly its rows of the global batch's dropout mask.
+  std::size_t dropout_row_offset = 0;
   bool check_finite = true;    ///< Non-finite scores are an error (Algorithm 5.1 step 3).
 };
 
@@ -54,7 +58,9 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p);
 
 /// The scaled mask m / q of shape `BHTS` and `dtype` from the same generator (drop
-/// probability `p`, `seed`), for the composed path.
-Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype);
+/// probability `p`, `seed`), for the composed path; its batch rows are rows `row_offset`..
+/// of a global batch (ops::DropoutRowOffset).
+Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype,
+                             std::size_t row_offset = 0);
 
 }  // namespace xg::nn

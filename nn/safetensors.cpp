@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -148,9 +149,10 @@ void sync_directory_of(const std::string& path) {
   ::close(fd);
 }
 
-File load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError(where(path) + "cannot open the file");
+namespace {
+
+// The whole of load(), from any seekable stream; `path` names it in messages.
+File load_from(std::istream& in, const std::string& path) {
   in.seekg(0, std::ios::end);
   const std::uint64_t size = static_cast<std::uint64_t>(in.tellg());
   in.seekg(0);
@@ -273,6 +275,19 @@ File load(const std::string& path) {
     file.tensors.emplace_back(en.name, std::move(a));
   }
   return file;
+}
+
+}  // namespace
+
+File load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError(where(path) + "cannot open the file");
+  return load_from(in, path);
+}
+
+File load_bytes(const std::string& bytes, const std::string& name) {
+  std::istringstream in(bytes, std::ios::binary);
+  return load_from(in, name);
 }
 
 void save_module(const std::string& path, const Module& m, const Metadata& metadata) {

@@ -107,6 +107,7 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
     if (dropout) {
       fo.dropout_p = opts.dropout_p;
       fo.dropout_seed = res.dropout_seed = opts.generator->next_u64();
+      fo.dropout_row_offset = ops::dropout_row_offset();
     }
     res.output = flash_attention(Q, K, V, plan, fo);
     return res;
@@ -167,7 +168,7 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
   Tensor Ad = A;
   if (dropout) {
     res.dropout_seed = opts.generator->next_u64();
-    res.dropout_mask = attention_dropout_mask(BHTS, opts.dropout_p, res.dropout_seed, Q.dtype());
+    res.dropout_mask = attention_dropout_mask(BHTS, opts.dropout_p, res.dropout_seed, Q.dtype(), ops::dropout_row_offset());
     Ad = ops::apply_dropout_mask(A, res.dropout_mask);
   }
 

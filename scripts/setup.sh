@@ -9,7 +9,7 @@
 set -euo pipefail
 
 packages=(cmake g++ make xtensor-dev xtl-dev libxsimd-dev libopenblas-dev catch2
-          libcli11-dev nlohmann-json3-dev gnuplot-nox)
+          libcli11-dev nlohmann-json3-dev gnuplot-nox libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch python3-numpy clang-14 libclang-rt-14-dev pkgconf doxygen)
 fi

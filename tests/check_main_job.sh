@@ -14,6 +14,7 @@ result=$(echo "$log" | awk '/^RESULT heldout_exact_match/ {print $3}')
 awk -v r="$result" 'BEGIN { exit !(r >= 0.99) }' || { echo "FAILED: held-out exact match $result < 0.99"; exit 1; }
 if echo "$log" | grep -q "ETA"; then echo "FAILED: progress lines on stdout"; exit 1; fi
 grep -q "^step 1000/1000 | loss" "$out.progress" || { echo "FAILED: no progress on stderr"; exit 1; }
+echo "$result" > "$out/heldout_result"  # tests/distributed compares the 2-rank run with it
 for f in model.safetensors train_state.safetensors log.csv loss.png loss.gp; do
   [[ -s $out/$f ]] || { echo "FAILED: $out/$f missing"; exit 1; }
 done

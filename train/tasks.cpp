@@ -223,14 +223,19 @@ std::vector<std::vector<std::int64_t>> ReverseTask::heldout(std::size_t count, s
 
 // ---------------------------------------------------------------------------------------
 
-CharLMTask::CharLMTask(const std::string& path, std::size_t context) : context_(context) {
+std::string CharLMTask::read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::error_code ec;
   if (!in || std::filesystem::is_directory(path, ec))
     throw ValueError(op_message("charlm", "cannot read the text file " + path));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  return ss.str();
+}
+
+CharLMTask::CharLMTask(const std::string& path, std::size_t context) : CharLMTask(path, context, read_text(path)) {}
+
+CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::string& text) : context_(context) {
   if (text.size() < 20 * (context + 1))
     throw ValueError(op_message("charlm", path + " has " + std::to_string(text.size()) + " bytes; need at least " +
                                               std::to_string(20 * (context + 1)) + " for context " +

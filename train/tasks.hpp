@@ -91,6 +91,9 @@ class CharLMTask {
   // Reads the text (FormatError/ValueError if unreadable or shorter than a few windows);
   // the last 10% is the validation split.
   CharLMTask(const std::string& path, std::size_t context);
+  // The same from the file's contents, already read (read_text); `path` names it in messages.
+  CharLMTask(const std::string& path, std::size_t context, const std::string& contents);
+  static std::string read_text(const std::string& path);  // ValueError if unreadable
   const Vocabulary& vocab() const { return vocab_; }
   std::size_t context() const { return context_; }
   LMBatch batch(std::size_t B, Generator& gen, bool validation = false) const;

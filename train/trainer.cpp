@@ -11,12 +11,19 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/dist/communicator.hpp>
+#include <xgrad/dist/data_parallel.hpp>
 #include <xgrad/nn/optim.hpp>
+#include <xgrad/ops/dropout.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
@@ -58,6 +65,7 @@ nn::safetensors::Metadata options_metadata(const TrainOptions& o) {
           {"opt.warmup", std::to_string(o.warmup)},
           {"opt.weight_decay", exact(o.weight_decay)},
           {"opt.clip", exact(o.clip)},
+          {"opt.dtype", o.dtype},
           {"opt.d_model", std::to_string(o.d_model)},
           {"opt.heads", std::to_string(o.heads)},
           {"opt.kv_heads", std::to_string(o.kv_heads)},
@@ -97,6 +105,8 @@ TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOpti
   o.warmup = i64("warmup");
   o.weight_decay = real("weight_decay");
   o.clip = real("clip");
+  // Runs saved before --dtype existed trained in float32.
+  o.dtype = m.count("opt.dtype") ? get("dtype") : "float32";
   o.d_model = size("d_model");
   o.heads = size("heads");
   o.kv_heads = size("kv_heads");
@@ -114,6 +124,22 @@ TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOpti
   return o;
 }
 
+// Rows [shard.begin, shard.end) of a [B, ...] index array.
+IndexArray rows_of(const IndexArray& a, const dist::Shard& shard) {
+  const std::size_t row = a.shape.empty() || a.shape[0] == 0 ? 0 : a.size() / a.shape[0];
+  Shape shape = a.shape;
+  shape[0] = shard.rows();
+  return IndexArray(shape, std::vector<std::int64_t>(a.data.begin() + static_cast<long>(shard.begin * row),
+                                                     a.data.begin() + static_cast<long>(shard.end * row)));
+}
+
+// Targets that take part in the loss.
+std::size_t targets_in(const IndexArray& targets) {
+  std::size_t n = 0;
+  for (std::int64_t t : targets.data) n += t != kIgnore;
+  return n;
+}
+
 // Everything a run needs, built from the options.
 struct Run {
   TrainOptions o;
@@ -127,8 +153,10 @@ struct Run {
 
   nn::Module& module() { return gpt ? static_cast<nn::Module&>(*gpt) : static_cast<nn::Module&>(*encdec); }
 
-  explicit Run(const TrainOptions& opts) : o(opts) {
+  // text: the charlm text file's contents (read by rank 0, the same on every rank).
+  Run(const TrainOptions& opts, const std::string& text) : o(opts) {
     nn::TransformerConfig c;
+    c.dtype = o.dtype == "float64" ? DType::float64 : DType::float32;
     c.d_model = o.d_model;
     c.H_q = o.heads;
     c.H_kv = o.kv_heads;
@@ -151,7 +179,7 @@ struct Run {
       heldout = reverse->heldout(o.heldout, o.seed + 1000);
       reverse->exclude(heldout);
     } else if (o.task == "charlm") {
-      charlm = std::make_unique<CharLMTask>(o.text, o.context);
+      charlm = std::make_unique<CharLMTask>(o.text, o.context, text);
       info.vocab = charlm->vocab();
       c.context = o.context;
     } else {
@@ -171,17 +199,32 @@ struct Run {
       gpt = std::make_unique<nn::GPT>(info.config, init);
   }
 
-  // Training loss of one batch drawn from `data`.
-  Tensor loss(Generator& data, Generator& dropout) {
-    if (sort) {
-      const LMBatch b = sort->batch(o.batch, data);
+  // Training loss of this rank's rows of one global batch drawn from `data` (every rank
+  // draws the whole batch: the data stream is the one of a single process). The loss is the
+  // mean over the shard's targets; *weight receives shard targets / global targets, the
+  // factor that makes the ranks' weighted losses sum to the mean over the global batch.
+  // One process: the whole batch, weight 1.
+  Tensor loss(Generator& data, Generator& dropout, const dist::Shard& shard, double* weight) {
+    ops::DropoutRowOffset rows(shard.begin);  // dropout masks by global row
+    *weight = 1.0;
+    if (sort || charlm) {
+      LMBatch b = sort ? sort->batch(o.batch, data) : charlm->batch(o.batch, data);
+      if (shard.rows() != o.batch) {
+        const double global = static_cast<double>(targets_in(b.targets));
+        b = LMBatch{rows_of(b.tokens, shard), rows_of(b.targets, shard)};
+        *weight = static_cast<double>(targets_in(b.targets)) / global;
+      }
       return gpt->loss(b.tokens, b.targets, kIgnore, &dropout);
     }
-    if (charlm) {
-      const LMBatch b = charlm->batch(o.batch, data);
-      return gpt->loss(b.tokens, b.targets, kIgnore, &dropout);
+    Seq2SeqBatch b = reverse->batch(o.batch, data);
+    if (shard.rows() != o.batch) {
+      const double global = static_cast<double>(targets_in(b.tgt_out));
+      b = Seq2SeqBatch{rows_of(b.src, shard),
+                       std::vector<std::size_t>(b.src_lengths.begin() + static_cast<long>(shard.begin),
+                                                b.src_lengths.begin() + static_cast<long>(shard.end)),
+                       rows_of(b.tgt_in, shard), rows_of(b.tgt_out, shard)};
+      *weight = static_cast<double>(targets_in(b.tgt_out)) / global;
     }
-    const Seq2SeqBatch b = reverse->batch(o.batch, data);
     return encdec->loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, kIgnore, &dropout);
   }
 
@@ -191,50 +234,64 @@ struct Run {
     return o.batch * (reverse->max_len() * 2 + 1);
   }
 
-  // Held-out exact match (sort, reverse) or validation loss (charlm); prints a few samples.
-  double evaluate(std::ostream* samples) {
+  // Held-out exact match (sort, reverse) or validation loss (charlm), sharded over the ranks
+  // and summed (a collective: every rank calls it); prints a few samples of rank 0's shard
+  // (samples: null on the other ranks).
+  double evaluate(dist::Communicator& comm, std::ostream* samples) {
     module().eval();
     double metric = 0;
-    if (sort) {
-      std::vector<std::vector<std::int64_t>> prompts;
-      for (const auto& d : heldout) prompts.push_back(sort->prompt(d));
-      const Generation g = generate(*gpt, prompts, sort->n());
+    const std::size_t R = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
+    if (sort || reverse) {
+      // Held-out problems [n r / R, n (r + 1) / R): shards differ by at most one.
+      const std::size_t n = heldout.size(), first = n * r / R, last = n * (r + 1) / R;
+      const std::vector<std::vector<std::int64_t>> mine(heldout.begin() + static_cast<long>(first),
+                                                        heldout.begin() + static_cast<long>(last));
       std::size_t right = 0;
-      for (std::size_t i = 0; i < heldout.size(); ++i) {
-        const auto want = sort->answer(heldout[i]);
-        const bool ok = g.tokens[i] == want;
-        right += ok;
-        if (samples && i < 4)
-          *samples << "  " << info.vocab.decode(prompts[i]) << " -> " << info.vocab.decode(g.tokens[i])
-                   << (ok ? "  (right)" : "  (expected " + info.vocab.decode(want) + ")") << "\n";
+      if (sort && !mine.empty()) {
+        std::vector<std::vector<std::int64_t>> prompts;
+        for (const auto& d : mine) prompts.push_back(sort->prompt(d));
+        const Generation g = generate(*gpt, prompts, sort->n());
+        for (std::size_t i = 0; i < mine.size(); ++i) {
+          const auto want = sort->answer(mine[i]);
+          const bool ok = g.tokens[i] == want;
+          right += ok;
+          if (samples && i < 4)
+            *samples << "  " << info.vocab.decode(prompts[i]) << " -> " << info.vocab.decode(g.tokens[i])
+                     << (ok ? "  (right)" : "  (expected " + info.vocab.decode(want) + ")") << "\n";
+        }
+      } else if (reverse && !mine.empty()) {
+        const Seq2SeqBatch b = reverse->make_batch(mine);
+        SampleOptions so;
+        so.stop_token = reverse->eos();
+        const Generation g = generate(*encdec, b.src, b.src_lengths, reverse->bos(), reverse->max_len() + 1, so);
+        for (std::size_t i = 0; i < mine.size(); ++i) {
+          std::vector<std::int64_t> want(mine[i].rbegin(), mine[i].rend());
+          want.push_back(reverse->eos());
+          const bool ok = g.tokens[i] == want;
+          right += ok;
+          if (samples && i < 4)
+            *samples << "  " << info.vocab.decode(mine[i]) << " -> " << info.vocab.decode(g.tokens[i])
+                     << (ok ? "  (right)" : "  (expected " + info.vocab.decode(want) + ")") << "\n";
+        }
       }
-      metric = static_cast<double>(right) / static_cast<double>(heldout.size());
-    } else if (reverse) {
-      const Seq2SeqBatch b = reverse->make_batch(heldout);
-      SampleOptions so;
-      so.stop_token = reverse->eos();
-      const Generation g = generate(*encdec, b.src, b.src_lengths, reverse->bos(), reverse->max_len() + 1, so);
-      std::size_t right = 0;
-      for (std::size_t i = 0; i < heldout.size(); ++i) {
-        std::vector<std::int64_t> want(heldout[i].rbegin(), heldout[i].rend());
-        want.push_back(reverse->eos());
-        const bool ok = g.tokens[i] == want;
-        right += ok;
-        if (samples && i < 4)
-          *samples << "  " << info.vocab.decode(heldout[i]) << " -> " << info.vocab.decode(g.tokens[i])
-                   << (ok ? "  (right)" : "  (expected " + info.vocab.decode(want) + ")") << "\n";
-      }
-      metric = static_cast<double>(right) / static_cast<double>(heldout.size());
+      metric = comm.all_reduce(static_cast<double>(right), dist::ReduceOp::sum) / static_cast<double>(n);
     } else {
       NoGradGuard ng;
       Generator eval_gen(o.seed + 2000);
       double sum = 0;
       const int batches = 10;
+      const dist::Shard shard = dist::shard_of(o.batch, comm.rank(), comm.size());
       for (int i = 0; i < batches; ++i) {
-        const LMBatch b = charlm->batch(o.batch, eval_gen, true);
-        sum += gpt->loss(b.tokens, b.targets).item();
+        LMBatch b = charlm->batch(o.batch, eval_gen, true);
+        double weight = 1.0;
+        if (R > 1) {  // the mean over the global batch, as the training loss
+          const double global = static_cast<double>(targets_in(b.targets));
+          b = LMBatch{rows_of(b.tokens, shard), rows_of(b.targets, shard)};
+          weight = static_cast<double>(targets_in(b.targets)) / global;
+        }
+        sum += R > 1 ? gpt->loss(b.tokens, b.targets).item() * weight : gpt->loss(b.tokens, b.targets).item();
       }
-      metric = sum / batches;
+      metric = comm.all_reduce(sum, dist::ReduceOp::sum) / batches;
       if (samples) {
         Generator sample_gen(o.seed + 3000);
         const LMBatch b = charlm->batch(1, sample_gen, true);
@@ -392,7 +449,9 @@ void check_out_folder(const TrainOptions& o) {
   std::vector<std::string> differ;
   for (const auto& [k, v] : options_metadata(o)) {
     auto it = saved.find(k);
-    if (it == saved.end() || it->second != v) differ.push_back(k.substr(4) + " " + (it == saved.end() ? "?" : it->second) + " -> " + v);
+    // Runs saved before --dtype existed trained in float32.
+    const std::string was = it != saved.end() ? it->second : k == "opt.dtype" ? "float32" : "?";
+    if (was != v) differ.push_back(k.substr(4) + " " + was + " -> " + v);
   }
   if (!differ.empty())
     throw UsageError(op_message("train", "--out " + o.out + " holds a different run (" + join(differ) + ")" + advice));
@@ -401,7 +460,7 @@ void check_out_folder(const TrainOptions& o) {
 }  // namespace
 
 const std::vector<std::string> kRunDefiningFlags = {
-    "--task", "--text", "--out", "--steps", "--batch", "--lr", "--warmup", "--weight-decay", "--clip",
+    "--task", "--text", "--out", "--steps", "--batch", "--lr", "--warmup", "--weight-decay", "--clip", "--dtype",
     "--d-model", "--heads", "--kv-heads", "--layers", "--d-ff", "--dropout", "--context", "--digits",
     "--seed", "--eval-every", "--checkpoint-every", "--overwrite"};
 
@@ -424,6 +483,7 @@ void validate_options(const TrainOptions& o) {
   if (o.warmup < 0 || o.warmup > 100000000) bad("--warmup", std::to_string(o.warmup), "must be in [0, 100000000]");
   real("--weight-decay", o.weight_decay, 0.0, 10.0, false, false);
   real("--clip", o.clip, 0.0, 1e6, true, false);
+  if (o.dtype != "float32" && o.dtype != "float64") bad("--dtype", o.dtype, "must be float32 or float64");
   count("--d-model", o.d_model, 1, 8192);
   count("--heads", o.heads, 1, o.d_model);
   if (o.d_model % o.heads != 0)
@@ -456,6 +516,10 @@ void validate_session_options(const TrainOptions& o) {
     throw UsageError(op_message("train", flag + " " + value + ": " + rule));
   };
   if (o.threads < 0 || o.threads > 1024) bad("--threads", std::to_string(o.threads), "must be in [0, 1024]");
+  if (o.dist_check_every < 0 || o.dist_check_every > 100000000)
+    bad("--dist-check-every", std::to_string(o.dist_check_every), "must be in [0, 100000000]");
+  if (o.dist_bucket_kib < 1 || o.dist_bucket_kib > (std::size_t(1) << 20))
+    bad("--dist-bucket-kib", std::to_string(o.dist_bucket_kib), "must be in [1, 1048576]");
   if (o.stop_at != -1 && (o.stop_at < 1 || o.stop_at > o.steps))
     bad("--stop-at", std::to_string(o.stop_at), "must be in [1, --steps " + std::to_string(o.steps) + "]");
 }
@@ -468,157 +532,318 @@ TrainOptions with_defaults(TrainOptions o) {
   return o;
 }
 
+
+namespace {
+
+// The output of ranks other than 0: discarded.
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return traits_type::not_eof(c); }
+  std::streamsize xsputn(const char*, std::streamsize n) override { return n; }
+};
+
+// --threads 0: the cores of this machine divided among the ranks on it, and no more than the
+// CPUs this process may run on (mpirun binds each of 2 ranks to one core by default).
+int default_threads(int local_ranks) {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int allowed = CPU_COUNT(&set);
+    if (allowed > 0) return std::max(1, std::min(allowed, cores / std::max(1, local_ranks)));
+  }
+#endif
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  if (!in || !(ss << in.rdbuf())) throw FormatError("[train] cannot read " + path);
+  return ss.str();
+}
+
+}  // namespace
+
 TrainResult run_training(const TrainOptions& opts, std::ostream& out) { return run_training(opts, out, out); }
 
-TrainResult run_training(const TrainOptions& opts_in, std::ostream& out, std::ostream& progress) {
+TrainResult run_training(const TrainOptions& opts, std::ostream& out, std::ostream& progress) {
+  const std::unique_ptr<dist::Communicator> local = dist::make_local();
+  return run_training(opts, out, progress, *local);
+}
+
+TrainResult run_training(const TrainOptions& opts, std::ostream& out, dist::Communicator& comm) {
+  return run_training(opts, out, out, comm);
+}
+
+TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, std::ostream& progress_root,
+                         dist::Communicator& comm) {
+  const int world = comm.size();
+  const bool root = comm.rank() == 0;
+  NullBuffer null_buffer;
+  std::ostream null_out(&null_buffer);
+  std::ostream& out = root ? out_root : null_out;
+  std::ostream& progress = root ? progress_root : null_out;
+
+  // Setup. Rank 0 alone reads the run folder and the text; every rank gets the same bytes.
+  // A failure in any of these steps is every rank's at once (dist::together): one rank
+  // reports it, every rank exits with its status.
   TrainOptions o = with_defaults(opts_in);
   nn::safetensors::File resume_state;
   std::string state_path;
   if (!o.resume.empty()) {
     state_path = (fs::path(o.resume) / kStateFile).string();
-    resume_state = nn::safetensors::load(state_path);
-    const std::string out_dir = o.resume;
-    o = options_from_metadata(resume_state.metadata, o, state_path);
-    o.out = out_dir;
-    TrainOptions saved = o;  // the flags of this session (--threads, --stop-at) are checked as flags
-    saved.threads = 1;
-    saved.stop_at = -1;
-    try {
-      validate_options(saved);
-    } catch (const UsageError& e) {
-      throw FormatError("[train] " + state_path + ": the saved options are invalid: " + e.what());
-    }
-    validate_session_options(o);
-  } else {
-    validate_options(o);
-    check_out_folder(o);
+    std::string bytes;
+    dist::together(comm, [&] {
+      if (!root) return;
+      resume_state = nn::safetensors::load(state_path);
+      if (world > 1) bytes = read_bytes(state_path);
+    });
+    if (world > 1) comm.broadcast(bytes, 0);
+    dist::together(comm, [&] {
+      if (!root) resume_state = nn::safetensors::load_bytes(bytes, state_path);
+    });
   }
-  if (o.threads > 0) set_num_threads(o.threads);
+  dist::together(comm, [&] {
+    if (!o.resume.empty()) {
+      const std::string out_dir = o.resume;
+      o = options_from_metadata(resume_state.metadata, o, state_path);
+      o.out = out_dir;
+      TrainOptions saved = o;  // this session's flags (--threads, --stop-at, --dist-*) are checked as flags
+      const TrainOptions defaults;
+      saved.threads = defaults.threads;
+      saved.stop_at = defaults.stop_at;
+      saved.dist_check_every = defaults.dist_check_every;
+      saved.dist_bucket_kib = defaults.dist_bucket_kib;
+      try {
+        validate_options(saved);
+      } catch (const UsageError& e) {
+        throw FormatError("[train] " + state_path + ": the saved options are invalid: " + e.what());
+      }
+      validate_session_options(o);
+    } else {
+      validate_options(o);
+      if (root) check_out_folder(o);
+    }
+    if (o.batch % static_cast<std::size_t>(world) != 0)
+      throw UsageError(op_message(
+          "train", std::string(o.resume.empty() ? "--batch " : "the resumed run's --batch ") + std::to_string(o.batch) +
+                       " does not divide among " + std::to_string(world) +
+                       " ranks: --batch is the global batch, split into equal shards (use a multiple of " +
+                       std::to_string(world) + ")"));
+  });
+  if (world > 1) {
+    // Every rank must run the same loop: the same run and the same session options that
+    // decide which collectives run when (a rank that stopped earlier would leave the others
+    // waiting). --threads, --no-progress, --no-plot and --dist-overlap may differ.
+    nn::safetensors::Metadata mine = options_metadata(o);
+    mine["opt.stop_at"] = std::to_string(o.stop_at);
+    mine["opt.dist_check_every"] = std::to_string(o.dist_check_every);
+    mine["opt.dist_bucket_kib"] = std::to_string(o.dist_bucket_kib);
+    std::string text;
+    for (const auto& [k, v] : mine) text += k + "=" + v + "\n";
+    comm.broadcast(text, 0);
+    dist::together(comm, [&] {
+      std::vector<std::string> differ;
+      std::istringstream in(text);
+      for (std::string line; std::getline(in, line);) {
+        const std::string k = line.substr(0, line.find('=')), v = line.substr(line.find('=') + 1);
+        if (mine.count(k) && mine.at(k) != v) differ.push_back(k.substr(4) + " " + v + " -> " + mine.at(k));
+      }
+      if (!differ.empty())
+        throw UsageError(op_message("train", "rank " + std::to_string(comm.rank()) + " was started with other options than rank 0 (" +
+                                                 join(differ) + "): start every rank with the same command line"));
+    });
+  }
+  const int threads = o.threads > 0 ? o.threads : default_threads(comm.local_size());
+  set_num_threads(threads);
 
-  Run run(o);
-  // Everything that will be saved must be savable before any work is done.
-  nn::safetensors::check_metadata(model_metadata(run.info), (fs::path(o.out) / kModelFile).string());
-  nn::safetensors::check_metadata(options_metadata(o), (fs::path(o.out) / kStateFile).string());
-  const std::uint64_t n_expected = parameter_count(run.info.kind, run.info.config);
-  if (n_expected > 1000000000)
-    throw UsageError(op_message("train", "the model would have " + std::to_string(n_expected) +
-                                             " parameters; the limit is 1000000000 (reduce --d-model, --layers, --d-ff)"));
-  std::int64_t start = 0;
-  nn::safetensors::NamedArrays saved_params, saved_optim;
-  if (!o.resume.empty()) {
-    start = parse_int(resume_state.metadata.count("step") ? resume_state.metadata.at("step") : "",
-                      "[train] " + state_path + ": metadata 'step'");
-    if (start < 1 || start > o.steps)
-      throw FormatError("[train] " + state_path + ": step " + std::to_string(start) + " outside [1, " +
-                        std::to_string(o.steps) + "]");
-    saved_params = with_prefix(resume_state, kParamPrefix);
-    saved_optim = with_prefix(resume_state, kOptimPrefix);
-    if (saved_params.empty()) {
-      // A checkpoint of an earlier xgrad: the parameters are in model.safetensors, which must
-      // be from the same step (written one after the other, a kill could separate them).
-      const std::string model_path = (fs::path(o.out) / kModelFile).string();
-      const nn::safetensors::File model = nn::safetensors::load(model_path);
-      const auto it = model.metadata.find("step");
-      if (it == model.metadata.end() || it->second != std::to_string(start))
-        throw FormatError("[train] " + model_path + " is from step " + (it == model.metadata.end() ? "?" : it->second) +
-                          ", " + state_path + " from step " + std::to_string(start) +
-                          ": not one checkpoint (interrupted while writing?); cannot resume exactly");
-      saved_params = model.tensors;
-      saved_optim = resume_state.tensors;
-    }
-    std::uint64_t in_file = 0;
-    for (const auto& named : saved_params) in_file += named.second.size();
-    if (in_file != n_expected)
-      throw FormatError("[train] " + state_path + ": the saved options describe a model of " + std::to_string(n_expected) +
-                        " parameters, the checkpoint holds " + std::to_string(in_file));
+  std::string text;  // charlm
+  if (o.task == "charlm") {
+    dist::together(comm, [&] {
+      if (root) text = CharLMTask::read_text(o.text);
+    });
+    if (world > 1) comm.broadcast(text, 0);
   }
-  run.build_model();
-  const auto params = run.module().named_parameters();
-  nn::AdamW opt(params, o.lr, o.weight_decay);
+
+  std::unique_ptr<Run> run_ptr;
+  std::unique_ptr<nn::AdamW> opt_ptr;
+  nn::NamedTensors params;
   Generator data(o.seed + 1), dropout(o.seed + 2);
-  if (!o.resume.empty()) {
-    for (const auto& [name, p] : params) {
-      const Array* found = nullptr;
-      for (const auto& [n, a] : saved_params)
-        if (n == name) found = &a;
-      if (!found || found->shape() != p.shape() || found->dtype() != p.dtype())
-        throw FormatError("[train] " + state_path + ": parameter '" + name + "' is missing or has another shape");
-      const std::size_t bad = found->first_nonfinite();
-      if (bad != found->size())
-        throw FormatError("[train] " + state_path + ": parameter '" + name + "' element " + std::to_string(bad) +
-                          " is not finite");
-      Tensor target = p;
-      target.set_value(*found);
+  std::int64_t start = 0;
+  dist::together(comm, [&] {
+    run_ptr = std::make_unique<Run>(o, text);
+    Run& run = *run_ptr;
+    // Everything that will be saved must be savable before any work is done.
+    nn::safetensors::check_metadata(model_metadata(run.info), (fs::path(o.out) / kModelFile).string());
+    nn::safetensors::check_metadata(options_metadata(o), (fs::path(o.out) / kStateFile).string());
+    const std::uint64_t n_expected = parameter_count(run.info.kind, run.info.config);
+    if (n_expected > 1000000000)
+      throw UsageError(op_message("train", "the model would have " + std::to_string(n_expected) +
+                                               " parameters; the limit is 1000000000 (reduce --d-model, --layers, --d-ff)"));
+    nn::safetensors::NamedArrays saved_params, saved_optim;
+    if (!o.resume.empty()) {
+      start = parse_int(resume_state.metadata.count("step") ? resume_state.metadata.at("step") : "",
+                        "[train] " + state_path + ": metadata 'step'");
+      if (start < 1 || start > o.steps)
+        throw FormatError("[train] " + state_path + ": step " + std::to_string(start) + " outside [1, " +
+                          std::to_string(o.steps) + "]");
+      saved_params = with_prefix(resume_state, kParamPrefix);
+      saved_optim = with_prefix(resume_state, kOptimPrefix);
+      if (saved_params.empty()) {
+        saved_optim = resume_state.tensors;
+        // A checkpoint of an earlier xgrad: the parameters are in model.safetensors, which must
+        // be from the same step (written one after the other, a kill could separate them).
+        // Rank 0 reads it; the others receive the parameters by broadcast.
+        if (root) {
+          const std::string model_path = (fs::path(o.out) / kModelFile).string();
+          const nn::safetensors::File model = nn::safetensors::load(model_path);
+          const auto it = model.metadata.find("step");
+          if (it == model.metadata.end() || it->second != std::to_string(start))
+            throw FormatError("[train] " + model_path + " is from step " + (it == model.metadata.end() ? "?" : it->second) +
+                              ", " + state_path + " from step " + std::to_string(start) +
+                              ": not one checkpoint (interrupted while writing?); cannot resume exactly");
+          saved_params = model.tensors;
+        }
+      }
+      if (root) {
+        std::uint64_t in_file = 0;
+        for (const auto& named : saved_params) in_file += named.second.size();
+        if (in_file != n_expected)
+          throw FormatError("[train] " + state_path + ": the saved options describe a model of " +
+                            std::to_string(n_expected) + " parameters, the checkpoint holds " + std::to_string(in_file));
+      }
     }
-    for (const auto& [name, a] : saved_optim)
-      if (a.first_nonfinite() != a.size())
-        throw FormatError("[train] " + state_path + ": optimizer state '" + name + "' is not finite");
+    run.build_model();
+    params = run.module().named_parameters();
+    opt_ptr = std::make_unique<nn::AdamW>(params, o.lr, o.weight_decay);
+    if (!o.resume.empty()) {
+      if (root)
+        for (const auto& [name, p] : params) {
+          const Array* found = nullptr;
+          for (const auto& [n, a] : saved_params)
+            if (n == name) found = &a;
+          if (!found || found->shape() != p.shape() || found->dtype() != p.dtype())
+            throw FormatError("[train] " + state_path + ": parameter '" + name + "' is missing or has another shape");
+          const std::size_t bad = found->first_nonfinite();
+          if (bad != found->size())
+            throw FormatError("[train] " + state_path + ": parameter '" + name + "' element " + std::to_string(bad) +
+                              " is not finite");
+          Tensor target = p;
+          target.set_value(*found);
+        }
+      for (const auto& [name, a] : saved_optim)
+        if (a.first_nonfinite() != a.size())
+          throw FormatError("[train] " + state_path + ": optimizer state '" + name + "' is not finite");
+      try {
+        opt_ptr->load_state(saved_optim, start);
+        data.set_state(resume_state.metadata.count("data_rng") ? resume_state.metadata.at("data_rng") : "");
+        dropout.set_state(resume_state.metadata.count("dropout_rng") ? resume_state.metadata.at("dropout_rng") : "");
+      } catch (const Error& e) {
+        throw FormatError("[train] " + state_path + ": optimizer or generator state: " + e.what());
+      }
+    }
+  });
+  Run& run = *run_ptr;
+  nn::AdamW& opt = *opt_ptr;
+  resume_state = {};
+  // Every rank starts from rank 0's parameters (the same anyway: same seed, same checkpoint).
+  dist::broadcast_parameters(comm, params, 0);
+  dist::check_parameters_agree(comm, params, "at the start");
+
+  // Rank 0's files. log.csv: on resume keep exactly the rows up to the checkpoint, then continue.
+  std::unique_ptr<RunLog> csv;
+  dist::together(comm, [&] {
+    if (!root) return;
+    csv = std::make_unique<RunLog>(fs::path(o.out) / "log.csv", start > 0 ? rows_up_to(fs::path(o.out) / "log.csv", start)
+                                                                          : std::vector<std::string>{});
     try {
-      opt.load_state(saved_optim, start);
-      data.set_state(resume_state.metadata.count("data_rng") ? resume_state.metadata.at("data_rng") : "");
-      dropout.set_state(resume_state.metadata.count("dropout_rng") ? resume_state.metadata.at("dropout_rng") : "");
-    } catch (const Error& e) {
-      throw FormatError("[train] " + state_path + ": optimizer or generator state: " + e.what());
+      fs::create_directories(o.out);
+    } catch (const fs::filesystem_error& e) {
+      throw UsageError(op_message("train", "--out " + o.out + ": cannot create the folder: " + e.code().message()));
     }
-  }
 
-  // log.csv: on resume keep exactly the rows up to the checkpoint, then continue.
-  RunLog csv(fs::path(o.out) / "log.csv", start > 0 ? rows_up_to(fs::path(o.out) / "log.csv", start) : std::vector<std::string>{});
-  try {
-    fs::create_directories(o.out);
-  } catch (const fs::filesystem_error& e) {
-    throw UsageError(op_message("train", "--out " + o.out + ": cannot create the folder: " + e.code().message()));
-  }
+    // Temporary files of a checkpoint that a kill interrupted (never read; the rename is the commit).
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(o.out, ec)) {
+      const std::string name = entry.path().filename().string();
+      for (const std::string base : {kStateFile, kModelFile, "log.csv"})
+        if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
+    }
 
-  // Temporary files of a checkpoint that a kill interrupted (never read; the rename is the commit).
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(o.out, ec)) {
-    const std::string name = entry.path().filename().string();
-    for (const std::string base : {kStateFile, kModelFile, "log.csv"})
-      if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
-  }
-
-  // Resuming: bring model.safetensors to the state's step first. It is written after the state,
-  // so kills that keep landing between the two would otherwise leave it several steps behind;
-  // this keeps it at the state's step or one behind (docs/reliability.md).
-  if (start > 0) {
-    nn::safetensors::Metadata meta = model_metadata(run.info);
-    meta["step"] = std::to_string(start);
-    nn::safetensors::save_module((fs::path(o.out) / kModelFile).string(), run.module(), meta);
-  }
+    // Resuming: bring model.safetensors to the state's step first. It is written after the state,
+    // so kills that keep landing between the two would otherwise leave it several steps behind;
+    // this keeps it at the state's step or one behind (docs/reliability.md).
+    if (start > 0) {
+      nn::safetensors::Metadata meta = model_metadata(run.info);
+      meta["step"] = std::to_string(start);
+      nn::safetensors::save_module((fs::path(o.out) / kModelFile).string(), run.module(), meta);
+    }
+  });
 
   const std::size_t n_params = run.module().parameter_count();
+  const dist::Shard shard = dist::shard_of(o.batch, comm.rank(), world);
   out << "xgrad train: task " << o.task << ", " << run.info.kind << " d_model " << o.d_model << ", heads " << o.heads
-      << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers << ", " << n_params << " parameters; "
-      << o.steps << " steps of batch " << o.batch << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out
+      << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers << ", " << n_params << " parameters"
+      << (o.dtype == "float32" ? "" : " (" + o.dtype + ")") << "; " << o.steps << " steps of batch " << o.batch
+      << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out
       << (start > 0 ? "; resumed at step " + std::to_string(start) : "") << "\n";
+  dist::GradientReducer::Options ro;
+  ro.bucket_bytes = o.dist_bucket_kib * 1024;
+  ro.overlap = o.dist_overlap;
+  dist::GradientReducer reducer(comm, params, ro);
+  if (world > 1)
+    out << "data parallel: " << comm.description() << "; " << shard.rows() << " sequences per rank per step, "
+        << threads << (threads == 1 ? " thread" : " threads") << " per rank; gradients "
+        << reducer.bytes() / 1024 << " KiB in " << reducer.buckets() << (reducer.buckets() == 1 ? " bucket" : " buckets")
+        << (o.dist_overlap ? ", overlapped with backward" : "") << "\n";
 
-  // The progress line is redrawn in place (\r) only on a terminal.
-  const bool tty = (&progress == &std::cerr || &progress == &std::clog)
-                       ? ::isatty(STDERR_FILENO) != 0
-                       : (&progress == &std::cout && ::isatty(STDOUT_FILENO) != 0);
+  // The progress line is redrawn in place (\r) only on a terminal, and only rank 0 draws it.
+  const bool tty = root && ((&progress_root == &std::cerr || &progress_root == &std::clog)
+                                ? ::isatty(STDERR_FILENO) != 0
+                                : (&progress_root == &std::cout && ::isatty(STDOUT_FILENO) != 0));
   const std::int64_t every = std::max<std::int64_t>(1, o.steps / 20);
   TrainResult result;
+  result.ranks = world;
   const auto t0 = Clock::now();
   run.module().train();
   double recent = 0;
   for (std::int64_t s = start + 1; s <= o.steps; ++s) {
     Tape tape;
     opt.lr = nn::warmup_cosine(s - 1, o.warmup, o.steps, o.lr, o.lr * o.min_lr_ratio);
-    Tensor loss = run.loss(data, dropout);
-    loss.backward();
-    const double gn = nn::clip_grad_norm(params, o.clip);
+    double weight = 1.0;
+    Tensor loss = run.loss(data, dropout, shard, &weight);
+    double l = 0;
+    int agreed_signal = 0;
+    if (world == 1) {
+      loss.backward();
+      l = loss.item();
+    } else {
+      // d(weight * loss): the ranks' gradients sum to the gradient of the global batch's mean.
+      BackwardOptions bo;
+      bo.on_leaf_grad = reducer.hook();
+      xg::backward(loss, Array::full(loss.shape(), weight, loss.dtype()), bo);
+      reducer.reduce();
+      l = comm.all_reduce(loss.item() * weight, dist::ReduceOp::sum);
+      // A signal on any rank stops every rank after this step.
+      const int mine = o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
+      agreed_signal = static_cast<int>(comm.all_reduce(static_cast<double>(mine), dist::ReduceOp::max));
+    }
+    if (!std::isfinite(l))
+      dist::fail_together(comm, ValueError(op_message("train", "loss is not finite at step " + std::to_string(s))));
+    const double gn = nn::clip_grad_norm(params, o.clip);  // the same summed gradients on every rank
     opt.step();
     opt.zero_grad();
-    const double l = loss.item();
-    if (!std::isfinite(l)) throw ValueError(op_message("train", "loss is not finite at step " + std::to_string(s)));
     result.losses.push_back(l);
     recent = s == start + 1 ? l : 0.9 * recent + 0.1 * l;
     const double elapsed = seconds_since(t0);
     const double tps = static_cast<double>(run.tokens_per_batch() * (s - start)) / std::max(elapsed, 1e-9);
-    std::ostringstream row;
-    row << s << "," << opt.lr << "," << l << "," << gn << "," << tps << "," << elapsed;
-    csv.row(row.str());
+    if (csv) {
+      std::ostringstream row;
+      row << s << "," << exact(opt.lr) << "," << exact(l) << "," << exact(gn) << "," << tps << "," << elapsed;
+      csv->row(row.str());
+    }
     if (o.progress && (tty || s % every == 0 || s == o.steps)) {
       const double eta = elapsed / static_cast<double>(s - start) * static_cast<double>(o.steps - s);
       std::ostringstream line;  // own stream: no formatting state leaks into `out`
@@ -628,14 +853,16 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out, std::os
       progress << line.str() << std::flush;
     }
     if (o.eval_every > 0 && s % o.eval_every == 0 && s != o.steps) {
-      const double m = run.evaluate(nullptr);
+      const double m = run.evaluate(comm, nullptr);
       if (tty && o.progress) progress << "\n" << std::flush;
       out << "  eval at step " << s << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ")
           << m << "\n";
     }
-    const int sig = o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
-    if ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps || s == o.stop_at || sig != 0)
-      save_checkpoint(run, opt, s, data, dropout, csv);
+    if (world > 1 && o.dist_check_every > 0 && s % o.dist_check_every == 0)
+      dist::check_parameters_agree(comm, params, "after step " + std::to_string(s));
+    const int sig = world > 1 ? agreed_signal : o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
+    if (csv && ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || s == o.steps || s == o.stop_at || sig != 0))
+      save_checkpoint(run, opt, s, data, dropout, *csv);
     result.steps_done = s;
     if (sig != 0) {
       result.signal = sig;
@@ -645,7 +872,9 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out, std::os
   }
   if (tty && o.progress) progress << "\n" << std::flush;
   result.seconds = seconds_since(t0);
-  if (result.signal == 0 && o.stop_signal && *o.stop_signal) result.signal = static_cast<int>(*o.stop_signal);
+  result.allreduce_seconds = reducer.total_seconds();
+  dist::check_parameters_agree(comm, params, "at the end");
+  if (result.signal == 0 && o.stop_signal && *o.stop_signal && world == 1) result.signal = static_cast<int>(*o.stop_signal);
   if (result.signal != 0) {
     out << "interrupted by signal " << result.signal << " after step " << result.steps_done << "; checkpoint and log in "
         << o.out << "; continue with: xgrad train --resume " << o.out << "\n" << std::flush;
@@ -657,16 +886,16 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out, std::os
   }
 
   std::ostringstream samples;
-  result.metric = run.evaluate(&samples);
+  result.metric = run.evaluate(comm, root ? &samples : nullptr);
   result.metric_name = run.charlm ? "val_loss" : "heldout_exact_match";
   out << "samples:\n" << samples.str();
   if (run.charlm) out << "validation loss " << result.metric << ", perplexity " << std::exp(result.metric) << "\n";
-  std::string written = (fs::path(o.out) / kModelFile).string() + ", " + csv.path().string();
-  if (o.plot) {
+  std::string written = (fs::path(o.out) / kModelFile).string() + ", " + csv->path().string();
+  if (o.plot && root) {
     // The loss curve is a picture of a finished run: it never turns the run into a failure.
     const std::string png = (fs::path(o.out) / "loss.png").string();
     try {
-      const Picture p = loss_curve_png(csv.path().string(), png, "xgrad train: " + o.task);
+      const Picture p = loss_curve_png(csv->path().string(), png, "xgrad train: " + o.task);
       if (p.drawn)
         written += ", " + png;
       else
@@ -678,8 +907,9 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out, std::os
   out << "wrote " << written << "\n";
   std::ostringstream timing;
   timing << "trained " << result.steps_done - start << " steps in " << std::fixed << std::setprecision(1)
-         << result.seconds << " s\n";
-  out << timing.str();
+         << result.seconds << " s";
+  if (world > 1) timing << " on " << world << " ranks (gradient all-reduce " << std::setprecision(2) << result.allreduce_seconds << " s)";
+  out << timing.str() << "\n";
   out << "RESULT " << result.metric_name << " " << result.metric << "\n";
   return result;
 }

@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace xg::dist {
+class Communicator;
+}
+
 namespace xg::train {
 
 struct TrainOptions {
@@ -28,6 +32,7 @@ struct TrainOptions {
   double weight_decay = 0.01;
   double clip = 1.0;
 
+  std::string dtype = "float32";  // float32 | float64 (parameters and arithmetic)
   std::size_t d_model = 64, heads = 4, kv_heads = 0, layers = 2, d_ff = 0;
   double dropout = 0.0;
   std::size_t context = 64;  // charlm window
@@ -44,6 +49,11 @@ struct TrainOptions {
   std::int64_t stop_at = -1;  // stop after this step (a checkpoint is written), as if interrupted
   bool overwrite = false;     // a new run may replace a different run saved in `out`
 
+  // Data-parallel runs (several ranks; docs/distributed.md). Session options, like threads.
+  std::int64_t dist_check_every = 100;  // compare parameter checksums across ranks every N steps (0: start and end only)
+  bool dist_overlap = false;            // start each gradient bucket's all-reduce during backward
+  std::size_t dist_bucket_kib = 1024;   // gradient bucket size
+
   // Set asynchronously (a signal handler) to a signal number: the loop finishes the current
   // step, writes a checkpoint and the log, and returns with TrainResult::signal set.
   const volatile std::sig_atomic_t* stop_signal = nullptr;
@@ -56,6 +66,8 @@ struct TrainResult {
   std::int64_t steps_done = 0;
   double seconds = 0.0;
   int signal = 0;              // the signal that stopped the run (0: not stopped by one)
+  int ranks = 1;               // world size of the run
+  double allreduce_seconds = 0.0;  // time in the gradient all-reduce (packing, communication, unpacking)
 };
 
 // The flags a resumed run takes from its saved state (refused next to --resume, as flag names).
@@ -63,7 +75,7 @@ extern const std::vector<std::string> kRunDefiningFlags;
 
 // Range checks of every option, before any work (UsageError naming the flag and the value).
 void validate_options(const TrainOptions& opts);
-// The part that a resumed run takes from its command line: --threads, --stop-at.
+// The part that a resumed run takes from its command line: --threads, --stop-at, --dist-*.
 void validate_session_options(const TrainOptions& opts);
 
 // Fills the task defaults into opts (steps, lr), for display and for the run.
@@ -77,5 +89,15 @@ TrainOptions with_defaults(TrainOptions opts);
 // succeeds). The two-stream form writes both to `out`.
 TrainResult run_training(const TrainOptions& opts, std::ostream& out, std::ostream& progress);
 TrainResult run_training(const TrainOptions& opts, std::ostream& out);
+// Data-parallel over comm's ranks (every rank calls it with the same options): each rank
+// computes its shard of every global batch (--batch must divide by the world size), the
+// gradients are summed over the ranks before clipping and the optimizer step, and the run
+// is the same as one process's up to floating-point reduction order. Rank 0 alone writes
+// `out`, the output folder and the checkpoints. A failure every rank sees at once throws
+// dist::CollectiveError (see dist/data_parallel.hpp); any other exception is this rank's alone.
+TrainResult run_training(const TrainOptions& opts, std::ostream& out, dist::Communicator& comm);
+// The same with the progress line and warnings on `progress` (rank 0's), as above.
+TrainResult run_training(const TrainOptions& opts, std::ostream& out, std::ostream& progress,
+                         dist::Communicator& comm);
 
 }  // namespace xg::train
