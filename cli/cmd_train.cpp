@@ -108,6 +108,9 @@ void add_train(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative_integer());
   cmd->callback([o, cmd] {
+    // Checks of the command line, which every rank of an MPI job shares: rank 0 alone reports
+    // a usage error (the others exit 2 quietly).
+    try {
     if (cmd->count("--resume") > 0 && o->resume.empty())
       throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
     if (!o->resume.empty()) {
@@ -133,6 +136,10 @@ void add_train(CLI::App& app) {
         throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
       train::validate_options(train::with_defaults(*o));
       check_output_folder("train", "--out", o->out);
+    }
+    } catch (const UsageError&) {
+      if (dist::detect_launch().rank > 0) throw CLI::RuntimeError(2);
+      throw;
     }
     g_stop = 0;
     // One process, or one rank of the job mpirun/srun started (docs/distributed.md).

@@ -58,8 +58,8 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p);
 
 /// The scaled mask m / q of shape `BHTS` and `dtype` from the same generator (drop
-/// probability `p`, `seed`), for the composed path; its batch rows are rows `row_offset`..
-/// of a global batch (ops::DropoutRowOffset).
+/// probability `p`, `seed`), for the composed path; its batch rows are the rows of a global
+/// batch from `row_offset` on (ops::DropoutRowOffset).
 Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype,
                              std::size_t row_offset = 0);
 

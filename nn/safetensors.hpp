@@ -52,8 +52,8 @@ void sync_directory_of(const std::string& path);
 /// Reads and validates the file at `path` (see above); FormatError naming the file and what
 /// is wrong.
 File load(const std::string& path);
-// The same checks on a file's bytes already in memory (received from another process);
-// `name` stands for the path in messages.
+/// The same checks on a file's `bytes` already in memory (received from another process);
+/// `name` stands for the path in messages.
 File load_bytes(const std::string& bytes, const std::string& name);
 
 /// Saves module `m`'s parameters by their hierarchical names to `path`, with `metadata`.

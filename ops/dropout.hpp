@@ -31,8 +31,8 @@ class DropoutRowOffset {
   explicit DropoutRowOffset(std::size_t offset);
   /// Restores the previous offset.
   ~DropoutRowOffset();
-  DropoutRowOffset(const DropoutRowOffset&) = delete;
-  DropoutRowOffset& operator=(const DropoutRowOffset&) = delete;
+  DropoutRowOffset(const DropoutRowOffset&) = delete;             ///< Not copyable.
+  DropoutRowOffset& operator=(const DropoutRowOffset&) = delete;  ///< Not copyable.
 
  private:
   std::size_t prev_;

@@ -353,6 +353,7 @@ TEST_CASE("dist: gradient buckets, checksums and parameter broadcast in one proc
   c.d_model = 8;
   c.H_q = 2;
   c.layers = 2;
+  c.dtype = DType::float32;  // the buckets below are sized in float32 bytes
   Generator init(3);
   nn::GPT gpt(c, init);
   const auto params = gpt.named_parameters();

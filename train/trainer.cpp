@@ -890,7 +890,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   result.metric_name = run.charlm ? "val_loss" : "heldout_exact_match";
   out << "samples:\n" << samples.str();
   if (run.charlm) out << "validation loss " << result.metric << ", perplexity " << std::exp(result.metric) << "\n";
-  std::string written = (fs::path(o.out) / kModelFile).string() + ", " + csv->path().string();
+  // Rank 0 alone has the log (csv) and writes files.
+  std::string written = root ? (fs::path(o.out) / kModelFile).string() + ", " + csv->path().string() : "";
   if (o.plot && root) {
     // The loss curve is a picture of a finished run: it never turns the run into a failure.
     const std::string png = (fs::path(o.out) / "loss.png").string();
