@@ -170,14 +170,15 @@ void add_train(CLI::App& app) {
       std::string m = dist::message_of(failure);
       for (char& c : m)
         if (c == '\n' || c == '\r') c = ' ';
-      std::cerr << "xgrad: rank " << comm->rank() << " of " << comm->size() << ": " << m << "\n" << std::flush;
+      std::cerr << ("xgrad: rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) + ": " + m +
+                    "\n");  // one write: mpirun interleaves the output of its processes
       comm->abort(dist::exit_code_of(failure));
     }
     if (r.signal != 0) {
       if (comm->rank() == 0)
-        std::cerr << "xgrad: interrupted by signal " << r.signal << " after step " << r.steps_done
-                  << "; checkpoint written; continue with xgrad train --resume "
-                  << (o->resume.empty() ? o->out : o->resume) << "\n";
+        std::cerr << ("xgrad: interrupted by signal " + std::to_string(r.signal) + " after step " +
+                      std::to_string(r.steps_done) + "; checkpoint written; continue with xgrad train --resume " +
+                      (o->resume.empty() ? o->out : o->resume) + "\n");
       throw CLI::RuntimeError(128 + r.signal);
     }
   });

@@ -24,7 +24,7 @@ int fail(int code, const std::string& message) {
   std::string m = message;
   for (char& c : m)
     if (c == '\n' || c == '\r') c = ' ';
-  std::cerr << "xgrad: " << m << "\n";
+  std::cerr << ("xgrad: " + m + "\n");  // one write: under mpirun, lines of several processes interleave
   return code;
 }
 

@@ -3,7 +3,8 @@
 // output directory (model.safetensors, train_state.safetensors, log.csv, loss.png) and can
 // resume exactly from it. The checkpoint is one file, train_state.safetensors (parameters,
 // optimizer state, random generators, step and options), replaced atomically; model.safetensors
-// is the model alone for generate/inspect, written after it (docs/reliability.md).
+// is the model alone for generate/inspect, written after it (docs/reliability.md). Under
+// mpirun, the same loop runs data-parallel over the ranks (docs/distributed.md).
 #pragma once
 
 #include <csignal>
@@ -40,7 +41,7 @@ struct TrainOptions {
   std::size_t min_len = 3, max_len = 8;  // reverse
 
   std::uint64_t seed = 1;
-  int threads = 1;  // OpenBLAS threads (tiny matrices: more threads only spin); 0: OpenBLAS default
+  int threads = 1;  // xgrad worker threads (per rank); 0: the cores, divided among the ranks on this machine
   std::int64_t eval_every = 0;        // 0: only at the end
   std::int64_t checkpoint_every = 500;  // 0: only at the end (and at stop_at)
   std::size_t heldout = 500;
