@@ -1,6 +1,7 @@
 #include <xgrad/core/json.hpp>
 
 #include <cstdio>
+#include <unordered_set>
 
 #include <xgrad/core/error.hpp>
 
@@ -118,11 +119,12 @@ class Parser {
     ++i_;  // '{'
     Value v = Value::make_object();
     if (eat('}')) return v;
+    std::unordered_set<std::string> keys;  // duplicate check in O(1) per key: no quadratic header
     do {
       skip_space();
       if (i_ >= t_.size() || t_[i_] != '"') fail("expected a string key");
       std::string key = string();
-      if (v.find(key)) fail("duplicate key \"" + key + "\"");
+      if (!keys.insert(key).second) fail("duplicate key \"" + key + "\"");
       expect(':');
       v.set(std::move(key), value(depth + 1));
     } while (eat(','));

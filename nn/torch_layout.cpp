@@ -159,15 +159,16 @@ TorchAttention export_attention(const CrossAttention& m) {
                         value_or_empty(m.b_O));
 }
 
-void import_attention(MultiHeadAttention& m, const TorchAttention& w) {
-  const auto& c = m.config();
-  const DType dt = c.dtype;
-  const std::size_t q = c.H_q * m.d_head(), kv = c.H_kv * m.d_head(), d = c.d_model;
-  require_shape("q_weight", w.q_weight, {q, d});
-  require_shape("k_weight", w.k_weight, {kv, d});
-  require_shape("v_weight", w.v_weight, {kv, d});
-  require_shape("o_weight", w.o_weight, {d, q});
-  const bool bias = m.b_QKV.defined();
+namespace {
+
+// Every shape of the separate projections w (q: [q, d_in], k, v: [kv, d_kv], o: [d_out, q])
+// and the presence and shapes of their biases, before anything is written.
+void check_torch_attention(const TorchAttention& w, std::size_t q, std::size_t kv, std::size_t d_in,
+                           std::size_t d_kv, std::size_t d_out, bool bias) {
+  require_shape("q_weight", w.q_weight, {q, d_in});
+  require_shape("k_weight", w.k_weight, {kv, d_kv});
+  require_shape("v_weight", w.v_weight, {kv, d_kv});
+  require_shape("o_weight", w.o_weight, {d_out, q});
   for (const auto& b : {std::make_pair(&w.q_bias, "q_bias"), std::make_pair(&w.k_bias, "k_bias"),
                         std::make_pair(&w.v_bias, "v_bias"), std::make_pair(&w.o_bias, "o_bias")})
     require_bias_presence(bias, *b.first, b.second);
@@ -175,8 +176,18 @@ void import_attention(MultiHeadAttention& m, const TorchAttention& w) {
     require_shape("q_bias", w.q_bias, {q});
     require_shape("k_bias", w.k_bias, {kv});
     require_shape("v_bias", w.v_bias, {kv});
-    require_shape("o_bias", w.o_bias, {d});
+    require_shape("o_bias", w.o_bias, {d_out});
   }
+}
+
+}  // namespace
+
+void import_attention(MultiHeadAttention& m, const TorchAttention& w) {
+  const auto& c = m.config();
+  const DType dt = c.dtype;
+  const std::size_t q = c.H_q * m.d_head(), kv = c.H_kv * m.d_head(), d = c.d_model;
+  const bool bias = m.b_QKV.defined();
+  check_torch_attention(w, q, kv, d, d, d, bias);
   const std::vector<Pending> p = {
       {m.W_QKV, linear_from_torch(stack({w.q_weight.astype(dt), w.k_weight.astype(dt), w.v_weight.astype(dt)})), "W_QKV"},
       {m.b_QKV, bias ? stack({w.q_bias.astype(dt), w.k_bias.astype(dt), w.v_bias.astype(dt)}) : Array(), "b_QKV"},
@@ -190,20 +201,8 @@ void import_attention(CrossAttention& m, const TorchAttention& w) {
   const auto& c = m.config();
   const DType dt = c.dtype;
   const std::size_t q = c.H_q * m.d_head(), kv = c.H_kv * m.d_head();
-  require_shape("q_weight", w.q_weight, {q, c.d_q});
-  require_shape("k_weight", w.k_weight, {kv, c.d_m});
-  require_shape("v_weight", w.v_weight, {kv, c.d_m});
-  require_shape("o_weight", w.o_weight, {c.d_out, q});
   const bool bias = m.b_Q.defined();
-  for (const auto& b : {std::make_pair(&w.q_bias, "q_bias"), std::make_pair(&w.k_bias, "k_bias"),
-                        std::make_pair(&w.v_bias, "v_bias"), std::make_pair(&w.o_bias, "o_bias")})
-    require_bias_presence(bias, *b.first, b.second);
-  if (bias) {
-    require_shape("q_bias", w.q_bias, {q});
-    require_shape("k_bias", w.k_bias, {kv});
-    require_shape("v_bias", w.v_bias, {kv});
-    require_shape("o_bias", w.o_bias, {c.d_out});
-  }
+  check_torch_attention(w, q, kv, c.d_q, c.d_m, c.d_out, bias);
   const std::vector<Pending> p = {
       {m.W_Q, linear_from_torch(w.q_weight).astype(dt), "W_Q"},
       {m.b_Q, bias ? w.q_bias.astype(dt) : Array(), "b_Q"},

@@ -187,6 +187,9 @@ TEST_CASE("checkpoint: malformed files are rejected with a message naming the pr
   std::memcpy(huge.data(), &big, 8);
   CHECK_THROWS_WITH(nn::safetensors::load(write("len", huge)), Catch::Contains("header length"));
   CHECK_THROWS_WITH(nn::safetensors::load(write("json", with_header("{not json"))), Catch::Contains("not valid JSON"));
+  // A repeated key (here in the metadata) is refused, not silently resolved to one of them.
+  CHECK_THROWS_WITH(nn::safetensors::load(write("dup", with_header(replace(header, "\"k\":\"v\"", "\"k\":\"v\",\"k\":\"w\"")))),
+                    Catch::Contains("duplicate key \"k\""));
   CHECK_THROWS_WITH(nn::safetensors::load(write("dtype", with_header(replace(header, "\"F64\"", "\"I64\"")))),
                     Catch::Contains("I64 is not supported"));
   CHECK_THROWS_WITH(nn::safetensors::load(write("overlap", with_header(replace(header, "[16,32]", "[8,24]")))),
