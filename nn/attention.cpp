@@ -133,7 +133,7 @@ KVCache MultiHeadAttention::make_cache(std::size_t batch, std::size_t capacity) 
 AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call) {
   Tensor Q, K, V;
   project(X_new, Q, K, V);
-  const std::size_t start = cache.length(), n = X_new.shape()[1];
+  const std::size_t start = cache.next_position(), n = X_new.shape()[1];
   cache.append(K.value(), V.value());
   try {  // a failed call leaves the cache as it was
     std::vector<std::int64_t> q_pos(n);

@@ -22,6 +22,9 @@ class KVCache {
           DType dtype);
 
   std::size_t length() const { return length_; }      ///< Positions held now.
+  /// The absolute position the next appended key takes (length() while no position has been
+  /// dropped). Decoding code uses this, never length(), as the position of the next token.
+  std::size_t next_position() const { return length_; }
   std::size_t capacity() const { return capacity_; }  ///< Positions it has room for.
   /// Bytes held at full capacity: 2 * B * capacity * H_kv * d * sizeof(dtype) (for d_k == d_v).
   std::size_t bytes() const;

@@ -224,7 +224,7 @@ Tensor GPT::logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& ca
   if (caches.size() != blocks.size())
     throw ValueError(op_message("gpt", "need one KV cache per layer: " + std::to_string(blocks.size()) + " layers, " +
                                            std::to_string(caches.size()) + " caches"));
-  const std::size_t start = caches[0].length();
+  const std::size_t start = caches[0].next_position();
   Tensor h = embed(tokens_new, start, nullptr);
   const AttentionCall call;  // causal by absolute position inside forward_cached
   try {
@@ -306,7 +306,7 @@ Tensor EncoderDecoder::decode_cached(const IndexArray& tgt_new, std::vector<KVCa
                                      const std::vector<std::size_t>& src_lengths) {
   if (caches.size() != decoder.size() || kv.size() != decoder.size())
     throw ValueError(op_message("encoder_decoder", "need one KV cache and one memory K/V pair per decoder layer"));
-  const std::size_t start = caches[0].length();
+  const std::size_t start = caches[0].next_position();
   Tensor h = embed(tgt_new, start, nullptr);
   AttentionCall self_call, cross_call;
   cross_call.visibility = Visibility::key_lengths(positions(src_lengths), kv[0].first.shape()[2]);
