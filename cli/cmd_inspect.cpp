@@ -77,6 +77,11 @@ void run_inspect(const InspectArgs& a) {
       << "  per token           " << kv_token << " bytes (2 x H_kv " << c.H_kv << " x d_h " << d_h << " x " << bytes
       << " B x " << c.layers << " layers)\n"
       << "  at full context     " << kv_token * T << " bytes\n"
+      << (c.window > 0 ? "  sliding window " + std::to_string(c.window) + "   a windowed cache holds at most " +
+                             std::to_string(std::min<std::size_t>(c.window, T)) +
+                             " positions when decoding one token at a time: " +
+                             std::to_string(kv_token * std::min<std::size_t>(c.window, T)) + " bytes\n"
+                       : std::string())
       << "  KV projection params per layer " << kv_params << " (MHA would be " << kv_params_mha << ")\n";
     o << "materialised attention weights (5.35): B H_q T S = 1 x " << c.H_q << " x " << T << " x " << T << " = "
       << weight_bytes << " bytes per layer\n";

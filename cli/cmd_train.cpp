@@ -85,6 +85,10 @@ void add_train(CLI::App& app) {
       ->check(number());
   cmd->add_option("--context", o->context, "charlm: context length")->capture_default_str()
       ->check(non_negative_integer());
+  cmd->add_option("--window", o->window,
+                  "sliding-window attention: each position sees itself and the W-1 before it (0: no window)")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   cmd->add_option("--digits", o->n_digits, "sort: digits per problem")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--seed", o->seed, "random seed (initialisation, data, dropout)")->capture_default_str()

@@ -117,7 +117,9 @@ AttentionOutput MultiHeadAttention::finish(const Tensor& Q, const Tensor& K, con
 AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall& call) {
   Tensor Q, K, V;
   project(X, Q, K, V);
-  return finish(Q, K, V, call.visibility, call);
+  if (cfg_.window == 0) return finish(Q, K, V, call.visibility, call);
+  const Position T = static_cast<Position>(X.shape()[1]), W = static_cast<Position>(cfg_.window);
+  return finish(Q, K, V, Visibility::sliding_window(T, T, W) & call.visibility, call);
 }
 
 Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
@@ -127,10 +129,16 @@ Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
 }
 
 KVCache MultiHeadAttention::make_cache(std::size_t batch, std::size_t capacity) const {
+  if (cfg_.window > 0) return KVCache::windowed(batch, cfg_.H_kv, cfg_.window, d_h_, d_h_, cfg_.dtype);
   return KVCache(batch, cfg_.H_kv, capacity, d_h_, d_h_, cfg_.dtype);
 }
 
 AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call) {
+  if (cache.window() != 0 && (cfg_.window == 0 || cache.window() < cfg_.window))
+    throw ValueError(op_message("attention", "forward_cached: the cache keeps a window of " +
+                                                 std::to_string(cache.window()) + " positions, the layer sees " +
+                                                 (cfg_.window ? std::to_string(cfg_.window) : std::string("every")) +
+                                                 " positions; make the cache with make_cache()"));
   Tensor Q, K, V;
   project(X_new, Q, K, V);
   const std::size_t start = cache.next_position(), n = X_new.shape()[1];
@@ -138,7 +146,10 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
   try {  // a failed call leaves the cache as it was
     std::vector<std::int64_t> q_pos(n);
     for (std::size_t i = 0; i < n; ++i) q_pos[i] = static_cast<std::int64_t>(start + i);
-    const Visibility vis = Visibility::causal(q_pos, cache.positions()) & call.visibility;
+    const std::vector<std::int64_t> k_pos = cache.positions();
+    const Visibility base = cfg_.window ? Visibility::sliding_window(q_pos, k_pos, static_cast<Position>(cfg_.window))
+                                        : Visibility::causal(q_pos, k_pos);
+    const Visibility vis = base & call.visibility;
     return finish(Q, Tensor(cache.keys()), Tensor(cache.values()), vis, call);
   } catch (...) {
     cache.truncate(start);

@@ -37,6 +37,10 @@ struct AttentionConfig {
   std::optional<double> scale;  ///< Score scale; default 1 / sqrt(d_head).
   DType dtype = default_dtype();  ///< Parameter dtype (default_dtype() when the config is made).
   SdpaImpl impl = SdpaImpl::automatic;  ///< Attention core (nn/sdpa.hpp).
+  /// Sliding window W (0 = none): each query sees its own position and the W - 1 before it
+  /// (Visibility::sliding_window), intersected with the call's visibility in forward() and
+  /// forward_cached(); make_cache() then gives a windowed cache (KVCache::windowed).
+  std::size_t window = 0;
 };
 
 /// Configuration of a CrossAttention layer.
@@ -84,18 +88,21 @@ class MultiHeadAttention : public Module {
   MultiHeadAttention(const AttentionConfig& cfg, const std::vector<std::pair<std::string, Array>>& weights);
 
   /// X [B, T, d_model] -> Y [B, T, d_model], with the visibility, validity, dropout source and
-  /// options in `call`.
+  /// options in `call` (intersected with sliding_window(T, T, W) when the config has a window).
   AttentionOutput forward(const Tensor& X, const AttentionCall& call);
   /// forward(X, call) with only the visibility `vis` set; returns Y.
   Tensor operator()(const Tensor& X, const Visibility& vis);
 
   /// Incremental decoding: X_new [B, n, d_model] holds the next n positions (absolute
-  /// positions cache.length() .. +n-1). Their K and V are appended to `cache` and the n
-  /// queries attend causally by absolute position to every cached key (intersected with
-  /// call.visibility, which must then be [.., n, cache.length() + n]). If the call throws, the
-  /// cache is left as it was.
+  /// positions cache.next_position() .. +n-1). Their K and V are appended to `cache` and the n
+  /// queries attend causally by absolute position to every cached key (sliding-window causal
+  /// when the config has a window; intersected with call.visibility, which must then be
+  /// [.., n, S] with S the cache length after the append). A cache windowed more narrowly than
+  /// the layer (or windowed for a layer without a window) is a ValueError. If the call throws,
+  /// the cache is left as it was (a windowed cache may have dropped keys no query can see).
   AttentionOutput forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call = {});
-  /// An empty KV cache for this layer: `batch` samples, room for `capacity` positions.
+  /// An empty KV cache for this layer: `batch` samples, room for `capacity` positions; with a
+  /// window W in the config, KVCache::windowed (its room is bounded by W, not `capacity`).
   KVCache make_cache(std::size_t batch, std::size_t capacity) const;
 
   /// The configuration, with H_kv resolved (never 0).

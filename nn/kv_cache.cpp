@@ -1,5 +1,6 @@
 #include <xgrad/nn/kv_cache.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 #include <xgrad/core/error.hpp>
@@ -23,6 +24,18 @@ void copy_block(const Array& src, std::size_t src_len, std::size_t src_at, Array
       std::memcpy(pd + (bh * dst_len + dst_at) * d, ps + (bh * src_len + src_at) * d, n * d * sizeof(T));
   });
 }
+// Moves rows [drop, drop+keep) of every (b, h) of the cache buffer a [B, H, cap, d] down to
+// rows [0, keep) (ranges may overlap).
+void move_down(Array& a, std::size_t drop, std::size_t keep, std::size_t d) {
+  const Shape& s = a.shape();
+  const std::size_t BH = s[0] * s[1], cap = s[2];
+  if (keep == 0 || BH == 0 || d == 0) return;
+  detail::dispatch(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = a.data<T>();
+    for (std::size_t bh = 0; bh < BH; ++bh) std::memmove(p + bh * cap * d, p + (bh * cap + drop) * d, keep * d * sizeof(T));
+  });
+}
 }  // namespace
 
 KVCache::KVCache(std::size_t batch, std::size_t H_kv, std::size_t capacity, std::size_t d_k, std::size_t d_v,
@@ -30,6 +43,15 @@ KVCache::KVCache(std::size_t batch, std::size_t H_kv, std::size_t capacity, std:
     : B_(batch), H_kv_(H_kv), capacity_(capacity), d_k_(d_k), d_v_(d_v), dtype_(dtype),
       K_(Array::zeros({batch, H_kv, capacity, d_k}, dtype)),
       V_(Array::zeros({batch, H_kv, capacity, d_v}, dtype)) {}
+
+KVCache KVCache::windowed(std::size_t batch, std::size_t H_kv, std::size_t window, std::size_t d_k, std::size_t d_v,
+                          DType dtype) {
+  if (window == 0)
+    throw ValueError(op_message(kOp, "windowed: the window W must be >= 1, got W = 0 (use the plain KVCache for no window)"));
+  KVCache c(batch, H_kv, window, d_k, d_v, dtype);
+  c.window_ = window;
+  return c;
+}
 
 std::size_t KVCache::bytes() const { return (K_.size() + V_.size()) * (dtype_ == DType::float32 ? 4 : 8); }
 
@@ -45,6 +67,25 @@ void KVCache::append(const Array& K_new, const Array& V_new) {
     throw DTypeError(op_message(kOp, std::string("cache holds ") + dtype_name(dtype_) + ", got K " +
                                          dtype_name(K_new.dtype()) + ", V " + dtype_name(V_new.dtype())));
   const std::size_t n = ks[2];
+  if (window_ > 0) {
+    // Drop the keys no query at next_position() or later can see: keep the last W - 1.
+    const std::size_t keep = std::min(length_, window_ - 1), drop = length_ - keep;
+    if (drop > 0) {
+      move_down(K_, drop, keep, d_k_);
+      move_down(V_, drop, keep, d_v_);
+      first_ += drop;
+      length_ = keep;
+    }
+    if (length_ + n > capacity_) {  // a chunk larger than the room: grow to W - 1 + n
+      const std::size_t cap = length_ + n;
+      Array K = Array::zeros({B_, H_kv_, cap, d_k_}, dtype_), V = Array::zeros({B_, H_kv_, cap, d_v_}, dtype_);
+      copy_block(K_, capacity_, 0, K, cap, 0, length_, B_ * H_kv_, d_k_);
+      copy_block(V_, capacity_, 0, V, cap, 0, length_, B_ * H_kv_, d_v_);
+      K_ = K;
+      V_ = V;
+      capacity_ = cap;
+    }
+  }
   if (length_ + n > capacity_)
     throw ValueError(op_message(kOp, "overflow: appending " + std::to_string(n) + " position(s) to " +
                                          std::to_string(length_) + " cached would exceed the capacity of " +
@@ -54,11 +95,17 @@ void KVCache::append(const Array& K_new, const Array& V_new) {
   length_ += n;
 }
 
-void KVCache::truncate(std::size_t length) {
-  if (length > length_)
-    throw ValueError(op_message(kOp, "cannot truncate to " + std::to_string(length) + " positions: only " +
-                                         std::to_string(length_) + " are cached"));
-  length_ = length;
+void KVCache::truncate(std::size_t position) {
+  if (position > next_position())
+    throw ValueError(op_message(kOp, "cannot truncate to position " + std::to_string(position) +
+                                         ": the next position is " + std::to_string(next_position())));
+  // A query at `position` sees keys from position - (W - 1) on (from 0 without a window).
+  const std::size_t needed = window_ > 0 && position >= window_ - 1 ? position - (window_ - 1) : 0;
+  if (needed < first_)
+    throw ValueError(op_message(kOp, "cannot truncate to position " + std::to_string(position) + ": the key at " +
+                                         std::to_string(needed) + " was dropped (window " + std::to_string(window_) +
+                                         ", keys held from " + std::to_string(first_) + ")"));
+  length_ = position - first_;
 }
 
 Array KVCache::keys() const {
@@ -75,7 +122,7 @@ Array KVCache::values() const {
 
 std::vector<std::int64_t> KVCache::positions() const {
   std::vector<std::int64_t> p(length_);
-  for (std::size_t i = 0; i < length_; ++i) p[i] = static_cast<std::int64_t>(i);
+  for (std::size_t i = 0; i < length_; ++i) p[i] = static_cast<std::int64_t>(first_ + i);
   return p;
 }
 

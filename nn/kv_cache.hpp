@@ -4,6 +4,13 @@
 /// [B, H_kv, length, d], and their absolute positions 0 .. length-1. Per sample it stores
 /// 2 * S * H_kv * d_h elements. Values only: the cache is for inference and records nothing
 /// on any tape.
+///
+/// A windowed cache (KVCache::windowed, for sliding-window attention of window W) keeps only
+/// the keys a query at next_position() or later can still see: the last W - 1 positions, plus
+/// the n positions of the latest append (a query inside that chunk sees earlier keys of the
+/// same chunk). Keys older than that are dropped at the start of the next append, so the
+/// positions held are a contiguous run first_position() .. next_position()-1 of at most
+/// W - 1 + n entries, whatever the length of the sequence.
 #pragma once
 
 #include <cstdint>
@@ -20,32 +27,54 @@ class KVCache {
   /// positions; keys of width `d_k`, values of width `d_v`, in `dtype` (allocated up front).
   KVCache(std::size_t batch, std::size_t H_kv, std::size_t capacity, std::size_t d_k, std::size_t d_v,
           DType dtype);
+  /// A cache for sliding-window attention of window `window` (>= 1; ValueError naming it
+  /// otherwise) that drops keys no later query can see (see the file comment). Its storage
+  /// starts at `window` positions (enough for decoding one token at a time) and grows to
+  /// W - 1 + n when a chunk of n > 1 positions is appended; there is no limit on the total
+  /// number of positions.
+  static KVCache windowed(std::size_t batch, std::size_t H_kv, std::size_t window, std::size_t d_k, std::size_t d_v,
+                          DType dtype);
 
   std::size_t length() const { return length_; }      ///< Positions held now.
   /// The absolute position the next appended key takes (length() while no position has been
   /// dropped). Decoding code uses this, never length(), as the position of the next token.
-  std::size_t next_position() const { return length_; }
-  std::size_t capacity() const { return capacity_; }  ///< Positions it has room for.
+  std::size_t next_position() const { return first_ + length_; }
+  /// The absolute position of the first key held (0 until a windowed cache drops keys).
+  std::size_t first_position() const { return first_; }
+  /// The window W of a windowed cache; 0 for a cache that keeps every position.
+  std::size_t window() const { return window_; }
+  /// Positions it has room for now (a windowed cache grows it for large chunks).
+  std::size_t capacity() const { return capacity_; }
   /// Bytes held at full capacity: 2 * B * capacity * H_kv * d * sizeof(dtype) (for d_k == d_v).
   std::size_t bytes() const;
 
   /// Appends n positions: K_new [B, H_kv, n, d_k], V_new [B, H_kv, n, d_v]. They take the
-  /// absolute positions length() .. length()+n-1. Going past capacity is a ValueError; a wrong
-  /// shape a ShapeError, a wrong dtype a DTypeError.
+  /// absolute positions next_position() .. next_position()+n-1. Going past capacity is a
+  /// ValueError (a windowed cache first drops the keys older than its last W - 1 and grows
+  /// instead); a wrong shape a ShapeError, a wrong dtype a DTypeError.
   void append(const Array& K_new, const Array& V_new);
 
   Array keys() const;    ///< The cached keys [B, H_kv, length, d_k].
   Array values() const;  ///< The cached values [B, H_kv, length, d_v].
-  std::vector<std::int64_t> positions() const;  ///< Their absolute positions 0 .. length-1.
-  /// Forgets every position (length 0; the storage is kept).
-  void clear() { length_ = 0; }
-  /// Forgets every position from `length` on (undoing an append); ValueError if length > length().
-  void truncate(std::size_t length);
+  /// Their absolute positions first_position() .. next_position()-1 (0 .. length-1 unless a
+  /// windowed cache dropped keys).
+  std::vector<std::int64_t> positions() const;
+  /// Forgets every position (length 0, next position 0; the storage is kept).
+  void clear() {
+    length_ = 0;
+    first_ = 0;
+  }
+  /// Forgets every position from the absolute position `position` on (undoing an append), so
+  /// that next_position() == position. ValueError if position > next_position(), or if a
+  /// windowed cache already dropped a key a query at `position` would see.
+  void truncate(std::size_t position);
 
  private:
   std::size_t B_, H_kv_, capacity_, d_k_, d_v_;
   DType dtype_;
   std::size_t length_ = 0;
+  std::size_t first_ = 0;   // absolute position of slot 0
+  std::size_t window_ = 0;  // 0: keeps every position
   Array K_, V_;  // [B, H_kv, capacity, d]
 };
 

@@ -22,8 +22,10 @@ namespace {
 
 const double kInitStd = 0.02;
 
-AttentionConfig attention_config(const TransformerConfig& c) {
+// `causal_layer`: a decoder self-attention layer, which takes the model's sliding window.
+AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer = false) {
   AttentionConfig a;
+  if (causal_layer) a.window = c.window;
   a.d_model = c.d_model;
   a.H_q = c.H_q;
   a.H_kv = c.H_kv;
@@ -104,7 +106,7 @@ TransformerConfig TransformerConfig::resolved() const {
 // ---------------------------------------------------------------------------------------
 
 DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
-    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), attn(attention_config(c), gen),
+    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), attn(attention_config(c, true), gen),
       ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)), dropout_(c.dropout) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   register_module("ln1", ln1);
@@ -144,7 +146,7 @@ Tensor EncoderBlock::operator()(const Tensor& x, const AttentionCall& call) {
 }
 
 CrossDecoderBlock::CrossDecoderBlock(const TransformerConfig& c, Generator& gen)
-    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), ln3(c.d_model, c.dtype), attn(attention_config(c), gen),
+    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), ln3(c.d_model, c.dtype), attn(attention_config(c, true), gen),
       cross(cross_config(c), gen), ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)),
       dropout_(c.dropout) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
@@ -230,7 +232,7 @@ Tensor GPT::logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& ca
   try {
     for (std::size_t l = 0; l < blocks.size(); ++l) h = blocks[l]->forward_cached(h, caches[l], call);
   } catch (...) {  // keep the layers' caches in step
-    for (auto& c : caches) c.truncate(std::min(start, c.length()));
+    for (auto& c : caches) c.truncate(std::min(start, c.next_position()));
     throw;
   }
   return head(h);
@@ -314,7 +316,7 @@ Tensor EncoderDecoder::decode_cached(const IndexArray& tgt_new, std::vector<KVCa
     for (std::size_t l = 0; l < decoder.size(); ++l)
       h = decoder[l]->forward_cached(h, caches[l], self_call, kv[l], cross_call);
   } catch (...) {  // keep the layers' caches in step
-    for (auto& c : caches) c.truncate(std::min(start, c.length()));
+    for (auto& c : caches) c.truncate(std::min(start, c.next_position()));
     throw;
   }
   return ops::matmul(ln_f(h), tok.weight, {false, true});

@@ -34,6 +34,9 @@ struct TransformerConfig {
   std::size_t d_ff = 0;        ///< Feed-forward width; 0 means 4 * d_model.
   double dropout = 0.0;        ///< Residual, attention-weight and feed-forward dropout.
   DType dtype = default_dtype();  ///< Parameter dtype (default_dtype() when the config is made).
+  /// Sliding window W of the causal self-attention layers (GPT blocks, encoder-decoder
+  /// decoder self-attention; the encoder stays bidirectional); 0 = none (AttentionConfig::window).
+  std::size_t window = 0;
 
   /// A copy with the 0 defaults filled in; validates (ValueError naming the bad size).
   TransformerConfig resolved() const;

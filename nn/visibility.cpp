@@ -18,7 +18,7 @@ namespace vis_detail {
 // One rule of a Visibility. shape is rank 4 and broadcasts against [B, H, T, S]; a "row" is
 // one (b, h, i) of that shape (axes of size 1 are shared by every b, h or i).
 struct VisRule {
-  enum class Kind { dense, soft, causal, documents } kind = Kind::dense;
+  enum class Kind { dense, soft, causal, documents, window } kind = Kind::dense;
   Shape shape;  // [r0, r1, r2, r3]
 
   // dense: allowed bytes in `shape`; per row the first and last+1 allowed key and whether
@@ -37,6 +37,14 @@ struct VisRule {
   // Per (b, i): the bounding key range (row_lo, row_hi) and whether every key in it is visible.
   std::vector<std::int64_t> q_doc, k_doc;
   bool doc_causal = true;
+  // window (sliding-window causal): key j visible to query i iff
+  // q_pos[i] - window < k_pos[j] <= q_pos[i]. Uses q_pos, k_pos, k_sorted and, when k_pos is
+  // not ascending, the per-query bounding range row_lo / row_hi / row_exact.
+  std::int64_t window = 0;
+  // (q - k computed unsigned: exact for k <= q, so extreme positions cannot overflow.)
+  bool in_window(std::int64_t q, std::int64_t k) const {
+    return k <= q && static_cast<std::uint64_t>(q) - static_cast<std::uint64_t>(k) < static_cast<std::uint64_t>(window);
+  }
 
   std::size_t row_of(std::size_t b, std::size_t h, std::size_t i) const {
     const std::size_t rb = shape[0] == 1 ? 0 : b, rh = shape[1] == 1 ? 0 : h, ri = shape[2] == 1 ? 0 : i;
@@ -61,6 +69,21 @@ struct VisRule {
         const std::size_t ri = shape[2] == 1 ? 0 : i;
         if (k_sorted) {
           const auto end = std::upper_bound(k_pos.begin(), k_pos.end(), q_pos[ri]);
+          hi = std::min(hi, static_cast<std::size_t>(end - k_pos.begin()));
+          return true;
+        }
+        lo = std::max(lo, row_lo[ri]);
+        hi = std::min(hi, row_hi[ri]);
+        return row_exact[ri] != 0;
+      }
+      case Kind::window: {
+        const std::size_t ri = shape[2] == 1 ? 0 : i;
+        if (k_sorted) {  // the visible keys are one contiguous run: (q - W, q]
+          const std::int64_t q = q_pos[ri];
+          const bool unbounded = q < std::numeric_limits<std::int64_t>::min() + window;  // q - W underflows
+          const auto first = unbounded ? k_pos.begin() : std::upper_bound(k_pos.begin(), k_pos.end(), q - window);
+          const auto end = std::upper_bound(first, k_pos.end(), q);
+          lo = std::max(lo, static_cast<std::size_t>(first - k_pos.begin()));
           hi = std::min(hi, static_cast<std::size_t>(end - k_pos.begin()));
           return true;
         }
@@ -110,6 +133,12 @@ struct VisRule {
         const std::int64_t* kd = k_doc.data() + rb * shape[3];
         for (std::size_t j = lo; j < hi; ++j)
           if (kd[j] != qd || (doc_causal && k_pos[j] > qp)) row[j - lo] = ninf;
+        return;
+      }
+      case Kind::window: {
+        const std::int64_t q = q_pos[shape[2] == 1 ? 0 : i];
+        for (std::size_t j = lo; j < hi; ++j)
+          if (!in_window(q, k_pos[j])) row[j - lo] = ninf;
         return;
       }
     }
@@ -258,6 +287,52 @@ Visibility Visibility::causal(Position T_, Position S_) {
   for (std::size_t j = 0; j < S; ++j) k[j] = static_cast<std::int64_t>(j);
   for (std::size_t i = 0; i < T; ++i) q[i] = static_cast<std::int64_t>(S - T + i);
   return causal(q, k);
+}
+
+Visibility Visibility::sliding_window(const std::vector<Position>& q_pos, const std::vector<Position>& k_pos,
+                                      Position W) {
+  if (W < 1)
+    throw ValueError(op_message(kOp, "sliding_window: the window W must be >= 1 (W = 1: each query sees only its own "
+                                     "position), got W = " + std::to_string(W)));
+  auto r = std::make_shared<VisRule>();
+  r->kind = VisRule::Kind::window;
+  r->shape = {1, 1, q_pos.size(), k_pos.size()};
+  r->q_pos = q_pos;
+  r->k_pos = k_pos;
+  r->window = W;
+  r->k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
+  if (!r->k_sorted) {  // bounding range per query row
+    const std::size_t T = q_pos.size(), S = k_pos.size();
+    r->row_lo.assign(T, 0);
+    r->row_hi.assign(T, 0);
+    r->row_exact.assign(T, 0);
+    for (std::size_t i = 0; i < T; ++i) {
+      std::size_t lo = S, hi = 0, count = 0;
+      for (std::size_t j = 0; j < S; ++j)
+        if (r->in_window(q_pos[i], k_pos[j])) {
+          lo = std::min(lo, j);
+          hi = j + 1;
+          ++count;
+        }
+      if (count == 0) lo = hi = 0;
+      r->row_lo[i] = lo;
+      r->row_hi[i] = hi;
+      r->row_exact[i] = count == hi - lo;
+    }
+  }
+  return Visibility(r);
+}
+
+Visibility Visibility::sliding_window(Position T_, Position S_, Position W) {
+  const std::size_t T = non_negative(T_, "sliding_window(T, S, W): T"), S = non_negative(S_, "sliding_window(T, S, W): S");
+  if (T > S)
+    throw ShapeError(op_message(kOp, "sliding_window(T, S, W) aligns T queries with the last T of S keys; T (" +
+                                         std::to_string(T) + ") exceeds S (" + std::to_string(S) +
+                                         "). Pass absolute positions for other layouts"));
+  std::vector<std::int64_t> q(T), k(S);
+  for (std::size_t j = 0; j < S; ++j) k[j] = static_cast<std::int64_t>(j);
+  for (std::size_t i = 0; i < T; ++i) q[i] = static_cast<std::int64_t>(S - T + i);
+  return sliding_window(q, k, W);
 }
 
 Visibility Visibility::key_lengths(const std::vector<Position>& lengths, Position S_) {

@@ -56,6 +56,15 @@ class Visibility {
   /// Causal for T queries that are the LAST T of S positions (keys at 0..S-1, queries at
   /// S-T..S-1): bottom-right aligned. T == S is the usual square causal mask. T > S is an error.
   static Visibility causal(Position T, Position S);
+  /// Sliding-window causal by absolute positions: key j visible to query i iff
+  /// q_pos[i] - W < k_pos[j] <= q_pos[i], i.e. the query sees its own position and the W - 1
+  /// positions before it. W = 1: only itself; W >= the sequence length: plain causal.
+  /// W < 1 is a ValueError naming W. (FlashAttention window_size = (W - 1, 0); docs/attention.md.)
+  static Visibility sliding_window(const std::vector<Position>& q_pos, const std::vector<Position>& k_pos,
+                                   Position W);
+  /// Sliding-window causal for T queries that are the LAST T of S positions (keys at
+  /// 0 .. S-1, queries at S-T .. S-1), aligned as causal(T, S). T > S is an error.
+  static Visibility sliding_window(Position T, Position S, Position W);
   /// Key padding (SPEC 3.5): sample b has lengths[b] real keys (0 .. lengths[b]-1); the rest
   /// are padding, hidden from every query and head. Shape [B, 1, 1, S].
   static Visibility key_lengths(const std::vector<Position>& lengths, Position S);

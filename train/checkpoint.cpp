@@ -99,6 +99,7 @@ nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
   m["encoder_layers"] = std::to_string(info.kind == "encoder_decoder" ? c.encoder_layers : 0);
   m["d_ff"] = std::to_string(c.d_ff);
   m["dtype"] = dtype_name(c.dtype);
+  if (c.window > 0) m["window"] = std::to_string(c.window);  // absent: no sliding window
   return m;
 }
 
@@ -120,6 +121,9 @@ ModelInfo model_info(const nn::safetensors::Metadata& m, const std::string& path
   c.layers = get_size(m, "layers", path, 1024);
   c.encoder_layers = get_size(m, "encoder_layers", path, 1024);
   c.d_ff = get_size(m, "d_ff", path, 1u << 18);
+  c.window = m.count("window") ? get_size(m, "window", path, 1u << 16) : 0;  // absent: no window
+  if (m.count("window") && c.window == 0)
+    throw FormatError("[checkpoint] " + path + ": metadata 'window' = 0; leave the key out for no window");
   const std::string dt = get(m, "dtype", path);
   if (dt != "float32" && dt != "float64") throw FormatError("[checkpoint] " + path + ": unknown dtype '" + dt + "'");
   c.dtype = dt == "float32" ? DType::float32 : DType::float64;

@@ -79,7 +79,8 @@ nn::safetensors::Metadata options_metadata(const TrainOptions& o) {
           {"opt.seed", std::to_string(o.seed)},
           {"opt.eval_every", std::to_string(o.eval_every)},
           {"opt.checkpoint_every", std::to_string(o.checkpoint_every)},
-          {"opt.heldout", std::to_string(o.heldout)}};
+          {"opt.heldout", std::to_string(o.heldout)},
+          {"opt.window", std::to_string(o.window)}};
 }
 
 TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOptions o, const std::string& path) {
@@ -121,6 +122,8 @@ TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOpti
   o.eval_every = i64("eval_every");
   o.checkpoint_every = i64("checkpoint_every");
   o.heldout = size("heldout");
+  // Runs saved before --window existed had no window.
+  o.window = m.count("opt.window") ? size("window") : 0;
   return o;
 }
 
@@ -163,6 +166,7 @@ struct Run {
     c.layers = o.layers;
     c.d_ff = o.d_ff;
     c.dropout = o.dropout;
+    c.window = o.window;
     info.task = o.task;
     if (o.task == "sort") {
       sort = std::make_unique<SortTask>(o.n_digits);
@@ -450,7 +454,8 @@ void check_out_folder(const TrainOptions& o) {
   for (const auto& [k, v] : options_metadata(o)) {
     auto it = saved.find(k);
     // Runs saved before --dtype existed trained in float32.
-    const std::string was = it != saved.end() ? it->second : k == "opt.dtype" ? "float32" : "?";
+    // ... and before --window existed had no window (0).
+    const std::string was = it != saved.end() ? it->second : k == "opt.dtype" ? "float32" : k == "opt.window" ? "0" : "?";
     if (was != v) differ.push_back(k.substr(4) + " " + was + " -> " + v);
   }
   if (!differ.empty())
@@ -462,7 +467,7 @@ void check_out_folder(const TrainOptions& o) {
 const std::vector<std::string> kRunDefiningFlags = {
     "--task", "--text", "--out", "--steps", "--batch", "--lr", "--warmup", "--weight-decay", "--clip", "--dtype",
     "--d-model", "--heads", "--kv-heads", "--layers", "--d-ff", "--dropout", "--context", "--digits",
-    "--seed", "--eval-every", "--checkpoint-every", "--overwrite"};
+    "--seed", "--eval-every", "--checkpoint-every", "--overwrite", "--window"};
 
 void validate_options(const TrainOptions& o) {
   auto bad = [](const std::string& flag, const std::string& value, const std::string& rule) {
@@ -495,6 +500,7 @@ void validate_options(const TrainOptions& o) {
   count("--d-ff", o.d_ff, 0, 65536);
   real("--dropout", o.dropout, 0.0, 1.0, false, true);
   count("--context", o.context, 2, 8192);
+  count("--window", o.window, 0, 65536);
   if (o.task == "sort") {
     count("--digits", o.n_digits, 1, 32);
     if (std::pow(10.0, static_cast<double>(o.n_digits)) < 2.0 * static_cast<double>(o.heldout))
@@ -785,7 +791,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   const std::size_t n_params = run.module().parameter_count();
   const dist::Shard shard = dist::shard_of(o.batch, comm.rank(), world);
   out << "xgrad train: task " << o.task << ", " << run.info.kind << " d_model " << o.d_model << ", heads " << o.heads
-      << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers << ", " << n_params << " parameters"
+      << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers
+      << (o.window ? ", window " + std::to_string(o.window) : "") << ", " << n_params << " parameters"
       << (o.dtype == "float32" ? "" : " (" + o.dtype + ")") << "; " << o.steps << " steps of batch " << o.batch
       << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out
       << (start > 0 ? "; resumed at step " + std::to_string(start) : "") << "\n";

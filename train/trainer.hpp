@@ -35,6 +35,7 @@ struct TrainOptions {
 
   std::string dtype = "float32";  // float32 | float64 (parameters and arithmetic)
   std::size_t d_model = 64, heads = 4, kv_heads = 0, layers = 2, d_ff = 0;
+  std::size_t window = 0;  // sliding window of the causal self-attention (0: none)
   double dropout = 0.0;
   std::size_t context = 64;  // charlm window
   std::size_t n_digits = 8;  // sort
