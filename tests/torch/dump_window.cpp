@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   try {
     Generator g(20261201);
     std::vector<Spec> specs = {
-        {"square", 2, 2, 2, 6, 6, 3, 2, 2, 0, {6, 4}},
+        {"square", 2, 2, 2, 6, 6, 3, 2, 2, 0, {6, 5}},
         {"suffix", 1, 4, 2, 3, 8, 4, 3, 3, 0, {8}},
         {"cached", 2, 2, 1, 3, 5, 3, 3, 3, 8, {5, 4}},
         {"square W=1", 1, 2, 2, 4, 4, 2, 2, 1, 0, {4}},
