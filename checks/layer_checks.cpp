@@ -7,6 +7,7 @@
 
 #include <xgrad/checks/builtin.hpp>
 #include <xgrad/checks/common.hpp>
+#include <xgrad/checks/kv_cache_check.hpp>
 
 namespace xg::checks {
 
@@ -133,33 +134,21 @@ CheckResult cross_reference(CheckContext& ctx) {
 }
 
 // SPEC 11: prefill, chunked prefill and one-token decoding through the KV cache equal the
-// full causal pass. The cached path runs the same math on other matrix shapes: relative
-// bound 64 (T + d) u against the output's size.
+// full causal pass, through the KV-cache checker (checks/kv_cache_check.hpp) with its default
+// schedules and prefix isolation. The cached path runs the same math on other matrix shapes:
+// relative bound 64 (T + d) u against the output's size.
 CheckResult kv_cache(CheckContext& ctx) {
   const std::size_t B = 2, T = ctx.pick(7, 16), d = 16;
   nn::MultiHeadAttention m(mha_config(ctx, d, 4, 2, 0), ctx.gen());  // GQA
   randomise(m, ctx);
-  const Array X = ctx.uniform({B, T, d});
-  NoGradGuard ng;
-  const Array full = m(Tensor(X), nn::Visibility::causal(T, T)).value();
-  const std::vector<std::vector<std::size_t>> schedules = {
-      {T}, {3, 2, T - 5}, std::vector<std::size_t>(T, 1), {T - 3, 1, 1, 1}};
-  const char* names[] = {"prefill", "chunked prefill", "one token at a time", "prefill then decode"};
-  std::vector<CheckResult> parts;
-  const double tol = 64.0 * double(T + d) * unit_roundoff(ctx.dtype()) * max_abs_value(full);
-  for (std::size_t s = 0; s < schedules.size(); ++s) {
-    nn::KVCache cache = m.make_cache(B, T);
-    std::vector<Tensor> outs;
-    std::size_t at = 0;
-    for (std::size_t n : schedules[s]) {
-      outs.push_back(m.forward_cached(ops::slice(Tensor(X), 1, long(at), long(at + n)), cache).Y);
-      at += n;
-    }
-    const Diff dd = max_diff(ops::concat(outs, 1).value(), full, "Y");
-    parts.push_back(CheckResult::property(dd.max, tol, dd.where + " (" + names[s] + ")",
-                                          std::string("KV-cache ") + names[s] + " vs the full causal pass"));
-  }
-  return CheckResult::combine(parts);
+  KVCacheCheckOptions opts;
+  opts.rtol = 64.0 * double(T + d) * unit_roundoff(ctx.dtype());
+  opts.atol = 0;
+  const KVCacheDecoder decoder = kv_cache_decoder(
+      [&](const Array& X) { return m(Tensor(X), nn::Visibility::causal(pos(X.shape()[1]), pos(X.shape()[1]))); },
+      [&] { return m.make_cache(B, T); },
+      [&](nn::KVCache& cache, const Array& X_new) { return m.forward_cached(Tensor(X_new), cache).Y; });
+  return to_check_result(check_kv_cache(decoder, ctx.uniform({B, T, d}), opts));
 }
 
 // (5.41), derived in (5.37)-(5.40): the whole layer (projections, heads, output projection)

@@ -2,9 +2,12 @@
 // (nn/transformer.hpp), each with respect to its inputs and every parameter through
 // gradcheck_leaves. Parameters are re-drawn from uniform [-0.6, 0.6] (GPT-2's 0.02 init and
 // zero biases would leave most terms too small to see, and a bias bug invisible); models
-// run without dropout, so f is deterministic. GELU and layer norm have no kinks.
+// run without dropout, so f is deterministic. GELU and layer norm have no kinks. Both models'
+// incremental decoding is checked against their full forward by the KV-cache checker
+// (checks/kv_cache_check.hpp), the same one users point at their own decoders.
 #include <xgrad/checks/builtin.hpp>
 #include <xgrad/checks/common.hpp>
+#include <xgrad/checks/kv_cache_check.hpp>
 #include <xgrad/nn/layers.hpp>
 #include <xgrad/nn/transformer.hpp>
 
@@ -128,6 +131,44 @@ void register_model_checks(GradcheckSuite& s) {
           const std::vector<std::size_t> lengths = {5, 3};
           return ctx.gradcheck_leaves([&] { return m.loss(src, lengths, tgt_in, tgt_out); }, m.named_parameters());
         });
+  add_kv_cache_check(
+      s, "models/gpt-kv-cache",
+      "tiny GPT (V 11, context 8, d 8, H 2, 2 layers), tokens (2, 8): logits_cached in 5 schedules and prefix "
+      "isolation vs logits (--full: d 16, GQA)",
+      [](CheckContext& ctx) {
+        auto m = std::make_shared<nn::GPT>(tiny(ctx, 2), ctx.gen());
+        randomise(*m, ctx, 0.3);
+        KVCacheCheck k;
+        k.decoder = kv_cache_decoder([m](const IndexArray& t) { return m->logits(t); },
+                                     [m] { return m->make_caches(2, 8); },
+                                     [m](std::vector<nn::KVCache>& caches, const IndexArray& t) {
+                                       return m->logits_cached(t, caches);
+                                     });
+        k.input = random_tokens(ctx, 2, 8, 11);
+        return k;
+      });
+  add_kv_cache_check(
+      s, "models/encoder-decoder-kv-cache",
+      "tiny encoder-decoder (V 11, d 8, H 2, 1 + 1 layers), src (2, 5) with lengths {5, 3}, tgt (2, 6): "
+      "decode_cached in 5 schedules and prefix isolation vs decode",
+      [](CheckContext& ctx) {
+        auto m = std::make_shared<nn::EncoderDecoder>(tiny(ctx, 1), ctx.gen());
+        randomise(*m, ctx, 0.3);
+        const IndexArray src = random_tokens(ctx, 2, 5, 11);
+        const std::vector<std::size_t> lengths = {5, 3};
+        NoGradGuard ng;
+        const Tensor memory = m->encode(src, lengths);
+        auto kv = std::make_shared<std::vector<std::pair<Tensor, Tensor>>>(m->memory_kv(memory));
+        KVCacheCheck k;
+        k.decoder = kv_cache_decoder(
+            [m, memory, lengths](const IndexArray& t) { return m->decode(t, memory, lengths); },
+            [m] { return m->make_caches(2, 6); },
+            [m, kv, lengths](std::vector<nn::KVCache>& caches, const IndexArray& t) {
+              return m->decode_cached(t, caches, *kv, lengths);
+            });
+        k.input = random_tokens(ctx, 2, 6, 11);
+        return k;
+      });
 }
 
 }  // namespace xg::checks

@@ -10,7 +10,8 @@ which this filter bridges without changing the files:
   written as `{#label}`, unique over all pages, so every heading below the page title gets
   the label PAGE-SLUG (PAGE: the file name without .md) and links `[text](#slug)` and
   `[text](page.md#slug)` are rewritten to match;
-- nothing else: code spans and fenced code blocks pass through untouched.
+- nothing else: code spans, fenced code blocks and comment lines (`<!-- expect: ... -->`,
+  whose regular expressions may end in `$`) pass through untouched.
 
 Usage (by Doxygen): doxygen_md_filter.py FILE, writes the filtered text to stdout.
 """
@@ -97,6 +98,9 @@ def main():
         if open_math:
             text, open_math = convert_math(line, open_math)
             out.append(text)
+            continue
+        if re.match(r"^<!--.*-->\s*$", stripped):  # a comment line (<!-- expect: REGEX$ -->): no math in it
+            out.append(line)
             continue
         m = re.match(r"^(```|~~~)", stripped)
         if m:

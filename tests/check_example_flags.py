@@ -32,6 +32,9 @@ CASES = [  # program, arguments, expected exit status, key words of stderr (or s
     ("custom_layer", ["--dtype", "float16"], 2, ["--dtype"]),
     ("custom_layer", ["--filter", "no-such-check"], 2, ["no check matches", "no-such-check"]),
     ("custom_layer", ["--list"], 0, ["rms_norm"]),
+    ("kv_cache_check", ["--bug", "bogus"], 2, ["--bug", "bogus"]),
+    ("kv_cache_check", ["--bug"], 2, ["--bug"]),
+    ("kv_cache_check", ["--list"], 0, ["tiny_decoder/kv-cache", "kv-cache"]),
 ]
 
 

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include <xgrad/version.hpp>
 #include <xgrad/xgrad.hpp>
 #ifdef CONSUMER_WITH_CHECKS
+#include <xgrad/checks/kv_cache_check.hpp>
 #include <xgrad/checks/suite.hpp>
 #endif
 
@@ -56,6 +58,11 @@ class Model : public nn::Module {
     const Tensor h = softsign(in(x));
     const std::size_t T = x.shape()[1];
     return out(attn(h, nn::Visibility::causal(T, T)));
+  }
+  // Incremental decoding: the next positions x_new [B, n, d] through the attention's KV cache.
+  nn::KVCache make_cache(std::size_t batch, std::size_t capacity) const { return attn.make_cache(batch, capacity); }
+  Tensor forward_cached(const Tensor& x_new, nn::KVCache& cache) {
+    return out(attn.forward_cached(softsign(in(x_new)), cache).Y);
   }
 
  private:
@@ -146,6 +153,26 @@ int main() {
   RunOptions opts;
   const SuiteReport rep = run_suite(suite, opts, std::cout);
   expect(rep.all_passed() && rep.passed == 1, "the suite runner passes the custom op's check");
+
+  // The KV-cache checker on the model: cached decoding in every schedule equals the full
+  // forward; a cache dropped between calls is caught, on the token-by-token schedule.
+  {
+    Generator g(5);
+    auto m = std::make_shared<Model>(5, 8, g, DType::float64);
+    const Array x = random_normal({2, 6, 8}, g, DType::float64);
+    auto decoder = [m](bool keep_cache) {
+      return kv_cache_decoder([m](const Array& v) { return (*m)(Tensor(v)); }, [m] { return m->make_cache(2, 6); },
+                              [m, keep_cache](nn::KVCache& cache, const Array& v) {
+                                if (!keep_cache) cache.clear();
+                                return m->forward_cached(Tensor(v), cache);
+                              });
+    };
+    const KVCacheReport good = check_kv_cache(decoder(true), x);
+    expect(good.passed, "the KV-cache checker passes the model's cache (" + good.summary() + ")");
+    const KVCacheReport bad = check_kv_cache(decoder(false), x);
+    expect(!bad.passed && bad.message.find("\"token by token\"") != std::string::npos,
+           "the KV-cache checker catches a cache cleared between calls (" + bad.message + ")");
+  }
 #endif
 
   std::cout << (failures == 0 ? "consumer: all passed" : "consumer: FAILED") << "\n";
