@@ -18,6 +18,7 @@ void register_builtin_checks(GradcheckSuite& suite) {
   register_attention_invariant_checks(suite, "attention", attn);
   register_attention_layer_checks(suite);
   register_model_checks(suite);
+  register_position_checks(suite);
 }
 
 }  // namespace xg::checks

@@ -23,6 +23,7 @@
 #include <xgrad/nn/module.hpp>
 #include <xgrad/nn/sdpa.hpp>
 #include <xgrad/nn/visibility.hpp>
+#include <xgrad/ops/rope.hpp>
 
 namespace xg::nn {
 
@@ -37,6 +38,12 @@ struct AttentionConfig {
   std::optional<double> scale;  ///< Score scale; default 1 / sqrt(d_head).
   DType dtype = default_dtype();  ///< Parameter dtype (default_dtype() when the config is made).
   SdpaImpl impl = SdpaImpl::automatic;  ///< Attention core (nn/sdpa.hpp).
+  /// RoPE (ops/rope.hpp) on Q and K at their absolute positions (0 .. T-1 in forward(), the
+  /// cache's next positions in forward_cached(), where K is cached already rotated). Unset: none.
+  std::optional<ops::RopeConfig> rope;
+  /// ALiBi: Visibility::alibi with alibi_slopes(H_q) by absolute position, added to (intersected
+  /// with) the call's visibility in forward() and forward_cached().
+  bool alibi = false;
 };
 
 /// Configuration of a CrossAttention layer.
@@ -90,7 +97,7 @@ class MultiHeadAttention : public Module {
   Tensor operator()(const Tensor& X, const Visibility& vis);
 
   /// Incremental decoding: X_new [B, n, d_model] holds the next n positions (absolute
-  /// positions cache.length() .. +n-1). Their K and V are appended to `cache` and the n
+  /// positions cache.next_position() .. +n-1). Their K and V are appended to `cache` and the n
   /// queries attend causally by absolute position to every cached key (intersected with
   /// call.visibility, which must then be [.., n, cache.length() + n]). If the call throws, the
   /// cache is left as it was.
@@ -102,6 +109,9 @@ class MultiHeadAttention : public Module {
   const AttentionConfig& config() const { return cfg_; }
   /// The head width d_h in use.
   std::size_t d_head() const { return d_h_; }
+  /// The ALiBi bias for queries at `q_pos` over keys at `k_pos` with this layer's slopes
+  /// (alibi_slopes(H_q)); Visibility::all() when cfg.alibi is false.
+  Visibility position_bias(const std::vector<Position>& q_pos, const std::vector<Position>& k_pos) const;
 
   /// Parameters: W_QKV [d_model, (H_q + 2 H_kv) d_h] and b_QKV [(H_q + 2 H_kv) d_h], W_O
   /// [H_q d_h, d_model] and b_O [d_model]; the biases are undefined when cfg.bias is false. @{
@@ -118,6 +128,7 @@ class MultiHeadAttention : public Module {
 
   AttentionConfig cfg_;
   std::size_t d_h_;
+  std::vector<double> slopes_;  // ALiBi slopes when cfg_.alibi
 };
 
 /// Cross-attention: queries from one sequence, keys and values from another (the memory).
