@@ -818,7 +818,13 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   const std::size_t n_params = run.module().parameter_count();
   const dist::Shard shard = dist::shard_of(o.batch, comm.rank(), world);
   out << "xgrad train: task " << o.task << ", " << run.info.kind << " d_model " << o.d_model << ", heads " << o.heads
-      << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers << ", " << n_params << " parameters"
+      << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers
+      << (o.pos == "learned" ? std::string()
+                             : ", positions " + o.pos +
+                                   (o.pos == "rope" ? " (" + o.rope_layout + ", fraction " + exact(o.rope_fraction) +
+                                                          ", base " + exact(o.rope_base) + ")"
+                                                    : std::string()))
+      << ", " << n_params << " parameters"
       << (o.dtype == "float32" ? "" : " (" + o.dtype + ")") << "; " << o.steps << " steps of batch " << o.batch
       << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out
       << (start > 0 ? "; resumed at step " + std::to_string(start) : "") << "\n";
