@@ -408,6 +408,11 @@ TEST_CASE("checkpoint metadata: the position scheme round-trips; without the key
   auto old = meta;  // a checkpoint written before the key existed
   old.erase("pos");
   CHECK(train::model_info(old, "m").config.pos == PositionScheme::learned);
+  info.config.pos = PositionScheme::learned;  // the default writes no key (old files stay identical)
+  CHECK(train::model_metadata(info).count("pos") == 0);
+  bad = meta;
+  bad["pos"] = "learned";
+  CHECK(train::model_info(bad, "m").config.pos == PositionScheme::learned);
   auto encdec = meta;
   encdec["model"] = "encoder_decoder";
   CHECK_THROWS_AS(train::model_info(encdec, "m"), FormatError);

@@ -109,7 +109,9 @@ nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
   m["encoder_layers"] = std::to_string(info.kind == "encoder_decoder" ? c.encoder_layers : 0);
   m["d_ff"] = std::to_string(c.d_ff);
   m["dtype"] = dtype_name(c.dtype);
-  m["pos"] = nn::position_scheme_name(c.pos);
+  // Learned positions are the default and write no key: those checkpoints stay byte for byte
+  // what they were before the key existed.
+  if (c.pos != nn::PositionScheme::learned) m["pos"] = nn::position_scheme_name(c.pos);
   if (c.pos == nn::PositionScheme::rope) {
     m["rope_base"] = exact_text(c.rope.base);
     m["rope_fraction"] = exact_text(c.rope.fraction);

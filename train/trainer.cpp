@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -464,8 +465,14 @@ void check_out_folder(const TrainOptions& o) {
   std::vector<std::string> differ;
   for (const auto& [k, v] : options_metadata(o)) {
     auto it = saved.find(k);
-    // Runs saved before --dtype existed trained in float32.
-    const std::string was = it != saved.end() ? it->second : k == "opt.dtype" ? "float32" : "?";
+    // Runs saved before --dtype (--pos, --rope-*) existed have that option's default.
+    const TrainOptions defaults;
+    const std::map<std::string, std::string> before = {{"opt.dtype", "float32"},
+                                                       {"opt.pos", defaults.pos},
+                                                       {"opt.rope_base", exact(defaults.rope_base)},
+                                                       {"opt.rope_fraction", exact(defaults.rope_fraction)},
+                                                       {"opt.rope_layout", defaults.rope_layout}};
+    const std::string was = it != saved.end() ? it->second : before.count(k) ? before.at(k) : "?";
     if (was != v) differ.push_back(k.substr(4) + " " + was + " -> " + v);
   }
   if (!differ.empty())
