@@ -19,6 +19,7 @@ void register_builtin_checks(GradcheckSuite& suite) {
   register_attention_layer_checks(suite);
   register_model_checks(suite);
   register_window_checks(suite);
+  register_position_checks(suite);
 }
 
 }  // namespace xg::checks

@@ -23,6 +23,7 @@ void register_op_checks(GradcheckSuite& suite);               // "ops/...", chec
 void register_attention_layer_checks(GradcheckSuite& suite);  // MHA, GQA, MQA, cross; checks/layer_checks.cpp
 void register_model_checks(GradcheckSuite& suite);            // layers, blocks, GPT; checks/model_checks.cpp
 void register_window_checks(GradcheckSuite& suite);  // sliding-window attention, windowed KV cache; checks/window_checks.cpp
+void register_position_checks(GradcheckSuite& suite);         // RoPE, ALiBi; checks/position_checks.cpp
 
 // An attention core under test: Q [B, H_q, T, d_k], K [B, H_kv, S, d_k], V [B, H_kv, S, d_v]
 // -> O [B, H_q, T, d_v], with query head h reading kv head floor(h / (H_q / H_kv)) (5.36).

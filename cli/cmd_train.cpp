@@ -83,6 +83,13 @@ void add_train(CLI::App& app) {
       ->check(non_negative_integer());
   cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str()
       ->check(number());
+  cmd->add_option("--pos", o->pos, "positions (decoder-only tasks): learned, rope, alibi or none")->capture_default_str();
+  cmd->add_option("--rope-base", o->rope_base, "--pos rope: frequency base, > 1")->capture_default_str()
+      ->check(number());
+  cmd->add_option("--rope-fraction", o->rope_fraction, "--pos rope: fraction of each head rotated, in (0, 1]")
+      ->capture_default_str()->check(number());
+  cmd->add_option("--rope-layout", o->rope_layout, "--pos rope: interleaved or half-split (GPT-NeoX)")
+      ->capture_default_str();
   cmd->add_option("--context", o->context, "charlm: context length")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_option("--window", o->window,
@@ -136,6 +143,10 @@ void add_train(CLI::App& app) {
       only_for("--text", "charlm");
       only_for("--context", "charlm");
       only_for("--digits", "sort");
+      for (const char* flag : {"--rope-base", "--rope-fraction", "--rope-layout"})
+        if (cmd->count(flag) > 0 && o->pos != "rope")
+          throw UsageError(op_message("train", std::string(flag) + " is only for --pos rope (this run is --pos " +
+                                                   o->pos + ")"));
       if (cmd->count("--lr") > 0 && o->lr == 0.0)
         throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
       train::validate_options(train::with_defaults(*o));

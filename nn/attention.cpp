@@ -92,6 +92,8 @@ void MultiHeadAttention::init(Generator* gen) {
   if (cfg_.H_kv == 0) cfg_.H_kv = cfg_.H_q;
   check_heads("attention", cfg_.d_model, "d_model", cfg_.H_q, cfg_.H_kv, cfg_.d_head);
   d_h_ = cfg_.d_head ? cfg_.d_head : cfg_.d_model / cfg_.H_q;
+  if (cfg_.rope) ops::rope_rotary_dims("attention", *cfg_.rope, d_h_);  // checks the RoPE config
+  if (cfg_.alibi) slopes_ = alibi_slopes(cfg_.H_q);
   const std::size_t width = (cfg_.H_q + 2 * cfg_.H_kv) * d_h_;
   W_QKV = register_parameter("W_QKV", xavier(cfg_.d_model, width, gen, cfg_.dtype));
   if (cfg_.bias) b_QKV = register_parameter("b_QKV", Array::zeros({width}, cfg_.dtype));
@@ -114,12 +116,27 @@ AttentionOutput MultiHeadAttention::finish(const Tensor& Q, const Tensor& K, con
   return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed};  // (5.20)
 }
 
+Visibility MultiHeadAttention::position_bias(const std::vector<Position>& q_pos,
+                                             const std::vector<Position>& k_pos) const {
+  return cfg_.alibi ? Visibility::alibi(slopes_, q_pos, k_pos) : Visibility::all();
+}
+
 AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall& call) {
   Tensor Q, K, V;
   project(X, Q, K, V);
-  if (cfg_.window == 0) return finish(Q, K, V, call.visibility, call);
-  const Position T = static_cast<Position>(X.shape()[1]), W = static_cast<Position>(cfg_.window);
-  return finish(Q, K, V, Visibility::sliding_window(T, T, W) & call.visibility, call);
+  Visibility vis = call.visibility;
+  if (cfg_.window > 0) {
+    const Position T = static_cast<Position>(X.shape()[1]), W = static_cast<Position>(cfg_.window);
+    vis = Visibility::sliding_window(T, T, W) & vis;
+  }
+  if (!cfg_.rope && !cfg_.alibi) return finish(Q, K, V, vis, call);
+  std::vector<Position> pos(X.shape()[1]);
+  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<Position>(i);
+  if (cfg_.rope) {  // absolute positions 0 .. T-1, as the causal visibility uses
+    Q = ops::rope(Q, pos, *cfg_.rope);
+    K = ops::rope(K, pos, *cfg_.rope);
+  }
+  return finish(Q, K, V, cfg_.alibi ? position_bias(pos, pos) & vis : vis, call);
 }
 
 Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
@@ -142,14 +159,19 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
   Tensor Q, K, V;
   project(X_new, Q, K, V);
   const std::size_t start = cache.next_position(), n = X_new.shape()[1];
+  std::vector<std::int64_t> q_pos(n);
+  for (std::size_t i = 0; i < n; ++i) q_pos[i] = static_cast<std::int64_t>(start + i);
+  if (cfg_.rope) {  // the new keys are cached already rotated at their own positions
+    Q = ops::rope(Q, q_pos, *cfg_.rope);
+    K = ops::rope(K, q_pos, *cfg_.rope);
+  }
   cache.append(K.value(), V.value());
   try {  // a failed call leaves the cache as it was
-    std::vector<std::int64_t> q_pos(n);
-    for (std::size_t i = 0; i < n; ++i) q_pos[i] = static_cast<std::int64_t>(start + i);
     const std::vector<std::int64_t> k_pos = cache.positions();
     const Visibility base = cfg_.window ? Visibility::sliding_window(q_pos, k_pos, static_cast<Position>(cfg_.window))
                                         : Visibility::causal(q_pos, k_pos);
-    const Visibility vis = base & call.visibility;
+    Visibility vis = base & call.visibility;
+    if (cfg_.alibi) vis = position_bias(q_pos, k_pos) & vis;
     return finish(Q, Tensor(cache.keys()), Tensor(cache.values()), vis, call);
   } catch (...) {
     cache.truncate(start);

@@ -23,6 +23,7 @@
 #include <xgrad/nn/module.hpp>
 #include <xgrad/nn/sdpa.hpp>
 #include <xgrad/nn/visibility.hpp>
+#include <xgrad/ops/rope.hpp>
 
 namespace xg::nn {
 
@@ -41,6 +42,12 @@ struct AttentionConfig {
   /// (Visibility::sliding_window), intersected with the call's visibility in forward() and
   /// forward_cached(); make_cache() then gives a windowed cache (KVCache::windowed).
   std::size_t window = 0;
+  /// RoPE (ops/rope.hpp) on Q and K at their absolute positions (0 .. T-1 in forward(), the
+  /// cache's next positions in forward_cached(), where K is cached already rotated). Unset: none.
+  std::optional<ops::RopeConfig> rope;
+  /// ALiBi: Visibility::alibi with alibi_slopes(H_q) by absolute position, added to (intersected
+  /// with) the call's visibility in forward() and forward_cached().
+  bool alibi = false;
 };
 
 /// Configuration of a CrossAttention layer.
@@ -109,6 +116,9 @@ class MultiHeadAttention : public Module {
   const AttentionConfig& config() const { return cfg_; }
   /// The head width d_h in use.
   std::size_t d_head() const { return d_h_; }
+  /// The ALiBi bias for queries at `q_pos` over keys at `k_pos` with this layer's slopes
+  /// (alibi_slopes(H_q)); Visibility::all() when cfg.alibi is false.
+  Visibility position_bias(const std::vector<Position>& q_pos, const std::vector<Position>& k_pos) const;
 
   /// Parameters: W_QKV [d_model, (H_q + 2 H_kv) d_h] and b_QKV [(H_q + 2 H_kv) d_h], W_O
   /// [H_q d_h, d_model] and b_O [d_model]; the biases are undefined when cfg.bias is false. @{
@@ -125,6 +135,7 @@ class MultiHeadAttention : public Module {
 
   AttentionConfig cfg_;
   std::size_t d_h_;
+  std::vector<double> slopes_;  // ALiBi slopes when cfg_.alibi
 };
 
 /// Cross-attention: queries from one sequence, keys and values from another (the memory).

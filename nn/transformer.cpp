@@ -31,6 +31,8 @@ AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer =
   a.H_kv = c.H_kv;
   a.dropout = c.dropout;
   a.dtype = c.dtype;
+  if (c.pos == PositionScheme::rope) a.rope = c.rope;
+  a.alibi = c.pos == PositionScheme::alibi;
   return a;
 }
 
@@ -77,11 +79,27 @@ Tensor embed_tokens(const std::string& op, const Embedding& tok, const Embedding
   if (start + T > c.context)
     throw ValueError(op_message(op, "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
                                         " exceed the context length " + std::to_string(c.context)));
-  const Tensor h = tok(tokens) + pos(IndexArray({T}, range(start, T)));
+  const Tensor h = c.pos == PositionScheme::learned ? tok(tokens) + pos(IndexArray({T}, range(start, T))) : tok(tokens);
   return residual_dropout(h, c.dropout, training, gen);
 }
 
 }  // namespace
+
+std::string position_scheme_name(PositionScheme p) {
+  switch (p) {
+    case PositionScheme::learned: return "learned";
+    case PositionScheme::rope: return "rope";
+    case PositionScheme::alibi: return "alibi";
+    case PositionScheme::none: return "none";
+  }
+  return "learned";
+}
+
+PositionScheme position_scheme_from_name(const std::string& name) {
+  for (const PositionScheme p : {PositionScheme::learned, PositionScheme::rope, PositionScheme::alibi, PositionScheme::none})
+    if (name == position_scheme_name(p)) return p;
+  throw ValueError(op_message("transformer", "unknown position scheme '" + name + "' (learned, rope, alibi or none)"));
+}
 
 TransformerConfig TransformerConfig::resolved() const {
   TransformerConfig c = *this;
@@ -100,6 +118,7 @@ TransformerConfig TransformerConfig::resolved() const {
                                         std::to_string(c.H_kv) + ")"));
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     throw ValueError(op_message(op, "dropout must be in [0, 1), got " + std::to_string(c.dropout)));
+  if (c.pos == PositionScheme::rope) ops::rope_rotary_dims(op, c.rope, c.d_model / c.H_q);
   return c;
 }
 
@@ -184,7 +203,7 @@ GPT::GPT(const TransformerConfig& c, Generator& gen)
     : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
       ln_f(c.d_model, c.dtype), cfg_(c.resolved()) {
   register_module("tok", tok);
-  register_module("pos", pos);
+  if (cfg_.pos == PositionScheme::learned) register_module("pos", pos);
   for (std::size_t l = 0; l < cfg_.layers; ++l) {
     blocks.push_back(std::make_unique<DecoderBlock>(cfg_, gen));
     register_module("blocks." + std::to_string(l), *blocks.back());
@@ -243,6 +262,9 @@ Tensor GPT::logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& ca
 EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
     : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
       ln_enc(c.d_model, c.dtype), ln_f(c.d_model, c.dtype), cfg_(c.resolved()) {
+  if (cfg_.pos != PositionScheme::learned)
+    throw ValueError(op_message("encoder_decoder", "position scheme '" + position_scheme_name(cfg_.pos) +
+                                                       "': the encoder-decoder has learned position embeddings only"));
   register_module("tok", tok);
   register_module("pos", pos);
   for (std::size_t l = 0; l < cfg_.encoder_layers; ++l) {

@@ -22,6 +22,19 @@
 
 namespace xg::nn {
 
+/// How a GPT knows where a token is.
+enum class PositionScheme {
+  learned,  ///< Learned absolute position embeddings added to the token embeddings (default).
+  rope,     ///< No position embedding; RoPE (TransformerConfig::rope) on Q and K in every layer.
+  alibi,    ///< No position embedding; ALiBi (Visibility::alibi) in every layer.
+  none      ///< No position information at all (only the causal mask orders the tokens).
+};
+
+/// "learned", "rope", "alibi" or "none".
+std::string position_scheme_name(PositionScheme p);
+/// The scheme named "learned", "rope", "alibi" or "none"; ValueError naming `name` otherwise.
+PositionScheme position_scheme_from_name(const std::string& name);
+
 /// Sizes of a transformer model (GPT or EncoderDecoder).
 struct TransformerConfig {
   std::size_t V_vocab = 0;     ///< Vocabulary size (shared by source and target).
@@ -37,6 +50,10 @@ struct TransformerConfig {
   /// Sliding window W of the causal self-attention layers (GPT blocks, encoder-decoder
   /// decoder self-attention; the encoder stays bidirectional); 0 = none (AttentionConfig::window).
   std::size_t window = 0;
+  /// Position scheme of a GPT; an EncoderDecoder takes only `learned` (ValueError otherwise).
+  /// Without learned embeddings the GPT has no `pos` parameter; `context` still bounds positions.
+  PositionScheme pos = PositionScheme::learned;
+  ops::RopeConfig rope;  ///< RoPE base, fraction and layout, used when pos is rope.
 
   /// A copy with the 0 defaults filled in; validates (ValueError naming the bad size).
   TransformerConfig resolved() const;
@@ -132,7 +149,8 @@ class GPT : public Module {
   /// (one per layer, ValueError otherwise). If the call throws, the caches are left as they were.
   Tensor logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& caches);
 
-  /// Token and learned position embeddings (tok also gives the output logits). @{
+  /// Token and learned position embeddings (tok also gives the output logits). `pos` is a
+  /// registered parameter only when config().pos is learned. @{
   Embedding tok, pos;
   /// @}
   std::vector<std::unique_ptr<DecoderBlock>> blocks;  ///< The decoder blocks, in order.

@@ -18,7 +18,7 @@ namespace vis_detail {
 // One rule of a Visibility. shape is rank 4 and broadcasts against [B, H, T, S]; a "row" is
 // one (b, h, i) of that shape (axes of size 1 are shared by every b, h or i).
 struct VisRule {
-  enum class Kind { dense, soft, causal, documents, window } kind = Kind::dense;
+  enum class Kind { dense, soft, causal, documents, window, alibi } kind = Kind::dense;
   Shape shape;  // [r0, r1, r2, r3]
 
   // dense: allowed bytes in `shape`; per row the first and last+1 allowed key and whether
@@ -45,18 +45,21 @@ struct VisRule {
   bool in_window(std::int64_t q, std::int64_t k) const {
     return k <= q && static_cast<std::uint64_t>(q) - static_cast<std::uint64_t>(k) < static_cast<std::uint64_t>(window);
   }
+  // alibi (soft, shape [1, H, T, S]): adds -slopes[h] * |q_pos[i] - k_pos[j]|; hides nothing.
+  std::vector<double> slopes;
 
   std::size_t row_of(std::size_t b, std::size_t h, std::size_t i) const {
     const std::size_t rb = shape[0] == 1 ? 0 : b, rh = shape[1] == 1 ? 0 : h, ri = shape[2] == 1 ? 0 : i;
     return (rb * shape[1] + rh) * shape[2] + ri;
   }
-  bool hard() const { return kind != Kind::soft; }
+  bool hard() const { return kind != Kind::soft && kind != Kind::alibi; }
 
   // Narrows [lo, hi) to this rule's bounding range for the row; returns whether every key in
   // the rule's range is allowed by it.
   bool narrow(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const {
     switch (kind) {
       case Kind::soft:
+      case Kind::alibi:
         return true;
       case Kind::dense:
       case Kind::documents: {
@@ -139,6 +142,15 @@ struct VisRule {
         const std::int64_t q = q_pos[shape[2] == 1 ? 0 : i];
         for (std::size_t j = lo; j < hi; ++j)
           if (!in_window(q, k_pos[j])) row[j - lo] = ninf;
+        return;
+      }
+      case Kind::alibi: {
+        const double m = slopes[shape[1] == 1 ? 0 : h];
+        const std::int64_t q = q_pos[shape[2] == 1 ? 0 : i];
+        for (std::size_t j = lo; j < hi; ++j) {
+          const std::int64_t dist = q >= k_pos[j] ? q - k_pos[j] : k_pos[j] - q;
+          row[j - lo] += static_cast<T>(-m * static_cast<double>(dist));
+        }
         return;
       }
     }
@@ -442,6 +454,44 @@ Visibility Visibility::documents(const IndexArray& q_doc, const IndexArray& k_do
     }
   }
   return Visibility(r);
+}
+
+Visibility Visibility::alibi(const std::vector<double>& slopes, const std::vector<Position>& q_pos,
+                             const std::vector<Position>& k_pos) {
+  if (slopes.empty()) throw ValueError(op_message(kOp, "alibi: needs one slope per head, got none"));
+  for (std::size_t h = 0; h < slopes.size(); ++h)
+    if (!(std::isfinite(slopes[h]) && slopes[h] >= 0.0))
+      throw ValueError(op_message(kOp, "alibi: slope of head " + std::to_string(h) + " is " +
+                                           std::to_string(slopes[h]) + "; slopes must be finite and >= 0"));
+  for (const auto* ps : {&q_pos, &k_pos})
+    for (const Position p : *ps)
+      if (p < 0)
+        throw ValueError(op_message(kOp, std::string("alibi: ") + (ps == &q_pos ? "q_pos" : "k_pos") +
+                                             " has the position " + std::to_string(p) + "; positions must be >= 0"));
+  auto r = std::make_shared<VisRule>();
+  r->kind = VisRule::Kind::alibi;
+  r->shape = {1, slopes.size(), q_pos.size(), k_pos.size()};
+  r->slopes = slopes;
+  r->q_pos = q_pos;
+  r->k_pos = k_pos;
+  return Visibility(r);
+}
+
+std::vector<double> alibi_slopes(std::size_t H) {
+  if (H == 0) throw ValueError(op_message(kOp, "alibi_slopes: H must be positive, got 0"));
+  // slopes of n heads, n a power of two: 2^(-8 (h+1) / n)
+  const auto pow2_slopes = [](std::size_t n) {
+    std::vector<double> s(n);
+    for (std::size_t h = 0; h < n; ++h) s[h] = std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(n));
+    return s;
+  };
+  std::size_t n = 1;
+  while (n * 2 <= H) n *= 2;
+  std::vector<double> s = pow2_slopes(n);
+  if (n == H) return s;
+  const std::vector<double> extra = pow2_slopes(2 * n);
+  for (std::size_t k = 0; s.size() < H; k += 2) s.push_back(extra[k]);
+  return s;
 }
 
 Visibility Visibility::operator&(const Visibility& o) const {

@@ -84,6 +84,14 @@ class Visibility {
   /// q_pos has T entries, k_pos S. Disagreeing sizes are a ShapeError naming the rule.
   static Visibility documents(const IndexArray& q_doc, const IndexArray& k_doc, const std::vector<Position>& q_pos,
                               const std::vector<Position>& k_pos, bool causal = true);
+  /// ALiBi (Press et al. 2022): a soft bias by absolute position, hiding no key. Head h adds
+  /// -slopes[h] * |q_pos[i] - k_pos[j]| to the score of query i and key j: for causal use
+  /// (k_pos <= q_pos) that is the paper's -m_h (i - j); for keys after the query
+  /// (bidirectional use) the same distance penalty, mirrored ("symmetric ALiBi").
+  /// Shape [1, H, T, S] with H = slopes.size(); combine with causal() etc. by operator&.
+  /// Slopes must be finite and >= 0 (ValueError); no slopes is a ValueError.
+  static Visibility alibi(const std::vector<double>& slopes, const std::vector<Position>& q_pos,
+                          const std::vector<Position>& k_pos);
 
   /// Intersection of the allowed sets of this and `other` (SPEC 3.4); soft biases add. The
   /// shapes must broadcast (ShapeError).
@@ -140,6 +148,12 @@ class VisibilityPlan {
   std::vector<std::shared_ptr<const vis_detail::VisRule>> rules_;
   Shape BHTS_;
 };
+
+/// The standard ALiBi head slopes for `H` heads (Press et al. 2022, their reference code):
+/// for H a power of two, slope_h = 2^(-8 (h+1) / H), h = 0 .. H-1; otherwise, with n the
+/// largest power of two below H, the n slopes of n heads followed by the slopes 0, 2, 4, ..
+/// (every other one) of 2n heads, H - n of them. ValueError for H = 0.
+std::vector<double> alibi_slopes(std::size_t H);
 
 /// Query validity flags b_i (SPEC 3.8, Algorithm 5.1): true = a real query, false = padding.
 /// An invalid query's output row is exactly zero and it sends zero gradient everywhere.

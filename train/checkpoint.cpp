@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -29,6 +30,13 @@ std::string get(const nn::safetensors::Metadata& m, const std::string& key, cons
   auto it = m.find(key);
   if (it == m.end()) throw FormatError("[checkpoint] " + path + ": metadata lacks '" + key + "'");
   return it->second;
+}
+
+// A double as text that reads back to the same double.
+std::string exact_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
 }
 
 bool digits_only(const std::string& t, std::size_t from) {
@@ -71,7 +79,9 @@ std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConf
   const R ln = 2 * d, ffn = d * f + f + f * d + d;
   const R self = d * (q + 2 * kv) + (q + 2 * kv) + q * d + d;   // W_QKV, b_QKV, W_O, b_O
   const R cross = d * q + q + d * 2 * kv + 2 * kv + q * d + d;  // W_Q, b_Q, W_KV, b_KV, W_O, b_O
-  const R embed = R(c.V_vocab) * d + R(c.context) * d;
+  // A GPT without learned position embeddings has no `pos` table.
+  const bool pos_table = kind != "gpt" || c.pos == nn::PositionScheme::learned;
+  const R embed = R(c.V_vocab) * d + (pos_table ? R(c.context) * d : R(0));
   R n = 0;
   if (kind == "gpt")
     n = embed + R(c.layers) * (2 * ln + self + ffn) + ln;
@@ -100,6 +110,14 @@ nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
   m["d_ff"] = std::to_string(c.d_ff);
   m["dtype"] = dtype_name(c.dtype);
   if (c.window > 0) m["window"] = std::to_string(c.window);  // absent: no sliding window
+  // Learned positions are the default and write no key: those checkpoints stay byte for byte
+  // what they were before the key existed.
+  if (c.pos != nn::PositionScheme::learned) m["pos"] = nn::position_scheme_name(c.pos);
+  if (c.pos == nn::PositionScheme::rope) {
+    m["rope_base"] = exact_text(c.rope.base);
+    m["rope_fraction"] = exact_text(c.rope.fraction);
+    m["rope_layout"] = ops::rope_layout_name(c.rope.layout);
+  }
   return m;
 }
 
@@ -132,6 +150,29 @@ ModelInfo model_info(const nn::safetensors::Metadata& m, const std::string& path
                       std::to_string(info.vocab.size()) + " tokens");
   if (c.H_q == 0 || get_size(m, "d_h", path, 1u << 14) * c.H_q != c.d_model)
     throw FormatError("[checkpoint] " + path + ": d_h * H_q must equal d_model");
+  // Position scheme; checkpoints written before it existed have learned embeddings.
+  if (m.count("pos")) {
+    const std::string p = m.at("pos");
+    try {
+      c.pos = nn::position_scheme_from_name(p);
+    } catch (const ValueError&) {
+      throw FormatError("[checkpoint] " + path + ": metadata 'pos' = '" + p + "' is not learned, rope, alibi or none");
+    }
+  }
+  if (c.pos != nn::PositionScheme::learned && info.kind != "gpt")
+    throw FormatError("[checkpoint] " + path + ": metadata 'pos' = '" + nn::position_scheme_name(c.pos) +
+                      "' but an encoder_decoder has learned position embeddings only");
+  if (c.pos == nn::PositionScheme::rope) {
+    c.rope.base = parse_double(get(m, "rope_base", path), "[checkpoint] " + path + ": metadata 'rope_base'");
+    c.rope.fraction = parse_double(get(m, "rope_fraction", path), "[checkpoint] " + path + ": metadata 'rope_fraction'");
+    const std::string layout = get(m, "rope_layout", path);
+    try {
+      c.rope.layout = ops::rope_layout_from_name(layout);
+    } catch (const ValueError&) {
+      throw FormatError("[checkpoint] " + path + ": metadata 'rope_layout' = '" + layout +
+                        "' is not interleaved or half-split");
+    }
+  }
   for (const char* k : {"n_digits", "n_values", "min_len", "max_len"})
     if (m.count(k)) info.task_params[k] = m.at(k);
   try {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -72,6 +73,10 @@ nn::safetensors::Metadata options_metadata(const TrainOptions& o) {
           {"opt.layers", std::to_string(o.layers)},
           {"opt.d_ff", std::to_string(o.d_ff)},
           {"opt.dropout", exact(o.dropout)},
+          {"opt.pos", o.pos},
+          {"opt.rope_base", exact(o.rope_base)},
+          {"opt.rope_fraction", exact(o.rope_fraction)},
+          {"opt.rope_layout", o.rope_layout},
           {"opt.context", std::to_string(o.context)},
           {"opt.n_digits", std::to_string(o.n_digits)},
           {"opt.min_len", std::to_string(o.min_len)},
@@ -114,6 +119,13 @@ TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOpti
   o.layers = size("layers");
   o.d_ff = size("d_ff");
   o.dropout = real("dropout");
+  // Runs saved before --pos existed had learned position embeddings.
+  if (m.count("opt.pos")) {
+    o.pos = get("pos");
+    o.rope_base = real("rope_base");
+    o.rope_fraction = real("rope_fraction");
+    o.rope_layout = get("rope_layout");
+  }
   o.context = size("context");
   o.n_digits = size("n_digits");
   o.min_len = size("min_len");
@@ -167,6 +179,10 @@ struct Run {
     c.d_ff = o.d_ff;
     c.dropout = o.dropout;
     c.window = o.window;
+    c.pos = nn::position_scheme_from_name(o.pos);
+    c.rope.base = o.rope_base;
+    c.rope.fraction = o.rope_fraction;
+    c.rope.layout = ops::rope_layout_from_name(o.rope_layout);
     info.task = o.task;
     if (o.task == "sort") {
       sort = std::make_unique<SortTask>(o.n_digits);
@@ -453,9 +469,15 @@ void check_out_folder(const TrainOptions& o) {
   std::vector<std::string> differ;
   for (const auto& [k, v] : options_metadata(o)) {
     auto it = saved.find(k);
-    // Runs saved before --dtype existed trained in float32.
-    // ... and before --window existed had no window (0).
-    const std::string was = it != saved.end() ? it->second : k == "opt.dtype" ? "float32" : k == "opt.window" ? "0" : "?";
+    // Runs saved before --dtype (--pos, --rope-*, --window) existed have that option's default.
+    const TrainOptions defaults;
+    const std::map<std::string, std::string> before = {{"opt.dtype", "float32"},
+                                                       {"opt.window", "0"},
+                                                       {"opt.pos", defaults.pos},
+                                                       {"opt.rope_base", exact(defaults.rope_base)},
+                                                       {"opt.rope_fraction", exact(defaults.rope_fraction)},
+                                                       {"opt.rope_layout", defaults.rope_layout}};
+    const std::string was = it != saved.end() ? it->second : before.count(k) ? before.at(k) : "?";
     if (was != v) differ.push_back(k.substr(4) + " " + was + " -> " + v);
   }
   if (!differ.empty())
@@ -467,6 +489,7 @@ void check_out_folder(const TrainOptions& o) {
 const std::vector<std::string> kRunDefiningFlags = {
     "--task", "--text", "--out", "--steps", "--batch", "--lr", "--warmup", "--weight-decay", "--clip", "--dtype",
     "--d-model", "--heads", "--kv-heads", "--layers", "--d-ff", "--dropout", "--context", "--digits",
+    "--pos", "--rope-base", "--rope-fraction", "--rope-layout",
     "--seed", "--eval-every", "--checkpoint-every", "--overwrite", "--window"};
 
 void validate_options(const TrainOptions& o) {
@@ -499,6 +522,23 @@ void validate_options(const TrainOptions& o) {
   count("--layers", o.layers, 1, 256);
   count("--d-ff", o.d_ff, 0, 65536);
   real("--dropout", o.dropout, 0.0, 1.0, false, true);
+  if (o.pos != "learned" && o.pos != "rope" && o.pos != "alibi" && o.pos != "none")
+    bad("--pos", o.pos, "must be learned, rope, alibi or none");
+  if (o.pos != "learned" && o.task == "reverse")
+    bad("--pos", o.pos, "the reverse task's encoder-decoder has learned position embeddings only (--pos learned)");
+  if (!(std::isfinite(o.rope_base) && o.rope_base > 1.0 && o.rope_base <= 1e12))
+    bad("--rope-base", exact(o.rope_base), "must be a number in (1, 1e12]");
+  real("--rope-fraction", o.rope_fraction, 0.0, 1.0, true, false);
+  if (o.rope_layout != "interleaved" && o.rope_layout != "half-split")
+    bad("--rope-layout", o.rope_layout, "must be interleaved or half-split");
+  if (o.pos == "rope") {
+    const std::size_t d_h = o.d_model / o.heads;
+    const auto r = static_cast<std::size_t>(std::floor(o.rope_fraction * static_cast<double>(d_h)));
+    if (r < 2)
+      bad("--rope-fraction", exact(o.rope_fraction),
+          "rotates floor(fraction * d_h) = " + std::to_string(r) + " features of a head of width d_h = " +
+              std::to_string(d_h) + " (--d-model / --heads); RoPE needs at least 2");
+  }
   count("--context", o.context, 2, 8192);
   count("--window", o.window, 0, 65536);
   if (o.task == "sort") {
@@ -792,6 +832,11 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   const dist::Shard shard = dist::shard_of(o.batch, comm.rank(), world);
   out << "xgrad train: task " << o.task << ", " << run.info.kind << " d_model " << o.d_model << ", heads " << o.heads
       << "/" << run.info.config.H_kv << " (q/kv), layers " << o.layers
+      << (o.pos == "learned" ? std::string()
+                             : ", positions " + o.pos +
+                                   (o.pos == "rope" ? " (" + o.rope_layout + ", fraction " + exact(o.rope_fraction) +
+                                                          ", base " + exact(o.rope_base) + ")"
+                                                    : std::string()))
       << (o.window ? ", window " + std::to_string(o.window) : "") << ", " << n_params << " parameters"
       << (o.dtype == "float32" ? "" : " (" + o.dtype + ")") << "; " << o.steps << " steps of batch " << o.batch
       << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out

@@ -37,6 +37,9 @@ struct TrainOptions {
   std::size_t d_model = 64, heads = 4, kv_heads = 0, layers = 2, d_ff = 0;
   std::size_t window = 0;  // sliding window of the causal self-attention (0: none)
   double dropout = 0.0;
+  std::string pos = "learned";  // learned | rope | alibi | none (GPT tasks: sort, charlm)
+  double rope_base = 10000.0, rope_fraction = 1.0;  // --pos rope
+  std::string rope_layout = "interleaved";           // interleaved | half-split
   std::size_t context = 64;  // charlm window
   std::size_t n_digits = 8;  // sort
   std::size_t min_len = 3, max_len = 8;  // reverse

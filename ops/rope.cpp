@@ -1,0 +1,125 @@
+// Rotary position embedding (see ops/rope.hpp for the definition). Per position p and pair k,
+// the angle theta = p * base^(-2k/r) is computed in double; the forward rotates (x_a, x_b)
+// by theta, the VJP rotates the cotangent (g_a, g_b) by -theta:
+//   x_bar_a =  g_a cos + g_b sin,   x_bar_b = -g_a sin + g_b cos
+#include <xgrad/ops/rope.hpp>
+
+#include <cmath>
+#include <memory>
+
+#include <xgrad/core/check.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/xt.hpp>
+
+namespace xg::ops {
+
+namespace {
+
+const char* kOp = "rope";
+
+// cos and sin of every (position, pair), [T, r/2] each.
+struct Angles {
+  std::size_t T = 0, half = 0;
+  std::vector<double> c, s;
+};
+
+std::shared_ptr<Angles> angles(const std::vector<std::int64_t>& pos, std::size_t r, double base) {
+  auto a = std::make_shared<Angles>();
+  a->T = pos.size();
+  a->half = r / 2;
+  a->c.resize(a->T * a->half);
+  a->s.resize(a->T * a->half);
+  for (std::size_t k = 0; k < a->half; ++k) {
+    const double inv_freq = std::pow(base, -2.0 * static_cast<double>(k) / static_cast<double>(r));
+    for (std::size_t t = 0; t < a->T; ++t) {
+      const double theta = static_cast<double>(pos[t]) * inv_freq;
+      a->c[t * a->half + k] = std::cos(theta);
+      a->s[t * a->half + k] = std::sin(theta);
+    }
+  }
+  return a;
+}
+
+// Rotates every row of `in` (rows of width d, row index mod T is the position) by sign * theta
+// into `out` (features >= r copied).
+template <class T>
+void rotate(const T* in, T* out, std::size_t rows, std::size_t d, std::size_t r, RopeLayout layout,
+            const Angles& a, double sign) {
+  const std::size_t half = r / 2;
+  for (std::size_t row = 0; row < rows; ++row) {
+    const T* x = in + row * d;
+    T* y = out + row * d;
+    const std::size_t t = row % a.T;
+    for (std::size_t k = 0; k < half; ++k) {
+      const std::size_t ia = layout == RopeLayout::interleaved ? 2 * k : k;
+      const std::size_t ib = layout == RopeLayout::interleaved ? 2 * k + 1 : k + half;
+      const T c = static_cast<T>(a.c[t * half + k]), s = static_cast<T>(sign * a.s[t * half + k]);
+      const T xa = x[ia], xb = x[ib];
+      y[ia] = xa * c - xb * s;
+      y[ib] = xa * s + xb * c;
+    }
+    for (std::size_t j = r; j < d; ++j) y[j] = x[j];
+  }
+}
+
+}  // namespace
+
+std::string rope_layout_name(RopeLayout layout) {
+  return layout == RopeLayout::interleaved ? "interleaved" : "half-split";
+}
+
+RopeLayout rope_layout_from_name(const std::string& name) {
+  if (name == "interleaved") return RopeLayout::interleaved;
+  if (name == "half-split") return RopeLayout::half_split;
+  throw ValueError(op_message(kOp, "unknown layout '" + name + "' (interleaved or half-split)"));
+}
+
+std::size_t rope_rotary_dims(const std::string& op, const RopeConfig& cfg, std::size_t d) {
+  if (!(std::isfinite(cfg.base) && cfg.base > 1.0))
+    throw ValueError(op_message(op, "RoPE base must be finite and > 1, got " + std::to_string(cfg.base)));
+  if (!(cfg.fraction > 0.0 && cfg.fraction <= 1.0))
+    throw ValueError(op_message(op, "RoPE fraction must be in (0, 1], got " + std::to_string(cfg.fraction)));
+  std::size_t r = static_cast<std::size_t>(std::floor(cfg.fraction * static_cast<double>(d)));
+  r -= r % 2;
+  if (r == 0)
+    throw ValueError(op_message(op, "RoPE rotates floor(fraction * d) rounded down to even = 0 features (fraction " +
+                                        std::to_string(cfg.fraction) + ", head width d = " + std::to_string(d) +
+                                        "); it needs at least 2"));
+  return r;
+}
+
+Tensor rope(const Tensor& x, const std::vector<std::int64_t>& positions, const RopeConfig& cfg) {
+  check::rank_at_least(kOp, "x", x, 2);
+  const Shape& shape = x.shape();
+  const std::size_t T = shape[shape.size() - 2], d = shape.back();
+  if (positions.size() != T)
+    throw ShapeError(op_message(kOp, "positions has " + std::to_string(positions.size()) + " entries, x of shape " +
+                                         shape_str(shape) + " has T = " + std::to_string(T) + " (axis -2)"));
+  for (std::size_t t = 0; t < T; ++t)
+    if (positions[t] < 0)
+      throw ValueError(op_message(kOp, "position " + std::to_string(t) + " is " + std::to_string(positions[t]) +
+                                           "; positions must be >= 0"));
+  const std::size_t r = rope_rotary_dims(kOp, cfg, d);
+  const RopeLayout layout = cfg.layout;
+  const std::size_t rows = T == 0 ? 0 : x.size() / d;
+  const auto a = angles(positions, r, cfg.base);
+  Array y = Array::empty(shape, x.dtype());
+  if (rows > 0)
+    detail::dispatch(x.dtype(), [&](auto t) {
+      using V = decltype(t);
+      rotate<V>(x.value().data<V>(), y.data<V>(), rows, d, r, layout, *a, 1.0);
+    });
+  return record(kOp, std::move(y), {x}, [a, rows, d, r, layout](const VjpContext& c) {
+    Cotangents cot(1);
+    Array g = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
+    if (rows > 0)
+      detail::dispatch(g.dtype(), [&](auto t) {
+        using V = decltype(t);
+        rotate<V>(c.grad_output.data<V>(), g.data<V>(), rows, d, r, layout, *a, -1.0);
+      });
+    cot[0] = g;
+    return cot;
+  });
+}
+
+}  // namespace xg::ops
