@@ -90,17 +90,20 @@ Sdpa sdpa(const Array& Q, const Array& K, const Array& V, const std::vector<unsi
 struct AllowedSets {
   /// (5.12) causal by absolute position: key j visible to query i iff k_pos[j] <= q_pos[i].
   bool causal = false;
-  /// Absolute positions of the T queries and S keys (causal and documents use them); empty
-  /// = bottom-right aligned, queries at S - T .. S - 1 and keys at 0 .. S - 1.
+  /// Absolute positions of the T queries and S keys (causal uses them); empty means bottom-right
+  /// aligned, queries at S - T to S - 1 and keys at 0 to S - 1. @{
   std::vector<std::int64_t> q_pos, k_pos;
-  /// SPEC 3.5 key padding: sample b has key_lengths[b] real keys (0 .. len - 1).
+  /// @}
+  /// SPEC 3.5 key padding: sample b has key_lengths[b] real keys (the first ones).
   std::vector<std::int64_t> key_lengths;
   /// SPEC 3.7 packed documents: query i sees key j only if q_doc[b, i] == k_doc[b, j]; T
-  /// entries (shared by the batch) or B T, and S or B S.
+  /// entries (shared by the batch) or B T, and S or B S. @{
   std::vector<std::int64_t> q_doc, k_doc;
+  /// @}
   /// SPEC 8 streaming source: key j visible to query i iff arrival[b, j] <= query_time[b, i];
-  /// S or B S entries, and T or B T.
+  /// S or B S entries, and T or B T. @{
   std::vector<std::int64_t> arrival, query_time;
+  /// @}
   /// A user mask given as data (nothing to derive): B H T S bytes, 1 = allowed.
   std::vector<unsigned char> mask;
 };
