@@ -49,12 +49,13 @@ void attention_case(GradcheckSuite& s, const std::string& prefix, const Attentio
 
 // Output and Q, K, V gradients of `attn` against the closed form, for one configuration.
 CheckResult compare_with_reference(CheckContext& ctx, const Tensor& O, const std::vector<Array>& grads,
-                                   const Tensor& Q, const Tensor& K, const Tensor& V, const nn::Visibility& vis,
-                                   const BoolArray& valid, const Array& G, const Array& drop, const std::string& what) {
-  const Shape full{Q.shape()[0], Q.shape()[1], Q.shape()[2], K.shape()[2]};
+                                   const Tensor& Q, const Tensor& K, const Tensor& V, const RefConfig& c,
+                                   const Array& G, const Array& drop, const std::string& what) {
   const auto f64 = [](const Array& a) { return a.astype(DType::float64); };
-  const auto ref = nn::reference::sdpa(f64(Q.value()), f64(K.value()), f64(V.value()), vis.expand_allowed("gradcheck", full),
-                                       valid, soft_part(vis, full), 1.0 / std::sqrt(double(Q.shape()[3])),
+  // The reference's allowed sets come from the definitions (c.allowed), not from c.vis.
+  const auto allowed = nn::reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S);
+  const auto ref = nn::reference::sdpa(f64(Q.value()), f64(K.value()), f64(V.value()), allowed,
+                                       c.valid, c.soft, 1.0 / std::sqrt(double(Q.shape()[3])),
                                        drop.defined() ? f64(drop) : drop, f64(G));
   Diff d = max_diff(f64(O.value()), ref.O, "O");
   d.merge(max_diff(f64(grads[0]), ref.Q_bar, "Q_bar"));
@@ -230,7 +231,7 @@ void register_attention_reference_checks(GradcheckSuite& s, const std::string& p
             const Tensor O = attn(Q, K, V, c.vis, o);
             const Array G = ctx.uniform(O.shape());
             const auto grads = grad(O, {Q, K, V}, G);
-            parts.push_back(compare_with_reference(ctx, O, grads, Q, K, V, c.vis, c.valid, G, Array(),
+            parts.push_back(compare_with_reference(ctx, O, grads, Q, K, V, c, G, Array(),
                                                    "case " + std::to_string(k) + ": " + c.text));
           }
           return CheckResult::combine(parts);
@@ -277,7 +278,7 @@ void register_attention_dropout_checks(GradcheckSuite& s) {
             const Array mask = r.dropout_mask.defined()
                                    ? r.dropout_mask
                                    : nn::attention_dropout_mask({d.B, d.H_q, d.T, d.S}, 0.3, r.dropout_seed, Q.dtype());
-            parts.push_back(compare_with_reference(ctx, r.output, grads, Q, K, V, c.vis, c.valid, G, mask,
+            parts.push_back(compare_with_reference(ctx, r.output, grads, Q, K, V, c, G, mask,
                                                    "case " + std::to_string(k) + ": " + c.text + ", dropout 0.3"));
           }
           return CheckResult::combine(parts);

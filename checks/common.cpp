@@ -83,24 +83,53 @@ RefConfig random_ref_config(Generator& g, bool self_attention) {
   if (g.uniform() < 0.4)
     for (auto& v : valid) v = g.uniform() < 0.7;
   const std::size_t kind = g.below(5);
+  // Each case sets the Visibility (library side) and the same constraints as definitions for
+  // the closed-form reference (c.allowed, c.soft): the reference never reads the Visibility.
   switch (kind) {
     case 0: c.vis = nn::Visibility::all(); c.text = "no mask"; break;
-    case 1: c.vis = nn::Visibility::causal(d.T, d.S); c.text = "causal"; break;
-    case 2:
-      c.vis = nn::Visibility::causal(d.T, d.S) & nn::Visibility::allowed(random_allowed(full, g, 0.6));
+    case 1:
+      c.vis = nn::Visibility::causal(d.T, d.S);
+      c.allowed.causal = true;
+      c.text = "causal";
+      break;
+    case 2: {
+      const BoolArray m = random_allowed(full, g, 0.6);
+      c.vis = nn::Visibility::causal(d.T, d.S) & nn::Visibility::allowed(m);
+      c.allowed.causal = true;
+      c.allowed.mask = m.data;
       c.text = "causal & random";
       break;
-    case 3: c.vis = nn::Visibility::allowed(random_allowed(full, g, 0.5)); c.text = "random per-head"; break;
+    }
+    case 3: {
+      const BoolArray m = random_allowed(full, g, 0.5);
+      c.vis = nn::Visibility::allowed(m);
+      c.allowed.mask = m.data;
+      c.text = "random per-head";
+      break;
+    }
     default: {
       Array bias = Array::empty({d.B, 1, d.T, d.S}, DType::float64);
       for (std::size_t i = 0; i < bias.size(); ++i)
         bias.set_flat(i, g.uniform() < 0.3 ? -std::numeric_limits<double>::infinity() : g.uniform() - 0.5);
       c.vis = nn::Visibility::additive(bias);
+      // (5.11): -inf = forbidden, finite = allowed with that soft bias; one bias for every head.
+      c.soft = Array::zeros(full, DType::float64);
+      c.allowed.mask.assign(numel(full), 1);
+      for (std::size_t b = 0; b < d.B; ++b)
+        for (std::size_t h = 0; h < d.H_q; ++h)
+          for (std::size_t k = 0; k < d.T * d.S; ++k) {
+            const double v = bias.flat(b * d.T * d.S + k);
+            const std::size_t o = (b * d.H_q + h) * d.T * d.S + k;
+            if (std::isinf(v))
+              c.allowed.mask[o] = 0;
+            else
+              c.soft.set_flat(o, v);
+          }
       c.text = "soft bias";
     }
   }
   // A valid query with an empty allowed set is a VisibilityError by design: declare it invalid.
-  const auto allowed = c.vis.expand_allowed("gradcheck", full);
+  const auto allowed = nn::reference::allowed_sets(c.allowed, d.B, d.H_q, d.T, d.S);
   for (std::size_t b = 0; b < d.B; ++b)
     for (std::size_t h = 0; h < d.H_q; ++h)
       for (std::size_t i = 0; i < d.T; ++i) {

@@ -54,7 +54,9 @@ struct Dims {
 // query keeps at least one allowed key.
 struct RefConfig {
   Dims d;
-  nn::Visibility vis;
+  nn::Visibility vis;                // the library side
+  nn::reference::AllowedSets allowed;  // the same constraints as definitions, for the reference
+  Array soft;                        // [B, H_q, T, S] soft bias for the reference, or undefined
   BoolArray valid;  // [B, T] or empty
   std::string text;
 };

@@ -71,9 +71,9 @@ CheckResult mha_reference(CheckContext& ctx) {
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {X, m.W_QKV, m.W_O, m.b_QKV, m.b_O}, Y_bar);
     const nn::reference::Layer p = reference_layer(m);
-    const Shape full{c.d.B, c.d.H_q, c.d.T, c.d.S};
-    const auto ref = nn::reference::layer(p, f64(X.value()), f64(X.value()), c.vis.expand_allowed("gradcheck", full),
-                                          c.valid, soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), Array(),
+    const auto ref = nn::reference::layer(p, f64(X.value()), f64(X.value()), 
+                                          nn::reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
+                                          c.valid, c.soft, 1.0 / std::sqrt(double(d_h)), Array(),
                                           f64(Y_bar));
     Diff d = max_diff(f64(Y.value()), ref.Y, "Y");
     d.merge(max_diff(f64(tape[0]), (Tensor(ref.X_q_bar) + Tensor(ref.X_m_bar)).value(), "X_bar"));  // (5.31)
@@ -113,9 +113,9 @@ CheckResult cross_reference(CheckContext& ctx) {
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {Xq, Xm, m.W_Q, m.W_KV, m.W_O, m.b_Q, m.b_KV, m.b_O}, Y_bar);
     const nn::reference::Layer p = reference_layer(m);
-    const Shape full{c.d.B, c.d.H_q, c.d.T, c.d.S};
-    const auto ref = nn::reference::layer(p, f64(Xq.value()), f64(Xm.value()), c.vis.expand_allowed("gradcheck", full),
-                                          c.valid, soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)), Array(),
+    const auto ref = nn::reference::layer(p, f64(Xq.value()), f64(Xm.value()), 
+                                          nn::reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
+                                          c.valid, c.soft, 1.0 / std::sqrt(double(d_h)), Array(),
                                           f64(Y_bar));
     Diff d = max_diff(f64(Y.value()), ref.Y, "Y");
     d.merge(max_diff(f64(tape[0]), ref.X_q_bar, "X_q_bar"));

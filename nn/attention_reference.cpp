@@ -136,6 +136,53 @@ Head make_head(const Mat& Q, const Mat& K, const Mat& V, std::size_t b, std::siz
 
 }  // namespace
 
+std::vector<unsigned char> allowed_sets(const AllowedSets& a, std::size_t B, std::size_t H, std::size_t T,
+                                        std::size_t S) {
+  auto fits = [](const std::vector<std::int64_t>& v, std::size_t n, std::size_t Bn, const char* name) {
+    if (!v.empty() && v.size() != n && v.size() != Bn * n)
+      throw ShapeError("[reference] allowed_sets: " + std::string(name) + " has " + std::to_string(v.size()) +
+                       " entries, expected " + std::to_string(n) + " or " + std::to_string(Bn * n));
+  };
+  fits(a.q_pos, T, 1, "q_pos");
+  fits(a.k_pos, S, 1, "k_pos");
+  fits(a.key_lengths, B, 1, "key_lengths");
+  fits(a.q_doc, T, B, "q_doc");
+  fits(a.k_doc, S, B, "k_doc");
+  fits(a.arrival, S, B, "arrival");
+  fits(a.query_time, T, B, "query_time");
+  if (a.q_doc.empty() != a.k_doc.empty())
+    throw ShapeError("[reference] allowed_sets: q_doc and k_doc must be given together");
+  if (a.arrival.empty() != a.query_time.empty())
+    throw ShapeError("[reference] allowed_sets: arrival and query_time must be given together");
+  if (!a.mask.empty() && a.mask.size() != B * H * T * S)
+    throw ShapeError("[reference] allowed_sets: mask has " + std::to_string(a.mask.size()) + " entries, expected " +
+                     std::to_string(B * H * T * S));
+  // Element b of a per-sample or shared list of n entries.
+  auto at = [](const std::vector<std::int64_t>& v, std::size_t n, std::size_t b, std::size_t k) {
+    return v.size() == n ? v[k] : v[b * n + k];
+  };
+  auto qpos = [&](std::size_t i) {
+    return a.q_pos.empty() ? static_cast<std::int64_t>(S) - static_cast<std::int64_t>(T) + static_cast<std::int64_t>(i)
+                           : a.q_pos[i];
+  };
+  auto kpos = [&](std::size_t j) { return a.k_pos.empty() ? static_cast<std::int64_t>(j) : a.k_pos[j]; };
+  std::vector<unsigned char> out(B * H * T * S);
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < T; ++i)
+        for (std::size_t j = 0; j < S; ++j) {
+          bool ok = true;
+          if (a.causal) ok = ok && kpos(j) <= qpos(i);                                               // (5.12)
+          if (!a.key_lengths.empty()) ok = ok && static_cast<std::int64_t>(j) < a.key_lengths[b];    // SPEC 3.5
+          if (!a.q_doc.empty()) ok = ok && at(a.q_doc, T, b, i) == at(a.k_doc, S, b, j);             // SPEC 3.7
+          if (!a.arrival.empty()) ok = ok && at(a.arrival, S, b, j) <= at(a.query_time, T, b, i);    // SPEC 8
+          const std::size_t k = ((b * H + h) * T + i) * S + j;
+          if (!a.mask.empty()) ok = ok && a.mask[k] != 0;
+          out[k] = ok;
+        }
+  return out;
+}
+
 Sdpa sdpa(const Array& Q, const Array& K, const Array& V, const std::vector<unsigned char>& allowed,
           const BoolArray& query_valid, const Array& soft, double scale, const Array& drop, const Array& G) {
   const HeadPlan p{Q.shape()[0], Q.shape()[1], K.shape()[1], Q.shape()[2], K.shape()[2]};

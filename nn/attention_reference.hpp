@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include <xgrad/core/array.hpp>
@@ -80,6 +81,36 @@ struct Sdpa {
 /// heads.
 Sdpa sdpa(const Array& Q, const Array& K, const Array& V, const std::vector<unsigned char>& allowed,
           const BoolArray& query_valid, const Array& soft, double scale, const Array& drop, const Array& G);
+
+/// The allowed sets J_i described by their definitions (SPEC 3, (5.12), SPEC 8), evaluated by
+/// allowed_sets() in plain loops, never through nn::Visibility: tests build the Visibility
+/// from the same description and compare, so a mask bug cannot hide on both sides. Every
+/// field left empty (or false) imposes nothing; the allowed set is the intersection of the
+/// constraints given (SPEC 3.4).
+struct AllowedSets {
+  /// (5.12) causal by absolute position: key j visible to query i iff k_pos[j] <= q_pos[i].
+  bool causal = false;
+  /// Absolute positions of the T queries and S keys (causal uses them); empty means bottom-right
+  /// aligned, queries at S - T to S - 1 and keys at 0 to S - 1. @{
+  std::vector<std::int64_t> q_pos, k_pos;
+  /// @}
+  /// SPEC 3.5 key padding: sample b has key_lengths[b] real keys (the first ones).
+  std::vector<std::int64_t> key_lengths;
+  /// SPEC 3.7 packed documents: query i sees key j only if q_doc[b, i] == k_doc[b, j]; T
+  /// entries (shared by the batch) or B T, and S or B S. @{
+  std::vector<std::int64_t> q_doc, k_doc;
+  /// @}
+  /// SPEC 8 streaming source: key j visible to query i iff arrival[b, j] <= query_time[b, i];
+  /// S or B S entries, and T or B T. @{
+  std::vector<std::int64_t> arrival, query_time;
+  /// @}
+  /// A user mask given as data (nothing to derive): B H T S bytes, 1 = allowed.
+  std::vector<unsigned char> mask;
+};
+/// The allowed sets [B, H, T, S] (0/1 bytes) of `a` from the definitions. Field sizes that do
+/// not fit B, H, T, S are a ShapeError naming the field.
+std::vector<unsigned char> allowed_sets(const AllowedSets& a, std::size_t B, std::size_t H, std::size_t T,
+                                        std::size_t S);
 
 /// A full attention layer (5.18)-(5.23), (5.29)-(5.31): separate W_Q, W_K, W_V (in x out),
 /// optional biases (undefined = none), W_O, b_O. Self-attention passes the same X as X_q and

@@ -18,7 +18,7 @@ namespace vis_detail {
 // One rule of a Visibility. shape is rank 4 and broadcasts against [B, H, T, S]; a "row" is
 // one (b, h, i) of that shape (axes of size 1 are shared by every b, h or i).
 struct VisRule {
-  enum class Kind { dense, soft, causal, documents, window, alibi } kind = Kind::dense;
+  enum class Kind { dense, soft, causal, documents, window, alibi, available } kind = Kind::dense;
   Shape shape;  // [r0, r1, r2, r3]
 
   // dense: allowed bytes in `shape`; per row the first and last+1 allowed key and whether
@@ -47,6 +47,10 @@ struct VisRule {
   }
   // alibi (soft, shape [1, H, T, S]): adds -slopes[h] * |q_pos[i] - k_pos[j]|; hides nothing.
   std::vector<double> slopes;
+  // available (SPEC 8, streaming sources): arrival times [r0, S] and query times [r0, T];
+  // key j visible to query i of sample b iff arrival[b, j] <= query_time[b, i]. Per (b, i):
+  // the bounding key range (row_lo, row_hi) and whether every key in it is visible.
+  std::vector<std::int64_t> arrival, query_time;
 
   std::size_t row_of(std::size_t b, std::size_t h, std::size_t i) const {
     const std::size_t rb = shape[0] == 1 ? 0 : b, rh = shape[1] == 1 ? 0 : h, ri = shape[2] == 1 ? 0 : i;
@@ -62,7 +66,8 @@ struct VisRule {
       case Kind::alibi:
         return true;
       case Kind::dense:
-      case Kind::documents: {
+      case Kind::documents:
+      case Kind::available: {
         const std::size_t r = row_of(b, h, i);
         lo = std::max(lo, row_lo[r]);
         hi = std::min(hi, row_hi[r]);
@@ -151,6 +156,14 @@ struct VisRule {
           const std::int64_t dist = q >= k_pos[j] ? q - k_pos[j] : k_pos[j] - q;
           row[j - lo] += static_cast<T>(-m * static_cast<double>(dist));
         }
+        return;
+      }
+      case Kind::available: {
+        const std::size_t rb = shape[0] == 1 ? 0 : b;
+        const std::int64_t t = query_time[rb * shape[2] + i];
+        const std::int64_t* a = arrival.data() + rb * shape[3];
+        for (std::size_t j = lo; j < hi; ++j)
+          if (a[j] > t) row[j - lo] = ninf;
         return;
       }
     }
@@ -492,6 +505,73 @@ std::vector<double> alibi_slopes(std::size_t H) {
   const std::vector<double> extra = pow2_slopes(2 * n);
   for (std::size_t k = 0; s.size() < H; k += 2) s.push_back(extra[k]);
   return s;
+}
+
+// ---- available (SPEC 8): streaming sources
+Visibility Visibility::available(const IndexArray& arrival, const IndexArray& query_time) {
+  const std::string op = "available(arrival, query_time)";
+  const Shape &as = arrival.shape, &ts = query_time.shape;
+  if (as.size() != 1 && as.size() != 2)
+    throw ShapeError(op_message(kOp, op + ": arrival must be [S] or [B, S], has shape " + shape_str(as)));
+  if (ts.size() != 1 && ts.size() != 2)
+    throw ShapeError(op_message(kOp, op + ": query_time must be [T] or [B, T], has shape " + shape_str(ts)));
+  const std::size_t S = as.back(), T = ts.back();
+  const std::size_t Ba = as.size() == 2 ? as[0] : 1, Bt = ts.size() == 2 ? ts[0] : 1;
+  if (as.size() == 2 && ts.size() == 2 && Ba != Bt)
+    throw ShapeError(op_message(kOp, op + ": arrival " + shape_str(as) + " and query_time " + shape_str(ts) +
+                                         " have different batch sizes"));
+  for (std::size_t k = 0; k < arrival.size(); ++k)
+    if (arrival.data[k] < 0)
+      throw ValueError(op_message(kOp, op + ": arrival times must be >= 0, got " + std::to_string(arrival.data[k]) +
+                                           " at index (" + index_list(unravel_index(k, as)) + ")"));
+  for (std::size_t k = 0; k < query_time.size(); ++k)
+    if (query_time.data[k] < 0)
+      throw ValueError(op_message(kOp, op + ": query times must be >= 0, got " + std::to_string(query_time.data[k]) +
+                                           " at index (" + index_list(unravel_index(k, ts)) + ")"));
+  const std::size_t B = std::max(Ba, Bt);
+  auto r = std::make_shared<VisRule>();
+  r->kind = VisRule::Kind::available;
+  r->shape = {B, 1, T, S};
+  r->arrival.resize(B * S);
+  r->query_time.resize(B * T);
+  for (std::size_t b = 0; b < B; ++b) {
+    std::copy_n(arrival.data.begin() + static_cast<std::ptrdiff_t>((Ba == 1 ? 0 : b) * S), S, r->arrival.begin() + b * S);
+    std::copy_n(query_time.data.begin() + static_cast<std::ptrdiff_t>((Bt == 1 ? 0 : b) * T), T,
+                r->query_time.begin() + b * T);
+  }
+  // Per row the bounding range of the visible keys; with arrival times ascending in the
+  // source position (the usual stream) the visible keys are a prefix, found by binary search.
+  r->row_lo.assign(B * T, 0);
+  r->row_hi.assign(B * T, 0);
+  r->row_exact.assign(B * T, 1);
+  for (std::size_t b = 0; b < B; ++b) {
+    const auto first = r->arrival.begin() + static_cast<std::ptrdiff_t>(b * S);
+    const bool sorted = std::is_sorted(first, first + static_cast<std::ptrdiff_t>(S));
+    for (std::size_t i = 0; i < T; ++i) {
+      const std::size_t row = b * T + i;
+      const std::int64_t t = r->query_time[row];
+      std::size_t lo = S, hi = 0, count = 0;
+      if (sorted) {
+        count = static_cast<std::size_t>(std::upper_bound(first, first + static_cast<std::ptrdiff_t>(S), t) - first);
+        if (count > 0) {
+          lo = 0;
+          hi = count;
+        }
+      } else {
+        for (std::size_t j = 0; j < S; ++j)
+          if (r->arrival[b * S + j] <= t) {
+            lo = std::min(lo, j);
+            hi = j + 1;
+            ++count;
+          }
+      }
+      if (count == 0) continue;
+      r->row_lo[row] = lo;
+      r->row_hi[row] = hi;
+      r->row_exact[row] = count == hi - lo;
+    }
+  }
+  return Visibility(r);
 }
 
 Visibility Visibility::operator&(const Visibility& o) const {

@@ -93,6 +93,17 @@ class Visibility {
   static Visibility alibi(const std::vector<double>& slopes, const std::vector<Position>& q_pos,
                           const std::vector<Position>& k_pos);
 
+  /// Streaming source (SPEC 8): which source positions exist yet. `arrival`[b, j] is the time
+  /// step at which source position j of sample b becomes available, `query_time`[b, i] the
+  /// time step at which query i of sample b is computed; query i sees key j iff
+  /// arrival[b, j] <= query_time[b, i] (a position that arrives at the query's own step is
+  /// visible). arrival is [S] or [B, S], query_time [T] or [B, T] (batch sizes equal when both
+  /// have one); times are >= 0 (ValueError), other shapes are a ShapeError, both naming
+  /// available(arrival, query_time). Shape [B, 1, T, S]; intersect it with padding and other
+  /// rules by operator&. A valid query with no source position yet is an empty row (SPEC 3.8):
+  /// mark it invalid.
+  static Visibility available(const IndexArray& arrival, const IndexArray& query_time);
+
   /// Intersection of the allowed sets of this and `other` (SPEC 3.4); soft biases add. The
   /// shapes must broadcast (ShapeError).
   Visibility operator&(const Visibility& other) const;

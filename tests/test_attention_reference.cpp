@@ -1,7 +1,12 @@
 // The spec's hand-derived backward (SPEC 9, (5.24)-(5.31); nn/attention_reference.cpp, no
 // tape) against the tape's gradients of the attention core and layers, on randomised
-// configurations: masks (random per head, causal with offsets, documents, soft biases), GQA
-// and MQA, cross attention, invalid rows, dropout. float64, agreement to 1e-10.
+// configurations: masks (random per head, causal with offsets, documents, key lengths,
+// streaming availability, soft biases), GQA and MQA, cross attention, invalid rows, dropout.
+// float64, agreement to 1e-10. The reference's allowed sets come from the definitions
+// (reference::allowed_sets: positions, lengths, document ids, arrival times), not from the
+// Visibility the library uses; dense masks and additive biases are data given to both sides.
+#include <cmath>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 
@@ -19,14 +24,25 @@ constexpr double kTol = 1e-10;
 
 struct Config {
   std::size_t B, H_q, H_kv, T, S, d_k, d_v;
-  Visibility vis;
+  Visibility vis;                   // the library side, built by the named constructors
+  reference::AllowedSets allowed;   // the reference side: the same constraints as definitions
+  Array soft;                       // [B, H_q, T, S] soft bias for the reference, or undefined
   BoolArray valid;  // [B, T] or empty
   double dropout = 0.0;
   std::string text;
 };
 
-// A random configuration. Every valid query keeps at least one allowed key; some invalid
-// queries get an empty allowed set on purpose (the left-padded case of SPEC 3.8).
+std::vector<std::int64_t> random_ids(Generator& g, std::size_t n, std::size_t range) {
+  std::vector<std::int64_t> v(n);
+  for (auto& x : v) x = static_cast<std::int64_t>(g.below(range));
+  return v;
+}
+
+// A random configuration. The allowed sets of the reference come from the definitions
+// (positions, lengths, document ids, arrival times; nn::reference::allowed_sets), never from
+// the Visibility, so a mask bug cannot hide on both sides; dense user masks and additive
+// biases are data and go to both sides as given. A valid query whose allowed set is empty is
+// declared invalid (a VisibilityError by design otherwise; the left-padded case of SPEC 3.8).
 Config random_config(Generator& g, bool self_lengths = false) {
   Config c;
   c.B = 1 + g.below(2);
@@ -36,50 +52,88 @@ Config random_config(Generator& g, bool self_lengths = false) {
   c.S = self_lengths ? c.T : c.T + g.below(3);
   c.d_k = 1 + g.below(4);
   c.d_v = 1 + g.below(4);
-  const std::size_t kind = g.below(5);
+  const std::size_t kind = g.below(7);
   const Shape full{c.B, c.H_q, c.T, c.S};
   BoolArray m = BoolArray::filled(full, false);
   for (auto& v : m.data) v = g.uniform() < 0.6;
   std::vector<unsigned char> valid(c.B * c.T, 1);
   if (g.uniform() < 0.5)
     for (auto& v : valid) v = g.uniform() < 0.7;
+  std::vector<std::int64_t> lengths(c.B);
+  for (auto& l : lengths) l = static_cast<std::int64_t>(1 + g.below(c.S));
   switch (kind) {
     case 0: c.vis = Visibility::all(); c.text = "no mask"; break;
-    case 1: c.vis = Visibility::causal(c.T, c.S); c.text = "causal, bottom-right"; break;
-    case 2: c.vis = Visibility::causal(c.T, c.S) & Visibility::allowed(m); c.text = "causal & random per-head"; break;
-    case 3: c.vis = Visibility::allowed(m); c.text = "random per-head"; break;
-    default: {
+    case 1:
+      c.vis = Visibility::causal(c.T, c.S);
+      c.allowed.causal = true;
+      c.text = "causal, bottom-right";
+      break;
+    case 2:
+      c.vis = Visibility::causal(c.T, c.S) & Visibility::allowed(m);
+      c.allowed.causal = true;
+      c.allowed.mask = m.data;
+      c.text = "causal & random per-head";
+      break;
+    case 3: c.vis = Visibility::allowed(m); c.allowed.mask = m.data; c.text = "random per-head"; break;
+    case 4: {
       Array bias = Array::empty({c.B, 1, c.T, c.S}, DType::float64);
       for (std::size_t i = 0; i < bias.size(); ++i)
         bias.set_flat(i, g.uniform() < 0.3 ? -std::numeric_limits<double>::infinity() : g.uniform() - 0.5);
       c.vis = Visibility::additive(bias);
+      // (5.11): -inf = forbidden, finite = allowed with that bias; broadcast over the heads here.
+      c.soft = Array::zeros(full, DType::float64);
+      c.allowed.mask.assign(c.B * c.H_q * c.T * c.S, 1);
+      for (std::size_t b = 0; b < c.B; ++b)
+        for (std::size_t h = 0; h < c.H_q; ++h)
+          for (std::size_t k = 0; k < c.T * c.S; ++k) {
+            const double v = bias.flat(b * c.T * c.S + k);
+            const std::size_t o = (b * c.H_q + h) * c.T * c.S + k;
+            if (std::isinf(v))
+              c.allowed.mask[o] = 0;
+            else
+              c.soft.set_flat(o, v);
+          }
       c.text = "soft additive bias";
+      break;
+    }
+    case 5: {  // packed documents, general form (T != S, absolute positions), and key padding
+      const auto q_doc = random_ids(g, c.B * c.T, 2), k_doc = random_ids(g, c.B * c.S, 2);
+      std::vector<std::int64_t> q_pos(c.T), k_pos(c.S);
+      for (std::size_t j = 0; j < c.S; ++j) k_pos[j] = static_cast<std::int64_t>(j);
+      for (std::size_t i = 0; i < c.T; ++i) q_pos[i] = static_cast<std::int64_t>(c.S - c.T + i);
+      const bool causal = g.uniform() < 0.5;
+      c.vis = Visibility::documents(IndexArray({c.B, c.T}, q_doc), IndexArray({c.B, c.S}, k_doc), q_pos, k_pos,
+                                    causal) &
+              Visibility::key_lengths(lengths, static_cast<Position>(c.S));
+      c.allowed.causal = causal;
+      c.allowed.q_doc = q_doc;
+      c.allowed.k_doc = k_doc;
+      c.allowed.q_pos = q_pos;
+      c.allowed.k_pos = k_pos;
+      c.allowed.key_lengths = lengths;
+      c.text = causal ? "documents (causal) & key lengths" : "documents (bidirectional) & key lengths";
+      break;
+    }
+    default: {  // streaming source (SPEC 8) & causal & key padding
+      const auto arrival = random_ids(g, c.B * c.S, 4), time = random_ids(g, c.B * c.T, 4);
+      c.vis = Visibility::available(IndexArray({c.B, c.S}, arrival), IndexArray({c.B, c.T}, time)) &
+              Visibility::causal(c.T, c.S) & Visibility::key_lengths(lengths, static_cast<Position>(c.S));
+      c.allowed.arrival = arrival;
+      c.allowed.query_time = time;
+      c.allowed.causal = true;
+      c.allowed.key_lengths = lengths;
+      c.text = "available & causal & key lengths";
     }
   }
-  // Repair: a valid query with an empty allowed set is a VisibilityError by design.
-  const auto allowed = c.vis.expand_allowed("test", full);
-  BoolArray extra = BoolArray::filled(full, false);
-  bool repaired = false;
+  const auto allowed = reference::allowed_sets(c.allowed, c.B, c.H_q, c.T, c.S);
   for (std::size_t b = 0; b < c.B; ++b)
     for (std::size_t h = 0; h < c.H_q; ++h)
       for (std::size_t i = 0; i < c.T; ++i) {
         const std::size_t row = ((b * c.H_q + h) * c.T + i) * c.S;
         bool any = false;
         for (std::size_t j = 0; j < c.S; ++j) any = any || allowed[row + j];
-        if (!any && valid[b * c.T + i]) {
-          if (kind == 4) {
-            valid[b * c.T + i] = 0;  // no way to add a key to an additive bias: make it invalid
-          } else {
-            extra.data[row] = 1;  // key 0 is visible under any causal offset
-            repaired = true;
-          }
-        }
+        if (!any) valid[b * c.T + i] = 0;
       }
-  if (repaired) {
-    const auto a = c.vis.expand_allowed("test", full);
-    for (std::size_t k = 0; k < a.size(); ++k) extra.data[k] = extra.data[k] || a[k];
-    c.vis = Visibility::allowed(extra);
-  }
   bool any_invalid = false;
   for (auto v : valid) any_invalid = any_invalid || !v;
   if (any_invalid) c.valid = BoolArray({c.B, c.T}, valid);
@@ -112,8 +166,10 @@ TEST_CASE("attention reference: closed-form (5.24)-(5.28) equals the tape on ran
     const auto tape = grad(r.output, {Q, K, V}, G);
 
     const Shape full{c.B, c.H_q, c.T, c.S};
-    const auto ref = reference::sdpa(Q.value(), K.value(), V.value(), c.vis.expand_allowed("test", full), c.valid,
-                                     checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(c.d_k)), r.dropout_mask, G);
+    const auto ref = reference::sdpa(Q.value(), K.value(), V.value(), reference::allowed_sets(c.allowed, c.B, c.H_q, c.T, c.S), c.valid,
+                                     c.soft, 1.0 / std::sqrt(double(c.d_k)), r.dropout_mask, G);
+    // The library's allowed sets (from the Visibility) equal the definitions.
+    CHECK(c.vis.expand_allowed("test", full) == reference::allowed_sets(c.allowed, c.B, c.H_q, c.T, c.S));
     CHECK(max_abs_diff(r.output.value(), ref.O) < kTol);
     CHECK(max_abs_diff(r.weights.value(), ref.A) < kTol);
     CHECK(max_abs_diff(tape[0], ref.Q_bar) < kTol);
@@ -157,8 +213,8 @@ TEST_CASE("attention reference: self-attention layer, three summed input paths (
 
     const reference::Layer p = checks::reference_layer(mha);
     const Shape full{c.B, c.H_q, c.T, c.S};
-    const auto ref = reference::layer(p, X.value(), X.value(), c.vis.expand_allowed("test", full), c.valid,
-                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)),
+    const auto ref = reference::layer(p, X.value(), X.value(), reference::allowed_sets(c.allowed, c.B, c.H_q, c.T, c.S), c.valid,
+                                      c.soft, 1.0 / std::sqrt(double(d_h)),
                                       out.dropout_mask.defined() ? out.dropout_mask
                                                                  : attention_dropout_mask(full, c.dropout, out.dropout_seed, DType::float64),
                                       Y_bar);
@@ -205,8 +261,8 @@ TEST_CASE("attention reference: cross-attention layer, d_q != d_m, packed W_KV (
 
     const reference::Layer p = checks::reference_layer(xa);
     const Shape full{c.B, c.H_q, c.T, c.S};
-    const auto ref = reference::layer(p, Xq.value(), Xm.value(), c.vis.expand_allowed("test", full), c.valid,
-                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d_h)),
+    const auto ref = reference::layer(p, Xq.value(), Xm.value(), reference::allowed_sets(c.allowed, c.B, c.H_q, c.T, c.S), c.valid,
+                                      c.soft, 1.0 / std::sqrt(double(d_h)),
                                       out.dropout_mask.defined() ? out.dropout_mask
                                                                  : attention_dropout_mask(full, c.dropout, out.dropout_seed, DType::float64),
                                       Y_bar);
