@@ -8,7 +8,8 @@ Trains a tiny 4-head sort model for a few steps, converts it to 2 and 1 key/valu
 RESULT), checks the errors (G that does not divide H_kv names H_q and G; OUT = IN; an existing
 OUT without --overwrite), generates and inspects with the converted checkpoints, and uptrains
 one of them a few steps with --init-from (its accuracy before training is the converted
-model's, the run keeps H_kv 2, conflicting architecture flags are refused).
+model's, the run keeps H_kv 2, its held-out cross-entropy falls below the converted model's,
+conflicting architecture flags are refused).
 """
 import json
 import os
@@ -105,6 +106,15 @@ def main():
     if "heads 4/2 (q/kv)" not in up.stdout:
         fail(f"--init-from: not the converted configuration: {up.stdout}")
     result(up.stdout)
+    # Uptraining recovers: the uptrained model's held-out cross-entropy (reported as the
+    # "original" of a G = H_kv conversion, which copies the model: logits identical) is below
+    # the converted model's.
+    same = json.loads(run(xgrad, ["convert", "--kv-heads", "2", p("up", "model.safetensors"), p("same.safetensors"),
+                                  "--json", "-"]).stdout)
+    if same["logits"]["max_abs_delta"] != 0 or same["logits"]["kl"] != 0:
+        fail(f"G = H_kv is not the identity: {same['logits']}")
+    if not same["original"]["cross_entropy"] < reports[2]["converted"]["cross_entropy"]:
+        fail(f"uptraining did not lower the held-out cross-entropy: {same['original']} vs {reports[2]['converted']}")
     e = run(xgrad, ["train", "--init-from", p("g2.safetensors"), "--heads", "2", "--out", p("up2")], want=2)
     if "--heads 2 conflicts with --init-from" not in e.stderr:
         fail(f"--init-from with --heads: {e.stderr!r}")
