@@ -1,5 +1,5 @@
 /// \file
-/// Checkpoint conversion from multi-head to grouped-query attention (SPEC 11): the key and
+/// Checkpoint conversion from multi-head to grouped-query attention: the key and
 /// value heads of each group are mean-pooled (Ainslie et al. 2023, GQA uptraining). With
 /// H_kv old key/value heads and G new ones, r = H_kv / G and old head h joins group
 /// g(h) = floor(h / r); the new head g is the mean of the old heads of its group, for the
