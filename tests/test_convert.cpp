@@ -168,7 +168,7 @@ TEST_CASE("convert: bad G is a ValueError naming H_q, H_kv and G", "[convert]") 
   REQUIRE_THROWS_AS(nn::pool_kv_columns(Array::zeros({3, 23}, DType::float64), 8, 4, 2, 2), ValueError);
 }
 
-TEST_CASE("convert: whole models, every attention layer; a GQA model converted to G = H_kv is identical",
+TEST_CASE("convert: whole models, every attention layer, and a GQA model converted to G = H_kv is identical",
           "[convert]") {
   Generator gen(3);
   nn::TransformerConfig c;
