@@ -32,6 +32,7 @@
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/nn/layers.hpp>
 #include <xgrad/nn/transformer.hpp>
+#include <xgrad/nn/convert.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/nn/npy.hpp>

@@ -57,6 +57,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--text", o->text, "charlm: the text file to learn")->capture_default_str();
   cmd->add_option("--out", o->out, "output directory")->capture_default_str();
   cmd->add_option("--resume", o->resume, "continue the run saved in this output directory");
+  cmd->add_option("--init-from", o->init_from,
+                  "a new run starting from this model.safetensors (e.g. from xgrad convert): its model options and weights")
+      ->check(non_empty_path());
   cmd->add_option("--steps", o->steps, "training steps (0: task default)")->capture_default_str()
       ->check(integer());
   cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str()
@@ -134,6 +137,8 @@ void add_train(CLI::App& app) {
                                                       "--dist-check-every, --dist-overlap, --dist-bucket-kib)"));
     }
     if (o->resume.empty()) {
+      if (!o->init_from.empty())
+        train::apply_init_from(*o, [cmd](const std::string& flag) { return cmd->count(flag) > 0; });
       // Flags that only one task reads would be ignored by the others: refuse them.
       auto only_for = [&](const std::string& flag, const std::string& task) {
         if (cmd->count(flag) > 0 && o->task != task)

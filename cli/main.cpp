@@ -17,7 +17,7 @@
 
 namespace {
 
-const char* const kCommands[] = {"demo", "gradcheck", "train", "generate", "inspect", "visibility"};
+const char* const kCommands[] = {"demo", "gradcheck", "train", "generate", "inspect", "visibility", "convert"};
 
 // One line: newlines inside a message (rare, from libraries) become spaces.
 int fail(int code, const std::string& message) {
@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     xg::cli::add_generate(app);
     xg::cli::add_inspect(app);
     xg::cli::add_visibility(app);
+    xg::cli::add_convert(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
       if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
-                           "' (commands: demo, gradcheck, train, generate, inspect, visibility; see 'xgrad --help')");
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert; see 'xgrad --help')");
       return fail(2, std::string(e.what()) + help);
     }
   } catch (const xg::UsageError& e) {

@@ -57,7 +57,7 @@ std::string exact(double v) {
 
 // The options that define a run, saved with its state so --resume continues the same run.
 nn::safetensors::Metadata options_metadata(const TrainOptions& o) {
-  return {{"opt.task", o.task},
+  nn::safetensors::Metadata m = {{"opt.task", o.task},
           {"opt.text", o.text},
           {"opt.steps", std::to_string(o.steps)},
           {"opt.batch", std::to_string(o.batch)},
@@ -86,6 +86,8 @@ nn::safetensors::Metadata options_metadata(const TrainOptions& o) {
           {"opt.checkpoint_every", std::to_string(o.checkpoint_every)},
           {"opt.heldout", std::to_string(o.heldout)},
           {"opt.window", std::to_string(o.window)}};
+  if (!o.init_from.empty()) m["opt.init_from"] = o.init_from;  // only then: earlier runs lack it
+  return m;
 }
 
 TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOptions o, const std::string& path) {
@@ -136,6 +138,7 @@ TrainOptions options_from_metadata(const nn::safetensors::Metadata& m, TrainOpti
   o.heldout = size("heldout");
   // Runs saved before --window existed had no window.
   o.window = m.count("opt.window") ? size("window") : 0;
+  o.init_from = m.count("opt.init_from") ? get("init_from") : "";
   return o;
 }
 
@@ -490,7 +493,71 @@ const std::vector<std::string> kRunDefiningFlags = {
     "--task", "--text", "--out", "--steps", "--batch", "--lr", "--warmup", "--weight-decay", "--clip", "--dtype",
     "--d-model", "--heads", "--kv-heads", "--layers", "--d-ff", "--dropout", "--context", "--digits",
     "--pos", "--rope-base", "--rope-fraction", "--rope-layout",
-    "--seed", "--eval-every", "--checkpoint-every", "--overwrite", "--window"};
+    "--seed", "--eval-every", "--checkpoint-every", "--overwrite", "--window", "--init-from"};
+
+void apply_init_from(TrainOptions& o, const std::function<bool(const std::string&)>& given) {
+  const std::string& path = o.init_from;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw UsageError(op_message("train", "--init-from '" + path + "' does not exist"));
+  if (fs::is_directory(path, ec))
+    throw UsageError(op_message("train", "--init-from '" + path + "' is a folder; give a model.safetensors"));
+  const ModelInfo info = model_info(nn::safetensors::load(path).metadata, path);
+  const nn::TransformerConfig& c = info.config;
+  if (info.kind == "encoder_decoder" && c.encoder_layers != c.layers)
+    throw FormatError("[train] --init-from " + path + ": " + std::to_string(c.encoder_layers) + " encoder and " +
+                      std::to_string(c.layers) + " decoder layers; xgrad train makes both the same");
+  auto param = [&](const char* key) -> std::size_t {
+    auto it = info.task_params.find(key);
+    if (it == info.task_params.end()) throw FormatError("[train] --init-from " + path + ": metadata lacks '" + key + "'");
+    return static_cast<std::size_t>(parse_uint(it->second, "[train] --init-from " + path + ": metadata '" + key + "'"));
+  };
+  // flag, the value the run would use, the checkpoint's value, and where it goes.
+  auto take = [&](const std::string& flag, const std::string& mine, const std::string& theirs, const std::string& what) {
+    if (given(flag) && mine != theirs)
+      throw UsageError(op_message("train", flag + " " + mine + " conflicts with --init-from " + path + " (" + what +
+                                               " " + theirs + "); leave " + flag + " out"));
+  };
+  take("--task", o.task, info.task, "task");
+  take("--d-model", std::to_string(o.d_model), std::to_string(c.d_model), "d_model");
+  take("--heads", std::to_string(o.heads), std::to_string(c.H_q), "H_q");
+  take("--kv-heads", std::to_string(o.kv_heads == 0 ? o.heads : o.kv_heads), std::to_string(c.H_kv), "H_kv");
+  take("--layers", std::to_string(o.layers), std::to_string(c.layers), "layers");
+  take("--d-ff", std::to_string(o.d_ff == 0 ? 4 * o.d_model : o.d_ff), std::to_string(c.d_ff), "d_ff");
+  take("--dtype", o.dtype, dtype_name(c.dtype), "dtype");
+  o.task = info.task;
+  o.d_model = c.d_model;
+  o.heads = c.H_q;
+  o.kv_heads = c.H_kv;
+  o.layers = c.layers;
+  o.d_ff = c.d_ff;
+  o.dtype = dtype_name(c.dtype);
+  // The sliding window and the position scheme are part of the model too.
+  take("--window", std::to_string(o.window), std::to_string(c.window), "window");
+  o.window = c.window;
+  take("--pos", o.pos, nn::position_scheme_name(c.pos), "pos");
+  o.pos = nn::position_scheme_name(c.pos);
+  if (c.pos == nn::PositionScheme::rope) {
+    take("--rope-base", exact(o.rope_base), exact(c.rope.base), "rope_base");
+    take("--rope-fraction", exact(o.rope_fraction), exact(c.rope.fraction), "rope_fraction");
+    take("--rope-layout", o.rope_layout, ops::rope_layout_name(c.rope.layout), "rope_layout");
+    o.rope_base = c.rope.base;
+    o.rope_fraction = c.rope.fraction;
+    o.rope_layout = ops::rope_layout_name(c.rope.layout);
+  }
+  if (info.task == "sort") {
+    if (param("n_values") != 10)
+      throw FormatError("[train] --init-from " + path + ": sort with " + std::to_string(param("n_values")) +
+                        " values; xgrad train sorts 10");
+    take("--digits", std::to_string(o.n_digits), std::to_string(param("n_digits")), "n_digits");
+    o.n_digits = param("n_digits");
+  } else if (info.task == "reverse") {
+    o.min_len = param("min_len");
+    o.max_len = param("max_len");
+  } else {
+    take("--context", std::to_string(o.context), std::to_string(c.context), "context");
+    o.context = c.context;
+  }
+}
 
 void validate_options(const TrainOptions& o) {
   auto bad = [](const std::string& flag, const std::string& value, const std::string& rule) {
@@ -762,6 +829,21 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
       }
     }
     run.build_model();
+    if (o.resume.empty() && !o.init_from.empty() && root) {
+      // --init-from: the checkpoint must describe exactly this model (any metadata key this
+      // trainer writes), then its weights replace the initial ones.
+      const nn::safetensors::Metadata saved = nn::safetensors::load(o.init_from).metadata;
+      std::vector<std::string> differ;
+      for (const auto& [k, v] : model_metadata(run.info)) {
+        auto it = saved.find(k);
+        if (it == saved.end() || it->second != v)
+          differ.push_back(k + " " + (it == saved.end() ? "(missing)" : it->second) + " vs " + v);
+      }
+      if (!differ.empty())
+        throw UsageError(op_message("train", "--init-from " + o.init_from + " is not the model of this run (" +
+                                                 join(differ) + ")"));
+      nn::safetensors::load_module(o.init_from, run.module());
+    }
     params = run.module().named_parameters();
     opt_ptr = std::make_unique<nn::AdamW>(params, o.lr, o.weight_decay);
     if (!o.resume.empty()) {
@@ -841,6 +923,11 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
       << (o.dtype == "float32" ? "" : " (" + o.dtype + ")") << "; " << o.steps << " steps of batch " << o.batch
       << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out
       << (start > 0 ? "; resumed at step " + std::to_string(start) : "") << "\n";
+  if (start == 0 && !o.init_from.empty()) {
+    const double m = run.evaluate(comm, nullptr);
+    out << "initialised from " << o.init_from << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ") << m
+        << " before training\n";
+  }
   dist::GradientReducer::Options ro;
   ro.bucket_bytes = o.dist_bucket_kib * 1024;
   ro.overlap = o.dist_overlap;

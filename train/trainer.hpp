@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct TrainOptions {
   std::string text = "/usr/share/common-licenses/GPL-3";  // charlm
   std::string out = "out";
   std::string resume;  // an earlier run's output directory: continue it exactly
+  std::string init_from;  // a model.safetensors: a new run starting from its configuration and weights
 
   std::int64_t steps = 0;  // 0: the task's default
   std::size_t batch = 64;
@@ -82,6 +84,12 @@ extern const std::vector<std::string> kRunDefiningFlags;
 void validate_options(const TrainOptions& opts);
 // The part that a resumed run takes from its command line: --threads, --stop-at, --dist-*.
 void validate_session_options(const TrainOptions& opts);
+
+// --init-from: sets the model options of `o` (task, widths, heads, layers, dtype, task sizes)
+// from the checkpoint o.init_from. A flag the user gave (`given(flag)`) with another value than
+// the checkpoint's is a UsageError naming the flag, both values and the file; a checkpoint
+// this trainer cannot continue (encoder layers != layers) is a FormatError.
+void apply_init_from(TrainOptions& o, const std::function<bool(const std::string&)>& given);
 
 // Fills the task defaults into opts (steps, lr), for display and for the run.
 TrainOptions with_defaults(TrainOptions opts);
