@@ -54,7 +54,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--task", o->task, "sort (decoder-only), reverse (encoder-decoder) or charlm")
       ->check(CLI::IsMember({"sort", "reverse", "charlm"}))
       ->capture_default_str();
-  cmd->add_option("--text", o->text, "charlm: the text file to learn")->capture_default_str();
+  cmd->add_option("--text", o->text, "charlm: the text file to learn, or a folder of them (all its files)")
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "output directory")->capture_default_str();
   cmd->add_option("--resume", o->resume, "continue the run saved in this output directory");
   cmd->add_option("--steps", o->steps, "training steps (0: task default)")->capture_default_str()
@@ -134,6 +135,8 @@ void add_train(CLI::App& app) {
       only_for("--digits", "sort");
       if (cmd->count("--lr") > 0 && o->lr == 0.0)
         throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
+      // charlm has defaults of its own (model, schedule, regularisation) for the flags not given.
+      if (o->task == "charlm") *o = train::with_charlm_defaults(*o, [&](const std::string& f) { return cmd->count(f) > 0; });
       train::validate_options(train::with_defaults(*o));
       check_output_folder("train", "--out", o->out);
     }
