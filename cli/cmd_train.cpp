@@ -62,7 +62,7 @@ void add_train(CLI::App& app) {
       ->check(integer());
   cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--lr", o->lr, "peak learning rate, in (0, 1] (default: 0.003)")->check(number());
+  cmd->add_option("--lr", o->lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)")->check(number());
   cmd->add_option("--warmup", o->warmup, "warmup steps")->capture_default_str()
       ->check(integer());
   cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str()

@@ -570,8 +570,8 @@ void validate_session_options(const TrainOptions& o) {
 
 namespace {
 // --task charlm's defaults (with_charlm_defaults).
-constexpr std::int64_t kCharlmSteps = 1200, kCharlmWarmup = 100, kCharlmEvalEvery = 100;
-constexpr double kCharlmLr = 3e-3, kCharlmDropout = 0.1, kCharlmWeightDecay = 0.1;
+constexpr std::int64_t kCharlmSteps = 2000, kCharlmWarmup = 100, kCharlmEvalEvery = 100;
+constexpr double kCharlmLr = 5e-3, kCharlmDropout = 0.1, kCharlmWeightDecay = 0.1;
 constexpr std::size_t kCharlmBatch = 32, kCharlmContext = 64, kCharlmDModel = 64, kCharlmLayers = 2;
 }  // namespace
 
