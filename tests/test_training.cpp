@@ -335,7 +335,7 @@ TEST_CASE("charlm: a folder is a sorted, deduplicated corpus, split at the tail 
   fs::remove_all(dir);
 }
 
-TEST_CASE("charlm: validation loss in log.csv, RESULT lines and the plot; the best checkpoint is its minimum",
+TEST_CASE("charlm: validation loss in log.csv, RESULT lines and the plot, and the best checkpoint at its minimum",
           "[train][charlm]") {
   const fs::path dir = temp_dir("charlm_val");
   const fs::path texts = charlm_corpus(dir);
