@@ -296,7 +296,7 @@ std::vector<std::vector<std::string>> csv_rows(const fs::path& path) {
 
 }  // namespace
 
-TEST_CASE("charlm: a folder is a sorted, deduplicated corpus, split at the tail of every text", "[train][charlm]") {
+TEST_CASE("charlm: a folder is a sorted and deduplicated corpus split at the tail of every text", "[train][charlm]") {
   const fs::path dir = temp_dir("charlm_corpus");
   const fs::path texts = charlm_corpus(dir);
   const auto corpus = train::CharLMTask::read_corpus(texts.string());
@@ -335,7 +335,7 @@ TEST_CASE("charlm: a folder is a sorted, deduplicated corpus, split at the tail 
   fs::remove_all(dir);
 }
 
-TEST_CASE("charlm: validation loss in log.csv, RESULT lines and the plot, and the best checkpoint at its minimum",
+TEST_CASE("charlm: validation loss in log.csv and RESULT lines and the plot and the best checkpoint at its minimum",
           "[train][charlm]") {
   const fs::path dir = temp_dir("charlm_val");
   const fs::path texts = charlm_corpus(dir);
