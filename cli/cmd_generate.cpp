@@ -288,7 +288,7 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
 void add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");
-  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors written by xgrad train")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or charlm's model_best.safetensors) written by xgrad train")->required();
   cmd->add_option("--prompt", a->prompt, "prompt text (for the reverse task: the source digits)")->required();
   cmd->add_option("--max-new", a->max_new,
                   "tokens to generate; generation stops at the model's context window (a warning says so)")

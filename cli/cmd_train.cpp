@@ -54,7 +54,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--task", o->task, "sort (decoder-only), reverse (encoder-decoder) or charlm")
       ->check(CLI::IsMember({"sort", "reverse", "charlm"}))
       ->capture_default_str();
-  cmd->add_option("--text", o->text, "charlm: the text file to learn")->capture_default_str();
+  cmd->add_option("--text", o->text, "charlm: the text file to learn, or a folder of them (all its files)")
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "output directory")->capture_default_str();
   cmd->add_option("--resume", o->resume, "continue the run saved in this output directory");
   cmd->add_option("--init-from", o->init_from,
@@ -64,7 +65,7 @@ void add_train(CLI::App& app) {
       ->check(integer());
   cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--lr", o->lr, "peak learning rate, in (0, 1] (default: 0.003)")->check(number());
+  cmd->add_option("--lr", o->lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)")->check(number());
   cmd->add_option("--warmup", o->warmup, "warmup steps")->capture_default_str()
       ->check(integer());
   cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str()
@@ -154,6 +155,8 @@ void add_train(CLI::App& app) {
                                                    o->pos + ")"));
       if (cmd->count("--lr") > 0 && o->lr == 0.0)
         throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
+      // charlm has defaults of its own (model, schedule, regularisation) for the flags not given.
+      if (o->task == "charlm") *o = train::with_charlm_defaults(*o, [&](const std::string& f) { return cmd->count(f) > 0; });
       train::validate_options(train::with_defaults(*o));
       check_output_folder("train", "--out", o->out);
     }

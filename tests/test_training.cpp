@@ -1,6 +1,7 @@
 // Training, generation and checkpoints: the loss falls and accuracy rises, a seed
 // reproduces a run, resume continues the exact trajectory, generation with and without the
 // KV cache agree, checkpoints reject malformed files. (Pictures: test_plots.cpp.)
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "helpers.hpp"
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
+#include <xgrad/train/plots.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -257,5 +259,229 @@ TEST_CASE("train: charlm with a short context and checkpoint-every 0 run to the 
   CHECK(fs::exists(dir / "out" / "model.safetensors"));
   o.context = 1;
   CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context 1: must be in [2, 8192]"));
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// A folder of three small texts and a link to one of them (read once, under its own name).
+fs::path charlm_corpus(const fs::path& dir) {
+  fs::create_directories(dir / "texts");
+  const char* words[] = {"alpha beta gamma delta. ", "the quick brown fox jumps over the lazy dog. ",
+                         "copying and distribution of this licence. "};
+  const char* names[] = {"b-text", "a-text", "c-text"};
+  for (int f = 0; f < 3; ++f) {
+    std::ofstream text(dir / "texts" / names[f]);
+    for (int i = 0; i < 30; ++i) text << words[f];
+  }
+  fs::create_symlink("a-text", dir / "texts" / "z-link");
+  return dir / "texts";
+}
+
+std::vector<std::vector<std::string>> csv_rows(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields(1);
+    for (char c : line) {
+      if (c == ',')
+        fields.emplace_back();
+      else
+        fields.back() += c;
+    }
+    rows.push_back(fields);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("charlm: a folder is a sorted and deduplicated corpus split at the tail of every text", "[train][charlm]") {
+  const fs::path dir = temp_dir("charlm_corpus");
+  const fs::path texts = charlm_corpus(dir);
+  const auto corpus = train::CharLMTask::read_corpus(texts.string());
+  REQUIRE(corpus.size() == 3);  // z-link is a-text
+  CHECK(corpus[0].name == "a-text");
+  CHECK(corpus[1].name == "b-text");
+  CHECK(corpus[2].name == "c-text");
+  CHECK(corpus[0].text.size() == 30 * std::strlen("the quick brown fox jumps over the lazy dog. "));
+  const train::CharLMTask task(texts.string(), 8, corpus);
+  std::size_t train = 0, total = 0;
+  for (const auto& f : corpus) {
+    train += f.text.size() * 9 / 10;
+    total += f.text.size();
+  }
+  CHECK(task.train_size() == train);
+  CHECK(task.validation_size() == total - train);
+  // The validation windows come from the last 10% of the texts: the end of c-text is in them.
+  Generator gen(5);
+  const auto b = task.batch(64, gen, true);
+  std::string seen;
+  for (std::int64_t id : b.tokens.data) seen += task.vocab().tokens[static_cast<std::size_t>(id)];
+  CHECK(seen.find("licence") != std::string::npos);
+  // The fingerprint names every text with its size and changes with any byte.
+  const std::string fp = train::CharLMTask::fingerprint(corpus);
+  CHECK_THAT(fp, Catch::StartsWith("a-text:" + std::to_string(corpus[0].text.size()) + ":"));
+  auto changed = corpus;
+  changed[1].text[3] = 'X';
+  CHECK(train::CharLMTask::fingerprint(changed) != fp);
+  // A missing folder, an empty one: clear errors that suggest --text FILE.
+  CHECK_THROWS_WITH(train::CharLMTask::read_corpus((dir / "missing").string()),
+                    Catch::Contains("cannot read the text file") && Catch::Contains("missing") &&
+                        Catch::Contains("--text FILE"));
+  fs::create_directories(dir / "empty");
+  CHECK_THROWS_WITH(train::CharLMTask::read_corpus((dir / "empty").string()),
+                    Catch::Contains("holds no files") && Catch::Contains("--text FILE"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("charlm: validation loss in log.csv and RESULT lines and the plot and the best checkpoint at its minimum",
+          "[train][charlm]") {
+  const fs::path dir = temp_dir("charlm_val");
+  const fs::path texts = charlm_corpus(dir);
+  train::TrainOptions o;
+  o.task = "charlm";
+  o.text = texts.string();
+  o.out = (dir / "out").string();
+  o.context = 8;
+  o.steps = 12;
+  o.batch = 8;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.lr = 0.01;
+  o.warmup = 2;
+  o.eval_every = 3;
+  o.dropout = 0.1;
+  o.weight_decay = 0.1;
+  o.threads = 1;
+  o.progress = false;
+  o.plot = true;
+  std::ostringstream log;
+  const auto r = train::run_training(o, log);
+  const auto rows = csv_rows(dir / "out" / "log.csv");
+  REQUIRE(rows.size() == 13);
+  CHECK(rows[0] == std::vector<std::string>{"step", "lr", "loss", "grad_norm", "tokens_per_s", "elapsed_s", "val_loss"});
+  double best = 1e300, last = 0;
+  std::string best_step;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    REQUIRE(rows[i].size() == 7);
+    if (i % 3 != 0) {
+      CHECK(rows[i][6].empty());
+      continue;
+    }
+    const double v = std::stod(rows[i][6]);
+    CHECK(std::isfinite(v));
+    CHECK(v > 0.0);
+    if (v < best) {
+      best = v;
+      best_step = rows[i][0];
+    }
+    last = v;
+  }
+  CHECK(r.metric_name == "val_loss");
+  CHECK(r.metric == last);
+  // The best checkpoint holds the model of the step with the lowest validation loss in the log.
+  const nn::safetensors::File f = nn::safetensors::load((dir / "out" / "model_best.safetensors").string());
+  CHECK(f.metadata.at("step") == best_step);
+  CHECK(std::stod(f.metadata.at("val_loss")) == best);
+  train::LoadedModel m = train::load_model((dir / "out" / "model_best.safetensors").string());
+  CHECK(m.info.task == "charlm");
+  const std::string text = log.str();
+  CHECK_THAT(text, Catch::Contains("RESULT best_val_loss ") && Catch::Contains(" step " + best_step + "\n") &&
+                       Catch::Contains("RESULT train_loss ") && Catch::Contains("eval at step 3: val_loss"));
+  CHECK(text.substr(text.rfind("RESULT")).rfind("RESULT val_loss ", 0) == 0);  // the last line is the metric
+  // The loss curve has both series (training: column 3, validation: column 7).
+  const std::string gp = [&] {
+    std::ifstream in(dir / "out" / "loss.gp");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }();
+  CHECK_THAT(gp, Catch::Contains("using 1:3") && Catch::Contains("using 1:7") && Catch::Contains("validation loss"));
+  CHECK(train::loss_curve_script("log.csv", "loss.png", "t").find("using 1:7") == std::string::npos);
+
+  // Resume refuses a corpus that changed since the run was saved.
+  o.steps = 14;
+  o.stop_at = 13;
+  o.out = (dir / "out2").string();
+  train::run_training(o, log);
+  {
+    std::ofstream more(texts / "b-text", std::ios::app);
+    more << "a new line. ";
+  }
+  train::TrainOptions again;
+  again.resume = o.out;
+  again.progress = false;
+  again.plot = false;
+  CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("changed since the run was saved"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("charlm: resume keeps the best validation loss of the log and reads logs without val_loss", "[train][charlm]") {
+  const fs::path dir = temp_dir("charlm_resume");
+  const fs::path texts = charlm_corpus(dir);
+  train::TrainOptions o;
+  o.task = "charlm";
+  o.text = texts.string();
+  o.context = 8;
+  o.steps = 8;
+  o.batch = 8;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.warmup = 2;
+  o.eval_every = 2;
+  o.threads = 1;
+  o.progress = false;
+  o.plot = false;
+  o.out = (dir / "full").string();
+  std::ostringstream full_log;
+  train::run_training(o, full_log);
+  o.out = (dir / "part").string();
+  o.stop_at = 5;
+  o.checkpoint_every = 5;
+  std::ostringstream log;
+  train::run_training(o, log);
+  train::TrainOptions again;
+  again.resume = o.out;
+  again.progress = false;
+  again.plot = false;
+  std::ostringstream resumed;
+  train::run_training(again, resumed);
+  const auto a = csv_rows(dir / "full" / "log.csv"), b = csv_rows(dir / "part" / "log.csv");
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i][2] == b[i][2]);  // training loss
+    CHECK(a[i][6] == b[i][6]);  // validation loss
+  }
+  auto result = [](const std::string& t, const std::string& key) {
+    const std::size_t p = t.find("RESULT " + key + " ");
+    return p == std::string::npos ? std::string() : t.substr(p, t.find('\n', p) - p);
+  };
+  CHECK(result(resumed.str(), "best_val_loss") == result(full_log.str(), "best_val_loss"));
+  CHECK_FALSE(result(full_log.str(), "best_val_loss").empty());
+  const auto best_full = nn::safetensors::load((dir / "full" / "model_best.safetensors").string());
+  const auto best_part = nn::safetensors::load((dir / "part" / "model_best.safetensors").string());
+  CHECK(best_full.metadata.at("step") == best_part.metadata.at("step"));
+  CHECK(best_full.tensors.size() == best_part.tensors.size());
+  for (std::size_t i = 0; i < best_full.tensors.size(); ++i)
+    CHECK(max_abs_diff(best_full.tensors[i].second, best_part.tensors[i].second) == 0.0);
+
+  // A log written before the val_loss column (6 fields, the old header) still resumes.
+  o.out = (dir / "old").string();
+  o.stop_at = 5;
+  train::run_training(o, log);
+  {
+    const auto rows = csv_rows(dir / "old" / "log.csv");
+    std::ofstream w(dir / "old" / "log.csv");
+    w << "step,lr,loss,grad_norm,tokens_per_s,elapsed_s\n";
+    for (std::size_t i = 1; i < rows.size(); ++i)
+      w << rows[i][0] << "," << rows[i][1] << "," << rows[i][2] << "," << rows[i][3] << "," << rows[i][4] << ","
+        << rows[i][5] << "\n";
+  }
+  again.resume = o.out;
+  CHECK(train::run_training(again, log).steps_done == 8);
+  CHECK(csv_rows(dir / "old" / "log.csv")[0].size() == 7);
   fs::remove_all(dir);
 }

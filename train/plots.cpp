@@ -311,7 +311,8 @@ std::string tick_label(const std::string& token) {
   return out;
 }
 
-std::string loss_curve_script(const std::string& csv, const std::string& png_name, const std::string& title) {
+std::string loss_curve_script(const std::string& csv, const std::string& png_name, const std::string& title,
+                              bool validation) {
   std::ostringstream s;
   s << "# " << title.substr(0, title.find('\n')) << "\n"
     << "# Written by xgrad " << XGRAD_VERSION_STRING << "; redraw with: gnuplot "
@@ -321,12 +322,16 @@ std::string loss_curve_script(const std::string& csv, const std::string& png_nam
     << "set datafile separator ','\n"
     << "set key autotitle columnhead\n"
     << "set title " << gp_string(title) << "\n"
-    << "set xlabel 'step'\nset ylabel 'training loss (log scale)'\nset logscale y\nset grid\n"
-    << "plot " << gp_string(csv) << " using 1:3 with lines lw 1.5 lc rgb '#1f4e9c' title 'loss'\n";
+    << "set xlabel 'step'\nset ylabel '" << (validation ? "loss" : "training loss") << " (log scale)'\nset logscale y\nset grid\n"
+    << "plot " << gp_string(csv) << " using 1:3 with lines lw 1.5 lc rgb '#1f4e9c' title '"
+    << (validation ? "training loss" : "loss") << "'";
+  if (validation)  // rows without an evaluation have an empty val_loss: gnuplot skips them
+    s << ", \\\n     " << gp_string(csv) << " using 1:7 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#d95f02' title 'validation loss'";
+  s << "\n";
   return s.str();
 }
 
-Picture loss_curve_png(const std::string& csv, const std::string& png, const std::string& title) {
+Picture loss_curve_png(const std::string& csv, const std::string& png, const std::string& title, bool validation) {
   // The script runs in the picture's folder: name the CSV relative to it when it is there.
   std::error_code ec;
   const fs::path csv_abs = fs::absolute(csv, ec), png_abs = fs::absolute(png, ec);
@@ -334,7 +339,7 @@ Picture loss_curve_png(const std::string& csv, const std::string& png, const std
                                   ? csv_abs.filename().string()
                                   : csv_abs.lexically_normal().string();
   const std::string name = fs::path(png).filename().string();
-  return draw(png, loss_curve_script(csv_ref, name, title), "plot", {900, 500});
+  return draw(png, loss_curve_script(csv_ref, name, title, validation), "plot", {900, 500});
 }
 
 std::string attention_map_script(const Array& M, const std::vector<unsigned char>& allowed, const HeatmapLabels& labels,

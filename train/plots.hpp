@@ -47,10 +47,13 @@ struct HeatmapLabels {
 // become visible escapes ("␣", "\n", "\x07", "\xC3"); anything else is kept.
 std::string tick_label(const std::string& token);
 
-// Loss against step from a log.csv (columns step,lr,loss,...), log scale, 900 x 500.
+// Loss against step from a log.csv (columns step,lr,loss,...), log scale, 900 x 500;
+// `validation`: also the validation loss (column 7, val_loss, points where it is not empty).
 // `png_name` is the output's file name; the CSV is named relative to the script's folder.
-std::string loss_curve_script(const std::string& csv, const std::string& png_name, const std::string& title);
-Picture loss_curve_png(const std::string& csv, const std::string& png, const std::string& title);
+std::string loss_curve_script(const std::string& csv, const std::string& png_name, const std::string& title,
+                              bool validation = false);
+Picture loss_curve_png(const std::string& csv, const std::string& png, const std::string& title,
+                       bool validation = false);
 
 // Attention weights M [rows = queries, cols = keys], finite and in [0, 1], with the cells a query
 // may not see (allowed[r * cols + c] == 0, e.g. from Visibility::expand_allowed) drawn grey,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -233,19 +234,75 @@ std::string CharLMTask::read_text(const std::string& path) {
   return ss.str();
 }
 
-CharLMTask::CharLMTask(const std::string& path, std::size_t context) : CharLMTask(path, context, read_text(path)) {}
+CharLMTask::CharLMTask(const std::string& path, std::size_t context) : CharLMTask(path, context, read_corpus(path)) {}
 
-CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::string& text) : context_(context) {
-  if (text.size() < 20 * (context + 1))
-    throw ValueError(op_message("charlm", path + " has " + std::to_string(text.size()) + " bytes; need at least " +
+CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::string& text)
+    : CharLMTask(path, context, std::vector<TextFile>{{std::filesystem::path(path).filename().string(), text}}) {}
+
+CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::vector<TextFile>& corpus)
+    : context_(context) {
+  std::size_t total = 0;
+  for (const TextFile& f : corpus) total += f.text.size();
+  if (total < 20 * (context + 1))
+    throw ValueError(op_message("charlm", path + " has " + std::to_string(total) + " bytes; need at least " +
                                               std::to_string(20 * (context + 1)) + " for context " +
                                               std::to_string(context)));
-  std::set<unsigned char> chars(text.begin(), text.end());
+  std::set<unsigned char> chars;
+  for (const TextFile& f : corpus) chars.insert(f.text.begin(), f.text.end());
   for (unsigned char c : chars) vocab_.tokens.push_back(std::string(1, static_cast<char>(c)));
-  const auto ids = encode(text);
-  const std::size_t split = ids.size() * 9 / 10;
-  train_.assign(ids.begin(), ids.begin() + static_cast<long>(split));
-  val_.assign(ids.begin() + static_cast<long>(split), ids.end());
+  // The tail of every text: validation then reads the same kinds of text as training.
+  for (const TextFile& f : corpus) {
+    const auto ids = encode(f.text);
+    const std::size_t split = ids.size() * 9 / 10;
+    train_.insert(train_.end(), ids.begin(), ids.begin() + static_cast<long>(split));
+    val_.insert(val_.end(), ids.begin() + static_cast<long>(split), ids.end());
+  }
+  if (val_.size() < context + 2)
+    throw ValueError(op_message("charlm", path + ": the validation split (the last 10% of each text) has " +
+                                              std::to_string(val_.size()) + " bytes; need at least " +
+                                              std::to_string(context + 2) + " for context " + std::to_string(context)));
+}
+
+std::vector<TextFile> CharLMTask::read_corpus(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::exists(path, ec))
+      throw ValueError(op_message("charlm", "cannot read the text file " + path +
+                                                " (no such file or folder; pass --text FILE, a text file or a folder of them)"));
+    return {{fs::path(path).filename().string(), read_text(path)}};
+  }
+  std::vector<std::pair<std::string, fs::path>> files;  // (name, resolved path)
+  std::set<std::string> seen;
+  fs::directory_iterator it(path, ec), end;
+  if (ec)
+    throw ValueError(op_message("charlm", "cannot read the text folder " + path + ": " + ec.message() +
+                                              " (pass --text FILE)"));
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw ValueError(op_message("charlm", "cannot list the text folder " + path + ": " + ec.message()));
+    std::error_code e2;
+    const fs::path target = fs::canonical(it->path(), e2);
+    if (e2 || !fs::is_regular_file(target, e2)) continue;  // a dangling link, a subfolder, a device
+    if (seen.insert(target.string()).second) files.emplace_back(target.filename().string(), target);
+  }
+  if (files.empty())
+    throw ValueError(op_message("charlm", "the text folder " + path + " holds no files (pass --text FILE)"));
+  std::sort(files.begin(), files.end());
+  std::vector<TextFile> corpus;
+  for (const auto& f : files) corpus.push_back({f.first, read_text(f.second.string())});
+  return corpus;
+}
+
+std::string CharLMTask::fingerprint(const std::vector<TextFile>& corpus) {
+  std::string out;
+  for (const TextFile& f : corpus) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : f.text) h = (h ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    out += (out.empty() ? "" : ";") + f.name + ":" + std::to_string(f.text.size()) + ":" + hex;
+  }
+  return out;
 }
 
 std::vector<std::int64_t> CharLMTask::encode(const std::string& text) const {

@@ -3,8 +3,9 @@
 //            held-out exact match of the whole sorted sequence, greedy.
 //   reverse  (encoder-decoder): source digits of random length, target the reversed string;
 //            needs cross attention; held-out exact match, greedy.
-//   charlm   (decoder-only): character-level language modelling on any text file; validation
-//            loss and perplexity.
+//   charlm   (decoder-only): character-level language modelling on a text file or a folder of
+//            text files (default: the licence texts in /usr/share/common-licenses); validation
+//            loss and perplexity on the last 10% of every file.
 // Every random draw comes from an explicit Generator, so a seed reproduces the data stream.
 #pragma once
 
@@ -86,6 +87,12 @@ class ReverseTask {
   std::vector<std::vector<std::int64_t>> excluded_;
 };
 
+// One text of a charlm corpus: its file name (without folder) and its bytes.
+struct TextFile {
+  std::string name;
+  std::string text;
+};
+
 class CharLMTask {
  public:
   // Reads the text (FormatError/ValueError if unreadable or shorter than a few windows);
@@ -93,7 +100,19 @@ class CharLMTask {
   CharLMTask(const std::string& path, std::size_t context);
   // The same from the file's contents, already read (read_text); `path` names it in messages.
   CharLMTask(const std::string& path, std::size_t context, const std::string& contents);
+  // A corpus of several texts (read_corpus): the last 10% of every text is the validation
+  // split, the first 90% the training split (each split the texts one after the other).
+  CharLMTask(const std::string& path, std::size_t context, const std::vector<TextFile>& corpus);
   static std::string read_text(const std::string& path);  // ValueError if unreadable
+  // `path` a file: that file. A folder: every regular file in it (symbolic links resolved,
+  // a file reached by several names read once, under its own name), sorted by name.
+  // ValueError naming the path if it is missing, unreadable or a folder without files.
+  static std::vector<TextFile> read_corpus(const std::string& path);
+  // "name:bytes:checksum" per text, joined by ";" (FNV-1a 64, hex): saved with a run so that
+  // resume can tell that the corpus changed.
+  static std::string fingerprint(const std::vector<TextFile>& corpus);
+  std::size_t train_size() const { return train_.size(); }
+  std::size_t validation_size() const { return val_.size(); }
   const Vocabulary& vocab() const { return vocab_; }
   std::size_t context() const { return context_; }
   LMBatch batch(std::size_t B, Generator& gen, bool validation = false) const;

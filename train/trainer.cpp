@@ -10,6 +10,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -168,11 +169,12 @@ struct Run {
   std::unique_ptr<nn::GPT> gpt;
   std::unique_ptr<nn::EncoderDecoder> encdec;
   std::vector<std::vector<std::int64_t>> heldout;
+  std::string corpus;  // charlm: CharLMTask::fingerprint of the texts, saved with the state
 
   nn::Module& module() { return gpt ? static_cast<nn::Module&>(*gpt) : static_cast<nn::Module&>(*encdec); }
 
-  // text: the charlm text file's contents (read by rank 0, the same on every rank).
-  Run(const TrainOptions& opts, const std::string& text) : o(opts) {
+  // corpus: the charlm texts (read by rank 0, the same on every rank).
+  Run(const TrainOptions& opts, const std::vector<TextFile>& corpus) : o(opts) {
     nn::TransformerConfig c;
     c.dtype = o.dtype == "float64" ? DType::float64 : DType::float32;
     c.d_model = o.d_model;
@@ -202,7 +204,7 @@ struct Run {
       heldout = reverse->heldout(o.heldout, o.seed + 1000);
       reverse->exclude(heldout);
     } else if (o.task == "charlm") {
-      charlm = std::make_unique<CharLMTask>(o.text, o.context, text);
+      charlm = std::make_unique<CharLMTask>(o.text, o.context, corpus);
       info.vocab = charlm->vocab();
       c.context = o.context;
     } else {
@@ -257,6 +259,30 @@ struct Run {
     return o.batch * (reverse->max_len() * 2 + 1);
   }
 
+  // charlm: the mean loss over a fixed validation set (the same 10 batches of --batch windows
+  // of the validation split at every call), sharded over the ranks and summed (a collective).
+  double val_loss(dist::Communicator& comm) {
+    module().eval();
+    NoGradGuard ng;
+    const std::size_t R = static_cast<std::size_t>(comm.size());
+    Generator eval_gen(o.seed + 2000);
+    double sum = 0;
+    const int batches = 10;
+    const dist::Shard shard = dist::shard_of(o.batch, comm.rank(), comm.size());
+    for (int i = 0; i < batches; ++i) {
+      LMBatch b = charlm->batch(o.batch, eval_gen, true);
+      double weight = 1.0;
+      if (R > 1) {  // the mean over the global batch, as the training loss
+        const double global = static_cast<double>(targets_in(b.targets));
+        b = LMBatch{rows_of(b.tokens, shard), rows_of(b.targets, shard)};
+        weight = static_cast<double>(targets_in(b.targets)) / global;
+      }
+      sum += R > 1 ? gpt->loss(b.tokens, b.targets).item() * weight : gpt->loss(b.tokens, b.targets).item();
+    }
+    module().train();
+    return comm.all_reduce(sum, dist::ReduceOp::sum) / batches;
+  }
+
   // Held-out exact match (sort, reverse) or validation loss (charlm), sharded over the ranks
   // and summed (a collective: every rank calls it); prints a few samples of rank 0's shard
   // (samples: null on the other ranks).
@@ -299,37 +325,35 @@ struct Run {
       }
       metric = comm.all_reduce(static_cast<double>(right), dist::ReduceOp::sum) / static_cast<double>(n);
     } else {
-      NoGradGuard ng;
-      Generator eval_gen(o.seed + 2000);
-      double sum = 0;
-      const int batches = 10;
-      const dist::Shard shard = dist::shard_of(o.batch, comm.rank(), comm.size());
-      for (int i = 0; i < batches; ++i) {
-        LMBatch b = charlm->batch(o.batch, eval_gen, true);
-        double weight = 1.0;
-        if (R > 1) {  // the mean over the global batch, as the training loss
-          const double global = static_cast<double>(targets_in(b.targets));
-          b = LMBatch{rows_of(b.tokens, shard), rows_of(b.targets, shard)};
-          weight = static_cast<double>(targets_in(b.targets)) / global;
-        }
-        sum += R > 1 ? gpt->loss(b.tokens, b.targets).item() * weight : gpt->loss(b.tokens, b.targets).item();
-      }
-      metric = comm.all_reduce(sum, dist::ReduceOp::sum) / batches;
-      if (samples) {
-        Generator sample_gen(o.seed + 3000);
-        const LMBatch b = charlm->batch(1, sample_gen, true);
-        const std::size_t p = std::min<std::size_t>(16, o.context / 2);  // prompt, then room to write
-        std::vector<std::int64_t> prompt(b.tokens.data.begin(), b.tokens.data.begin() + static_cast<long>(p));
-        SampleOptions so;
-        so.temperature = 0.8;
-        so.generator = &sample_gen;
-        const std::size_t n = std::min<std::size_t>(160, o.context - p);
-        const Generation g = generate(*gpt, {prompt}, n, so);
-        *samples << "  sample: \"" << info.vocab.decode(prompt) << "|" << info.vocab.decode(g.tokens[0]) << "\"\n";
-      }
+      metric = val_loss(comm);
+      if (samples) sample(*samples);
     }
     module().train();
     return metric;
+  }
+
+  // charlm: a sample of the model, 240 characters continuing a prompt taken from the
+  // validation split. Past the context, each piece continues the last context/2 characters.
+  void sample(std::ostream& samples) {
+    module().eval();
+    Generator sample_gen(o.seed + 3000);
+    const LMBatch b = charlm->batch(1, sample_gen, true);
+    const std::size_t p = std::min<std::size_t>(16, o.context / 2);  // prompt, then room to write
+    const std::vector<std::int64_t> prompt(b.tokens.data.begin(), b.tokens.data.begin() + static_cast<long>(p));
+    SampleOptions so;
+    so.temperature = 0.8;
+    so.generator = &sample_gen;
+    std::vector<std::int64_t> text = prompt, written;
+    while (written.size() < 240) {
+      const std::size_t keep = std::min(text.size(), std::max<std::size_t>(1, o.context / 2));
+      const std::vector<std::int64_t> window(text.end() - static_cast<long>(keep), text.end());
+      const std::size_t n = std::min<std::size_t>(240 - written.size(), o.context - keep);
+      const Generation g = generate(*gpt, {window}, n, so);
+      text.insert(text.end(), g.tokens[0].begin(), g.tokens[0].end());
+      written.insert(written.end(), g.tokens[0].begin(), g.tokens[0].end());
+    }
+    samples << "  sample: \"" << info.vocab.decode(prompt) << "|" << info.vocab.decode(written) << "\"\n";
+    module().train();
   }
 };
 
@@ -339,7 +363,10 @@ struct Run {
 // earlier run's log stays intact until the new run has a checkpoint of its own.
 class RunLog {
  public:
-  static constexpr const char* kHeader = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s";
+  // val_loss: the validation loss at the steps that evaluated it (charlm), empty elsewhere.
+  static constexpr const char* kHeader = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss";
+  // The header of logs written before the val_loss column (their rows are read with it empty).
+  static constexpr const char* kHeaderV1 = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s";
 
   RunLog(fs::path path, std::vector<std::string> kept) : path_(std::move(path)) {
     pending_ = std::string(kHeader) + "\n";
@@ -384,6 +411,18 @@ class RunLog {
   std::FILE* file_ = nullptr;
 };
 
+// The comma-separated fields of a line, empty ones included ("1,2," has 3).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> fields(1);
+  for (char c : line) {
+    if (c == ',')
+      fields.emplace_back();
+    else
+      fields.back() += c;
+  }
+  return fields;
+}
+
 // The rows of an earlier log.csv up to the checkpoint's step: exactly steps 1..step, each a
 // complete row of numbers; rows after the step (written after the checkpoint) are dropped.
 std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step) {
@@ -391,28 +430,32 @@ std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step) {
   if (!in) throw FormatError("[train] " + path.string() + ": cannot read the log of the run to resume");
   std::string line;
   std::vector<std::string> rows;
-  if (!std::getline(in, line) || line != RunLog::kHeader)
+  if (!std::getline(in, line) || (line != RunLog::kHeader && line != RunLog::kHeaderV1))
     throw FormatError("[train] " + path.string() + ":1: not the header of a training log");
+  const bool v1 = line == RunLog::kHeaderV1;
+  const std::size_t columns = v1 ? 6 : 7;
   for (std::int64_t n = 2; static_cast<std::int64_t>(rows.size()) < step; ++n) {
     const std::string where = "[train] " + path.string() + ":" + std::to_string(n);
     if (!std::getline(in, line))
       throw FormatError(where + ": the log ends at step " + std::to_string(rows.size()) + ", the checkpoint is at step " +
                         std::to_string(step));
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
-    if (fields.size() != 6) throw FormatError(where + ": expected 6 comma-separated fields, found " + std::to_string(fields.size()));
+    const std::vector<std::string> fields = csv_fields(line);
+    if (fields.size() != columns)
+      throw FormatError(where + ": expected " + std::to_string(columns) + " comma-separated fields, found " +
+                        std::to_string(fields.size()));
     const std::int64_t s = parse_int(fields[0], where + ": step");
     if (s != static_cast<std::int64_t>(rows.size()) + 1)
       throw FormatError(where + ": step " + fields[0] + " where step " + std::to_string(rows.size() + 1) + " belongs");
-    for (std::size_t i = 1; i < fields.size(); ++i) parse_double(fields[i], where + ": field " + std::to_string(i + 1));
-    rows.push_back(line);
+    for (std::size_t i = 1; i < fields.size(); ++i)
+      if (i != 6 || !fields[i].empty()) parse_double(fields[i], where + ": field " + std::to_string(i + 1));
+    rows.push_back(v1 ? line + "," : line);
   }
   return rows;
 }
 
 const char* const kStateFile = "train_state.safetensors";
 const char* const kModelFile = "model.safetensors";
+const char* const kBestFile = "model_best.safetensors";  // charlm: the model at the lowest validation loss
 const std::string kParamPrefix = "model.", kOptimPrefix = "optim.";
 
 // One checkpoint: the log first (so it holds every step the checkpoint holds), then the
@@ -427,6 +470,7 @@ void save_checkpoint(Run& run, const nn::Optimizer& opt, std::int64_t step, cons
   state["optimizer"] = opt.kind();
   state["data_rng"] = data.state();
   state["dropout_rng"] = dropout.state();
+  if (!run.corpus.empty()) state["corpus"] = run.corpus;
   nn::safetensors::NamedArrays tensors;
   for (const auto& [name, p] : run.module().named_parameters()) tensors.emplace_back(kParamPrefix + name, p.value());
   for (auto& [name, a] : opt.state()) tensors.emplace_back(kOptimPrefix + name, std::move(a));
@@ -459,7 +503,7 @@ void check_out_folder(const TrainOptions& o) {
     throw UsageError(op_message("train", "--out " + o.out + " exists and is not a directory"));
   if (o.overwrite) return;
   std::vector<std::string> present;
-  for (const char* f : {kStateFile, kModelFile, "log.csv"})
+  for (const char* f : {kStateFile, kModelFile, kBestFile, "log.csv"})
     if (fs::exists(out / f, ec)) present.push_back(f);
   if (present.empty()) return;
   const std::string advice = "; continue it with --resume " + o.out + ", choose another --out, or pass --overwrite";
@@ -637,11 +681,33 @@ void validate_session_options(const TrainOptions& o) {
     bad("--stop-at", std::to_string(o.stop_at), "must be in [1, --steps " + std::to_string(o.steps) + "]");
 }
 
+namespace {
+// --task charlm's defaults (with_charlm_defaults).
+constexpr std::int64_t kCharlmSteps = 2000, kCharlmWarmup = 100, kCharlmEvalEvery = 100;
+constexpr double kCharlmLr = 5e-3, kCharlmDropout = 0.1, kCharlmWeightDecay = 0.1;
+constexpr std::size_t kCharlmBatch = 32, kCharlmContext = 64, kCharlmDModel = 64, kCharlmLayers = 2;
+}  // namespace
+
 TrainOptions with_defaults(TrainOptions o) {
   // Defaults with a wide margin on this machine: sort reaches 100% held-out exact match by
   // about 300 steps, reverse by about 600.
-  if (o.steps == 0) o.steps = o.task == "charlm" ? 1000 : (o.task == "reverse" ? 1500 : 1000);
+  if (o.steps == 0) o.steps = o.task == "charlm" ? kCharlmSteps : (o.task == "reverse" ? 1500 : 1000);
   if (o.lr == 0.0) o.lr = 3e-3;
+  return o;
+}
+
+TrainOptions with_charlm_defaults(TrainOptions o, const std::function<bool(const std::string& flag)>& given) {
+  // Tuned for about 3 minutes of one core on the licence texts (docs/cli.md has the numbers).
+  if (!given("--steps")) o.steps = kCharlmSteps;
+  if (!given("--lr")) o.lr = kCharlmLr;
+  if (!given("--batch")) o.batch = kCharlmBatch;
+  if (!given("--context")) o.context = kCharlmContext;
+  if (!given("--d-model")) o.d_model = kCharlmDModel;
+  if (!given("--layers")) o.layers = kCharlmLayers;
+  if (!given("--dropout")) o.dropout = kCharlmDropout;
+  if (!given("--weight-decay")) o.weight_decay = kCharlmWeightDecay;
+  if (!given("--warmup")) o.warmup = kCharlmWarmup;
+  if (!given("--eval-every")) o.eval_every = kCharlmEvalEvery;
   return o;
 }
 
@@ -772,12 +838,20 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   const int threads = o.threads > 0 ? o.threads : default_threads(comm.local_size());
   set_num_threads(threads);
 
-  std::string text;  // charlm
+  std::vector<TextFile> corpus;  // charlm
   if (o.task == "charlm") {
     dist::together(comm, [&] {
-      if (root) text = CharLMTask::read_text(o.text);
+      if (root) corpus = CharLMTask::read_corpus(o.text);
     });
-    if (world > 1) comm.broadcast(text, 0);
+    if (world > 1) {
+      std::string count = std::to_string(corpus.size());
+      comm.broadcast(count, 0);
+      corpus.resize(static_cast<std::size_t>(std::stoull(count)));
+      for (TextFile& f : corpus) {
+        comm.broadcast(f.name, 0);
+        comm.broadcast(f.text, 0);
+      }
+    }
   }
 
   std::unique_ptr<Run> run_ptr;
@@ -786,7 +860,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   Generator data(o.seed + 1), dropout(o.seed + 2);
   std::int64_t start = 0;
   dist::together(comm, [&] {
-    run_ptr = std::make_unique<Run>(o, text);
+    run_ptr = std::make_unique<Run>(o, corpus);
+    if (run_ptr->charlm) run_ptr->corpus = CharLMTask::fingerprint(corpus);
     Run& run = *run_ptr;
     // Everything that will be saved must be savable before any work is done.
     nn::safetensors::check_metadata(model_metadata(run.info), (fs::path(o.out) / kModelFile).string());
@@ -796,6 +871,11 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
       throw UsageError(op_message("train", "the model would have " + std::to_string(n_expected) +
                                                " parameters; the limit is 1000000000 (reduce --d-model, --layers, --d-ff)"));
     nn::safetensors::NamedArrays saved_params, saved_optim;
+    if (!o.resume.empty() && run.charlm && resume_state.metadata.count("corpus") &&
+        resume_state.metadata.at("corpus") != run.corpus)
+      throw FormatError("[train] " + state_path + ": the texts of " + o.text +
+                        " changed since the run was saved (saved corpus " + resume_state.metadata.at("corpus") +
+                        "; now " + run.corpus + "); cannot resume exactly");
     if (!o.resume.empty()) {
       start = parse_int(resume_state.metadata.count("step") ? resume_state.metadata.at("step") : "",
                         "[train] " + state_path + ": metadata 'step'");
@@ -881,11 +961,22 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   dist::check_parameters_agree(comm, params, "at the start");
 
   // Rank 0's files. log.csv: on resume keep exactly the rows up to the checkpoint, then continue.
+  // charlm: the lowest validation loss so far and its step (on resume, from the log's rows).
   std::unique_ptr<RunLog> csv;
+  double best_val = std::numeric_limits<double>::infinity();
+  std::int64_t best_step = 0;
   dist::together(comm, [&] {
     if (!root) return;
-    csv = std::make_unique<RunLog>(fs::path(o.out) / "log.csv", start > 0 ? rows_up_to(fs::path(o.out) / "log.csv", start)
-                                                                          : std::vector<std::string>{});
+    const std::vector<std::string> kept =
+        start > 0 ? rows_up_to(fs::path(o.out) / "log.csv", start) : std::vector<std::string>{};
+    for (const std::string& row : kept) {
+      const std::vector<std::string> f = csv_fields(row);
+      if (!f[6].empty() && parse_double(f[6], "log.csv") < best_val) {
+        best_val = parse_double(f[6], "log.csv");
+        best_step = parse_int(f[0], "log.csv");
+      }
+    }
+    csv = std::make_unique<RunLog>(fs::path(o.out) / "log.csv", kept);
     try {
       fs::create_directories(o.out);
     } catch (const fs::filesystem_error& e) {
@@ -896,7 +987,7 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(o.out, ec)) {
       const std::string name = entry.path().filename().string();
-      for (const std::string base : {kStateFile, kModelFile, "log.csv"})
+      for (const std::string base : {kStateFile, kModelFile, kBestFile, "log.csv"})
         if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
     }
 
@@ -923,6 +1014,20 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
       << (o.dtype == "float32" ? "" : " (" + o.dtype + ")") << "; " << o.steps << " steps of batch " << o.batch
       << ", lr " << o.lr << ", seed " << o.seed << "; out " << o.out
       << (start > 0 ? "; resumed at step " + std::to_string(start) : "") << "\n";
+  if (run.charlm) {
+    // The texts, by name: the full list with sizes and checksums is in the state's metadata.
+    std::string names;
+    std::size_t texts = 0;
+    for (std::size_t i = 0; i < run.corpus.size();) {
+      const std::size_t end = std::min(run.corpus.find(';', i), run.corpus.size());
+      names += (texts++ ? ", " : "") + run.corpus.substr(i, run.corpus.find(':', i) - i);
+      i = end + 1;
+    }
+    out << "corpus: " << o.text << ": " << texts << (texts == 1 ? " text" : " texts") << " (" << names << "), "
+        << run.charlm->train_size() + run.charlm->validation_size() << " bytes; training "
+        << run.charlm->train_size() << ", validation " << run.charlm->validation_size()
+        << " characters (the last 10% of each text)\n";
+  }
   if (start == 0 && !o.init_from.empty()) {
     const double m = run.evaluate(comm, nullptr);
     out << "initialised from " << o.init_from << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ") << m
@@ -948,6 +1053,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   const auto t0 = Clock::now();
   run.module().train();
   double recent = 0;
+  double final_val = 0;  // charlm: the validation loss at the last step
+  bool have_final_val = false;
   for (std::int64_t s = start + 1; s <= o.steps; ++s) {
     Tape tape;
     opt.lr = nn::warmup_cosine(s - 1, o.warmup, o.steps, o.lr, o.lr * o.min_lr_ratio);
@@ -978,10 +1085,29 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
     recent = s == start + 1 ? l : 0.9 * recent + 0.1 * l;
     const double elapsed = seconds_since(t0);
     const double tps = static_cast<double>(run.tokens_per_batch() * (s - start)) / std::max(elapsed, 1e-9);
+    // charlm: the validation loss every --eval-every steps and at the last step, logged in the row.
+    const bool val_now = run.charlm && ((o.eval_every > 0 && s % o.eval_every == 0) || s == o.steps);
+    const double val = val_now ? run.val_loss(comm) : 0.0;
+    if (val_now && s == o.steps) {
+      final_val = val;
+      have_final_val = true;
+    }
     if (csv) {
       std::ostringstream row;
-      row << s << "," << exact(opt.lr) << "," << exact(l) << "," << exact(gn) << "," << tps << "," << elapsed;
+      row << s << "," << exact(opt.lr) << "," << exact(l) << "," << exact(gn) << "," << tps << "," << elapsed << ","
+          << (val_now ? exact(val) : "");
       csv->row(row.str());
+    }
+    const bool new_best = val_now && val < best_val;
+    if (new_best) {
+      best_val = val;
+      best_step = s;
+      if (root) {
+        nn::safetensors::Metadata meta = model_metadata(run.info);
+        meta["step"] = std::to_string(s);
+        meta["val_loss"] = exact(val);
+        nn::safetensors::save_module((fs::path(o.out) / kBestFile).string(), run.module(), meta);
+      }
     }
     if (o.progress && (tty || s % every == 0 || s == o.steps)) {
       const double eta = elapsed / static_cast<double>(s - start) * static_cast<double>(o.steps - s);
@@ -992,10 +1118,10 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
       progress << line.str() << std::flush;
     }
     if (o.eval_every > 0 && s % o.eval_every == 0 && s != o.steps) {
-      const double m = run.evaluate(comm, nullptr);
+      const double m = run.charlm ? val : run.evaluate(comm, nullptr);
       if (tty && o.progress) progress << "\n" << std::flush;
       out << "  eval at step " << s << ": " << (run.charlm ? "val_loss " : "heldout_exact_match ")
-          << m << "\n";
+          << m << (new_best ? " (best so far)" : "") << "\n";
     }
     if (world > 1 && o.dist_check_every > 0 && s % o.dist_check_every == 0)
       dist::check_parameters_agree(comm, params, "after step " + std::to_string(s));
@@ -1025,17 +1151,35 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   }
 
   std::ostringstream samples;
-  result.metric = run.evaluate(comm, root ? &samples : nullptr);
+  double train_loss = 0;  // charlm: the mean training loss of the last 5% of this session's steps
+  if (run.charlm) {
+    result.metric = have_final_val ? final_val : run.val_loss(comm);
+    if (root) run.sample(samples);
+    const std::size_t n = std::max<std::size_t>(1, result.losses.size() / 20);
+    for (std::size_t i = result.losses.size() - std::min(n, result.losses.size()); i < result.losses.size(); ++i)
+      train_loss += result.losses[i] / static_cast<double>(std::min(n, result.losses.size()));
+    if (best_step == 0 || result.metric < best_val) {  // a resumed run that had nothing left to do
+      best_val = result.metric;
+      best_step = result.steps_done;
+    }
+  } else {
+    result.metric = run.evaluate(comm, root ? &samples : nullptr);
+  }
   result.metric_name = run.charlm ? "val_loss" : "heldout_exact_match";
   out << "samples:\n" << samples.str();
-  if (run.charlm) out << "validation loss " << result.metric << ", perplexity " << std::exp(result.metric) << "\n";
+  if (run.charlm) {
+    out << "validation loss " << result.metric << ", perplexity " << std::exp(result.metric);
+    if (!result.losses.empty()) out << "; training loss " << train_loss << " (mean of the last steps, dropout on)";
+    out << "\nbest validation loss " << best_val << " at step " << best_step << ": "
+        << (fs::path(o.out) / kBestFile).string() << "\n";
+  }
   // Rank 0 alone has the log (csv) and writes files.
   std::string written = root ? (fs::path(o.out) / kModelFile).string() + ", " + csv->path().string() : "";
   if (o.plot && root) {
     // The loss curve is a picture of a finished run: it never turns the run into a failure.
     const std::string png = (fs::path(o.out) / "loss.png").string();
     try {
-      const Picture p = loss_curve_png(csv->path().string(), png, "xgrad train: " + o.task);
+      const Picture p = loss_curve_png(csv->path().string(), png, "xgrad train: " + o.task, run.charlm != nullptr);
       if (p.drawn)
         written += ", " + png;
       else
@@ -1050,6 +1194,10 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
          << result.seconds << " s";
   if (world > 1) timing << " on " << world << " ranks (gradient all-reduce " << std::setprecision(2) << result.allreduce_seconds << " s)";
   out << timing.str() << "\n";
+  if (run.charlm) {
+    if (!result.losses.empty()) out << "RESULT train_loss " << train_loss << "\n";
+    out << "RESULT best_val_loss " << best_val << " step " << best_step << "\n";
+  }
   out << "RESULT " << result.metric_name << " " << result.metric << "\n";
   return result;
 }

@@ -22,7 +22,7 @@ namespace xg::train {
 
 struct TrainOptions {
   std::string task = "sort";  // sort | reverse | charlm
-  std::string text = "/usr/share/common-licenses/GPL-3";  // charlm
+  std::string text = "/usr/share/common-licenses";  // charlm: a text file or a folder of them
   std::string out = "out";
   std::string resume;  // an earlier run's output directory: continue it exactly
   std::string init_from;  // a model.safetensors: a new run starting from its configuration and weights
@@ -93,6 +93,10 @@ void apply_init_from(TrainOptions& o, const std::function<bool(const std::string
 
 // Fills the task defaults into opts (steps, lr), for display and for the run.
 TrainOptions with_defaults(TrainOptions opts);
+
+// --task charlm's defaults where they differ from those of sort and reverse (docs/cli.md):
+// every option whose flag `given` says the command line did not set takes the charlm value.
+TrainOptions with_charlm_defaults(TrainOptions opts, const std::function<bool(const std::string& flag)>& given);
 
 // Trains (or resumes) a run. `out` gets the record of the run: what is trained, evaluations,
 // samples, the files written, "trained N steps in S s" and the line "RESULT <metric> <value>"

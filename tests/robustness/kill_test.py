@@ -46,7 +46,7 @@ def step_of(path):
 def log_rows(path):
     with open(path, "rb") as f:
         lines = f.read().decode().split("\n")
-    if lines[0] != "step,lr,loss,grad_norm,tokens_per_s,elapsed_s":
+    if lines[0] != "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss":
         fail(f"{path}: header line is {lines[0]!r}")
     return lines[1:]
 
@@ -65,7 +65,7 @@ def check_consistent(out, context):
     rows = log_rows(os.path.join(out, "log.csv"))
     for i in range(s):
         fields = rows[i].split(",") if i < len(rows) else []
-        if len(fields) != 6 or fields[0] != str(i + 1):
+        if len(fields) != 7 or fields[0] != str(i + 1):
             fail(f"{context}: log.csv row {i + 1} is {rows[i] if i < len(rows) else None!r} with the checkpoint at step {s}")
     return s
 
