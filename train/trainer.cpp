@@ -701,9 +701,11 @@ TrainOptions with_charlm_defaults(TrainOptions o, const std::function<bool(const
   if (!given("--steps")) o.steps = kCharlmSteps;
   if (!given("--lr")) o.lr = kCharlmLr;
   if (!given("--batch")) o.batch = kCharlmBatch;
-  if (!given("--context")) o.context = kCharlmContext;
-  if (!given("--d-model")) o.d_model = kCharlmDModel;
-  if (!given("--layers")) o.layers = kCharlmLayers;
+  if (o.init_from.empty()) {  // with --init-from the model's shape comes from the file
+    if (!given("--context")) o.context = kCharlmContext;
+    if (!given("--d-model")) o.d_model = kCharlmDModel;
+    if (!given("--layers")) o.layers = kCharlmLayers;
+  }
   if (!given("--dropout")) o.dropout = kCharlmDropout;
   if (!given("--weight-decay")) o.weight_decay = kCharlmWeightDecay;
   if (!given("--warmup")) o.warmup = kCharlmWarmup;

@@ -95,7 +95,8 @@ void apply_init_from(TrainOptions& o, const std::function<bool(const std::string
 TrainOptions with_defaults(TrainOptions opts);
 
 // --task charlm's defaults where they differ from those of sort and reverse (docs/cli.md):
-// every option whose flag `given` says the command line did not set takes the charlm value.
+// every option whose flag `given` says the command line did not set takes the charlm value;
+// with --init-from (opts.init_from set) the model shape (context, d_model, layers) is left as the file gave it.
 TrainOptions with_charlm_defaults(TrainOptions opts, const std::function<bool(const std::string& flag)>& given);
 
 // Trains (or resumes) a run. `out` gets the record of the run: what is trained, evaluations,
