@@ -172,23 +172,31 @@ struct VisRule {
   // Fills row_lo / row_hi / row_exact of a dense rule from `allowed`.
   void index_dense() {
     const std::size_t rows = shape[0] * shape[1] * shape[2], S = shape[3];
+    if (S == 1) {  // one flag for every key
+      row_lo.assign(rows, 0);
+      row_hi.assign(rows, 0);
+      row_exact.assign(rows, 1);
+      for (std::size_t r = 0; r < rows; ++r) row_hi[r] = allowed[r] ? std::numeric_limits<std::size_t>::max() : 0;
+      return;
+    }
+    index_rows(rows, S, [&](std::size_t r, std::size_t j) { return allowed[r * S + j] != 0; });
+  }
+
+  // Fills row_lo / row_hi / row_exact for `rows` rows of S keys from the predicate
+  // visible(row, j): each row's bounding range [lo, hi) of visible keys ([0, 0) when none) and
+  // whether every key in it is visible.
+  template <class Visible>
+  void index_rows(std::size_t rows, std::size_t S, Visible visible) {
     row_lo.assign(rows, 0);
     row_hi.assign(rows, 0);
     row_exact.assign(rows, 1);
     for (std::size_t r = 0; r < rows; ++r) {
-      if (S == 1) {  // one flag for every key
-        row_hi[r] = allowed[r] ? std::numeric_limits<std::size_t>::max() : 0;
-        continue;
-      }
-      const unsigned char* a = allowed.data() + r * S;
-      std::size_t lo = S, hi = 0, count = 0;
+      std::size_t lo = 0, hi = 0, count = 0;
       for (std::size_t j = 0; j < S; ++j)
-        if (a[j]) {
-          lo = std::min(lo, j);
+        if (visible(r, j)) {
+          if (count++ == 0) lo = j;
           hi = j + 1;
-          ++count;
         }
-      if (count == 0) lo = hi = 0;
       row_lo[r] = lo;
       row_hi[r] = hi;
       row_exact[r] = count == hi - lo;
@@ -280,25 +288,8 @@ Visibility Visibility::causal(const std::vector<std::int64_t>& q_pos, const std:
   r->q_pos = q_pos;
   r->k_pos = k_pos;
   r->k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
-  if (!r->k_sorted) {  // bounding range per query row
-    const std::size_t T = q_pos.size(), S = k_pos.size();
-    r->row_lo.assign(T, 0);
-    r->row_hi.assign(T, 0);
-    r->row_exact.assign(T, 0);
-    for (std::size_t i = 0; i < T; ++i) {
-      std::size_t lo = S, hi = 0, count = 0;
-      for (std::size_t j = 0; j < S; ++j)
-        if (k_pos[j] <= q_pos[i]) {
-          lo = std::min(lo, j);
-          hi = j + 1;
-          ++count;
-        }
-      if (count == 0) lo = hi = 0;
-      r->row_lo[i] = lo;
-      r->row_hi[i] = hi;
-      r->row_exact[i] = count == hi - lo;
-    }
-  }
+  if (!r->k_sorted)  // bounding range per query row
+    r->index_rows(q_pos.size(), k_pos.size(), [&](std::size_t i, std::size_t j) { return k_pos[j] <= q_pos[i]; });
   return Visibility(r);
 }
 
@@ -327,23 +318,9 @@ Visibility Visibility::sliding_window(const std::vector<Position>& q_pos, const 
   r->window = W;
   r->k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
   if (!r->k_sorted) {  // bounding range per query row
-    const std::size_t T = q_pos.size(), S = k_pos.size();
-    r->row_lo.assign(T, 0);
-    r->row_hi.assign(T, 0);
-    r->row_exact.assign(T, 0);
-    for (std::size_t i = 0; i < T; ++i) {
-      std::size_t lo = S, hi = 0, count = 0;
-      for (std::size_t j = 0; j < S; ++j)
-        if (r->in_window(q_pos[i], k_pos[j])) {
-          lo = std::min(lo, j);
-          hi = j + 1;
-          ++count;
-        }
-      if (count == 0) lo = hi = 0;
-      r->row_lo[i] = lo;
-      r->row_hi[i] = hi;
-      r->row_exact[i] = count == hi - lo;
-    }
+    const VisRule& rule = *r;
+    r->index_rows(q_pos.size(), k_pos.size(),
+                  [&](std::size_t i, std::size_t j) { return rule.in_window(q_pos[i], k_pos[j]); });
   }
   return Visibility(r);
 }
