@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "tests/support/json_text.hpp"
+#include "tests/support/sdpa_impl_arg.hpp"
 #include <xgrad/xgrad.hpp>
 
 xg::nn::SdpaImpl g_impl = xg::nn::SdpaImpl::automatic;  // argv[2]
@@ -555,21 +556,7 @@ std::string cross_mha_case(Generator& g, std::size_t id, std::size_t k) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: %s OUTPUT.json [automatic|fused|composed]\n", argv[0]);
-    return 2;
-  }
-  if (argc == 3) {
-    const std::string impl = argv[2];
-    if (impl == "fused")
-      g_impl = nn::SdpaImpl::fused;
-    else if (impl == "composed")
-      g_impl = nn::SdpaImpl::composed;
-    else if (impl != "automatic") {
-      std::fprintf(stderr, "dump_attention: implementation must be automatic, fused or composed, got '%s'\n", argv[2]);
-      return 2;
-    }
-  }
+  if (!xgt::parse_dump_args(argc, argv, "dump_attention", g_impl)) return 2;
   const std::size_t per_category = 16;
   try {
     Generator g(20240521);

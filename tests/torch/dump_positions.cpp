@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/support/json_text.hpp"
+#include "tests/support/sdpa_impl_arg.hpp"
 #include <xgrad/xgrad.hpp>
 
 using namespace xg;
@@ -23,12 +24,6 @@ using namespace xgt::json_text;
 namespace {
 
 Array uniform(const Shape& s, Generator& g, double a = 1.0) { return random_uniform(s, g, DType::float64, -a, a); }
-
-std::string ints(const std::vector<std::int64_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 std::string rope_json(const ops::RopeConfig& c) {
   return "{\"base\":" + jnum(c.base) + ",\"fraction\":" + jnum(c.fraction) + ",\"layout\":" +
@@ -40,7 +35,7 @@ std::string rope_case(Generator& g, const Shape& shape, const std::vector<std::i
   const Array G = uniform(shape, g);
   const Tensor y = ops::rope(x, pos, c);
   const Array dx = grad(y, {x}, G)[0];
-  return "{\"kind\":\"rope\",\"rope\":" + rope_json(c) + ",\"positions\":" + ints(pos) + ",\"x\":" + jarray(x.value()) +
+  return "{\"kind\":\"rope\",\"rope\":" + rope_json(c) + ",\"positions\":" + jints64(pos) + ",\"x\":" + jarray(x.value()) +
          ",\"G\":" + jarray(G) + ",\"y\":" + jarray(y.value()) + ",\"dx\":" + jarray(dx) + "}";
 }
 
@@ -79,16 +74,10 @@ std::string mha_case(Generator& g, nn::SdpaImpl impl, std::size_t B, std::size_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: dump_positions OUT.json [automatic|fused|composed]\n");
-    return 2;
-  }
+  nn::SdpaImpl impl = nn::SdpaImpl::automatic;
+  if (!xgt::parse_dump_args(argc, argv, "dump_positions", impl)) return 2;
+  const std::string mode = argc == 3 ? argv[2] : "automatic";
   try {
-    const std::string mode = argc == 3 ? argv[2] : "automatic";
-    nn::SdpaImpl impl = nn::SdpaImpl::automatic;
-    if (mode == "fused") impl = nn::SdpaImpl::fused;
-    else if (mode == "composed") impl = nn::SdpaImpl::composed;
-    else if (mode != "automatic") throw ValueError("dump_positions: unknown implementation '" + mode + "'");
     Generator g(20261201);
     std::vector<std::string> cases;
     auto cfg = [](ops::RopeLayout l, double fraction, double base) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/support/json_text.hpp"
+#include "tests/support/sdpa_impl_arg.hpp"
 #include <xgrad/xgrad.hpp>
 
 namespace {
@@ -28,12 +29,6 @@ using namespace xg;
 using nn::Visibility;
 
 nn::SdpaImpl g_impl = nn::SdpaImpl::automatic;
-
-std::string jints64(const std::vector<std::int64_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 struct Spec {
   std::string layout;
@@ -71,21 +66,7 @@ std::string run_case(const Spec& c, Generator& g) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: dump_window OUT.json [automatic|fused|composed]\n");
-    return 2;
-  }
-  if (argc == 3) {
-    const std::string impl = argv[2];
-    if (impl == "fused")
-      g_impl = nn::SdpaImpl::fused;
-    else if (impl == "composed")
-      g_impl = nn::SdpaImpl::composed;
-    else if (impl != "automatic") {
-      std::fprintf(stderr, "dump_window: implementation must be automatic, fused or composed, got '%s'\n", argv[2]);
-      return 2;
-    }
-  }
+  if (!xgt::parse_dump_args(argc, argv, "dump_window", g_impl)) return 2;
   try {
     Generator g(20261201);
     std::vector<Spec> specs = {
