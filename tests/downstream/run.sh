@@ -2,6 +2,8 @@
 # xgrad from a user's side (docs/install.md): install the build into a temporary prefix, then
 # build and run tests/downstream/consumer.cpp three ways, and check what was installed.
 #   1. find_package(xgrad VERSION REQUIRED COMPONENTS checks) from the prefix, no other hints
+#   1b. the same with every MPI hidden: the engine and the checks must not need one; asking for
+#      train then fails naming MPI (a static build with MPI)
 #   2. pkg-config --cflags --libs xgrad, a plain compiler command
 #   3. FetchContent from the source tree, with only the engine's packages visible (CLI11 and
 #      nlohmann_json hidden), shared libraries; that build is installed again and consumed
@@ -43,6 +45,29 @@ if cmake -S "$src/tests/downstream" -B "$work/too-new" -DCMAKE_PREFIX_PATH="$pre
   fail "find_package(xgrad 99.0) succeeded"
 fi
 grep -q 'compatible with requested version "99.0"' <(tr -s ' \n' ' ' <"$work/too-new.log") || fail "find_package(xgrad 99.0) failed for another reason"
+
+step "1b. find_package without MPI: the engine and the checks need none"
+# xgrad::train of a static build with MPI links MPI; a consumer of the engine alone must not
+# need one (CMAKE_DISABLE_FIND_PACKAGE_MPI hides every MPI from find_package).
+cmake -S "$src/tests/downstream" -B "$work/no-mpi" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+      -DCONSUMER_MODE=package -DCONSUMER_EXPECT_VERSION="$version" -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
+      >"$work/no-mpi.log" 2>&1 || { tail -30 "$work/no-mpi.log"; fail "find_package(xgrad) without MPI failed"; }
+cmake --build "$work/no-mpi" -j "$jobs" >>"$work/no-mpi.log" || { tail -30 "$work/no-mpi.log"; fail "the build without MPI failed"; }
+"$work/no-mpi/consumer"
+if grep -q '^XGRAD_WITH_MPI:BOOL=ON' "$build/CMakeCache.txt" && grep -q '^BUILD_SHARED_LIBS:BOOL=ON' "$build/CMakeCache.txt"; then
+  :  # a shared xgrad::train carries no link dependency on MPI: nothing more to refuse
+elif grep -q '^XGRAD_WITH_MPI:BOOL=ON' "$build/CMakeCache.txt"; then
+  # Asking for train without an MPI is refused, naming what is missing.
+  if cmake -S "$src/tests/downstream" -B "$work/no-mpi-train" -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_MODE=package \
+           -DCONSUMER_NEED_TRAIN=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >"$work/no-mpi-train.log" 2>&1; then
+    fail "find_package(xgrad COMPONENTS train) succeeded without MPI"
+  fi
+  grep -q 'needs an MPI for C++' <(tr -s ' \n' ' ' <"$work/no-mpi-train.log") \
+    || { tail -20 "$work/no-mpi-train.log"; fail "find_package(xgrad COMPONENTS train) without MPI failed for another reason"; }
+  # With MPI, train is found as before.
+  cmake -S "$src/tests/downstream" -B "$work/train" -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_MODE=package \
+        -DCONSUMER_NEED_TRAIN=ON >"$work/train.log" 2>&1 || { tail -20 "$work/train.log"; fail "find_package(xgrad COMPONENTS train) failed"; }
+fi
 
 step "2. pkg-config"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
