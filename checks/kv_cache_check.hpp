@@ -149,7 +149,9 @@ struct KVComparison {
   std::size_t first_bad_position = npos;
   double first_bad_diff = 0;  ///< See first_bad_position.
   /// The chunk (0-based) holding first_bad_position, and its positions [chunk_begin, chunk_end).
+  /// @{
   std::size_t bad_chunk = 0, chunk_begin = 0, chunk_end = 0;
+  /// @}
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);  ///< "no position".
 };
 

@@ -4,14 +4,22 @@
 find_package(Doxygen QUIET)
 find_package(Python3 QUIET COMPONENTS Interpreter)
 if(DOXYGEN_FOUND AND Python3_Interpreter_FOUND)
-  # The public headers of the engine: core/, ops/, nn/ without the internal ones (xtensor glue,
-  # kernels, BLAS, vector math, the engine's own JSON), read through the build tree's include
+  # Every installed header: the engine's core/, ops/, nn/, and checks/, dist/, train/ when
+  # they are built, without the internal ones (xtensor glue, kernels, BLAS, vector math, the
+  # engine's own JSON, the checks' shared helpers), read through the build tree's include
   # folder so that the pages show <xgrad/...> include lines. Then the umbrella header and the
-  # Markdown pages.
+  # Markdown pages. The same list as the install rules (CMakeLists.txt).
   set(xgrad_doc_internal core/xt.hpp core/map.hpp core/kernels.hpp core/strided.hpp core/blas.hpp
-      core/vmath.hpp core/json.hpp)
+      core/vmath.hpp core/json.hpp checks/common.hpp)
+  set(xgrad_doc_dirs core ops nn)
+  if(XGRAD_BUILD_CHECKS)
+    list(APPEND xgrad_doc_dirs checks)
+  endif()
+  if(XGRAD_BUILD_TRAIN)
+    list(APPEND xgrad_doc_dirs dist train)
+  endif()
   set(xgrad_doc_headers)
-  foreach(dir core ops nn)
+  foreach(dir IN LISTS xgrad_doc_dirs)
     file(GLOB headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
     list(REMOVE_ITEM headers ${xgrad_doc_internal})
     list(SORT headers)

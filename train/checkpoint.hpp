@@ -1,6 +1,7 @@
-// Model checkpoints: model.safetensors holds the parameters and, in __metadata__, everything
-// needed to rebuild the model (SPEC 11: H_q, H_kv, d_h, layer count, layout), the task and
-// the vocabulary. Loading validates the metadata and every shape against the configuration.
+/// \file
+/// Model checkpoints: model.safetensors holds the parameters and, in __metadata__, everything
+/// needed to rebuild the model (SPEC 11: H_q, H_kv, d_h, layer count, layout), the task and
+/// the vocabulary. Loading validates the metadata and every shape against the configuration.
 #pragma once
 
 #include <memory>
@@ -10,39 +11,54 @@
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/train/tasks.hpp>
 
+/// The training program behind `xgrad train/generate/convert`: built-in tasks, the training
+/// loop, checkpoints, generation, weight conversion and plots.
 namespace xg::train {
 
+/// What a checkpoint's metadata says about its model: enough to rebuild it and its task.
 struct ModelInfo {
-  std::string kind;  // "gpt" or "encoder_decoder"
-  std::string task;  // "sort", "reverse", "charlm"
-  nn::TransformerConfig config;
-  Vocabulary vocab;
-  nn::safetensors::Metadata task_params;  // e.g. n_digits, min_len, max_len
+  std::string kind;  ///< "gpt" or "encoder_decoder".
+  std::string task;  ///< "sort", "reverse", "charlm".
+  nn::TransformerConfig config;  ///< The model's configuration (resolved when read by model_info).
+  Vocabulary vocab;  ///< The task's vocabulary: token ids of the model's inputs and outputs.
+  nn::safetensors::Metadata task_params;  ///< The task's sizes, e.g. n_digits, min_len, max_len.
 };
 
-// Checked conversions of text read from files (metadata, log.csv): the whole text must be the
-// number, in range; otherwise FormatError "<where>: '<text>' is not ...".
+/// Checked conversion of text read from files (metadata, log.csv) to a signed integer: the
+/// whole text must be the number (digits, optionally after '-'), in range; otherwise
+/// FormatError "<where>: '<text>' is not an integer" (or "is out of range").
 std::int64_t parse_int(const std::string& text, const std::string& where);
+/// The same for a non-negative integer (digits only).
 std::uint64_t parse_uint(const std::string& text, const std::string& where);
-double parse_double(const std::string& text, const std::string& where);  // finite values only
+/// The same for a finite floating-point number (FormatError for inf and nan too).
+double parse_double(const std::string& text, const std::string& where);
 
-// Number of parameters of the model `kind` ("gpt" / "encoder_decoder") with this resolved
-// configuration, computed without building it (saturates at UINT64_MAX).
+/// Number of parameters of the model `kind` ("gpt" / "encoder_decoder") with this resolved
+/// configuration, computed without building it (saturates at UINT64_MAX).
 std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConfig& resolved);
 
+/// The safetensors metadata that describes `info`: the task's parameters plus the format,
+/// model kind, task, vocabulary, weight layout, the resolved configuration (sizes, heads,
+/// dtype) and, when they are not the defaults, the window and position scheme.
 nn::safetensors::Metadata model_metadata(const ModelInfo& info);
-ModelInfo model_info(const nn::safetensors::Metadata& meta, const std::string& path);  // FormatError if incomplete
+/// The ModelInfo that checkpoint metadata `meta` describes, checked: a missing key, a value
+/// that is not a number or exceeds a sane bound, or a configuration that does not hold
+/// together is a FormatError naming `path` and the key.
+ModelInfo model_info(const nn::safetensors::Metadata& meta, const std::string& path);
 
+/// A model rebuilt from a checkpoint: exactly one of gpt and encdec is set, as info.kind says.
 struct LoadedModel {
-  ModelInfo info;
-  std::unique_ptr<nn::GPT> gpt;
-  std::unique_ptr<nn::EncoderDecoder> encdec;
+  ModelInfo info;  ///< What the checkpoint's metadata says.
+  std::unique_ptr<nn::GPT> gpt;  ///< The model when info.kind is "gpt", else null.
+  std::unique_ptr<nn::EncoderDecoder> encdec;  ///< The model when info.kind is "encoder_decoder", else null.
+  /// Whichever model is loaded, as a Module (its parameters, train/eval mode).
   nn::Module& module() { return gpt ? static_cast<nn::Module&>(*gpt) : static_cast<nn::Module&>(*encdec); }
 };
 
-// Builds the model the metadata describes and loads the parameters into it. Before anything is
-// allocated, the configuration must be within sane bounds and describe exactly as many
-// parameters as the file holds; every parameter must be finite.
+/// Builds the model the metadata describes and loads the parameters into it. Before anything is
+/// allocated, the configuration must be within sane bounds and describe exactly as many
+/// parameters as the file holds; every parameter must be finite. The model is returned in
+/// eval mode. FormatError (naming the file) when the checkpoint is not such a model.
 LoadedModel load_model(const std::string& path);
 
 }  // namespace xg::train

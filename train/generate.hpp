@@ -1,6 +1,7 @@
-// Autoregressive generation for the GPT and the encoder-decoder: greedy (default) or
-// temperature / top-k sampling, with the KV cache (default) or recomputing the whole prefix.
-// Both paths give the same tokens and the same logits to float tolerance (tested).
+/// \file
+/// Autoregressive generation for the GPT and the encoder-decoder: greedy (default) or
+/// temperature / top-k sampling, with the KV cache (default) or recomputing the whole prefix.
+/// Both paths give the same tokens and the same logits to float tolerance (tested).
 #pragma once
 
 #include <cstdint>
@@ -11,29 +12,39 @@
 
 namespace xg::train {
 
+/// How the next token is chosen, and whether the KV cache is used.
 struct SampleOptions {
-  double temperature = 0.0;  // 0 = greedy (argmax, first maximum on ties)
-  std::size_t top_k = 0;     // 0 = no top-k filter
-  Generator* generator = nullptr;  // needed when temperature > 0
-  bool use_kv_cache = true;
-  std::int64_t stop_token = -1;    // stop a sample once it emits this token (-1: never)
+  /// 0 = greedy (argmax, first maximum on ties); > 0 samples from softmax(logits /
+  /// temperature). Must be finite and >= 0 (ValueError).
+  double temperature = 0.0;
+  std::size_t top_k = 0;     ///< Sample among the k largest logits only; 0 = no top-k filter.
+  Generator* generator = nullptr;  ///< The sampling source; needed when temperature > 0 (ValueError otherwise).
+  bool use_kv_cache = true;  ///< Decode with the KV cache (else recompute the whole prefix each step).
+  std::int64_t stop_token = -1;    ///< Stop a sample once it emits this token (-1: never); the token is kept.
 };
 
+/// What generate() produced.
 struct Generation {
-  std::vector<std::vector<std::int64_t>> tokens;  // new tokens per sample
-  std::vector<Array> logits;                      // per step: [B, V_vocab] logits that were sampled from
+  /// The new tokens of each sample (the prompt not included), up to and including its stop
+  /// token.
+  std::vector<std::vector<std::int64_t>> tokens;
+  std::vector<Array> logits;                      ///< Per step: the [B, V_vocab] logits that were sampled from.
 };
 
-// prompts: B sequences of equal length >= 1; generates max_new tokens (fewer if every
-// sample hit stop_token). Runs under no_grad.
+/// prompts: B sequences of equal length >= 1; generates max_new tokens (fewer if every
+/// sample hit stop_token). Runs under no_grad. ValueError for empty or unequal prompts and
+/// for non-finite logits.
 Generation generate(nn::GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,
                     const SampleOptions& opts = {});
 
-// Encoder-decoder: encodes the padded sources once, then decodes from bos.
+/// Encoder-decoder: encodes the padded sources `src` [B, S] (real lengths `src_lengths`) once,
+/// then decodes from the token `bos`, up to max_new tokens. Runs under no_grad.
 Generation generate(nn::EncoderDecoder& model, const IndexArray& src, const std::vector<std::size_t>& src_lengths,
                     std::int64_t bos, std::size_t max_new, const SampleOptions& opts = {});
 
-// Picks the next token from one row of logits.
+/// Picks the next token from one row of logits, as `opts` says. ValueError for an empty or
+/// non-finite row, a bad temperature, a missing generator, or a temperature so small that
+/// the sampling weights overflow.
 std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& opts);
 
 }  // namespace xg::train

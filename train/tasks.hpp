@@ -1,12 +1,14 @@
-// Built-in tasks that need no download:
-//   sort     (decoder-only): "d_1 .. d_n | s_1 .. s_n", learn to write the digits sorted;
-//            held-out exact match of the whole sorted sequence, greedy.
-//   reverse  (encoder-decoder): source digits of random length, target the reversed string;
-//            needs cross attention; held-out exact match, greedy.
-//   charlm   (decoder-only): character-level language modelling on a text file or a folder of
-//            text files (default: the licence texts in /usr/share/common-licenses); validation
-//            loss and perplexity on the last 10% of every file.
-// Every random draw comes from an explicit Generator, so a seed reproduces the data stream.
+/// \file
+/// Built-in tasks that need no download:
+/// - sort (decoder-only): "d_1 .. d_n | s_1 .. s_n", learn to write the digits sorted;
+///   held-out exact match of the whole sorted sequence, greedy.
+/// - reverse (encoder-decoder): source digits of random length, target the reversed string;
+///   needs cross attention; held-out exact match, greedy.
+/// - charlm (decoder-only): character-level language modelling on a text file or a folder of
+///   text files (default: the licence texts in /usr/share/common-licenses); validation
+///   loss and perplexity on the last 10% of every file.
+///
+/// Every random draw comes from an explicit Generator, so a seed reproduces the data stream.
 #pragma once
 
 #include <cstdint>
@@ -18,46 +20,67 @@
 
 namespace xg::train {
 
+/// The target id that takes no loss (the cross-entropy's ignore_index): prompts and padding.
 constexpr std::int64_t kIgnore = -100;
 
-// Tokens are strings (a digit, a separator, a character); ids index `tokens`.
+/// Tokens are strings (a digit, a separator, a character); ids index `tokens`.
 struct Vocabulary {
-  std::vector<std::string> tokens;
+  std::vector<std::string> tokens;  ///< The token of each id, in id order.
+  /// The number of tokens, V_vocab.
   std::size_t size() const { return tokens.size(); }
-  std::int64_t id(const std::string& t) const;  // ValueError naming the token if unknown
+  /// The id of token `t`; ValueError naming the token if unknown.
+  std::int64_t id(const std::string& t) const;
+  /// The tokens of `ids` concatenated; ValueError for an id outside [0, size()).
   std::string decode(const std::vector<std::int64_t>& ids) const;
-  std::string to_json() const;  // JSON array of the tokens (saved in checkpoints)
+  /// JSON array of the tokens (saved in checkpoints): a UTF-8 token as a string, any other
+  /// as an array of its byte values, so every vocabulary reads back exactly.
+  std::string to_json() const;
+  /// The vocabulary of to_json()'s text; FormatError when `json` is not such an array.
   static Vocabulary from_json(const std::string& json);
 };
 
-// Decoder-only batch: next-token targets (kIgnore where no loss is taken).
+/// Decoder-only batch: next-token targets (kIgnore where no loss is taken).
 struct LMBatch {
-  IndexArray tokens;   // [B, T]
-  IndexArray targets;  // [B, T]
+  IndexArray tokens;   ///< Input ids [B, T].
+  IndexArray targets;  ///< Target ids [B, T]: the token after each input position, or kIgnore.
 };
 
-// Encoder-decoder batch.
+/// Encoder-decoder batch.
 struct Seq2SeqBatch {
-  IndexArray src;                        // [B, S], padded with PAD
-  std::vector<std::size_t> src_lengths;  // real source tokens per sample
-  IndexArray tgt_in;                     // [B, T]: BOS + target (padded)
-  IndexArray tgt_out;                    // [B, T]: target + EOS (kIgnore on padding)
+  IndexArray src;                        ///< Source ids [B, S], padded with PAD.
+  std::vector<std::size_t> src_lengths;  ///< Real source tokens per sample.
+  IndexArray tgt_in;                     ///< Decoder input [B, T]: BOS + target (padded).
+  IndexArray tgt_out;                    ///< Decoder targets [B, T]: target + EOS (kIgnore on padding).
 };
 
+/// The sort task (decoder-only): n random digits, the separator "|", then the same digits
+/// sorted. The loss is taken on the sorted half only.
 class SortTask {
  public:
+  /// Sequences of `n_digits` digits drawn from `n_values` values 0 .. n_values - 1.
+  /// ValueError unless n_digits >= 1 and 2 <= n_values <= 10.
   explicit SortTask(std::size_t n_digits = 8, std::size_t n_values = 10);
+  /// The digits 0 .. n_values - 1 and then "|" (id sep()).
   const Vocabulary& vocab() const { return vocab_; }
+  /// n, the number of digits per problem.
   std::size_t n() const { return n_; }
+  /// The length of a whole sequence, 2n + 1 (digits, separator, sorted digits).
   std::size_t context() const { return 2 * n_ + 1; }
+  /// n uniformly random digits: one problem.
   std::vector<std::int64_t> sample_digits(Generator& gen) const;
-  // Training batch; a sample that equals a held-out sequence is redrawn.
+  /// Training batch of B sequences [B, 2n] (the last token is only a target); a sample that
+  /// equals a held-out sequence (exclude()) is redrawn.
   LMBatch batch(std::size_t B, Generator& gen) const;
-  // Fixed held-out problems (digits) and the prompt "d_1 .. d_n |" for one of them.
+  /// `count` fixed, distinct held-out problems (digits) drawn from `seed`. ValueError when
+  /// they would be more than half of all possible problems.
   std::vector<std::vector<std::int64_t>> heldout(std::size_t count, std::uint64_t seed) const;
+  /// The prompt "d_1 .. d_n |" for one problem.
   std::vector<std::int64_t> prompt(const std::vector<std::int64_t>& digits) const;
-  std::vector<std::int64_t> answer(const std::vector<std::int64_t>& digits) const;  // sorted
+  /// The expected answer: the digits sorted.
+  std::vector<std::int64_t> answer(const std::vector<std::int64_t>& digits) const;
+  /// The separator's id, n_values.
   std::int64_t sep() const { return static_cast<std::int64_t>(values_); }
+  /// Problems batch() must never draw (the held-out set), replacing any given before.
   void exclude(const std::vector<std::vector<std::int64_t>>& heldout);
 
  private:
@@ -66,19 +89,38 @@ class SortTask {
   std::vector<std::vector<std::int64_t>> excluded_;
 };
 
+/// The reverse task (encoder-decoder): a source of min_len .. max_len random digits, the
+/// target the same digits reversed. Vocabulary: the digits 0 .. 9, then PAD "_", BOS "<" and
+/// EOS ">".
 class ReverseTask {
  public:
+  /// Sources of `min_len` to `max_len` digits (each length equally likely). ValueError unless
+  /// 1 <= min_len <= max_len.
   ReverseTask(std::size_t min_len = 3, std::size_t max_len = 8);
+  /// The digits, PAD, BOS and EOS.
   const Vocabulary& vocab() const { return vocab_; }
+  /// The longest source, max_len.
   std::size_t max_len() const { return max_len_; }
+  /// The longest decoder sequence, max_len + 1 (BOS or EOS added to the target).
   std::size_t context() const { return max_len_ + 1; }
+  /// The padding id (token "_").
   std::int64_t pad() const { return 10; }
+  /// The beginning-of-sequence id (token "<"), the decoder's first input.
   std::int64_t bos() const { return 11; }
+  /// The end-of-sequence id (token ">"), the last target.
   std::int64_t eos() const { return 12; }
+  /// One random source: a length drawn uniformly from [min_len, max_len], then that many
+  /// random digits.
   std::vector<std::int64_t> sample(Generator& gen) const;
+  /// Training batch of B random sources (S = max_len, T = max_len + 1); a source in the
+  /// held-out set (exclude()) is redrawn.
   Seq2SeqBatch batch(std::size_t B, Generator& gen) const;
+  /// The batch of the given sources, padded as batch() pads.
   Seq2SeqBatch make_batch(const std::vector<std::vector<std::int64_t>>& sources) const;
+  /// `count` fixed, distinct held-out sources drawn from `seed`. ValueError when they would be
+  /// more than half of the problems available.
   std::vector<std::vector<std::int64_t>> heldout(std::size_t count, std::uint64_t seed) const;
+  /// Sources batch() must never draw (the held-out set), replacing any given before.
   void exclude(const std::vector<std::vector<std::int64_t>>& heldout);
 
  private:
@@ -87,35 +129,46 @@ class ReverseTask {
   std::vector<std::vector<std::int64_t>> excluded_;
 };
 
-// One text of a charlm corpus: its file name (without folder) and its bytes.
+/// One text of a charlm corpus: its file name (without folder) and its bytes.
 struct TextFile {
-  std::string name;
-  std::string text;
+  std::string name;  ///< The file name, without folder.
+  std::string text;  ///< The file's bytes.
 };
 
+/// The charlm task (decoder-only): next-byte prediction over a corpus of texts. The
+/// vocabulary is the set of bytes in the corpus, one token each, in byte order.
 class CharLMTask {
  public:
-  // Reads the text (FormatError/ValueError if unreadable or shorter than a few windows);
-  // the last 10% is the validation split.
+  /// Reads the text (FormatError/ValueError if unreadable or shorter than a few windows);
+  /// the last 10% is the validation split. `path` is a file or a folder (read_corpus);
+  /// `context` is the window T of every batch.
   CharLMTask(const std::string& path, std::size_t context);
-  // The same from the file's contents, already read (read_text); `path` names it in messages.
+  /// The same from the file's contents, already read (read_text); `path` names it in messages.
   CharLMTask(const std::string& path, std::size_t context, const std::string& contents);
-  // A corpus of several texts (read_corpus): the last 10% of every text is the validation
-  // split, the first 90% the training split (each split the texts one after the other).
+  /// A corpus of several texts (read_corpus): the last 10% of every text is the validation
+  /// split, the first 90% the training split (each split the texts one after the other).
   CharLMTask(const std::string& path, std::size_t context, const std::vector<TextFile>& corpus);
-  static std::string read_text(const std::string& path);  // ValueError if unreadable
-  // `path` a file: that file. A folder: every regular file in it (symbolic links resolved,
-  // a file reached by several names read once, under its own name), sorted by name.
-  // ValueError naming the path if it is missing, unreadable or a folder without files.
+  /// The bytes of the file at `path`; ValueError if unreadable (or a folder).
+  static std::string read_text(const std::string& path);
+  /// `path` a file: that file. A folder: every regular file in it (symbolic links resolved,
+  /// a file reached by several names read once, under its own name), sorted by name.
+  /// ValueError naming the path if it is missing, unreadable or a folder without files.
   static std::vector<TextFile> read_corpus(const std::string& path);
-  // "name:bytes:checksum" per text, joined by ";" (FNV-1a 64, hex): saved with a run so that
-  // resume can tell that the corpus changed.
+  /// "name:bytes:checksum" per text, joined by ";" (FNV-1a 64, hex): saved with a run so that
+  /// resume can tell that the corpus changed.
   static std::string fingerprint(const std::vector<TextFile>& corpus);
+  /// The number of tokens (bytes) in the training split.
   std::size_t train_size() const { return train_.size(); }
+  /// The number of tokens (bytes) in the validation split.
   std::size_t validation_size() const { return val_.size(); }
+  /// One token per distinct byte of the corpus, in byte order.
   const Vocabulary& vocab() const { return vocab_; }
+  /// The window T of a batch.
   std::size_t context() const { return context_; }
+  /// B windows [B, context] at uniformly random offsets of the training split (or the
+  /// validation split), targets the next byte at every position.
   LMBatch batch(std::size_t B, Generator& gen, bool validation = false) const;
+  /// The ids of the bytes of `text`; ValueError for a byte not in the vocabulary.
   std::vector<std::int64_t> encode(const std::string& text) const;
 
  private:
