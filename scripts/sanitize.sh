@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Builds everything with AddressSanitizer + UndefinedBehaviorSanitizer (leak detection on) in
-# build-asan/ and runs the test suite there. The full default training run is left out: it is
-# the same code as the short training tests and takes minutes under ASan (so does its 2-rank
-# twin, distributed_heldout_default, which would pull it back in as a fixture); so are the kill,
-# signal and memory tests (timing- and RSS-based: ASan's shadow memory and quarantine would
-# swamp the memory bound). The robustness catalogue runs here against the ASan build. The
-# downstream consumer test (an install and three consumer builds) is a packaging test, not a
-# memory one: it runs in the Release suite only.
+# Builds everything with clang-14, AddressSanitizer + UndefinedBehaviorSanitizer (leak detection
+# on) in build-san/ (scripts/sanitize_config.sh), optionally runs the libFuzzer targets from the
+# same build (--fuzz SECONDS: scripts/fuzz.sh, SECONDS each), then runs the test suite there.
+# The full default training run is left out: it is the same code as the short training tests
+# and takes minutes under ASan (so does its 2-rank twin, distributed_heldout_default, which
+# would pull it back in as a fixture); so are the kill, signal and memory tests (timing- and
+# RSS-based: ASan's shadow memory and quarantine would swamp the memory bound). The robustness
+# catalogue runs here against the ASan build. The downstream consumer test (an install and
+# three consumer builds) is a packaging test, not a memory one: it runs in the Release suite only.
+# Usage: scripts/sanitize.sh [--fuzz SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
-cmake --build build-asan -j "$(nproc)"
-cd build-asan
+fuzz_seconds=0
+if [[ "${1:-}" == "--fuzz" ]]; then fuzz_seconds=${2:?--fuzz needs SECONDS}; fi
+source scripts/sanitize_config.sh
+xgrad_configure_san
+cmake --build build-san -j "$(nproc)"
+if ((fuzz_seconds > 0)); then
+  XGRAD_FUZZ_BUILT=1 bash scripts/fuzz.sh "$fuzz_seconds"
+fi
+cd build-san
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|robustness_(kill|signals|memory)|downstream_consumer'
