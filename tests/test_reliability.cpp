@@ -476,7 +476,7 @@ TEST_CASE("issue 17 item 6: resume refuses a state from another run naming both 
   fs::remove_all(dir);
 }
 
-TEST_CASE("issue 17 item 6: a run id is made per run and kept by --resume; model.safetensors stays free of it",
+TEST_CASE("issue 17 item 6: a run id is made per run and kept by --resume and model.safetensors stays free of it",
           "[reliability][checkpoint]") {
   const fs::path dir = fresh_dir("run_id");
   std::ostringstream log;
