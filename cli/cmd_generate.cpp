@@ -191,7 +191,14 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
     const Tensor& A = attn[a.layer].weights;  // [1, H_q, T, T]
     weights = ops::slice(A, 1, static_cast<long>(a.head), static_cast<long>(a.head) + 1).value().reshaped(
         {seq.size(), seq.size()});
-    allowed = nn::Visibility::causal(seq.size(), seq.size()).expand_allowed("generate", {1, 1, seq.size(), seq.size()});
+    // What the layer let each query see: GPT::logits' causal visibility, intersected with the
+    // layer's sliding window when it has one (as MultiHeadAttention::forward does). Cells
+    // outside it hold weight 0 and are masked, not "allowed with weight 0".
+    const auto T = static_cast<nn::Position>(seq.size());
+    nn::Visibility vis = nn::Visibility::causal(T, T);
+    const std::size_t W = m.gpt->blocks[a.layer]->attn.config().window;
+    if (W > 0) vis = nn::Visibility::sliding_window(T, T, static_cast<nn::Position>(W)) & vis;
+    allowed = vis.expand_allowed("generate", {1, 1, seq.size(), seq.size()});
   }
   if (!a.attention_map.empty()) {
     train::HeatmapLabels labels;

@@ -146,7 +146,8 @@ Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
 }
 
 KVCache MultiHeadAttention::make_cache(std::size_t batch, std::size_t capacity) const {
-  if (cfg_.window > 0) return KVCache::windowed(batch, cfg_.H_kv, cfg_.window, d_h_, d_h_, cfg_.dtype);
+  // Room for min(W, capacity) positions: a window longer than the sequence costs no memory.
+  if (cfg_.window > 0) return KVCache::windowed(batch, cfg_.H_kv, cfg_.window, d_h_, d_h_, cfg_.dtype, capacity);
   return KVCache(batch, cfg_.H_kv, capacity, d_h_, d_h_, cfg_.dtype);
 }
 

@@ -109,7 +109,8 @@ class MultiHeadAttention : public Module {
   /// the cache is left as it was (a windowed cache may have dropped keys no query can see).
   AttentionOutput forward_cached(const Tensor& X_new, KVCache& cache, const AttentionCall& call = {});
   /// An empty KV cache for this layer: `batch` samples, room for `capacity` positions; with a
-  /// window W in the config, KVCache::windowed (its room is bounded by W, not `capacity`).
+  /// window W in the config, KVCache::windowed with room for min(W, `capacity`) positions
+  /// (it grows if more are appended, never past what the window needs).
   KVCache make_cache(std::size_t batch, std::size_t capacity) const;
 
   /// The configuration, with H_kv resolved (never 0).

@@ -45,10 +45,10 @@ KVCache::KVCache(std::size_t batch, std::size_t H_kv, std::size_t capacity, std:
       V_(Array::zeros({batch, H_kv, capacity, d_v}, dtype)) {}
 
 KVCache KVCache::windowed(std::size_t batch, std::size_t H_kv, std::size_t window, std::size_t d_k, std::size_t d_v,
-                          DType dtype) {
+                          DType dtype, std::size_t capacity) {
   if (window == 0)
     throw ValueError(op_message(kOp, "windowed: the window W must be >= 1, got W = 0 (use the plain KVCache for no window)"));
-  KVCache c(batch, H_kv, window, d_k, d_v, dtype);
+  KVCache c(batch, H_kv, capacity > 0 ? std::min(window, capacity) : window, d_k, d_v, dtype);
   c.window_ = window;
   return c;
 }
@@ -76,8 +76,10 @@ void KVCache::append(const Array& K_new, const Array& V_new) {
       first_ += drop;
       length_ = keep;
     }
-    if (length_ + n > capacity_) {  // a chunk larger than the room: grow to W - 1 + n
-      const std::size_t cap = length_ + n;
+    if (length_ + n > capacity_) {
+      // Out of room: at least what this append needs, doubling (amortised growth when the
+      // storage started below the window) up to W - 1 + n, all a query of this chunk can see.
+      const std::size_t cap = std::max(length_ + n, std::min(2 * capacity_, window_ - 1 + n));
       Array K = Array::zeros({B_, H_kv_, cap, d_k_}, dtype_), V = Array::zeros({B_, H_kv_, cap, d_v_}, dtype_);
       copy_block(K_, capacity_, 0, K, cap, 0, length_, B_ * H_kv_, d_k_);
       copy_block(V_, capacity_, 0, V, cap, 0, length_, B_ * H_kv_, d_v_);

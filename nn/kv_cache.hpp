@@ -29,11 +29,13 @@ class KVCache {
           DType dtype);
   /// A cache for sliding-window attention of window `window` (>= 1; ValueError naming it
   /// otherwise) that drops keys no later query can see (see the file comment). Its storage
-  /// starts at `window` positions (enough for decoding one token at a time) and grows to
-  /// W - 1 + n when a chunk of n > 1 positions is appended; there is no limit on the total
-  /// number of positions.
+  /// starts at min(`window`, `capacity`) positions (`capacity` 0: `window`, enough for
+  /// decoding one token at a time; a caller that knows how many positions it will append
+  /// passes that, so a window far longer than the sequence costs nothing) and grows when an
+  /// append needs more room, doubling up to W - 1 + n for a chunk of n positions; there is no
+  /// limit on the total number of positions.
   static KVCache windowed(std::size_t batch, std::size_t H_kv, std::size_t window, std::size_t d_k, std::size_t d_v,
-                          DType dtype);
+                          DType dtype, std::size_t capacity = 0);
 
   std::size_t length() const { return length_; }      ///< Positions held now.
   /// The absolute position the next appended key takes (length() while no position has been

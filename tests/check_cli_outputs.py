@@ -7,6 +7,7 @@
 - generate --json / inspect --json: valid JSON with the documented keys, values that agree
   with the text output and with each other (softmax of the logits, causal attention rows);
   `--json -` puts the JSON document alone on stdout;
+- a sliding-window model's attention JSON and map mask the cells outside the window;
 - pictures: the PNGs are valid and of the size reported, their .gp scripts carry the title,
   axis names, token labels, colour scale and masked-cell colour;
 - without gnuplot on PATH every picture is skipped with one warning line and the command
@@ -148,6 +149,36 @@ def check_generate(xgrad, work, model):
     print("generate: --json consistent with the text output; attention map and script complete")
 
 
+def check_window_attention(xgrad, work):
+    """A sliding-window model: the JSON's `allowed` and the picture's masked cells are the
+    window's visibility (key k seen by query q iff q - W < k <= q), not the plain causal mask."""
+    W = 3
+    out = os.path.join(work, "windowed")
+    run(xgrad, ["train", "--steps", "20", "--window", str(W), "--out", out, "--no-progress", "--no-plot"] + SMALL)
+    apath = os.path.join(work, "window_attention.png")
+    for layer, head in ((0, 0), (0, 1)):
+        r = run(xgrad, ["generate", "--checkpoint", os.path.join(out, "model.safetensors"), "--prompt", "4312|",
+                        "--max-new", "4", "--json", "-", "--json-attention", "--layer", str(layer), "--head", str(head),
+                        "--attention-map", apath])
+        att = json.loads(r.stdout)["attention"]
+        T = att["queries"]
+        need(T == 9, f"windowed attention: {T} queries")
+        for q, (row, vis) in enumerate(zip(att["weights"], att["allowed"])):
+            need(vis == [q - W < k <= q for k in range(T)],
+                 f"windowed attention row {q}: allowed {vis} is not the window of {W}")
+            need(all(w == 0.0 for w, v in zip(row, vis) if not v), f"windowed attention row {q}: weight outside")
+            need(abs(sum(row) - 1.0) < 1e-5, f"windowed attention row {q} sums to {sum(row)}")
+        # The picture's data: NaN (drawn masked grey) exactly where not allowed.
+        gp = read(apath[:-4] + ".gp")
+        block = gp.split("$weights << EOD\n", 1)[1].split("EOD\n", 1)[0].strip("\n").split("\n")
+        need(len(block) == T, f"window_attention.gp: {len(block)} data rows")
+        for q, line in enumerate(block):
+            cells = line.split(" ")
+            need([c == "NaN" for c in cells] == [not (q - W < k <= q) for k in range(T)],
+                 f"window_attention.gp row {q}: masked cells {cells} are not those outside the window of {W}")
+    print("generate on a windowed model: attention JSON and picture mask the cells outside the window")
+
+
 def check_inspect(xgrad, work, model):
     text = run(xgrad, ["inspect", model]).stdout
     ipath = os.path.join(work, "i.json")
@@ -261,6 +292,7 @@ def main():
     os.makedirs(work)
     model = check_train(xgrad, work)
     check_generate(xgrad, work, model)
+    check_window_attention(xgrad, work)
     check_inspect(xgrad, work, model)
     check_visibility(xgrad, work)
     check_without_gnuplot(xgrad, work, model)

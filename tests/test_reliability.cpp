@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -385,4 +386,138 @@ TEST_CASE("reliability: threads: one tape per thread; a module is shared read-on
     CHECK(max_abs_diff(got[t], want) == 0.0);
     CHECK(grads[t] == std::vector<double>(3, 2.0 * static_cast<double>(t + 1)));
   }
+}
+
+namespace {
+
+// Every file under `dir` (relative name -> bytes).
+std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = slurp(e.path());
+  return out;
+}
+
+std::string first_line(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+}  // namespace
+
+TEST_CASE("resume refuses a state without any one of its tensors or with a stray one and names it",
+          "[reliability][checkpoint]") {
+  const fs::path dir = fresh_dir("incomplete");
+  std::ostringstream log;
+  train::TrainOptions o = tiny(dir, 4);
+  o.stop_at = 2;
+  train::run_training(o, log);
+  const fs::path state = dir / "train_state.safetensors";
+  const std::string good = slurp(state);
+  const nn::safetensors::File f = nn::safetensors::load(state.string());
+  REQUIRE(f.tensors.size() > 6);
+  std::size_t moments = 0;
+  for (const auto& [name, a] : f.tensors) moments += name.rfind("optim.", 0) == 0;
+  CHECK(moments == 2 * (f.tensors.size() - moments));  // exp_avg and exp_avg_sq of every parameter
+  const train::TrainOptions again = resuming(dir);
+  for (std::size_t drop = 0; drop < f.tensors.size(); ++drop) {
+    const std::string name = f.tensors[drop].first;
+    nn::safetensors::NamedArrays kept;
+    for (std::size_t i = 0; i < f.tensors.size(); ++i)
+      if (i != drop) kept.push_back(f.tensors[i]);
+    nn::safetensors::save(state.string(), kept, f.metadata);
+    const auto before = folder_bytes(dir);
+    INFO("without " << name);
+    CHECK_THROWS_AS(train::run_training(again, log), FormatError);
+    CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("missing tensor") &&
+                                                           Catch::Contains("'" + name + "'"));
+    CHECK(folder_bytes(dir) == before);
+  }
+  // Stray tensors: a moment AdamW does not keep, and a tensor that is neither.
+  for (const std::string stray : {"optim.ln_f.gamma.momentum", "optim.nothing.exp_avg", "stray"}) {
+    nn::safetensors::NamedArrays more = f.tensors;
+    more.emplace_back(stray, f.tensors[0].second);
+    nn::safetensors::save(state.string(), more, f.metadata);
+    INFO("with " << stray);
+    CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("unexpected tensor") &&
+                                                           Catch::Contains("'" + stray + "'"));
+  }
+  std::ofstream(state, std::ios::binary) << good;  // the complete state resumes
+  CHECK(train::run_training(again, log).steps_done == 4);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("resume refuses a state from another run naming both run ids and changes nothing",
+          "[reliability][checkpoint]") {
+  const fs::path dir = fresh_dir("other_run");
+  std::ostringstream log;
+  train::TrainOptions sort = tiny(dir / "sort", 6);
+  sort.stop_at = 3;
+  train::run_training(sort, log);
+  train::TrainOptions reverse = tiny(dir / "reverse", 4);
+  reverse.task = "reverse";
+  reverse.stop_at = 2;
+  train::run_training(reverse, log);
+  const std::string sort_id = first_line(dir / "sort" / "run_id.txt");
+  const std::string reverse_id =
+      nn::safetensors::load((dir / "reverse" / "train_state.safetensors").string()).metadata.at("run_id");
+  CHECK(sort_id.size() == 32);
+  CHECK(reverse_id.size() == 32);
+  CHECK(sort_id != reverse_id);
+  fs::copy_file(dir / "reverse" / "train_state.safetensors", dir / "sort" / "train_state.safetensors",
+                fs::copy_options::overwrite_existing);
+  const auto before = folder_bytes(dir / "sort");
+  CHECK_THROWS_AS(train::run_training(resuming(dir / "sort"), log), FormatError);
+  CHECK_THROWS_WITH(train::run_training(resuming(dir / "sort"), log),
+                    Catch::Contains(sort_id) && Catch::Contains(reverse_id) && Catch::Contains("another run"));
+  CHECK(folder_bytes(dir / "sort") == before);  // not the model, not the log, nothing
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a run id is made per run and kept by --resume and model.safetensors stays free of it",
+          "[reliability][checkpoint]") {
+  const fs::path dir = fresh_dir("run_id");
+  std::ostringstream log;
+  train::run_training(tiny(dir / "x", 4), log);
+  train::run_training(tiny(dir / "y", 4), log);
+  const std::string x = first_line(dir / "x" / "run_id.txt"), y = first_line(dir / "y" / "run_id.txt");
+  CHECK(x != y);  // the same flags, two runs
+  CHECK(nn::safetensors::load((dir / "x" / "train_state.safetensors").string()).metadata.at("run_id") == x);
+  // The model is the same bytes for the same flags (no run id in it).
+  CHECK(slurp(dir / "x" / "model.safetensors") == slurp(dir / "y" / "model.safetensors"));
+  CHECK(nn::safetensors::load((dir / "x" / "model.safetensors").string()).metadata.count("run_id") == 0);
+  // Stopped and resumed: the same id throughout, and the same end as the uninterrupted run.
+  train::TrainOptions z = tiny(dir / "z", 4);
+  z.stop_at = 2;
+  train::run_training(z, log);
+  const std::string id = first_line(dir / "z" / "run_id.txt");
+  CHECK(train::run_training(resuming(dir / "z"), log).steps_done == 4);
+  CHECK(first_line(dir / "z" / "run_id.txt") == id);
+  CHECK(nn::safetensors::load((dir / "z" / "train_state.safetensors").string()).metadata.at("run_id") == id);
+  CHECK(slurp(dir / "z" / "model.safetensors") == slurp(dir / "x" / "model.safetensors"));
+  // Starting the same run again in its folder (allowed without --overwrite) makes a new run.
+  train::run_training(tiny(dir / "x", 4), log);
+  CHECK(first_line(dir / "x" / "run_id.txt") != x);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a run saved before run ids (none in the state or the folder) still resumes",
+          "[reliability][checkpoint]") {
+  const fs::path dir = fresh_dir("legacy_id");
+  std::ostringstream log;
+  train::run_training(tiny(dir / "ref", 4), log);
+  train::TrainOptions o = tiny(dir / "old", 4);
+  o.stop_at = 2;
+  train::run_training(o, log);
+  nn::safetensors::File f = nn::safetensors::load((dir / "old" / "train_state.safetensors").string());
+  REQUIRE(f.metadata.erase("run_id") == 1);
+  nn::safetensors::save((dir / "old" / "train_state.safetensors").string(), f.tensors, f.metadata);
+  REQUIRE(fs::remove(dir / "old" / "run_id.txt"));
+  CHECK(train::run_training(resuming(dir / "old"), log).steps_done == 4);
+  CHECK_FALSE(fs::exists(dir / "old" / "run_id.txt"));  // it stays a run without an id
+  CHECK(nn::safetensors::load((dir / "old" / "train_state.safetensors").string()).metadata.count("run_id") == 0);
+  CHECK(slurp(dir / "old" / "model.safetensors") == slurp(dir / "ref" / "model.safetensors"));
+  fs::remove_all(dir);
 }

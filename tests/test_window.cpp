@@ -284,6 +284,53 @@ TEST_CASE("windowed KV cache: decoding 5 W tokens one at a time never holds more
   }
 }
 
+TEST_CASE("windowed KV cache: a window longer than the sequence allocates the sequence only",
+          "[nn][window][kv_cache]") {
+  NoGradGuard ng;
+  const std::size_t T = 9;
+  for (std::size_t W : {std::size_t(65536), T, T + 1}) {
+    Generator g(24);
+    GPT model(windowed_config(W, 2, T), g);
+    GPT plain(windowed_config(0, 2, T), g);
+    const IndexArray tokens = random_tokens(3, T, g);
+    const Array full = model.logits(tokens).value();
+    auto caches = model.make_caches(3, T);
+    const auto plain_caches = plain.make_caches(3, T);
+    for (std::size_t l = 0; l < caches.size(); ++l) {
+      INFO("W " << W << ", layer " << l);
+      CHECK(caches[l].window() == W);
+      CHECK(caches[l].capacity() == T);  // min(W, T): not W
+      CHECK(caches[l].bytes() == plain_caches[l].bytes());  // as much as without a window, no more
+    }
+    for (std::size_t t = 0; t < T; ++t) {
+      const Array step = model.logits_cached(columns(tokens, t, t + 1), caches).value();
+      for (std::size_t b = 0; b < 3; ++b)
+        for (std::size_t v = 0; v < 11; ++v)
+          CHECK(std::abs(step.flat(b * 11 + v) - full.flat((b * T + t) * 11 + v)) < 1e-10);
+    }
+    CHECK(caches[0].capacity() == T);  // the hint was enough: never grown
+  }
+}
+
+TEST_CASE("windowed KV cache: storage that starts below the window doubles up to what the window needs",
+          "[nn][window][kv_cache]") {
+  const std::size_t W = 8;
+  KVCache c = KVCache::windowed(1, 1, W, 2, 2, DType::float64, 2);
+  CHECK(c.capacity() == 2);
+  std::vector<std::size_t> seen;
+  for (std::int64_t t = 0; t < 30; ++t) {
+    const Array k = Array::full({1, 1, 1, 2}, static_cast<double>(t), DType::float64);
+    c.append(k, k);
+    if (seen.empty() || seen.back() != c.capacity()) seen.push_back(c.capacity());
+    CHECK(c.length() == std::min<std::size_t>(static_cast<std::size_t>(t) + 1, W));
+    CHECK(c.keys().flat(c.length() * 2 - 1) == static_cast<double>(t));  // the newest key last
+    CHECK(c.keys().flat(0) == static_cast<double>(t + 1 - static_cast<std::int64_t>(c.length())));
+  }
+  CHECK(seen == std::vector<std::size_t>{2, 4, 8});  // doubling, capped at W - 1 + 1
+  // Without the hint, the storage is the window, as before.
+  CHECK(KVCache::windowed(1, 1, W, 2, 2, DType::float64).capacity() == W);
+}
+
 TEST_CASE("windowed GPT: a token is invisible beyond its window, and prefixes are isolated", "[nn][window]") {
   NoGradGuard ng;
   const std::size_t W = 3, T = 9;

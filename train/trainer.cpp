@@ -1,5 +1,6 @@
 #include <xgrad/train/trainer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cerrno>
@@ -12,6 +13,8 @@
 #include <map>
 #include <limits>
 #include <memory>
+#include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -170,6 +173,10 @@ struct Run {
   std::unique_ptr<nn::EncoderDecoder> encdec;
   std::vector<std::vector<std::int64_t>> heldout;
   std::string corpus;  // charlm: CharLMTask::fingerprint of the texts, saved with the state
+  // The run's identity (rank 0): a random id made when the run is created, saved in the state
+  // and in the folder's run_id.txt. Empty for a run saved before run ids existed (it stays so).
+  std::string run_id;
+  bool run_id_on_disk = false;  // run_id.txt holds run_id (resumed, or written at the first checkpoint)
 
   nn::Module& module() { return gpt ? static_cast<nn::Module&>(*gpt) : static_cast<nn::Module&>(*encdec); }
 
@@ -456,16 +463,149 @@ std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step) {
 const char* const kStateFile = "train_state.safetensors";
 const char* const kModelFile = "model.safetensors";
 const char* const kBestFile = "model_best.safetensors";  // charlm: the model at the lowest validation loss
+const char* const kRunIdFile = "run_id.txt";  // the folder's run: the id of the run its files belong to
 const std::string kParamPrefix = "model.", kOptimPrefix = "optim.";
+// The moments AdamW keeps for every parameter (nn::Adam::update); a checkpoint holds both for each.
+const std::vector<std::string> kAdamBuffers = {"exp_avg", "exp_avg_sq"};
+
+// A new run's identity: 128 random bits as 32 lowercase hex digits. Random (not derived from
+// the options), so two runs with the same flags have different ids.
+std::string new_run_id() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+    id += buf;
+  }
+  return id;
+}
+
+bool is_run_id(const std::string& id) {
+  if (id.size() != 32) return false;
+  for (char c : id)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// The run id in DIR/run_id.txt; empty if the file does not exist (a folder of a run saved
+// before run ids). FormatError if it exists but does not hold one id.
+std::string read_run_id(const fs::path& dir) {
+  const fs::path path = dir / kRunIdFile;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "";
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  if (!in || !std::getline(in, text))
+    throw FormatError("[train] " + path.string() + ": cannot read the run id");
+  std::string rest;
+  if (!is_run_id(text) || std::getline(in, rest))
+    throw FormatError("[train] " + path.string() + ": not a run id (one line of 32 hex digits)");
+  return text;
+}
+
+// Writes DIR/run_id.txt atomically (temporary file, fsync, rename).
+void write_run_id(const fs::path& dir, const std::string& id) {
+  const fs::path path = dir / kRunIdFile;
+  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
+  const std::string text = id + "\n";
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  ::fsync(::fileno(f)) == 0;
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw FormatError("[train] writing " + path.string() + " failed: " + std::strerror(errno));
+  }
+}
+
+std::string describe_run_id(const std::string& id) { return id.empty() ? "none (saved before run ids)" : id; }
+
+// --resume: the state must belong to the run whose files are in the folder. Checked before
+// anything in the folder changes.
+void check_run_id(const std::string& state_id, const fs::path& dir, const std::string& state_path) {
+  if (!state_id.empty() && !is_run_id(state_id))
+    throw FormatError("[train] " + state_path + ": metadata 'run_id' = '" + state_id + "' is not a run id (32 hex digits)");
+  const std::string folder_id = read_run_id(dir);
+  if (state_id == folder_id) return;
+  throw FormatError("[train] " + state_path + " is from run " + describe_run_id(state_id) + ", but " +
+                    (dir / kRunIdFile).string() +
+                    (folder_id.empty() ? " does not exist (the folder's files are of no known run)"
+                                       : " says the folder holds run " + folder_id) +
+                    ": the state belongs to another run; refusing to resume (nothing changed)");
+}
+
+// The tensors of a checkpoint must be exactly each parameter and its AdamW moments: a missing
+// moment would resume silently from zeros, a stray tensor means the file is not this run's.
+// `params` and `moments` are the names as stored, with their prefixes (shown that way);
+// `others` are tensors that are neither. A parameter missing beside both its moments is named
+// as missing; moments of no parameter otherwise are unexpected.
+void check_state_tensors(const std::vector<std::string>& params, const std::string& param_prefix,
+                         const std::vector<std::string>& moments, const std::string& moment_prefix,
+                         const std::vector<std::string>& others, const std::string& path) {
+  std::set<std::string> have_params;
+  for (const std::string& p : params) have_params.insert(p.substr(param_prefix.size()));
+  const std::set<std::string> have_moments(moments.begin(), moments.end());
+  auto moment = [&](const std::string& param, const std::string& b) { return moment_prefix + param + "." + b; };
+  auto complete = [&](const std::string& param) {  // both moments of `param` are in the file
+    for (const std::string& b : kAdamBuffers)
+      if (!have_moments.count(moment(param, b))) return false;
+    return true;
+  };
+  std::vector<std::string> missing, unexpected = others;
+  std::set<std::string> lost_params;
+  for (const std::string& m : moments) {
+    const std::string rest = m.substr(moment_prefix.size());
+    const std::size_t dot = rest.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : rest.substr(0, dot);
+    const bool adam = dot != std::string::npos &&
+                      std::find(kAdamBuffers.begin(), kAdamBuffers.end(), rest.substr(dot + 1)) != kAdamBuffers.end();
+    if (adam && have_params.count(owner)) continue;
+    if (adam && complete(owner))
+      lost_params.insert(param_prefix + owner);
+    else
+      unexpected.push_back(m);
+  }
+  for (const std::string& p : have_params) {
+    bool none = true;
+    for (const std::string& b : kAdamBuffers) none = none && !have_moments.count(moment(p, b));
+    if (none && !lost_params.empty()) {  // a parameter renamed: it is the stray one, its moments are not missing
+      unexpected.push_back(param_prefix + p);
+      continue;
+    }
+    for (const std::string& b : kAdamBuffers)
+      if (!have_moments.count(moment(p, b))) missing.push_back(moment(p, b));
+  }
+  missing.insert(missing.end(), lost_params.begin(), lost_params.end());
+  if (missing.empty() && unexpected.empty()) return;
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (std::size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", '" : "'") + v[i] + "'";
+    if (v.size() > 8) s += " and " + std::to_string(v.size() - 8) + " more";
+    return s;
+  };
+  std::string what;
+  if (!missing.empty()) what += "missing tensor" + std::string(missing.size() > 1 ? "s " : " ") + list(missing);
+  if (!unexpected.empty())
+    what += (what.empty() ? "" : "; ") + std::string("unexpected tensor") + (unexpected.size() > 1 ? "s " : " ") +
+            list(unexpected) + " (matches no parameter of the model or its moments)";
+  throw FormatError("[train] " + path + ": not a complete checkpoint: " + what + "; cannot resume exactly");
+}
 
 // One checkpoint: the log first (so it holds every step the checkpoint holds), then the
 // state, which holds everything resume needs and is replaced atomically (the commit point),
 // then the model alone for generate/inspect.
 void save_checkpoint(Run& run, const nn::Optimizer& opt, std::int64_t step, const Generator& data,
                      const Generator& dropout, RunLog& log) {
+  // A new run's first checkpoint names the run in the folder before any of its files lands.
+  if (!run.run_id.empty() && !run.run_id_on_disk) {
+    write_run_id(run.o.out, run.run_id);
+    run.run_id_on_disk = true;
+  }
   log.commit();
   nn::safetensors::Metadata state = options_metadata(run.o);
   state["checkpoint"] = "xgrad-train-2";
+  if (!run.run_id.empty()) state["run_id"] = run.run_id;
   state["step"] = std::to_string(step);
   state["optimizer"] = opt.kind();
   state["data_rng"] = data.state();
@@ -503,7 +643,7 @@ void check_out_folder(const TrainOptions& o) {
     throw UsageError(op_message("train", "--out " + o.out + " exists and is not a directory"));
   if (o.overwrite) return;
   std::vector<std::string> present;
-  for (const char* f : {kStateFile, kModelFile, kBestFile, "log.csv"})
+  for (const char* f : {kStateFile, kModelFile, kBestFile, "log.csv", kRunIdFile})
     if (fs::exists(out / f, ec)) present.push_back(f);
   if (present.empty()) return;
   const std::string advice = "; continue it with --resume " + o.out + ", choose another --out, or pass --overwrite";
@@ -786,7 +926,15 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
       if (!root) resume_state = nn::safetensors::load_bytes(bytes, state_path);
     });
   }
+  std::string run_id;  // rank 0: the run's identity (Run::run_id)
   dist::together(comm, [&] {
+    if (!o.resume.empty() && root) {
+      // First of all: the state must be the folder's run (a state copied from another run
+      // would otherwise continue that run here, over this run's log and model).
+      const auto it = resume_state.metadata.find("run_id");
+      run_id = it == resume_state.metadata.end() ? "" : it->second;
+      check_run_id(run_id, o.resume, state_path);
+    }
     if (!o.resume.empty()) {
       const std::string out_dir = o.resume;
       o = options_from_metadata(resume_state.metadata, o, state_path);
@@ -805,7 +953,10 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
       validate_session_options(o);
     } else {
       validate_options(o);
-      if (root) check_out_folder(o);
+      if (root) {
+        check_out_folder(o);
+        run_id = new_run_id();
+      }
     }
     if (o.batch % static_cast<std::size_t>(world) != 0)
       throw UsageError(op_message(
@@ -864,6 +1015,8 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
   dist::together(comm, [&] {
     run_ptr = std::make_unique<Run>(o, corpus);
     if (run_ptr->charlm) run_ptr->corpus = CharLMTask::fingerprint(corpus);
+    run_ptr->run_id = run_id;
+    run_ptr->run_id_on_disk = !o.resume.empty();  // checked against run_id.txt above
     Run& run = *run_ptr;
     // Everything that will be saved must be savable before any work is done.
     nn::safetensors::check_metadata(model_metadata(run.info), (fs::path(o.out) / kModelFile).string());
@@ -903,6 +1056,23 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
         }
       }
       if (root) {
+        const auto kind = resume_state.metadata.find("optimizer");
+        if (kind != resume_state.metadata.end() && kind->second != "adamw")
+          throw FormatError("[train] " + state_path + ": optimizer '" + kind->second + "'; xgrad train uses adamw");
+        // Every parameter with both its moments, and nothing else (names as stored).
+        std::vector<std::string> param_names, moment_names, others;
+        if (with_prefix(resume_state, kParamPrefix).empty()) {  // an earlier xgrad's pair (see above)
+          for (const auto& named : saved_params) param_names.push_back(named.first);
+          for (const auto& named : saved_optim) moment_names.push_back(named.first);
+          check_state_tensors(param_names, "", moment_names, "", others, state_path);
+        } else {
+          for (const auto& named : resume_state.tensors) {
+            const std::string& n = named.first;
+            (n.rfind(kParamPrefix, 0) == 0 ? param_names : n.rfind(kOptimPrefix, 0) == 0 ? moment_names : others)
+                .push_back(n);
+          }
+          check_state_tensors(param_names, kParamPrefix, moment_names, kOptimPrefix, others, state_path);
+        }
         std::uint64_t in_file = 0;
         for (const auto& named : saved_params) in_file += named.second.size();
         if (in_file != n_expected)
@@ -929,6 +1099,25 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
     params = run.module().named_parameters();
     opt_ptr = std::make_unique<nn::AdamW>(params, o.lr, o.weight_decay);
     if (!o.resume.empty()) {
+      if (root) {
+        // The saved parameters' names against the model's (the moments matched them above).
+        const std::string shown = with_prefix(resume_state, kParamPrefix).empty() ? "" : kParamPrefix;
+        std::vector<std::string> missing, unexpected;
+        std::set<std::string> model_names, saved_names;
+        for (const auto& named : params) model_names.insert(named.first);
+        for (const auto& named : saved_params) saved_names.insert(named.first);
+        for (const std::string& n : model_names)
+          if (!saved_names.count(n)) missing.push_back(shown + n);
+        for (const std::string& n : saved_names)
+          if (!model_names.count(n)) unexpected.push_back(shown + n);
+        if (!missing.empty() || !unexpected.empty())
+          throw FormatError("[train] " + state_path + ": not a complete checkpoint of this model: " +
+                            (missing.empty() ? "" : "missing tensors " + join(missing)) +
+                            (missing.empty() || unexpected.empty() ? "" : "; ") +
+                            (unexpected.empty() ? "" : "unexpected tensors " + join(unexpected) +
+                                                           " (matches no parameter of the model)") +
+                            "; cannot resume exactly");
+      }
       if (root)
         for (const auto& [name, p] : params) {
           const Array* found = nullptr;
@@ -989,7 +1178,7 @@ TrainResult run_training(const TrainOptions& opts_in, std::ostream& out_root, st
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(o.out, ec)) {
       const std::string name = entry.path().filename().string();
-      for (const std::string base : {kStateFile, kModelFile, kBestFile, "log.csv"})
+      for (const std::string base : {kStateFile, kModelFile, kBestFile, "log.csv", kRunIdFile})
         if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
     }
 

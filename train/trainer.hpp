@@ -1,8 +1,8 @@
 /// \file
 /// The training loop behind `xgrad train`: builds the task and model, trains with AdamW,
 /// gradient clipping and a warmup + cosine schedule, evaluates on held-out data, writes the
-/// output directory (model.safetensors, train_state.safetensors, log.csv, loss.png) and can
-/// resume exactly from it. The checkpoint is one file, train_state.safetensors (parameters,
+/// output directory (model.safetensors, train_state.safetensors, log.csv, loss.png, run_id.txt)
+/// and can resume exactly from it. The checkpoint is one file, train_state.safetensors (parameters,
 /// optimizer state, random generators, step and options), replaced atomically; model.safetensors
 /// is the model alone for generate/inspect, written after it (docs/reliability.md). Under
 /// mpirun, the same loop runs data-parallel over the ranks (docs/distributed.md).

@@ -6,8 +6,9 @@
         at least --kills kills have landed. After every kill the folder must hold one
         consistent checkpoint (train_state step s; model.safetensors from step s or s - 1; the
         log's first s rows complete and numbered 1..s); the run that finally completes must
-        end with files bit-identical to an uninterrupted run's (train_state.safetensors,
-        model.safetensors, and log.csv's step/lr/loss/grad_norm columns).
+        end with files bit-identical to an uninterrupted run's (train_state.safetensors but
+        for its run id, which every resume keeps, model.safetensors, and log.csv's
+        step/lr/loss/grad_norm columns).
     kill_test.py signals XGRAD WORKDIR
         SIGINT and SIGTERM: the step finishes, a checkpoint and the log are written, exit
         130 / 143, and --resume ends bit-identical to the uninterrupted run; two SIGINTs in a
@@ -70,11 +71,37 @@ def check_consistent(out, context):
     return s
 
 
+def run_id(out, context):
+    """The run id of the folder's state, which run_id.txt must repeat (docs/reliability.md)."""
+    ident = header(os.path.join(out, "train_state.safetensors"))["__metadata__"].get("run_id")
+    with open(os.path.join(out, "run_id.txt")) as f:
+        text = f.read()
+    if not ident or text != ident + "\n":
+        fail(f"{context}: the state's run id {ident!r}, run_id.txt holds {text!r}")
+    return ident
+
+
+def without_run_id(path):
+    """The bytes of a state file with its run id (32 hex digits, the only thing two runs with
+    the same flags do not share) blanked, after checking it is there."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    ident = header(path)["__metadata__"]["run_id"]
+    key = b'"run_id":"' + ident.encode() + b'"'
+    if len(ident) != 32 or raw.count(key) != 1:
+        fail(f"{path}: no single run id in the header")
+    return raw.replace(key, b'"run_id":"' + b"-" * 32 + b'"')
+
+
 def compare(ref, out, context):
-    for name in ("train_state.safetensors", "model.safetensors"):
-        with open(os.path.join(ref, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
-            if a.read() != b.read():
-                fail(f"{context}: {name} differs from the uninterrupted run's")
+    """Bit-identical to the uninterrupted run, but for the run id (each run has its own)."""
+    with open(os.path.join(ref, "model.safetensors"), "rb") as a, open(os.path.join(out, "model.safetensors"), "rb") as b:
+        if a.read() != b.read():
+            fail(f"{context}: model.safetensors differs from the uninterrupted run's")
+    name = "train_state.safetensors"
+    if without_run_id(os.path.join(ref, name)) != without_run_id(os.path.join(out, name)):
+        fail(f"{context}: {name} differs from the uninterrupted run's (the run id aside)")
+    run_id(out, context)
     cols = lambda rows: [r.split(",")[:4] for r in rows if r]
     if cols(log_rows(os.path.join(ref, "log.csv"))) != cols(log_rows(os.path.join(out, "log.csv"))):
         fail(f"{context}: log.csv's step/lr/loss/grad_norm columns differ from the uninterrupted run's")
@@ -104,8 +131,11 @@ def kill_test(xgrad, work, kills, seed, steps):
     out = os.path.join(work, "killed")
     shutil.rmtree(out, ignore_errors=True)
     landed, last = 0, -1
+    ident = None  # the run id of the run in `out`: every resume keeps it
     while True:
         started = os.path.exists(os.path.join(out, "train_state.safetensors"))
+        if not started:
+            ident = None
         args = ["--resume", out] if started else RUN + ["--steps", str(steps), "--out", out, "--overwrite"]
         p = train(xgrad, args)
         if landed < kills:
@@ -117,6 +147,11 @@ def kill_test(xgrad, work, kills, seed, steps):
             landed += 1
             s = check_consistent(out, f"after kill {landed}")
             print(f"kill {landed}: checkpoint at step {s}", flush=True)
+            if s > 0:
+                now = run_id(out, f"after kill {landed}")
+                if ident is not None and now != ident:
+                    fail(f"kill {landed}: the run id changed from {ident} to {now}")
+                ident = now
             if s < last:
                 fail(f"kill {landed}: the checkpoint went back from step {last} to {s}")
             last = s
@@ -127,10 +162,15 @@ def kill_test(xgrad, work, kills, seed, steps):
             break
         # The run finished before the kill: start over with a fresh folder for more kills.
         compare(ref, out, "a run that finished between kills")
+        if ident is not None and run_id(out, "a run that finished between kills") != ident:
+            fail("the run id changed on resume")
         shutil.rmtree(out)
         last = -1
     compare(ref, out, f"after {landed} kills")
-    print(f"kill test: {landed} kills, the resumed run is bit-identical to the uninterrupted one")
+    if ident is not None and run_id(out, "at the end") != ident:
+        fail(f"the run id changed from {ident} to {run_id(out, 'at the end')}")
+    print(f"kill test: {landed} kills, the resumed run is bit-identical to the uninterrupted one (run id aside; "
+          f"kept by every resume)")
 
 
 def signals_test(xgrad, work, steps):

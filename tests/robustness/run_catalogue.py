@@ -94,7 +94,7 @@ def drop_tensor(path, tensor):
     st_write(path, header, data[:b] + data[e:])
 
 
-def mutate(path, mutation):
+def mutate(path, mutation, fixtures):
     op, _, arg = mutation.partition(":")
     raw = open(path, "rb").read() if os.path.isfile(path) else b""
     if op == "none":
@@ -163,6 +163,14 @@ def mutate(path, mutation):
         st_write(path, header, data)
     elif op == "drop":
         drop_tensor(path, arg)
+    elif op == "dup":  # SRC=>NEW: a copy of tensor SRC (its bytes appended) under the name NEW
+        src, new = arg.split("=>", 1)
+        header, data = st_read(path)
+        b, e = header[src]["data_offsets"]
+        header[new] = dict(header[src], data_offsets=[len(data), len(data) + e - b])
+        st_write(path, header, data + data[b:e])
+    elif op == "copy":  # FIXTURE/FILE: replace the file by that file of another fixture
+        shutil.copyfile(os.path.join(fixtures, arg), path)
     elif op == "value":  # TENSOR@INDEX=nan|inf|-inf|number
         target, value = arg.split("=", 1)
         tensor, index = target.rsplit("@", 1)
@@ -219,7 +227,7 @@ def run_case(xgrad, work, fixtures, timeout, where, case):
         shutil.copytree(os.path.join(fixtures, fixture), run)
     if target:
         try:
-            mutate(os.path.join(run, target), mutation)
+            mutate(os.path.join(run, target), mutation, fixtures)
         except Exception as e:  # a broken case, not an xgrad failure, but a failure all the same
             return [f"{cid} ({where}): the mutation '{mutation}' failed: {e!r}"]
     before = snapshot(d)
