@@ -2,6 +2,9 @@
 // layouts and with a partial rotation, self-attention with RoPE and with ALiBi
 // (Visibility::alibi) on the fused and the composed path with respect to X and every
 // parameter, and KV-cache decoding against the full causal pass with both.
+#include <stdexcept>
+#include <string>
+
 #include <xgrad/checks/builtin.hpp>
 #include <xgrad/checks/common.hpp>
 #include <xgrad/ops/join.hpp>
@@ -31,6 +34,14 @@ nn::AttentionConfig layer(CheckContext& ctx, nn::SdpaImpl impl, bool with_rope, 
   return c;
 }
 
+// Throws unless the layer ran the attention path its config names, so the "-composed" and
+// "-fused" checks cannot both run one path (AttentionOutput::path).
+void require_path(const nn::AttentionConfig& cfg, nn::SdpaImpl ran) {
+  if (ran == cfg.impl) return;
+  throw std::runtime_error(std::string("the layer ran the ") + (ran == nn::SdpaImpl::fused ? "fused" : "composed") +
+                           " attention path, its config names the other one");
+}
+
 void randomise(nn::Module& m, CheckContext& ctx) {
   for (auto& np : m.named_parameters()) {
     Tensor t = np.second;
@@ -44,7 +55,15 @@ CheckResult layer_gradcheck(CheckContext& ctx, const nn::AttentionConfig& cfg) {
   const Tensor X(ctx.uniform({2, 4, cfg.d_model}), true);
   std::vector<std::pair<std::string, Tensor>> leaves{{"X", X}};
   for (auto& np : m.named_parameters()) leaves.push_back(np);
-  return ctx.gradcheck_leaves([&] { return m(X, nn::Visibility::causal(4, 4)); }, leaves);
+  nn::AttentionCall call;
+  call.visibility = nn::Visibility::causal(4, 4);
+  return ctx.gradcheck_leaves(
+      [&] {
+        const nn::AttentionOutput out = m.forward(X, call);
+        require_path(cfg, out.path);
+        return out.Y;
+      },
+      leaves);
 }
 
 // Cached decoding (prefill 3, then one token at a time) against the full causal pass.
@@ -53,10 +72,18 @@ CheckResult cache_check(CheckContext& ctx, const nn::AttentionConfig& cfg) {
   randomise(m, ctx);
   const std::size_t T = 6;
   const Tensor X(ctx.uniform({2, T, cfg.d_model}));
-  const Array full = m(X, nn::Visibility::causal(T, T)).value();
+  nn::AttentionCall call;
+  call.visibility = nn::Visibility::causal(T, T);
+  const nn::AttentionOutput whole = m.forward(X, call);
+  require_path(cfg, whole.path);
+  const Array full = whole.Y.value();
   nn::KVCache cache = m.make_cache(2, T);
-  std::vector<Tensor> outs{m.forward_cached(ops::slice(X, 1, 0, 3), cache).Y};
-  for (long t = 3; t < long(T); ++t) outs.push_back(m.forward_cached(ops::slice(X, 1, t, t + 1), cache).Y);
+  std::vector<Tensor> outs;
+  for (long t = 0; t < long(T); t = t == 0 ? 3 : t + 1) {
+    const nn::AttentionOutput step = m.forward_cached(ops::slice(X, 1, t, t == 0 ? 3 : t + 1), cache);
+    require_path(cfg, step.path);
+    outs.push_back(step.Y);
+  }
   const double err = max_abs_diff(ops::concat(outs, 1).value(), full);
   return CheckResult::property(err, ctx.tol(1e-12, 1e-5), "Y", "max |cached - full| over every position");
 }

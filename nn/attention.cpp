@@ -52,9 +52,24 @@ void check_input(const std::string& op, const char* name, const Tensor& X, std::
                                         dtype_name(dtype) + "; convert one of them so both are the same dtype"));
 }
 
-SdpaOptions sdpa_options(const AttentionCall& call, const std::optional<double>& scale, double dropout,
+}  // namespace
+
+void check_positions(const std::string& op, const std::vector<Position>& positions, std::size_t T) {
+  if (positions.size() != T)
+    throw ShapeError(op_message(op, "positions has " + std::to_string(positions.size()) +
+                                        " entries, the input has T = " + std::to_string(T) + " positions"));
+  for (std::size_t i = 0; i < T; ++i)
+    if (positions[i] < 0)
+      throw ValueError(op_message(op, "positions[" + std::to_string(i) + "] = " + std::to_string(positions[i]) +
+                                          " is negative; positions are absolute, >= 0"));
+}
+
+namespace {
+
+SdpaOptions sdpa_options(const AttentionCall& call, SdpaImpl impl, const std::optional<double>& scale, double dropout,
                          bool training) {
   SdpaOptions o;
+  o.impl = impl;
   o.scale = scale;
   o.query_valid = call.query_valid;
   o.dropout_p = dropout;
@@ -112,8 +127,8 @@ void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& 
 
 AttentionOutput MultiHeadAttention::finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                                            const AttentionCall& call) {
-  const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, sdpa_options(call, cfg_.scale, cfg_.dropout, training()));
-  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed};  // (5.20)
+  const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training()));
+  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
 }
 
 Visibility MultiHeadAttention::position_bias(const std::vector<Position>& q_pos,
@@ -124,15 +139,23 @@ Visibility MultiHeadAttention::position_bias(const std::vector<Position>& q_pos,
 AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall& call) {
   Tensor Q, K, V;
   project(X, Q, K, V);
+  const std::size_t T = X.shape()[1];
+  const bool given = !call.positions.empty();
+  if (given) check_positions("attention", call.positions, T);
   Visibility vis = call.visibility;
   if (cfg_.window > 0) {
-    const Position T = static_cast<Position>(X.shape()[1]), W = static_cast<Position>(cfg_.window);
-    vis = Visibility::sliding_window(T, T, W) & vis;
+    const Position W = static_cast<Position>(cfg_.window);
+    vis = (given ? Visibility::sliding_window(call.positions, call.positions, W)
+                 : Visibility::sliding_window(static_cast<Position>(T), static_cast<Position>(T), W)) &
+          vis;
   }
   if (!cfg_.rope && !cfg_.alibi) return finish(Q, K, V, vis, call);
-  std::vector<Position> pos(X.shape()[1]);
-  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<Position>(i);
-  if (cfg_.rope) {  // absolute positions 0 .. T-1, as the causal visibility uses
+  std::vector<Position> pos = call.positions;
+  if (!given) {  // absolute positions 0 .. T-1, as the causal visibility uses
+    pos.resize(T);
+    for (std::size_t i = 0; i < T; ++i) pos[i] = static_cast<Position>(i);
+  }
+  if (cfg_.rope) {
     Q = ops::rope(Q, pos, *cfg_.rope);
     K = ops::rope(K, pos, *cfg_.rope);
   }
@@ -157,6 +180,11 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
                                                  std::to_string(cache.window()) + " positions, the layer sees " +
                                                  (cfg_.window ? std::to_string(cfg_.window) : std::string("every")) +
                                                  " positions; make the cache with make_cache()"));
+  if (!call.positions.empty())
+    throw ValueError(op_message("attention", "forward_cached: call.positions must be empty (" +
+                                                 std::to_string(call.positions.size()) +
+                                                 " given); the cache numbers the new positions from "
+                                                 "next_position()"));
   Tensor Q, K, V;
   project(X_new, Q, K, V);
   const std::size_t start = cache.next_position(), n = X_new.shape()[1];
@@ -213,10 +241,14 @@ std::pair<Tensor, Tensor> CrossAttention::project_memory(const Tensor& X_m) cons
 AttentionOutput CrossAttention::forward_with_memory(const Tensor& X_q, const std::pair<Tensor, Tensor>& KV,
                                                     const AttentionCall& call) {
   check_input("cross_attention", "X_q", X_q, cfg_.d_q, cfg_.dtype);
+  if (!call.positions.empty())
+    throw ValueError(op_message("cross_attention", "call.positions must be empty (" +
+                                                       std::to_string(call.positions.size()) +
+                                                       " given): cross-attention uses no positions"));
   const Tensor Q = split_heads(affine(X_q, W_Q, b_Q), cfg_.H_q);
   const SdpaResult r = scaled_dot_product_attention(Q, KV.first, KV.second, call.visibility,
-                                                    sdpa_options(call, cfg_.scale, cfg_.dropout, training()));
-  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed};
+                                                    sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training()));
+  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};
 }
 
 AttentionOutput CrossAttention::forward(const Tensor& X_q, const Tensor& X_m, const AttentionCall& call) {

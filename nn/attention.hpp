@@ -16,7 +16,9 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <xgrad/core/random.hpp>
 #include <xgrad/nn/kv_cache.hpp>
@@ -42,8 +44,9 @@ struct AttentionConfig {
   /// (Visibility::sliding_window), intersected with the call's visibility in forward() and
   /// forward_cached(); make_cache() then gives a windowed cache (KVCache::windowed).
   std::size_t window = 0;
-  /// RoPE (ops/rope.hpp) on Q and K at their absolute positions (0 .. T-1 in forward(), the
-  /// cache's next positions in forward_cached(), where K is cached already rotated). Unset: none.
+  /// RoPE (ops/rope.hpp) on Q and K at their absolute positions (AttentionCall::positions,
+  /// default 0 .. T-1, in forward(); the cache's next positions in forward_cached(), where K is
+  /// cached already rotated). Unset: none.
   std::optional<ops::RopeConfig> rope;
   /// ALiBi: Visibility::alibi with alibi_slopes(H_q) by absolute position, added to (intersected
   /// with) the call's visibility in forward() and forward_cached().
@@ -73,6 +76,15 @@ struct AttentionCall {
   Generator* generator = nullptr;  ///< Dropout source, needed when training with dropout > 0.
   bool return_weights = false;     ///< Also return the weights A (composed path).
   bool check_finite = true;        ///< Check inputs and scores for NaN/Inf (SdpaOptions::check_finite).
+  /// Absolute positions of the T positions of X in MultiHeadAttention::forward(), shared by
+  /// every sample of the batch: what RoPE rotates Q and K by, and what ALiBi and the config's
+  /// sliding window measure distances in. Empty: 0 .. T-1. They need not increase: packed
+  /// documents restart them per document (Hugging Face's position_ids), with
+  /// Visibility::documents in `visibility` keeping each document to itself and causal
+  /// (docs/attention.md, "Positions"). T entries, each >= 0: otherwise ShapeError / ValueError
+  /// naming "positions". Only forward() takes them: forward_cached() numbers positions by its
+  /// cache and CrossAttention has no positions; both refuse non-empty positions (ValueError).
+  std::vector<Position> positions = {};
 };
 
 /// What an attention layer returns.
@@ -81,6 +93,9 @@ struct AttentionOutput {
   Tensor weights;      ///< A [B, H_q, T, S] if return_weights.
   Array dropout_mask;  ///< m / q [B, H_q, T, S] if dropout was applied (composed path).
   std::uint64_t dropout_seed = 0;  ///< Regenerates the mask on either path (SdpaResult).
+  /// The attention implementation that ran (SdpaResult::path): composed or fused, never
+  /// automatic. The config's `impl` picks it; automatic takes fused unless weights are requested.
+  SdpaImpl path = SdpaImpl::composed;
 };
 
 /// Multi-head self-attention with any number of key/value heads (MHA, GQA, MQA).
@@ -95,7 +110,9 @@ class MultiHeadAttention : public Module {
   MultiHeadAttention(const AttentionConfig& cfg, const std::vector<std::pair<std::string, Array>>& weights);
 
   /// X [B, T, d_model] -> Y [B, T, d_model], with the visibility, validity, dropout source and
-  /// options in `call` (intersected with sliding_window(T, T, W) when the config has a window).
+  /// options in `call`. With positions p = call.positions (default 0 .. T-1): RoPE rotates by p,
+  /// ALiBi is alibi(slopes, p, p), and a window W intersects call.visibility with
+  /// sliding_window(p, p, W) (key j visible iff p_i - W < p_j <= p_i).
   AttentionOutput forward(const Tensor& X, const AttentionCall& call);
   /// forward(X, call) with only the visibility `vis` set; returns Y.
   Tensor operator()(const Tensor& X, const Visibility& vis);
@@ -182,5 +199,9 @@ class CrossAttention : public Module {
 Tensor split_heads(const Tensor& X, std::size_t H);
 /// [B, H, T, d_h] -> [B, T, H d_h]: the heads of `O` concatenated along the features.
 Tensor merge_heads(const Tensor& O);
+
+/// Checks per-call `positions` for an input of `T` positions: T entries (ShapeError) and none
+/// negative (ValueError), both naming `op` and "positions".
+void check_positions(const std::string& op, const std::vector<Position>& positions, std::size_t T);
 
 }  // namespace xg::nn

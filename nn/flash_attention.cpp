@@ -103,6 +103,27 @@ template <class T> bool all_finite(const T* x, std::size_t n) {
   return acc == T(0);
 }
 
+// Algorithm 5.1 step 3 on row k of a block (its scores `row`, key L + j at row[j]), which has a
+// non-finite score somewhere in [lo_k, hi_k): throws at the first one at a visible key. Keys of
+// the range that the visibility forbids are not checked (their score is never used).
+template <class T>
+void check_used_scores(const Problem<T>& P, std::size_t b, std::size_t h, const BlockRows& R, std::size_t k,
+                       const T* row) {
+  const std::size_t a = R.lo[k] - R.L, e = R.hi[k] - R.L;
+  std::vector<T> allowed;
+  if (!R.exact[k]) {  // which keys of the range are visible: apply() sets the others to -inf
+    allowed.assign(e - a, T(0));
+    P.plan->apply(b, h, R.i0 + k, R.lo[k], R.hi[k], allowed.data());
+  }
+  for (std::size_t j = a; j < e; ++j) {
+    if (std::isfinite(row[j])) continue;
+    if (!R.exact[k] && allowed[j - a] == -std::numeric_limits<T>::infinity()) continue;
+    throw ValueError(op_message(kOp, "score U has " + std::to_string(row[j]) + " at " + where(b, h, R.i0 + k) +
+                                         ", key " + std::to_string(R.L + j) +
+                                         "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+  }
+}
+
 // buf[k * n + (j - L)] = masked score of row k, key j, for j in [lo_k, hi_k); 0 elsewhere
 // after the caller's softmax. Returns n = U - L.
 template <class T>
@@ -116,21 +137,20 @@ std::size_t block_scores(const Problem<T>& P, std::size_t b, std::size_t h, cons
     if (!R.use[k]) continue;
     T* row = buf + k * n;
     const std::size_t a = R.lo[k] - R.L, e = R.hi[k] - R.L;
-    if (P.check_finite && !all_finite(row + a, e - a))
-      for (std::size_t j = a; j < e; ++j)
-        if (!std::isfinite(row[j]))
-          throw ValueError(op_message(kOp, "score U has " + std::to_string(row[j]) + " at " + where(b, h, R.i0 + k) +
-                                               ", key " + std::to_string(R.L + j) +
-                                               "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+    if (P.check_finite && !all_finite(row + a, e - a)) check_used_scores(P, b, h, R, k, row);
+    // Forbidden keys become -inf here whatever their score was (apply() assigns, not adds).
     if (!R.exact[k]) P.plan->apply(b, h, R.i0 + k, R.lo[k], R.hi[k], row + a);
   }
   return n;
 }
 
-// Row k of buf over [a, e) -> softmax weights exp(u - lse); zero outside [a, e) within [0, n).
-template <class T> void weights_row(T* row, std::size_t n, std::size_t a, std::size_t e, T lse) {
+// Row k of buf over [a, e) -> softmax weights exp((u - m) - log z); zero outside [a, e) within
+// [0, n). m (a score, exact) and log z (in [0, log n]) are kept apart: their sum, the row's
+// log-sum-exp, rounded to T would be off by up to half an ulp of m (3e-5 in float32 at m ~ 1e3),
+// and every weight of the row would be scaled by exp of that error.
+template <class T> void weights_row(T* row, std::size_t n, std::size_t a, std::size_t e, T m, T log_z) {
   for (std::size_t j = 0; j < a; ++j) row[j] = 0;
-  for (std::size_t j = a; j < e; ++j) row[j] -= lse;
+  for (std::size_t j = a; j < e; ++j) row[j] = (row[j] - m) - log_z;
   vmath::exp(row + a, row + a, e - a);
   for (std::size_t j = e; j < n; ++j) row[j] = 0;
 }
@@ -148,7 +168,7 @@ template <class T> T* scratch(std::vector<T>& v, std::size_t n) {
 }
 
 template <class T>
-void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, T* O, T* lse) {
+void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, T* O, T* row_max, T* log_z) {
   thread_local std::vector<T> s_buf, d_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
@@ -181,7 +201,8 @@ void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_
     for (std::size_t j = 0; j < a; ++j) row[j] = 0;
     for (std::size_t j = a; j < e; ++j) row[j] *= inv;
     for (std::size_t j = e; j < n; ++j) row[j] = 0;
-    lse[row0 + k] = m + std::log(z);
+    row_max[row0 + k] = m;
+    log_z[row0 + k] = std::log(z);
   }
   const T* A = buf;
   if (P.dropout) {
@@ -195,8 +216,8 @@ void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_
 
 // Gradients of one block of head h; dK, dV point at the (b, h / r) group's [S, d] matrices.
 template <class T>
-void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, const T* lse, const T* dO,
-                    T* dQ, T* dK, T* dV) {
+void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, const T* row_max,
+                    const T* log_z, const T* dO, T* dQ, T* dK, T* dV) {
   thread_local std::vector<T> p_buf, pd_buf, dp_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
@@ -211,7 +232,7 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
       std::fill(A + k * n, A + (k + 1) * n, T(0));
       continue;
     }
-    weights_row(A + k * n, n, R.lo[k] - R.L, R.hi[k] - R.L, lse[row0 + k]);
+    weights_row(A + k * n, n, R.lo[k] - R.L, R.hi[k] - R.L, row_max[row0 + k], log_z[row0 + k]);
   }
   const T* Ad = A;
   if (P.dropout) {
@@ -246,19 +267,19 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
 }
 
 template <class T>
-void run_forward(const Problem<T>& P, T* O, T* lse) {
+void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
   const Geometry& g = P.g;
   const std::size_t nb = g.blocks(), items = g.B * g.Hq * nb;
   detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
     for (std::size_t it = begin; it < end; ++it) {
       const std::size_t blk = it % nb, bh = it / nb;
-      forward_block(P, bh / g.Hq, bh % g.Hq, blk, O, lse);
+      forward_block(P, bh / g.Hq, bh % g.Hq, blk, O, row_max, log_z);
     }
   });
 }
 
 template <class T>
-void run_backward(const Problem<T>& P, const T* lse, const T* dO, T* dQ, T* dK, T* dV) {
+void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T* dO, T* dQ, T* dK, T* dV) {
   const Geometry& g = P.g;
   const std::size_t nb = g.blocks(), groups = g.B * g.Hkv;
   const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());
@@ -269,7 +290,8 @@ void run_backward(const Problem<T>& P, const T* lse, const T* dO, T* dQ, T* dK, 
         const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
-            backward_block(P, b, h, blk, lse, dO, dQ, dK ? dK + bg * kd : nullptr, dV ? dV + bg * vd : nullptr);
+            backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dK ? dK + bg * kd : nullptr,
+                           dV ? dV + bg * vd : nullptr);
       }
     });
     return;
@@ -284,8 +306,8 @@ void run_backward(const Problem<T>& P, const T* lse, const T* dO, T* dQ, T* dK, 
     std::fill(part_v.begin(), part_v.end(), T(0));
     detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t c) {
       for (std::size_t it = begin; it < end; ++it)
-        backward_block(P, b, kvh * g.r + it / nb, it % nb, lse, dO, dQ, dK ? part_k.data() + c * kd : nullptr,
-                       dV ? part_v.data() + c * vd : nullptr);
+        backward_block(P, b, kvh * g.r + it / nb, it % nb, row_max, log_z, dO, dQ,
+                       dK ? part_k.data() + c * kd : nullptr, dV ? part_v.data() + c * vd : nullptr);
     });
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
       if (dK)
@@ -300,7 +322,7 @@ struct Saved {
   Geometry g;
   VisibilityPlan plan;
   FlashOptions opts;
-  Array lse;
+  Array row_max, log_z;  // per query row: m = max score, log z = log sum exp(u - m) (weights_row)
 };
 
 template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Array& K, const Array& V) {
@@ -357,11 +379,12 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   saved->plan = plan;
   saved->opts = opts;
   Array O = Array::zeros({g.B, g.Hq, g.T, g.dv}, Q.dtype());
-  saved->lse = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
+  saved->row_max = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
+  saved->log_z = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
   detail::dispatch(Q.dtype(), [&](auto t) {
     using T = decltype(t);
     const Problem<T> P = problem<T>(*saved, Q.value(), K.value(), V.value());
-    run_forward(P, O.data<T>(), saved->lse.data<T>());
+    run_forward(P, O.data<T>(), saved->row_max.data<T>(), saved->log_z.data<T>());
   });
   return record("flash_attention", std::move(O), {Q, K, V}, [saved](const VjpContext& c) {
     Cotangents cot(3);
@@ -372,7 +395,7 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
       if (c.needs(0)) dQ = Array::zeros(c.inputs[0].shape(), c.inputs[0].dtype());
       if (c.needs(1)) dK = Array::zeros(c.inputs[1].shape(), c.inputs[1].dtype());
       if (c.needs(2)) dV = Array::zeros(c.inputs[2].shape(), c.inputs[2].dtype());
-      run_backward(P, saved->lse.data<T>(), c.grad_output.data<T>(),
+      run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.grad_output.data<T>(),
                    dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
                    dV.defined() ? dV.data<T>() : nullptr);
       cot[0] = dQ;

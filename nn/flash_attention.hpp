@@ -10,10 +10,11 @@
 ///     U = scale Q_blk K^T over the keys the block can see at all (VisibilityPlan::range:
 ///         key ranges that no row of the block can see are skipped, so causal halves the work)
 ///     visibility applied row by row (forbidden -> -inf, soft bias added)
-///     l_i = m_i + log sum_j exp(U_ij - m_i),  m_i = max_j U_ij      (the row's log-sum-exp)
-///     A = exp(U - l), dropout A_d = A * m / q,  O_blk = A_d V
-///   only O and l are kept for the backward pass;
-///   backward recomputes A from U and l block by block:
+///     m_i = max_j U_ij,  c_i = log sum_j exp(U_ij - m_i)   (the row's log-sum-exp is m_i + c_i)
+///     A = exp(U - m) / exp(c), dropout A_d = A * m / q,  O_blk = A_d V
+///   only O, m and c are kept for the backward pass (m and c apart: their sum rounded to the
+///   input dtype loses the low bits of c when |m| is large, 3e-5 in float32 at m ~ 1e3);
+///   backward recomputes A = exp((U - m) - c) from U, m and c block by block:
 ///     dV += A_d^T dO,  dA_d = dO V^T,  dA = dA_d * m / q
 ///     delta_i = sum_j A_ij dA_ij  ((5.25); equal to dO_i . O_i),  dU = A * (dA - delta)
 ///     dQ = scale dU K,  dK += scale dU^T Q_blk

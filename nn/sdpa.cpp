@@ -2,8 +2,8 @@
 //   1. checks: ranks, Q/K widths, K/V lengths, H_q % H_kv, finite inputs      (step 1)
 //   2. allowed sets expanded to [B, H_q, T, S]; a valid query with an empty set is a
 //      VisibilityError naming batch, head and query                            (step 2)
-//   3. U = Q K^T * scale with query heads grouped per kv head (5.36); non-finite U is an
-//      error                                                                   (step 3)
+//   3. U = Q K^T * scale with query heads grouped per kv head (5.36); a non-finite score of
+//      a visible key of a valid query is an error, others are set to 0 (unused)  (step 3)
 //   4. A = softmax(U + M): M is 0 / -inf / soft bias; rows of invalid queries get M = 0
 //      so their softmax is finite (never -inf - -inf = NaN)                     (steps 3-5)
 //   5. optional dropout on A with a saved mask (SPEC 2)
@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/kernels.hpp>
@@ -42,6 +43,37 @@ void check_finite(const Array& a, const std::string& name, const std::string& wh
 std::string shapes(const Tensor& a, const char* an, const Tensor& b, const char* bn) {
   return std::string(an) + " has shape " + shape_str(a.shape()) + ", " + bn + " has shape " +
          shape_str(b.shape());
+}
+
+// Algorithm 5.1 step 3 on the composed path's scores U [B, H, T, S]: throws at the first
+// non-finite score of a visible key of a valid query (`valid(b, i)`). Called only when U has
+// a non-finite value somewhere.
+template <class Valid> void check_used_scores(const Array& U, const VisibilityPlan& plan, const Valid& valid) {
+  const Shape& s = U.shape();
+  const std::size_t B = s[0], H = s[1], T = s[2], S = s[3];
+  std::vector<double> allowed(S);
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < T; ++i) {
+        if (!valid(b, i)) continue;
+        std::size_t lo = 0, hi = 0;
+        const bool exact = plan.range(b, h, i, lo, hi);
+        bool have_allowed = exact;  // allowed[] filled for this row (not needed when exact)
+        for (std::size_t j = lo; j < hi; ++j) {
+          const double v = U.flat(((b * H + h) * T + i) * S + j);
+          if (std::isfinite(v)) continue;
+          if (!have_allowed) {  // which keys of [lo, hi) are visible: apply() sets the others to -inf
+            std::fill(allowed.begin(), allowed.begin() + (hi - lo), 0.0);
+            plan.apply(b, h, i, lo, hi, allowed.data());
+            have_allowed = true;
+          }
+          if (!exact && allowed[j - lo] == -std::numeric_limits<double>::infinity()) continue;
+          throw ValueError(op_message(kOp, "score U has " + std::to_string(v) + " at batch " + std::to_string(b) +
+                                               ", head " + std::to_string(h) + ", query " + std::to_string(i) +
+                                               ", key " + std::to_string(j) +
+                                               "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+        }
+      }
 }
 
 }  // namespace
@@ -104,6 +136,7 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
     fo.query_valid = opts.query_valid;
     fo.check_finite = opts.check_finite;
     SdpaResult res;
+    res.path = SdpaImpl::fused;
     if (dropout) {
       fo.dropout_p = opts.dropout_p;
       fo.dropout_seed = res.dropout_seed = opts.generator->next_u64();
@@ -143,8 +176,17 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
   const auto L = [](std::size_t v) { return static_cast<long>(v); };
   const Tensor Qg = ops::reshape(Q, {L(B), L(H_kv), L(r * T), L(d_k)});
   Tensor U = ops::reshape(ops::matmul(Qg, K, {false, true}), {L(B), L(H_q), L(T), L(S)}) * scale;
-  if (opts.check_finite)
-    check_finite(U.value(), "score U", "a non-finite score is a numerical error (Algorithm 5.1 step 3)");
+  if (opts.check_finite && U.value().first_nonfinite() != U.value().size()) {
+    // Step 3 checks the scores that are used: visible keys of valid queries (as the fused path
+    // does). A non-finite score at a forbidden key or in an invalid row is not an error; it is
+    // replaced by 0 so that U + M stays finite (inf + -inf would be NaN). Its weight is 0 or its
+    // row is selected to zero either way, so the value does not matter.
+    check_used_scores(U.value(), plan, valid);
+    const Array& u = U.value();
+    BoolArray finite(u.shape(), std::vector<unsigned char>(u.size()));
+    for (std::size_t k = 0; k < u.size(); ++k) finite.data[k] = std::isfinite(u.flat(k)) ? 1 : 0;
+    U = ops::where(finite, U, ops::scalar_like(U, 0.0));
+  }
 
   // ---- 4. masked softmax over the key axis
   if (!vis.unconstrained() || has_invalid) {
@@ -165,6 +207,7 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
 
   // ---- 5. dropout on the weights
   SdpaResult res;
+  res.path = SdpaImpl::composed;
   Tensor Ad = A;
   if (dropout) {
     res.dropout_seed = opts.generator->next_u64();

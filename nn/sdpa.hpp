@@ -62,6 +62,9 @@ struct SdpaResult {
   /// The seed the dropout mask was drawn from (both paths; 0 without dropout): the fused path
   /// never forms the mask, attention_dropout_mask(BHTS, p, seed, dtype) regenerates it.
   std::uint64_t dropout_seed = 0;
+  /// The implementation that computed this result: SdpaImpl::composed or SdpaImpl::fused, never
+  /// automatic (what automatic chose). Tests read it to prove which path ran.
+  SdpaImpl path = SdpaImpl::composed;
 };
 
 /// Attention of queries `Q` over keys `K` and values `V` (shapes above) with the allowed sets

@@ -33,6 +33,7 @@ AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer =
   a.dtype = c.dtype;
   if (c.pos == PositionScheme::rope) a.rope = c.rope;
   a.alibi = c.pos == PositionScheme::alibi;
+  a.impl = c.impl;
   return a;
 }
 
@@ -43,6 +44,7 @@ CrossAttentionConfig cross_config(const TransformerConfig& c) {
   a.H_kv = c.H_kv;
   a.dropout = c.dropout;
   a.dtype = c.dtype;
+  a.impl = c.impl;
   return a;
 }
 
@@ -68,18 +70,31 @@ std::vector<std::int64_t> range(std::size_t start, std::size_t n) {
   return r;
 }
 
-// Token plus learned position embedding of tokens [B, T] at positions start .. start+T-1.
+// Token plus learned position embedding of tokens [B, T] at `positions` (empty: start ..
+// start+T-1).
 Tensor embed_tokens(const std::string& op, const Embedding& tok, const Embedding& pos, const TransformerConfig& c,
-                    const IndexArray& tokens, std::size_t start, bool training, Generator* gen) {
+                    const IndexArray& tokens, std::size_t start, const std::vector<Position>& positions,
+                    bool training, Generator* gen) {
   if (tokens.shape.size() != 2)
     throw ShapeError(op_message(op, "tokens must be [B, T], have shape " + shape_str(tokens.shape)));
   const std::size_t T = tokens.shape[1];
   if (T == 0)  // the rule: a model call needs at least one position (docs/reliability.md)
     throw ShapeError(op_message(op, "tokens have shape " + shape_str(tokens.shape) + ": T = 0 positions"));
-  if (start + T > c.context)
-    throw ValueError(op_message(op, "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
-                                        " exceed the context length " + std::to_string(c.context)));
-  const Tensor h = c.pos == PositionScheme::learned ? tok(tokens) + pos(IndexArray({T}, range(start, T))) : tok(tokens);
+  std::vector<std::int64_t> p;
+  if (positions.empty()) {
+    if (start + T > c.context)
+      throw ValueError(op_message(op, "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
+                                          " exceed the context length " + std::to_string(c.context)));
+    p = range(start, T);
+  } else {
+    check_positions(op, positions, T);
+    for (std::size_t i = 0; i < T; ++i)
+      if (positions[i] >= static_cast<Position>(c.context))
+        throw ValueError(op_message(op, "positions[" + std::to_string(i) + "] = " + std::to_string(positions[i]) +
+                                            " is not below the context length " + std::to_string(c.context)));
+    p = positions;
+  }
+  const Tensor h = c.pos == PositionScheme::learned ? tok(tokens) + pos(IndexArray({T}, p)) : tok(tokens);
   return residual_dropout(h, c.dropout, training, gen);
 }
 
@@ -211,17 +226,22 @@ GPT::GPT(const TransformerConfig& c, Generator& gen)
   register_module("ln_f", ln_f);
 }
 
-Tensor GPT::embed(const IndexArray& tokens, std::size_t start, Generator* gen) const {
-  return embed_tokens("gpt", tok, pos, cfg_, tokens, start, training(), gen);
+Tensor GPT::embed(const IndexArray& tokens, const std::vector<Position>& positions, Generator* gen) const {
+  return embed_tokens("gpt", tok, pos, cfg_, tokens, 0, positions, training(), gen);
 }
 
 Tensor GPT::head(const Tensor& h) const { return ops::matmul(ln_f(h), tok.weight, {false, true}); }
 
 Tensor GPT::logits(const IndexArray& tokens, Generator* gen, std::vector<AttentionOutput>* attn) {
-  Tensor h = embed(tokens, 0, gen);
+  return logits(tokens, GPTCall{}, gen, attn);
+}
+
+Tensor GPT::logits(const IndexArray& tokens, const GPTCall& c, Generator* gen, std::vector<AttentionOutput>* attn) {
+  Tensor h = embed(tokens, c.positions, gen);
   const std::size_t T = tokens.shape[1];
   AttentionCall call;
-  call.visibility = Visibility::causal(T, T);
+  call.visibility = c.visibility.unconstrained() ? Visibility::causal(T, T) : Visibility::causal(T, T) & c.visibility;
+  call.positions = c.positions;
   call.generator = gen;
   call.return_weights = attn != nullptr;
   if (attn) attn->assign(blocks.size(), AttentionOutput{});
@@ -230,9 +250,14 @@ Tensor GPT::logits(const IndexArray& tokens, Generator* gen, std::vector<Attenti
 }
 
 Tensor GPT::loss(const IndexArray& tokens, const IndexArray& targets, std::int64_t ignore_index, Generator* gen) {
+  return loss(tokens, targets, GPTCall{}, ignore_index, gen);
+}
+
+Tensor GPT::loss(const IndexArray& tokens, const IndexArray& targets, const GPTCall& call, std::int64_t ignore_index,
+                 Generator* gen) {
   ops::CrossEntropyOptions o;
   o.ignore_index = ignore_index;
-  return ops::cross_entropy(logits(tokens, gen), targets, o);
+  return ops::cross_entropy(logits(tokens, call, gen), targets, o);
 }
 
 std::vector<KVCache> GPT::make_caches(std::size_t batch, std::size_t capacity) const {
@@ -246,7 +271,7 @@ Tensor GPT::logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& ca
     throw ValueError(op_message("gpt", "need one KV cache per layer: " + std::to_string(blocks.size()) + " layers, " +
                                            std::to_string(caches.size()) + " caches"));
   const std::size_t start = caches[0].next_position();
-  Tensor h = embed(tokens_new, start, nullptr);
+  Tensor h = embed_tokens("gpt", tok, pos, cfg_, tokens_new, start, {}, training(), nullptr);
   const AttentionCall call;  // causal by absolute position inside forward_cached
   try {
     for (std::size_t l = 0; l < blocks.size(); ++l) h = blocks[l]->forward_cached(h, caches[l], call);
@@ -280,7 +305,7 @@ EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
 }
 
 Tensor EncoderDecoder::embed(const IndexArray& tokens, std::size_t start, Generator* gen) const {
-  return embed_tokens("encoder_decoder", tok, pos, cfg_, tokens, start, training(), gen);
+  return embed_tokens("encoder_decoder", tok, pos, cfg_, tokens, start, {}, training(), gen);
 }
 
 Tensor EncoderDecoder::encode(const IndexArray& src, const std::vector<std::size_t>& src_lengths, Generator* gen) {

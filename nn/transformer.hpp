@@ -54,6 +54,9 @@ struct TransformerConfig {
   /// Without learned embeddings the GPT has no `pos` parameter; `context` still bounds positions.
   PositionScheme pos = PositionScheme::learned;
   ops::RopeConfig rope;  ///< RoPE base, fraction and layout, used when pos is rope.
+  /// Attention core of every attention layer (AttentionConfig::impl, nn/sdpa.hpp). Not part
+  /// of a checkpoint: it changes rounding, not the model.
+  SdpaImpl impl = SdpaImpl::automatic;
 
   /// A copy with the 0 defaults filled in; validates (ValueError naming the bad size).
   TransformerConfig resolved() const;
@@ -124,6 +127,19 @@ class CrossDecoderBlock : public Module {
   double dropout_;
 };
 
+/// Per-call inputs of GPT::logits() and GPT::loss() beyond the tokens.
+struct GPTCall {
+  /// Absolute positions [T] of the tokens, shared by every sample of the batch: what the learned
+  /// position embedding looks up, RoPE rotates by, and ALiBi and the window measure distances in
+  /// (AttentionCall::positions). Empty: 0 .. T-1. Each in [0, context) (ValueError), T of them
+  /// (ShapeError). Packed documents restart them per document, with `visibility` set to
+  /// Visibility::documents.
+  std::vector<Position> positions = {};
+  /// Intersected with the causal mask (by token order) in every layer, e.g.
+  /// Visibility::documents(doc_ids) so that packed documents do not see each other.
+  Visibility visibility = Visibility::all();
+};
+
 /// Decoder-only language model.
 class GPT : public Module {
  public:
@@ -137,10 +153,17 @@ class GPT : public Module {
   /// with weights (for attention maps).
   Tensor logits(const IndexArray& tokens, Generator* dropout_gen = nullptr,
                 std::vector<AttentionOutput>* attn = nullptr);
+  /// logits() with the positions and extra visibility of `call` (GPTCall): packed documents
+  /// with restarted positions give each document's logits as if it ran alone.
+  Tensor logits(const IndexArray& tokens, const GPTCall& call, Generator* dropout_gen = nullptr,
+                std::vector<AttentionOutput>* attn = nullptr);
   /// Mean cross-entropy of the logits of `tokens` [B, T] against next-token `targets` [B, T]
   /// (targets equal to `ignore_index` are skipped); `dropout_gen` as for logits().
   Tensor loss(const IndexArray& tokens, const IndexArray& targets, std::int64_t ignore_index = -100,
               Generator* dropout_gen = nullptr);
+  /// loss() of logits(tokens, call, dropout_gen).
+  Tensor loss(const IndexArray& tokens, const IndexArray& targets, const GPTCall& call,
+              std::int64_t ignore_index = -100, Generator* dropout_gen = nullptr);
 
   /// Incremental decoding: one empty cache per layer for `batch` samples and `capacity`
   /// positions.
@@ -157,7 +180,7 @@ class GPT : public Module {
   LayerNorm ln_f;  ///< Final layer norm.
 
  private:
-  Tensor embed(const IndexArray& tokens, std::size_t start, Generator* dropout_gen) const;
+  Tensor embed(const IndexArray& tokens, const std::vector<Position>& positions, Generator* dropout_gen) const;
   Tensor head(const Tensor& h) const;  // ln_f, then logits with the tied embedding
   TransformerConfig cfg_;
 };

@@ -218,3 +218,160 @@ TEST_CASE("fused attention: non-finite scores from finite inputs are an error (A
   o.impl = SdpaImpl::fused;
   CHECK_THROWS_WITH(scaled_dot_product_attention(Q, K, V, Visibility::all(), o), Catch::Contains("step 3"));
 }
+
+namespace {
+
+// Q [1, 1, 3, 2], K and V [1, 1, 4, 2]. Feature 0 of Q is 0 except at `big_query`, feature 0 of K
+// is 0 except at `big_key`, both `big`: the score (big_query, big_key) overflows to +inf and every
+// other score is the moderate feature-1 product. With big = 0 the same inputs without overflow.
+struct Overflow {
+  Array Q, K, V, G;
+};
+Overflow overflow_inputs(DType dt, double big, std::size_t big_query, std::size_t big_key) {
+  Generator g(313);
+  Overflow o{rnd({1, 1, 3, 2}, g, -1, 1), rnd({1, 1, 4, 2}, g, -1, 1), rnd({1, 1, 4, 2}, g, -1, 1),
+             rnd({1, 1, 3, 2}, g, -1, 1)};
+  for (std::size_t i = 0; i < 3; ++i) o.Q.set_flat(i * 2, i == big_query ? big : 0.0);
+  for (std::size_t j = 0; j < 4; ++j) o.K.set_flat(j * 2, j == big_key ? big : 0.0);
+  o.Q = o.Q.astype(dt);
+  o.K = o.K.astype(dt);
+  o.V = o.V.astype(dt);
+  o.G = o.G.astype(dt);
+  return o;
+}
+
+std::vector<Array> run_overflow(const Overflow& in, const Visibility& vis, const BoolArray& valid, SdpaImpl impl) {
+  Tensor Q(in.Q, true), K(in.K, true), V(in.V, true);
+  SdpaOptions o;
+  o.impl = impl;
+  o.query_valid = valid;
+  const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, o);
+  REQUIRE(r.path == impl);
+  std::vector<Array> out{r.output.value()};
+  for (const Array& a : grad(r.output, {Q, K, V}, in.G)) out.push_back(a);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("attention: both paths check Algorithm 5.1 step 3 only on visible keys of valid queries",
+          "[attention][fused][errors]") {
+  // float64: 1e200 * 1e200 overflows; float32: 1e20 * 1e20 does.
+  for (const DType dt : {DType::float64, DType::float32}) {
+    const double big = dt == DType::float64 ? 1e200 : 1e20, tol = dt == DType::float64 ? 1e-14 : 2e-6;
+    const std::vector<std::string> names = {"output", "dQ", "dK", "dV"};
+    // (a) The overflow is at a key the query may not see: past the row's key range (causal), or
+    // inside it, forbidden by a dense mask (the row is not one contiguous run of keys).
+    const Visibility dense =
+        Visibility::allowed(BoolArray({3, 4}, {1, 0, 1, 1, /**/ 1, 0, 1, 1, /**/ 1, 1, 0, 1}));
+    struct Sub {
+      const char* name;
+      Visibility vis;
+      BoolArray valid;
+      std::size_t q, k;
+    };
+    const std::vector<Sub> subs = {
+        {"forbidden key past the row's range, causal", Visibility::causal(3, 4), {}, 0, 3},
+        {"forbidden key inside the row's range, dense mask", dense, {}, 0, 1},
+        {"forbidden key inside the row's range, dense mask and causal", dense & Visibility::causal(3, 4), {}, 1, 1},
+        {"forbidden key, dense mask, last row", dense, BoolArray({1, 3}, {0, 1, 1}), 2, 2},
+        // (b) The overflow is in the row of an invalid query (every key visible to it).
+        {"invalid query row", Visibility::all(), BoolArray({1, 3}, {1, 1, 0}), 2, 1},
+        {"invalid query row, causal", Visibility::causal(3, 4), BoolArray({1, 3}, {0, 1, 1}), 0, 0},
+    };
+    for (const Sub& sub : subs) {
+      INFO(dtype_name(dt) << ": " << sub.name);
+      const Overflow in = overflow_inputs(dt, big, sub.q, sub.k);
+      // The reference: the same inputs with big = 0. Big multiplies only feature 0 of one query
+      // and one key, so the overflowing score is the only score it changes, and that score is
+      // never used: the output, dV and the feature-1 gradients of Q and K are the reference's.
+      // The feature-0 gradients are big * (other rows' score gradients): the paths must agree.
+      const auto ref = run_overflow(overflow_inputs(dt, 0.0, sub.q, sub.k), sub.vis, sub.valid, SdpaImpl::composed);
+      std::vector<std::vector<Array>> got(2);
+      for (const SdpaImpl impl : {SdpaImpl::composed, SdpaImpl::fused}) {
+        INFO((impl == SdpaImpl::fused ? "fused" : "composed"));
+        auto& r = got[impl == SdpaImpl::fused];
+        REQUIRE_NOTHROW(r = run_overflow(in, sub.vis, sub.valid, impl));
+        for (std::size_t k = 0; k < r.size(); ++k) {
+          INFO(names[k]);
+          REQUIRE(r[k].all_finite());
+          for (std::size_t x = 0; x < r[k].size(); ++x)
+            if (k == 0 || k == 3 || x % 2 == 1) CHECK(std::fabs(r[k].flat(x) - ref[k].flat(x)) <= tol);
+        }
+      }
+      for (const std::size_t k : {1, 2})  // dQ, dK feature 0: the two paths agree
+        for (std::size_t x = 0; x < got[0][k].size(); x += 2) {
+          INFO(names[k] << " flat " << x << ": composed " << got[0][k].flat(x) << ", fused " << got[1][k].flat(x));
+          CHECK(std::fabs(got[0][k].flat(x) - got[1][k].flat(x)) <= tol * (1 + std::fabs(got[0][k].flat(x))));
+        }
+    }
+    // (c) The overflow at a visible key of a valid query is an error on both paths, naming it.
+    for (const SdpaImpl impl : {SdpaImpl::composed, SdpaImpl::fused}) {
+      INFO(dtype_name(dt) << (impl == SdpaImpl::fused ? " fused" : " composed"));
+      const Overflow in = overflow_inputs(dt, big, 1, 2);
+      CHECK_THROWS_WITH(run_overflow(in, Visibility::all(), {}, impl),
+                        Catch::Contains("query 1, key 2") && Catch::Contains("Algorithm 5.1 step 3"));
+      CHECK_THROWS_WITH(run_overflow(in, dense & Visibility::causal(3, 4), BoolArray({1, 3}, {1, 1, 0}), impl),
+                        Catch::Contains("query 1, key 2") && Catch::Contains("Algorithm 5.1 step 3"));
+    }
+  }
+}
+
+TEST_CASE("attention in float32 with scores near 1e3: both paths match a float64 computation to the same tolerance",
+          "[attention][fused][precision]") {
+  // Scaled scores u = 0.5 q.k with feature 0 of Q near 40 and of K near 50: every row maximum is
+  // about 1e3 while the scores of a row differ by O(1), so the weights are far from one-hot and
+  // the gradients are not small. The float32 inputs are cast exactly to float64 and run through
+  // the composed path in float64: the reference (independent of the fused kernel).
+  Generator g(2024);
+  const std::size_t B = 2, H_q = 4, H_kv = 2, T = 37, S = 41, d_k = 8, d_v = 4;
+  Array Q = rnd({B, H_q, T, d_k}, g, -1, 1), K = rnd({B, H_kv, S, d_k}, g, -1, 1);
+  for (std::size_t r = 0; r < B * H_q * T; ++r) Q.set_flat(r * d_k, 40.0 + 0.05 * Q.flat(r * d_k));
+  for (std::size_t r = 0; r < B * H_kv * S; ++r) K.set_flat(r * d_k, 50.0 + 0.05 * K.flat(r * d_k));
+  const Array V = rnd({B, H_kv, S, d_v}, g, -1, 1), G = rnd({B, H_q, T, d_v}, g, -1, 1);
+  const auto run = [&](DType dt, SdpaImpl impl, const Visibility& vis) {
+    Tensor q(Q.astype(DType::float32).astype(dt), true), k(K.astype(DType::float32).astype(dt), true);
+    Tensor v(V.astype(DType::float32).astype(dt), true);
+    SdpaOptions o;
+    o.impl = impl;
+    o.scale = 0.5;
+    const SdpaResult r = scaled_dot_product_attention(q, k, v, vis, o);
+    REQUIRE(r.path == impl);
+    std::vector<Array> out{r.output.value()};
+    for (const Array& a : grad(r.output, {q, k, v}, G.astype(DType::float32).astype(dt)))
+      out.push_back(a.astype(DType::float64));
+    out[0] = out[0].astype(DType::float64);
+    return out;
+  };
+  // One tolerance for both paths, relative to the largest reference value. Rounding the scores
+  // (~1e3) to float32 alone moves the weights by ~6e-5 relative: both paths stay below 1e-4.
+  // A fused backward that rebuilt the weights from one float32 log-sum-exp (m + log z rounded
+  // together) had dQ errors of 2e-3 here.
+  const double kTolLargeScores = 2e-4;
+  const std::vector<std::string> names = {"O", "dQ", "dK", "dV"};
+  for (const Visibility& vis : {Visibility::all(), Visibility::causal(T, S)}) {
+    const auto ref = run(DType::float64, SdpaImpl::composed, vis);
+    double row_max = -1e300;  // the largest scaled score: near 1e3
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t h = 0; h < H_q; ++h)
+        for (std::size_t i = 0; i < T; ++i)
+          for (std::size_t j = 0; j < S; ++j) {
+            double u = 0;
+            for (std::size_t x = 0; x < d_k; ++x)
+              u += Q.flat(((b * H_q + h) * T + i) * d_k + x) * K.flat(((b * H_kv + h / 2) * S + j) * d_k + x);
+            row_max = std::max(row_max, 0.5 * u);
+          }
+    REQUIRE(row_max > 900.0);
+    REQUIRE(row_max < 1100.0);
+    for (const SdpaImpl impl : {SdpaImpl::composed, SdpaImpl::fused}) {
+      const auto got = run(DType::float32, impl, vis);
+      for (std::size_t k = 0; k < got.size(); ++k) {
+        double scale = 0;
+        for (std::size_t x = 0; x < ref[k].size(); ++x) scale = std::max(scale, std::fabs(ref[k].flat(x)));
+        const double err = max_abs_diff(got[k], ref[k]) / scale;
+        INFO((impl == SdpaImpl::fused ? "fused " : "composed ") << names[k] << " error / max |reference| = " << err);
+        CHECK(err < kTolLargeScores);
+      }
+    }
+  }
+}

@@ -1,6 +1,7 @@
 // Attention layers (SPEC 6-8, 11): MHA/GQA/MQA in one module, cross attention, the KV cache,
 // PyTorch layout conversion, dropout modes, configuration errors.
 #include "helpers.hpp"
+#include <xgrad/nn/flash_attention.hpp>
 
 using namespace xg;
 using namespace xg::nn;
@@ -258,4 +259,67 @@ TEST_CASE("attention: Algorithm 5.1 input checks name the offending shapes and v
   CHECK_THROWS_AS(nn::attention(Q, K, V, Visibility::causal(2, 4) & Visibility::key_lengths({0}, 4)), VisibilityError);
   CHECK_THROWS_WITH(nn::attention(Q, K, V, Visibility::key_lengths({0}, 4)),
                     Catch::Contains("batch 0, head 0, query 0 is valid but sees no key"));
+}
+
+TEST_CASE("attention layers: the config's impl reaches the attention core and AttentionOutput::path says which ran",
+          "[nn][attention][fused]") {
+  Generator g(11);
+  const Tensor X(rnd({2, 5, 8}, g)), Xm(rnd({2, 3, 6}, g));
+  const Visibility causal = Visibility::causal(5, 5);
+  AttentionCall plain;
+  plain.visibility = causal;
+  AttentionCall weights = plain;
+  weights.return_weights = true;
+  CrossAttentionConfig cc;
+  cc.d_q = 8;
+  cc.d_m = 6;
+  cc.H_q = 2;
+  cc.dtype = DType::float64;
+  AttentionCall cross_plain, cross_weights;
+  cross_weights.return_weights = true;
+  for (const SdpaImpl impl : {SdpaImpl::automatic, SdpaImpl::composed, SdpaImpl::fused}) {
+    INFO("impl " << static_cast<int>(impl));
+    AttentionConfig c = config(8, 4, 2);
+    c.impl = impl;
+    MultiHeadAttention m(c, g);
+    cc.impl = impl;
+    CrossAttention ca(cc, g);
+    // Without weights: automatic takes the fused path; composed and fused take their own.
+    const SdpaImpl expect_plain = impl == SdpaImpl::composed ? SdpaImpl::composed : SdpaImpl::fused;
+    CHECK(m.forward(X, plain).path == expect_plain);
+    CHECK(ca.forward(X, Xm, cross_plain).path == expect_plain);
+    KVCache cache = m.make_cache(2, 5);
+    CHECK(m.forward_cached(X, cache).path == expect_plain);
+    if (impl == SdpaImpl::fused) {  // the fused path never forms the weights: refused, as the core refuses it
+      CHECK_THROWS_WITH(m.forward(X, weights), Catch::Contains("fused path does not form the weights"));
+      CHECK_THROWS_WITH(ca.forward(X, Xm, cross_weights), Catch::Contains("fused path does not form the weights"));
+    } else {
+      const AttentionOutput a = m.forward(X, weights);
+      CHECK(a.path == SdpaImpl::composed);
+      CHECK(a.weights.shape() == Shape{2, 4, 5, 5});
+      const AttentionOutput b = ca.forward(X, Xm, cross_weights);
+      CHECK(b.path == SdpaImpl::composed);
+      CHECK(b.weights.shape() == Shape{2, 2, 5, 3});
+    }
+  }
+  // Dropout in training: the composed path returns its mask, the fused path only the seed.
+  for (const SdpaImpl impl : {SdpaImpl::composed, SdpaImpl::fused}) {
+    AttentionConfig c = config(8, 2, 2);
+    c.impl = impl;
+    c.dropout = 0.5;
+    MultiHeadAttention m(c, g);
+    m.train();
+    AttentionCall call = plain;
+    call.generator = &g;
+    const AttentionOutput a = m.forward(X, call);
+    CHECK(a.path == impl);
+    CHECK(a.dropout_seed != 0);
+    if (impl == SdpaImpl::composed) {
+      REQUIRE(a.dropout_mask.shape() == Shape{2, 2, 5, 5});
+      CHECK(a.dropout_mask.to_vector() ==
+            attention_dropout_mask({2, 2, 5, 5}, 0.5, a.dropout_seed, DType::float64).to_vector());
+    } else {
+      CHECK_FALSE(a.dropout_mask.defined());
+    }
+  }
 }

@@ -164,7 +164,11 @@ TEST_CASE("attention module values: MHA, GQA and MQA outputs and gradients equal
                                  {"b_O", arr(b_O, {D})}});
       Tensor Xt(arr(X, {B, T, D}), true);
       const Visibility vis = Visibility::causal(4, 4) & Visibility::key_lengths({4, 3}, 4);
-      const Tensor Y = m(Xt, vis);
+      AttentionCall call;
+      call.visibility = vis;
+      const AttentionOutput out = m.forward(Xt, call);
+      CHECK(out.path == cfg.impl);  // the config's path really ran
+      const Tensor Y = out.Y;
       REQUIRE(Y.shape() == Shape{B, T, D});
 
       // The reference reads the packed W_QKV by its documented column layout [Q | K | V].

@@ -3,6 +3,7 @@
 // Expected values are written out from the published definitions (Su et al. 2021 for RoPE,
 // Press et al. 2022 for ALiBi), never computed by the code under test.
 #include <cmath>
+#include <limits>
 
 #include "helpers.hpp"
 #include <xgrad/train/checkpoint.hpp>
@@ -246,7 +247,11 @@ TEST_CASE("attention with RoPE or ALiBi: the KV cache (prefill, chunked, one tok
         AttentionConfig ci = c;
         ci.impl = impl;
         MultiHeadAttention mi(ci, weights);
-        const Array full = mi(Tensor(X), Visibility::causal(T, T)).value();
+        AttentionCall causal;
+        causal.visibility = Visibility::causal(T, T);
+        const AttentionOutput whole = mi.forward(Tensor(X), causal);
+        CHECK(whole.path == impl);
+        const Array full = whole.Y.value();
         CHECK(max_abs_diff(full, m(Tensor(X), Visibility::causal(T, T)).value()) < 1e-12);
         CHECK(max_abs_diff(cached_run(mi, X, {T}), full) < 1e-12);
         CHECK(max_abs_diff(cached_run(mi, X, {3, 2, 2}), full) < 1e-12);
@@ -273,6 +278,9 @@ TEST_CASE("attention with RoPE: the layer's gradients pass gradcheck (both paths
     MultiHeadAttention m(c, g);
     require_gradcheck([&](const std::vector<Tensor>& in) { return m(in[0], Visibility::causal(4, 4)); },
                       {rnd({1, 4, 8}, g)}, {"X"});
+    AttentionCall causal;
+    causal.visibility = Visibility::causal(4, 4);
+    CHECK(m.forward(Tensor(rnd({1, 4, 8}, g)), causal).path == impl);  // the path checked is the one named
   }
 }
 
@@ -416,4 +424,208 @@ TEST_CASE("checkpoint metadata: the position scheme round-trips; without the key
   auto encdec = meta;
   encdec["model"] = "encoder_decoder";
   CHECK_THROWS_AS(train::model_info(encdec, "m"), FormatError);
+}
+
+// ---- Per-call positions (AttentionCall::positions, GPTCall): packed documents
+
+namespace {
+
+// Four documents of lengths 3, 5, 1, 4 packed into T = 13 positions: document ids, positions
+// that restart at 0 in each document, and each document's first position in the pack.
+struct Packing {
+  std::vector<std::size_t> lens = {3, 5, 1, 4}, offsets;
+  std::vector<std::int64_t> doc, pos;
+  std::size_t T = 0;
+  Packing() {
+    for (std::size_t d = 0; d < lens.size(); ++d) {
+      offsets.push_back(T);
+      for (std::size_t i = 0; i < lens[d]; ++i) {
+        doc.push_back(static_cast<std::int64_t>(d));
+        pos.push_back(static_cast<std::int64_t>(i));
+      }
+      T += lens[d];
+    }
+  }
+  Visibility documents() const { return Visibility::documents(IndexArray({T}, doc)); }
+};
+
+Array slice_positions(const Array& a, std::size_t at, std::size_t n) {
+  return ops::slice(Tensor(a), 1, long(at), long(at + n)).value();
+}
+
+}  // namespace
+
+TEST_CASE("attention positions: packed documents with restarted positions equal each document alone, both paths",
+          "[nn][rope][alibi][window][positions]") {
+  const Packing pk;
+  struct Kind {
+    const char* name;
+    bool rope, alibi;
+    std::size_t window;
+  };
+  for (const Kind& k : {Kind{"rope", true, false, 0}, Kind{"alibi, window 2", false, true, 2},
+                        Kind{"window 4", false, false, 4}, Kind{"rope, alibi, window 3", true, true, 3}}) {
+    INFO(k.name);
+    Generator g(31);
+    AttentionConfig c = mha_config(16, 4, 2);
+    if (k.rope) c.rope = rope_cfg(RopeLayout::half_split, 1.0, 100.0);
+    c.alibi = k.alibi;
+    c.window = k.window;
+    MultiHeadAttention base(c, g);
+    randomise(base, g);
+    std::vector<std::pair<std::string, Array>> weights;
+    for (const auto& np : base.named_parameters()) weights.emplace_back(np.first, np.second.value());
+    const Array X = rnd({2, pk.T, 16}, g), G = rnd({2, pk.T, 16}, g);
+    for (const SdpaImpl impl : {SdpaImpl::composed, SdpaImpl::fused}) {
+      INFO((impl == SdpaImpl::fused ? "fused" : "composed"));
+      AttentionConfig ci = c;
+      ci.impl = impl;
+      MultiHeadAttention m(ci, weights);
+      Tensor Xp(X, true);
+      AttentionCall packed;
+      packed.visibility = pk.documents();  // causal inside each document
+      packed.positions = pk.pos;
+      const AttentionOutput out = m.forward(Xp, packed);
+      CHECK(out.path == impl);
+      const Array dX = grad(out.Y, {Xp}, G)[0];
+      for (std::size_t d = 0; d < pk.lens.size(); ++d) {
+        const std::size_t at = pk.offsets[d], n = pk.lens[d];
+        Tensor Xd(slice_positions(X, at, n), true);
+        AttentionCall alone;
+        alone.visibility = Visibility::causal(Position(n), Position(n));
+        const AttentionOutput od = m.forward(Xd, alone);
+        CHECK(od.path == impl);
+        const Array dXd = grad(od.Y, {Xd}, slice_positions(G, at, n))[0];
+        INFO("document " << d);
+        CHECK(max_abs_diff(slice_positions(out.Y.value(), at, n), od.Y.value()) == 0.0);
+        // Gradients: bit for bit on the composed path. The fused backward's GEMMs sum over the
+        // whole block of rows (and its key range), where the other documents add exact zeros at
+        // other places of BLAS's partial sums: rounding-level differences (seen: <= 1.2e-16).
+        const double gx = max_abs_diff(slice_positions(dX, at, n), dXd);
+        if (impl == SdpaImpl::composed)
+          CHECK(gx == 0.0);
+        else
+          CHECK(gx <= 4 * std::numeric_limits<double>::epsilon() * std::max(1.0, max_abs_diff(dXd, Array::zeros(dXd.shape(), DType::float64))));
+      }
+      // The positions are used: under plain causal attention over the whole pack (documents see
+      // each other), restarted positions give other outputs than 0 .. T-1.
+      AttentionCall causal;
+      causal.visibility = Visibility::causal(Position(pk.T), Position(pk.T));
+      const Array by_index = m.forward(Tensor(X), causal).Y.value();
+      causal.positions = pk.pos;
+      CHECK(max_abs_diff(m.forward(Tensor(X), causal).Y.value(), by_index) > 1e-6);
+    }
+  }
+}
+
+TEST_CASE("GPT positions: packed documents with restarted positions give each document's logits alone, both paths",
+          "[nn][rope][alibi][gpt][positions]") {
+  const Packing pk;
+  for (const PositionScheme scheme :
+       {PositionScheme::learned, PositionScheme::rope, PositionScheme::alibi, PositionScheme::none}) {
+    for (const SdpaImpl impl : {SdpaImpl::composed, SdpaImpl::fused}) {
+      INFO(position_scheme_name(scheme) << (impl == SdpaImpl::fused ? " fused" : " composed"));
+      TransformerConfig c;
+      c.V_vocab = 11;
+      c.context = 16;
+      c.d_model = 16;
+      c.H_q = 4;
+      c.H_kv = 2;
+      c.layers = 2;
+      c.dtype = DType::float64;
+      c.pos = scheme;
+      c.window = scheme == PositionScheme::alibi ? 3 : 0;
+      c.rope.layout = RopeLayout::half_split;
+      c.impl = impl;
+      Generator g(18);  // the same weights for both paths
+      GPT gpt(c, g);
+      gpt.eval();
+      for (auto& np : gpt.named_parameters()) {  // weights of order 1, so positions show in the scores
+        Tensor t = np.second;
+        t.set_value(rnd(t.shape(), g, -0.6, 0.6));
+      }
+      IndexArray tokens({2, pk.T}, std::vector<std::int64_t>(2 * pk.T));
+      for (std::size_t i = 0; i < tokens.data.size(); ++i) tokens.data[i] = static_cast<std::int64_t>((i * 7 + 3) % 11);
+      GPTCall call;
+      call.positions = pk.pos;
+      call.visibility = pk.documents();
+      const Array packed = gpt.logits(tokens, call).value();
+      for (std::size_t d = 0; d < pk.lens.size(); ++d) {
+        const std::size_t at = pk.offsets[d], n = pk.lens[d];
+        IndexArray alone({2, n}, std::vector<std::int64_t>(2 * n));
+        for (std::size_t b = 0; b < 2; ++b)
+          for (std::size_t i = 0; i < n; ++i) alone.data[b * n + i] = tokens.data[b * pk.T + at + i];
+        INFO("document " << d);
+        CHECK(max_abs_diff(slice_positions(packed, at, n), gpt.logits(alone).value()) == 0.0);
+      }
+      // The positions are used: without the document rule, restarted positions change the logits.
+      if (scheme != PositionScheme::none) {
+        GPTCall positions_only;
+        positions_only.positions = pk.pos;
+        CHECK(max_abs_diff(gpt.logits(tokens, positions_only).value(), gpt.logits(tokens).value()) > 1e-6);
+      }
+      // The loss with the same call is the cross-entropy of those logits.
+      IndexArray targets = tokens;
+      for (auto& t : targets.data) t = (t + 1) % 11;
+      CHECK(gpt.loss(tokens, targets, call).value().item() ==
+            ops::cross_entropy(Tensor(packed), targets).value().item());
+      // The layers run the configured path: a composed GPT returns its attention maps, a fused
+      // one refuses to form them (AttentionOutput::path; the fused core never forms weights).
+      std::vector<AttentionOutput> maps;
+      if (impl == SdpaImpl::fused) {
+        CHECK_THROWS_WITH(gpt.logits(tokens, call, nullptr, &maps), Catch::Contains("fused path does not form"));
+      } else {
+        gpt.logits(tokens, call, nullptr, &maps);
+        REQUIRE(maps.size() == 2);
+        for (const AttentionOutput& a : maps) CHECK(a.path == SdpaImpl::composed);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention positions: wrong length, negative, past the context or where unused are errors naming them",
+          "[nn][positions][errors]") {
+  Generator g(32);
+  AttentionConfig c = mha_config(8, 2, 1);
+  c.rope = rope_cfg(RopeLayout::interleaved);
+  MultiHeadAttention m(c, g);
+  const Tensor X(rnd({1, 4, 8}, g));
+  AttentionCall call;
+  call.positions = {0, 1, 2};
+  CHECK_THROWS_AS(m.forward(X, call), ShapeError);
+  CHECK_THROWS_WITH(m.forward(X, call), Catch::Contains("positions has 3 entries") && Catch::Contains("T = 4"));
+  call.positions = {0, 1, -2, 3};
+  CHECK_THROWS_AS(m.forward(X, call), ValueError);
+  CHECK_THROWS_WITH(m.forward(X, call), Catch::Contains("positions[2] = -2 is negative"));
+  AttentionConfig plain = mha_config(8, 2, 1);  // no RoPE, ALiBi or window: still checked
+  MultiHeadAttention mp(plain, g);
+  CHECK_THROWS_WITH(mp.forward(X, call), Catch::Contains("positions[2] = -2 is negative"));
+  call.positions = {4, 5, 6, 7};
+  KVCache cache = m.make_cache(1, 8);
+  CHECK_THROWS_WITH(m.forward_cached(X, cache, call), Catch::Contains("call.positions must be empty"));
+  CHECK(cache.next_position() == 0);
+  CrossAttentionConfig cc;
+  cc.d_q = 8;
+  cc.d_m = 8;
+  cc.H_q = 2;
+  cc.dtype = DType::float64;
+  CrossAttention ca(cc, g);
+  CHECK_THROWS_WITH(ca.forward(X, X, call), Catch::Contains("cross-attention uses no positions"));
+
+  TransformerConfig t;
+  t.V_vocab = 5;
+  t.context = 6;
+  t.d_model = 8;
+  t.H_q = 2;
+  t.layers = 1;
+  t.dtype = DType::float64;
+  GPT gpt(t, g);
+  const IndexArray tokens({1, 4}, {1, 2, 3, 4});
+  GPTCall gc;
+  gc.positions = {0, 1, 6, 2};
+  CHECK_THROWS_WITH(gpt.logits(tokens, gc), Catch::Contains("positions[2] = 6 is not below the context length 6"));
+  gc.positions = {0, 1};
+  CHECK_THROWS_AS(gpt.logits(tokens, gc), ShapeError);
+  gc.positions = {0, -1, 0, 1};
+  CHECK_THROWS_WITH(gpt.logits(tokens, gc), Catch::Contains("gpt") && Catch::Contains("positions[1] = -1"));
 }

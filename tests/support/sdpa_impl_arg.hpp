@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include <xgrad/nn/sdpa.hpp>
@@ -29,6 +30,16 @@ inline bool parse_dump_args(int argc, char** argv, const char* program, xg::nn::
     return false;
   }
   return true;
+}
+
+// Throws std::runtime_error naming `what` unless the attention path that ran (SdpaResult::path,
+// AttentionOutput::path) is the one the command line asked for (any path for automatic): a layer
+// that dropped its config's impl makes the dump fail instead of checking the other path twice.
+inline void require_path(xg::nn::SdpaImpl requested, xg::nn::SdpaImpl ran, const std::string& what) {
+  if (requested == xg::nn::SdpaImpl::automatic || ran == requested) return;
+  const auto name = [](xg::nn::SdpaImpl i) { return i == xg::nn::SdpaImpl::fused ? "fused" : "composed"; };
+  throw std::runtime_error(what + ": asked for the " + name(requested) + " attention path, the " + name(ran) +
+                           " path ran");
 }
 
 }  // namespace xgt

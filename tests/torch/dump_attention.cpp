@@ -236,7 +236,9 @@ std::string sdpa_case(Generator& g, const std::string& category, std::size_t id,
   opts.impl = g_impl;
   opts.scale = scale;
   opts.query_valid = m.query_valid;
-  const Tensor O = nn::attention(Q, K, V, visibility_of(m, forbidden_polarity), opts);
+  const nn::SdpaResult res = nn::scaled_dot_product_attention(Q, K, V, visibility_of(m, forbidden_polarity), opts);
+  xgt::require_path(g_impl, res.path, category + " case " + std::to_string(id));
+  const Tensor O = res.output;
   const Array G = normal_array(O.shape(), g);
   const std::vector<Array> grads = grad(O, {Q, K, V}, G);
 
@@ -300,7 +302,9 @@ std::string mha_case(Generator& g, std::size_t id, std::size_t k) {
   nn::AttentionCall call;
   // The random mask goes in as a FORBIDDEN mask, the polarity nn.MultiheadAttention uses.
   call.visibility = visibility_of(m, true);
-  const Tensor Y = mha.forward(X, call).Y;
+  const nn::AttentionOutput out = mha.forward(X, call);
+  xgt::require_path(g_impl, out.path, "mha case " + std::to_string(id));
+  const Tensor Y = out.Y;
   const Array G = normal_array(Y.shape(), g);
   const std::vector<Array> gr = grad(Y, {X, mha.W_QKV, mha.b_QKV, mha.W_O, mha.b_O}, G);
 
@@ -366,7 +370,9 @@ std::string cross_case(Generator& g, std::size_t id, std::size_t k) {
   nn::AttentionCall call;
   call.visibility = visibility_of(m, false);
   call.query_valid = m.query_valid;
-  const Tensor Y = ca.forward(Xq, Xm, call).Y;
+  const nn::AttentionOutput out = ca.forward(Xq, Xm, call);
+  xgt::require_path(g_impl, out.path, "cross case " + std::to_string(id));
+  const Tensor Y = out.Y;
   const Array G = normal_array(Y.shape(), g);
   const std::vector<Array> gr = grad(Y, {Xq, Xm, ca.W_Q, ca.b_Q, ca.W_KV, ca.b_KV, ca.W_O, ca.b_O}, G);
 
@@ -444,7 +450,9 @@ std::string gqa_layer_case(Generator& g, std::size_t id, std::size_t k) {
   const Tensor X(normal_array({m.B, m.T, acfg.d_model}, g), true);
   nn::AttentionCall call;
   call.visibility = visibility_of(m, false);
-  const Tensor Y = mha.forward(X, call).Y;
+  const nn::AttentionOutput out = mha.forward(X, call);
+  xgt::require_path(g_impl, out.path, "gqa_layer case " + std::to_string(id));
+  const Tensor Y = out.Y;
   const Array G = normal_array(Y.shape(), g);
   const std::vector<Array> gr = grad(Y, {X, mha.W_QKV, mha.b_QKV, mha.W_O, mha.b_O}, G);
 
@@ -514,7 +522,9 @@ std::string cross_mha_case(Generator& g, std::size_t id, std::size_t k) {
   const Tensor Xm(normal_array({m.B, m.S, ccfg.d_m}, g), true);
   nn::AttentionCall call;
   call.visibility = visibility_of(m, true);
-  const Tensor Y = ca.forward(Xq, Xm, call).Y;
+  const nn::AttentionOutput out = ca.forward(Xq, Xm, call);
+  xgt::require_path(g_impl, out.path, "cross_mha case " + std::to_string(id));
+  const Tensor Y = out.Y;
   const Array G = normal_array(Y.shape(), g);
   const std::vector<Array> gr = grad(Y, {Xq, Xm, ca.W_Q, ca.b_Q, ca.W_KV, ca.b_KV, ca.W_O, ca.b_O}, G);
 

@@ -56,7 +56,11 @@ std::string mha_case(Generator& g, nn::SdpaImpl impl, std::size_t B, std::size_t
   }
   const Tensor X(uniform({B, T, d}, g), true);
   const Array G = uniform({B, T, d}, g);
-  const Tensor Y = m(X, causal ? nn::Visibility::causal(std::int64_t(T), std::int64_t(T)) : nn::Visibility::all());
+  nn::AttentionCall call;
+  call.visibility = causal ? nn::Visibility::causal(std::int64_t(T), std::int64_t(T)) : nn::Visibility::all();
+  const nn::AttentionOutput out = m.forward(X, call);
+  xgt::require_path(impl, out.path, "mha case");
+  const Tensor Y = out.Y;
   std::vector<Tensor> wrt{X};
   for (auto& np : m.named_parameters()) wrt.push_back(np.second);
   const std::vector<Array> grads = grad(Y, wrt, G);

@@ -50,7 +50,9 @@ std::string run_case(const Spec& c, Generator& g) {
   const Array G = random_normal({c.B, c.H_q, c.T, c.d_v}, g, DType::float64);
   nn::SdpaOptions o;
   o.impl = g_impl;
-  const Tensor O = nn::attention(Q, K, V, vis, o);
+  const nn::SdpaResult res = nn::scaled_dot_product_attention(Q, K, V, vis, o);
+  xgt::require_path(g_impl, res.path, "window case");
+  const Tensor O = res.output;
   const auto gr = grad(O, {Q, K, V}, G);
   std::string s = "{\"layout\":" + jstr(c.layout) + ",\"B\":" + std::to_string(c.B) + ",\"H_q\":" +
                   std::to_string(c.H_q) + ",\"H_kv\":" + std::to_string(c.H_kv) + ",\"T\":" + std::to_string(c.T) +
