@@ -323,10 +323,14 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
       T* pda = want_a ? da.data<T>() : nullptr;
       T* pdb = want_b ? db.data<T>() : nullptr;
       sigmoid_tiles(pa, c.output.size(), [&](std::size_t st, std::size_t m, const T* s, const T* q) {
-        for (std::size_t i = 0; i < m; ++i) {
-          const std::size_t k = st + i;
-          if (pda) pda[k] = g[k] * pb[k] * silu_slope(pa[k], s[i], q[i]);
-          if (pdb) pdb[k] = g[k] * silu_value(pa[k], s[i]);
+        const T *a = pa + st, *bb = pb + st, *gg = g + st;
+        if (pda) {  // separate loops without branches: each vectorises
+          T* da_ = pda + st;
+          for (std::size_t i = 0; i < m; ++i) da_[i] = gg[i] * bb[i] * silu_slope(a[i], s[i], q[i]);
+        }
+        if (pdb) {
+          T* db_ = pdb + st;
+          for (std::size_t i = 0; i < m; ++i) db_[i] = gg[i] * silu_value(a[i], s[i]);
         }
       });
     });
