@@ -14,6 +14,7 @@
 #include <xgrad/ops/index.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/ops/layer_norm.hpp>
+#include <xgrad/ops/rms_norm.hpp>
 #include <xgrad/ops/rope.hpp>
 #include <xgrad/ops/loss.hpp>
 #include <xgrad/ops/mask.hpp>

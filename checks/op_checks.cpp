@@ -98,6 +98,8 @@ void unary(GradcheckSuite& s) {
        [](const Tensor& x) { return ops::gelu(x); }},
       {"gelu-tanh", "tanh approximation, x (3, 4) in [-3, 3]", [](CheckContext& c) { return c.uniform({3, 4}, -3, 3); },
        [](const Tensor& x) { return ops::gelu(x, ops::GeluApprox::tanh); }},
+      {"silu", "x sigmoid(x), x (3, 4) in [-6, 6]", [](CheckContext& c) { return c.uniform({3, 4}, -6, 6); },
+       [](const Tensor& x) { return ops::silu(x); }},
       {"clamp", "clamp(x, -0.5, 0.5), x (3, 4) in [-1, 1] at least 0.1 from -0.5 and 0.5",
        [](CheckContext& c) { return away_from({3, 4}, c, -1, 1, {-0.5, 0.5}); },
        [](const Tensor& x) { return ops::clamp(x, -0.5, 0.5); }},
@@ -244,6 +246,27 @@ void nn_ops(GradcheckSuite& s) {
      [](const Inputs& in) { return ops::layer_norm(in[0], in[1], in[2]); }, {"x", "gamma", "beta"});
   op(s, "layer_norm-plain", "x (2, 3, 5), no affine part", [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 3, 5}, -2, 2)}; },
      [](const Inputs& in) { return ops::layer_norm(in[0]); }, {"x"});
+  op(s, "rms_norm", "x (3, 6), weight (6), eps 1e-5",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 6}, -2, 2), c.uniform({6}, 0.5, 1.5)}; },
+     [](const Inputs& in) { return ops::rms_norm(in[0], in[1]); }, {"x", "weight"});
+  op(s, "rms_norm-plain", "x (2, 3, 5), no weight", [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 3, 5}, -2, 2)}; },
+     [](const Inputs& in) { return ops::rms_norm(in[0]); }, {"x"});
+  op(s, "rms_norm-zero-row", "x (3, 5) with row 1 all zeros, weight (5), eps 0.01 (r = 1/sqrt(eps) there)",
+     [](CheckContext& c) {
+       Array x = c.uniform({3, 5}, -2, 2);
+       for (std::size_t j = 0; j < 5; ++j) x.set_flat(5 + j, 0.0);
+       return std::vector<Array>{x, c.uniform({5}, 0.5, 1.5)};
+     },
+     [](const Inputs& in) { return ops::rms_norm(in[0], in[1], 0.01); }, {"x", "weight"});
+  op(s, "rms_norm-projection", "larger, random-projection mode; x (2, 4, 32) in [-2, 2], weight (32), eps 1e-6",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 4, 32}, -2, 2), c.uniform({32}, 0.5, 1.5)}; },
+     [](const Inputs& in) { return ops::rms_norm(in[0], in[1], 1e-6); }, {"x", "weight"});
+  op(s, "swiglu", "silu(a) b, a (3, 4) in [-6, 6], b (3, 4)",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 4}, -6, 6), c.uniform({3, 4})}; },
+     [](const Inputs& in) { return ops::swiglu(in[0], in[1]); }, {"a", "b"});
+  op(s, "swiglu-projection", "larger, random-projection mode; a (2, 8, 24) in [-3, 3], b (2, 8, 24)",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 8, 24}, -3, 3), c.uniform({2, 8, 24})}; },
+     [](const Inputs& in) { return ops::swiglu(in[0], in[1]); }, {"a", "b"});
   op(s, "cross_entropy", "logits (2, 3, 5), targets (2, 3) with ignore_index -100 and weights",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 3, 5}, -2, 2)}; },
      [](const Inputs& in) {

@@ -20,7 +20,9 @@ namespace {
 
 bool inject_bug = false;
 
-// RMSNorm over the last axis, x [..., D], gain [D]:
+// RMSNorm over the last axis, x [..., D], gain [D]. (xgrad has it built in as ops::rms_norm,
+// one fused op in ops/rms_norm.cpp; this file writes its own to show how a custom layer is
+// made and checked.)
 //   forward:  r = sqrt(mean_k x_k^2 + eps),  xhat = x / r,  y = gain * xhat
 //   VJP:      gain_bar = sum over rows of y_bar * xhat
 //             x_bar = (gain * y_bar - xhat * mean_k(gain_k y_bar_k xhat_k)) / r

@@ -11,6 +11,9 @@
 //   gelu:    y = x Phi(x)           x_bar = g * (Phi(x) + x phi(x))
 //   gelu~:   y = x/2 (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi); derivative below
 //   clamp:   y = min(max(x,lo),hi)  x_bar = g * [lo <= x <= hi]
+//   silu:    y = x s, s = sigmoid x x_bar = g * s (1 + x (1 - s))
+//   swiglu:  y = silu(a) b          a_bar = g * b * s (1 + a (1 - s)),  b_bar = g * silu(a)
+//            (s = sigmoid a; one op for Llama's feed-forward gate, oracle swiglu_composed)
 #include <xgrad/ops/unary.hpp>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/vmath.hpp>
+#include <xgrad/ops/elementwise.hpp>
 
 namespace xg::ops {
 
@@ -228,6 +232,116 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
       return static_cast<T>(g * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du));
     })};
   });
+}
+
+namespace {
+
+// SiLU and SwiGLU. s = sigmoid(x) and q = 1 - s = sigmoid(-x) are both formed from
+// e = exp(-|x|), which lies in [0, 1]: no exp overflows however negative x is, and q is not
+// computed as 1 - s (which is 0 once s rounds to 1). Then
+//   silu(x) = x s,   silu'(x) = s + x s (1 - s) = s (1 + x q).
+// For finite x the guards below change nothing (s == 0 makes both products 0 anyway); at
+// x = -inf they give the limits silu = 0, silu' = 0 instead of -inf * 0 = NaN, and at
+// x = +inf silu' = 1 instead of 1 + inf * 0.
+template <class T> void sigmoid_pair(const T* x, T* s, T* q, std::size_t m) {
+  for (std::size_t i = 0; i < m; ++i) s[i] = -std::abs(x[i]);
+  vmath::exp(s, s, m);
+  for (std::size_t i = 0; i < m; ++i) {
+    const T e = s[i], big = T(1) / (T(1) + e), small = e * big;
+    s[i] = x[i] >= 0 ? big : small;
+    q[i] = x[i] >= 0 ? small : big;
+  }
+}
+
+template <class T> T silu_value(T x, T s) { return s == T(0) ? T(0) : x * s; }
+
+template <class T> T silu_slope(T x, T s, T q) { return s == T(0) ? T(0) : s * (T(1) + (q == T(0) ? T(0) : x * q)); }
+
+// f(start, m, s, q) for each tile [start, start + m) of x[0, n), on the pool, with s and q of
+// that tile.
+template <class T, class F> void sigmoid_tiles(const T* x, std::size_t n, F f) {
+  detail::parallel_for(n, std::size_t{1} << 13, [&](std::size_t lo, std::size_t hi, std::size_t) {
+    T s[kTile], q[kTile];
+    for (std::size_t st = lo; st < hi; st += kTile) {
+      const std::size_t m = std::min(kTile, hi - st);
+      sigmoid_pair(x + st, s, q, m);
+      f(st, m, s, q);
+    }
+  });
+}
+
+}  // namespace
+
+Tensor silu(const Tensor& x) {
+  check::defined("silu", "x", x);
+  Array y = Array::empty(x.shape(), x.dtype());
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* px = x.value().data<T>();
+    T* py = y.data<T>();
+    sigmoid_tiles(px, x.size(), [&](std::size_t st, std::size_t m, const T* s, const T*) {
+      for (std::size_t i = 0; i < m; ++i) py[st + i] = silu_value(px[st + i], s[i]);
+    });
+  });
+  return record("silu", std::move(y), {x}, [](const VjpContext& c) {
+    Array d = Array::empty(c.output.shape(), c.output.dtype());
+    detail::dispatch(d.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* px = c.inputs[0].data<T>();
+      const T* g = c.grad_output.data<T>();
+      T* pd = d.data<T>();
+      sigmoid_tiles(px, d.size(), [&](std::size_t st, std::size_t m, const T* s, const T* q) {
+        for (std::size_t i = 0; i < m; ++i) pd[st + i] = g[st + i] * silu_slope(px[st + i], s[i], q[i]);
+      });
+    });
+    return Cotangents{d};
+  });
+}
+
+Tensor swiglu(const Tensor& a, const Tensor& b) {
+  check::same_dtype("swiglu", "a", a, "b", b);
+  check::same_shape("swiglu", "a", a.shape(), "b", b.shape());
+  Array y = Array::empty(a.shape(), a.dtype());
+  detail::dispatch(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* pa = a.value().data<T>();
+    const T* pb = b.value().data<T>();
+    T* py = y.data<T>();
+    sigmoid_tiles(pa, a.size(), [&](std::size_t st, std::size_t m, const T* s, const T*) {
+      for (std::size_t i = 0; i < m; ++i) py[st + i] = silu_value(pa[st + i], s[i]) * pb[st + i];
+    });
+  });
+  return record("swiglu", std::move(y), {a, b}, [](const VjpContext& c) {
+    const bool want_a = c.needs(0), want_b = c.needs(1);
+    Array da = want_a ? Array::empty(c.output.shape(), c.output.dtype()) : Array();
+    Array db = want_b ? Array::empty(c.output.shape(), c.output.dtype()) : Array();
+    detail::dispatch(c.output.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* pa = c.inputs[0].data<T>();
+      const T* pb = c.inputs[1].data<T>();
+      const T* g = c.grad_output.data<T>();
+      T* pda = want_a ? da.data<T>() : nullptr;
+      T* pdb = want_b ? db.data<T>() : nullptr;
+      sigmoid_tiles(pa, c.output.size(), [&](std::size_t st, std::size_t m, const T* s, const T* q) {
+        const T *a = pa + st, *bb = pb + st, *gg = g + st;
+        if (pda) {  // separate loops without branches: each vectorises
+          T* da_ = pda + st;
+          for (std::size_t i = 0; i < m; ++i) da_[i] = gg[i] * bb[i] * silu_slope(a[i], s[i], q[i]);
+        }
+        if (pdb) {
+          T* db_ = pdb + st;
+          for (std::size_t i = 0; i < m; ++i) db_[i] = gg[i] * silu_value(a[i], s[i]);
+        }
+      });
+    });
+    return Cotangents{da, db};
+  });
+}
+
+Tensor swiglu_composed(const Tensor& a, const Tensor& b) {
+  check::same_dtype("swiglu_composed", "a", a, "b", b);
+  check::same_shape("swiglu_composed", "a", a.shape(), "b", b.shape());
+  return silu(a) * b;
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {

@@ -35,6 +35,19 @@ enum class GeluApprox { none, tanh };
 /// GELU of x, exact or approximated as `approx` says.
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 
+/// SiLU (swish) x * sigmoid(x). Finite for every finite x (no exp overflow for large |x|);
+/// silu(-inf) = 0 and silu(inf) = inf, with derivatives 0 and 1 there.
+Tensor silu(const Tensor& x);
+
+/// SwiGLU's gate, silu(a) * b, as one op with both gradients (Shazeer 2020; Llama's feed-forward
+/// computes swiglu(x W_1, x W_3) W_2). `a` and `b` have the same shape (no broadcasting) and
+/// dtype.
+Tensor swiglu(const Tensor& a, const Tensor& b);
+
+/// The same function composed from silu and mul (the tape derives its VJP): the oracle the
+/// fused op is tested against.
+Tensor swiglu_composed(const Tensor& a, const Tensor& b);
+
 /// Clamp x into [lo, hi]; gradient passes where lo <= x <= hi (as PyTorch), else 0.
 Tensor clamp(const Tensor& x, double lo, double hi);
 
