@@ -233,7 +233,7 @@ namespace {
 
 // std::cout's buffer: writes to file descriptor 1 and keeps the reason of the first failed
 // write (C stdio would forget it: a later fflush has nothing left to write). Line-buffered on
-// a terminal, like stdout; full 64 KiB blocks otherwise.
+// a terminal, in 4 KiB blocks otherwise, like stdout.
 class StdoutBuffer : public std::streambuf {
  public:
   StdoutBuffer() : line_(::isatty(STDOUT_FILENO) == 1) { setp(buf_, buf_ + sizeof buf_); }
@@ -274,7 +274,7 @@ class StdoutBuffer : public std::streambuf {
     setp(buf_, buf_ + sizeof buf_);  // after a failure the rest is dropped: it cannot arrive in order
     return !failed_;
   }
-  char buf_[65536];
+  char buf_[4096];  // the block size C stdio uses for pipes and files
   bool line_;
   bool failed_ = false;
   int error_ = 0;
