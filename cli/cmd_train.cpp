@@ -2,9 +2,12 @@
 // it is the main job: the sort task, reaching >= 99% held-out exact match in a few minutes.
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "commands.hpp"
@@ -166,7 +169,21 @@ void add_train(CLI::App& app) {
       if (o->task == "charlm") *o = train::with_charlm_defaults(*o, [&](const std::string& f) { return cmd->count(f) > 0; });
       train::validate_options(train::with_defaults(*o));
       // Rank 0 alone writes the run folder (the other ranks, maybe on other machines, need none).
-      if (dist::detect_launch().rank == 0) check_output_folder("train", "--out", o->out);
+      if (dist::detect_launch().rank == 0) {
+        check_output_folder("train", "--out", o->out);
+        if (o->task == "charlm") {
+          // The run's files must not become its texts (a resume would find them changed) or
+          // replace one of them.
+          if (same_file(o->text, o->out))
+            throw UsageError(op_message("train", "--text '" + o->text + "' is the --out folder '" + o->out +
+                                                     "': the run's files would join its texts; give another --out"));
+          std::vector<FileRole> files{{"--text", o->text, false}};
+          for (const char* f : {"model.safetensors", "model_best.safetensors", "train_state.safetensors", "log.csv",
+                                "loss.png", "loss.gp"})
+            files.push_back({"--out's " + std::string(f), (std::filesystem::path(o->out) / f).string(), true});
+          check_distinct_files("train", files);
+        }
+      }
     }
     g_stop = 0;
     // One process, or one rank of the job mpirun/srun started (docs/distributed.md).
