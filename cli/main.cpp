@@ -13,7 +13,6 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/version.hpp>
-#include <xgrad/dist/communicator.hpp>
 
 namespace {
 
@@ -79,7 +78,7 @@ int main(int argc, char** argv) {
   xg::cli::install_stdout();
   const int status = run(argc, argv);
   if (status != 0) return status;  // already reported: one line
-  // Results on stdout that never arrived (a full disk, /dev/full, a closed pipe) are a failed
+  // Results on stdout that never arrived (a full disk, /dev/full) are a failed
   // write: exit 1 with a message, not 0 (docs/cli.md).
   return xg::cli::finish_stdout();
 }
