@@ -43,16 +43,17 @@ void run(const ConvertArgs& a) {
   std::error_code ec;
   if (!fs::exists(o.in, ec)) usage("IN '" + o.in + "' does not exist");
   if (fs::is_directory(o.in, ec)) usage("IN '" + o.in + "' is a folder; give its model.safetensors");
-  if (o.out == o.in || fs::equivalent(o.in, o.out, ec) ||
-      fs::absolute(o.in, ec).lexically_normal() == fs::absolute(o.out, ec).lexically_normal())
+  if (same_file(o.in, o.out))
     usage("OUT '" + o.out + "' is IN itself: write the converted checkpoint to another file");
   if (fs::exists(o.out, ec) && !fs::is_directory(o.out, ec) && !a.overwrite)
     usage("OUT '" + o.out + "' exists; pass --overwrite to replace it");
+  // No output may replace the other or an input (./o.safetensors and o.safetensors, links, ...).
+  check_distinct_files("convert", {{"IN", o.in, false},
+                                   {"--text", o.text, false},
+                                   {"OUT", o.out, true},
+                                   {"--json", a.json_path, true}});
   check_output_file("convert", "OUT", o.out);
-  if (!a.json_path.empty() && a.json_path != "-") {
-    check_output_file("convert", "--json", a.json_path);
-    if (a.json_path == o.out || fs::equivalent(a.json_path, o.in, ec)) usage("--json '" + a.json_path + "' is IN or OUT");
-  }
+  if (!a.json_path.empty() && a.json_path != "-") check_output_file("convert", "--json", a.json_path);
   if (o.heldout < 1 || o.heldout > 100000) usage("--heldout " + std::to_string(o.heldout) + ": must be in [1, 100000]");
 
   const train::ConvertReport r = train::convert_checkpoint(o);

@@ -114,22 +114,25 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   const bool want_attention = !a.attention_map.empty() || a.json_attention;
   for (const char* flag : {"--layer", "--head"})
     if (cmd.count(flag) > 0 && !want_attention) usage(std::string(flag) + " needs --attention-map or --json-attention");
-  if (a.json_path.empty()) {
+  if (a.json_path.empty())
     for (const char* flag : {"--json-top-k", "--json-attention"})
       if (cmd.count(flag) > 0) usage(std::string(flag) + " needs --json FILE");
-  } else if (a.json_path != "-") {
-    std::error_code ec;
-    if (std::filesystem::equivalent(a.json_path, a.checkpoint, ec))
-      usage("--json '" + a.json_path + "' is the checkpoint itself");
-    check_output_file("generate", "--json", a.json_path);
-  }
+  if (a.json_path != "-" && !a.json_path.empty() && same_file(a.json_path, a.checkpoint))
+    usage("--json '" + a.json_path + "' is the checkpoint itself");
+  if (!a.attention_map.empty() && std::filesystem::path(a.attention_map).extension() != ".png")
+    usage("--attention-map '" + a.attention_map + "': must name a .png file (its gnuplot script goes beside it, as .gp)");
+  // No output may replace another, or the checkpoint (./g.json and g.json, links, ...).
+  const std::string script =
+      a.attention_map.empty() ? std::string() : std::filesystem::path(a.attention_map).replace_extension(".gp").string();
+  check_distinct_files("generate", {{"--checkpoint", a.checkpoint, false},
+                                    {"--json", a.json_path, true},
+                                    {"--attention-map", a.attention_map, true},
+                                    {"--attention-map's gnuplot script", script, true}});
+  if (!a.json_path.empty() && a.json_path != "-") check_output_file("generate", "--json", a.json_path);
   if (a.json_top_k > 100000) usage("--json-top-k " + std::to_string(a.json_top_k) + ": must be at most 100000");
   if (!a.attention_map.empty()) {
-    if (std::filesystem::path(a.attention_map).extension() != ".png")
-      usage("--attention-map '" + a.attention_map + "': must name a .png file (its gnuplot script goes beside it, as .gp)");
     check_output_file("generate", "--attention-map", a.attention_map);
-    check_output_file("generate", "--attention-map",
-                      std::filesystem::path(a.attention_map).replace_extension(".gp").string());
+    check_output_file("generate", "--attention-map", script);
   }
 
   // Flags against the checkpoint, before generating.

@@ -29,8 +29,7 @@ struct InspectArgs {
 
 void run_inspect(const InspectArgs& a) {
   if (!a.json_path.empty() && a.json_path != "-") {
-    std::error_code ec;
-    if (std::filesystem::equivalent(a.json_path, a.path, ec))
+    if (same_file(a.json_path, a.path))
       throw UsageError(op_message("inspect", "--json '" + a.json_path + "' is the checkpoint itself"));
     check_output_file("inspect", "--json", a.json_path);
   }

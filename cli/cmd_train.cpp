@@ -2,8 +2,12 @@
 // it is the main job: the sort task, reaching >= 99% held-out exact match in a few minutes.
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "commands.hpp"
@@ -17,20 +21,26 @@ namespace xg::cli {
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_quiet = 0;  // a rank other than 0: rank 0 alone says it is stopping
 
 // First SIGINT/SIGTERM: ask the loop to finish its step, checkpoint and stop. A second one:
 // leave at once (the last checkpoint on disk is intact: it is replaced atomically).
 extern "C" void on_stop_signal(int sig) {
   if (g_stop != 0) ::_exit(128 + sig);
   g_stop = sig;
+  if (g_quiet) return;
   static const char msg[] = "\nxgrad: stopping after this step (checkpoint, log); press Ctrl-C again to quit at once\n";
   ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)ignored;
 }
 
+// Installed for the training loop only: before and after it (also while the ranks agree on a
+// refusal and finalise MPI), SIGINT/SIGTERM end the process at once and silently, as mpirun
+// expects when it tears the job down.
 class StopSignals {
  public:
-  StopSignals() {
+  explicit StopSignals(bool quiet) {
+    g_quiet = quiet ? 1 : 0;
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
@@ -117,15 +127,15 @@ void add_train(CLI::App& app) {
   // Data-parallel runs: mpirun -np N xgrad train ... (docs/distributed.md).
   cmd->add_option("--dist-check-every", o->dist_check_every,
                   "several ranks: compare parameter checksums every N steps (0: at the start and end only)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer());
   cmd->add_flag("--dist-overlap", o->dist_overlap, "several ranks: all-reduce gradient buckets during backward");
   cmd->add_option("--dist-bucket-kib", o->dist_bucket_kib, "several ranks: gradient bucket size in KiB")
       ->capture_default_str()
       ->check(non_negative_integer());
   cmd->callback([o, cmd] {
-    // Checks of the command line, which every rank of an MPI job shares: rank 0 alone reports
-    // a usage error (the others exit 2 quietly).
-    try {
+    // Checks of the command line, which every rank of an MPI job shares; rank 0 alone reports
+    // a failure (cli/main.cpp: the others exit quietly with the same status).
     if (cmd->count("--resume") > 0 && o->resume.empty())
       throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
     if (!o->resume.empty()) {
@@ -158,22 +168,28 @@ void add_train(CLI::App& app) {
       // charlm has defaults of its own (model, schedule, regularisation) for the flags not given.
       if (o->task == "charlm") *o = train::with_charlm_defaults(*o, [&](const std::string& f) { return cmd->count(f) > 0; });
       train::validate_options(train::with_defaults(*o));
-      check_output_folder("train", "--out", o->out);
-    }
-    } catch (const UsageError&) {
-      if (dist::detect_launch().rank > 0) throw CLI::RuntimeError(2);
-      throw;
+      // Rank 0 alone writes the run folder (the other ranks, maybe on other machines, need none).
+      if (dist::detect_launch().rank == 0) {
+        check_output_folder("train", "--out", o->out);
+        if (o->task == "charlm") {
+          // The run's files must not become its texts (a resume would find them changed) or
+          // replace one of them.
+          if (same_file(o->text, o->out))
+            throw UsageError(op_message("train", "--text '" + o->text + "' is the --out folder '" + o->out +
+                                                     "': the run's files would join its texts; give another --out"));
+          std::vector<FileRole> files{{"--text", o->text, false}};
+          for (const char* f : {"model.safetensors", "model_best.safetensors", "train_state.safetensors", "log.csv",
+                                "loss.png", "loss.gp"})
+            files.push_back({"--out's " + std::string(f), (std::filesystem::path(o->out) / f).string(), true});
+          check_distinct_files("train", files);
+        }
+      }
     }
     g_stop = 0;
     // One process, or one rank of the job mpirun/srun started (docs/distributed.md).
-    std::unique_ptr<dist::Communicator> comm;
-    try {
-      comm = dist::launch();
-    } catch (const Error&) {
-      if (dist::detect_launch().rank > 0) throw CLI::RuntimeError(1);  // rank 0 says why
-      throw;
-    }
-    StopSignals guard;
+    std::unique_ptr<dist::Communicator> comm = dist::launch();  // rank 0 alone reports a failure
+    std::optional<StopSignals> guard;
+    guard.emplace(comm->rank() > 0);
     train::TrainOptions opts = *o;
     opts.stop_signal = &g_stop;
     train::TrainResult r;
@@ -182,9 +198,24 @@ void add_train(CLI::App& app) {
       // warnings on stderr, so `xgrad train > log` keeps a clean record.
       r = train::run_training(opts, std::cout, std::cerr, *comm);
     } catch (const dist::CollectiveError& e) {
-      // Every rank failed here together: one reports, all end normally (MPI_Finalize).
+      // Every rank failed here together (a refusal, a bad file, a diverged run): the reporter
+      // says why before any rank may exit, then all end normally (MPI_Finalize). A rank that
+      // leaves first would have mpirun tear down the others, the reporter maybe before its line.
+      guard.reset();  // from here a SIGTERM (mpirun ending the job) ends a rank silently
+      if (e.reporter()) {
+        try {
+          e.rethrow();
+        } catch (...) {
+          print_line(describe_failure(std::current_exception(), "train").line);
+        }
+      }
+      if (comm->size() > 1) {
+        try {
+          comm->barrier();  // every rank waits here until the reporter has written its line
+        } catch (const Error&) {
+        }
+      }
       comm.reset();
-      if (e.reporter()) e.rethrow();
       throw CLI::RuntimeError(e.exit_code());
     } catch (...) {
       if (comm->size() == 1) throw;

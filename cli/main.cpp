@@ -7,36 +7,40 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <new>
+#include <exception>
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/version.hpp>
-#include <xgrad/dist/communicator.hpp>
 
 namespace {
 
 const char* const kCommands[] = {"demo", "gradcheck", "train", "generate", "inspect", "visibility", "convert"};
 
-// One line: newlines inside a message (rare, from libraries) become spaces.
-int fail(int code, const std::string& message) {
-  std::string m = message;
-  for (char& c : m)
-    if (c == '\n' || c == '\r') c = ' ';
-  std::cerr << ("xgrad: " + m + "\n");  // one write: under mpirun, lines of several processes interleave
+// Under mpirun/srun every rank runs the same command line and would print the same error:
+// rank 0 alone reports it (docs/distributed.md); the others exit with the same status.
+int report(int code, const std::string& line) {
+  if (xg::cli::quiet_rank())
+    xg::cli::linger();
+  else
+    xg::cli::print_line(line);
   return code;
 }
 
-}  // namespace
+int fail(int code, const std::string& message) { return report(code, "xgrad: " + message); }
 
-int main(int argc, char** argv) {
+int fail(const std::exception_ptr& e, const std::string& command) {
+  const xg::cli::Failure f = xg::cli::describe_failure(e, command);
+  return report(f.status, f.line);
+}
+
+int run(int argc, char** argv) {
   // The command named on the command line (its first argument), for the --help pointer.
   std::string command;
   if (argc > 1)
     for (const char* c : kCommands)
       if (std::strcmp(argv[1], c) == 0) command = c;
-  const std::string help = command.empty() ? " (see 'xgrad --help')" : " (see 'xgrad " + command + " --help')";
   try {
     CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
     app.set_version_flag("--version", std::string("xgrad ") + XGRAD_VERSION_STRING, "Print the version and exit");
@@ -53,27 +57,28 @@ int main(int argc, char** argv) {
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
       return e.get_exit_code();
     } catch (const CLI::ParseError& e) {
-      // Under mpirun/srun every rank parses the same command line: rank 0 alone speaks.
-      if (xg::dist::detect_launch().rank > 0) return e.get_exit_code() == 0 ? 0 : 2;
-      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+      if (e.get_exit_code() == 0) {  // --help, --version
+        if (xg::cli::quiet_rank()) return 0;
+        return app.exit(e);
+      }
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
                            "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert; see 'xgrad --help')");
-      return fail(2, std::string(e.what()) + help);
+      return fail(2, std::string(e.what()) + xg::cli::help_pointer(command));
     }
-  } catch (const xg::UsageError& e) {
-    return fail(2, e.what() + help);
-  } catch (const xg::Error& e) {
-    return fail(1, e.what());
-  } catch (const std::filesystem::filesystem_error& e) {
-    const std::string path = e.path1().empty() ? std::string() : e.path1().string() + ": ";
-    return fail(1, path + e.code().message());
-  } catch (const std::bad_alloc&) {
-    return fail(1, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(1, std::string("error: ") + e.what());
   } catch (...) {
-    return fail(1, "unknown error");
+    return fail(std::current_exception(), command);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  xg::cli::install_stdout();
+  const int status = run(argc, argv);
+  if (status != 0) return status;  // already reported: one line
+  // Results on stdout that never arrived (a full disk, /dev/full) are a failed
+  // write: exit 1 with a message, not 0 (docs/cli.md).
+  return xg::cli::finish_stdout();
 }

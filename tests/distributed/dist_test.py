@@ -18,8 +18,11 @@ Modes:
   failure      rank 0 cannot write its checkpoint (the run folder is moved away mid-run): it
                reports "rank 0 of 2: ..." and the job ends within --deadline seconds; the
                moved folder still holds a consistent checkpoint.
-  usage        usage errors under mpirun: --batch not divisible by the world size, ranks
-               started with different options, a bad --dist-* flag: exit 2, one message.
+  usage        refusals under mpirun: --batch not divisible by the world size, ranks
+               started with different options, a bad --dist-* flag, a bad --init-from, and
+               generate / inspect / convert refusing: the exit status, one 'xgrad:' line.
+  usage_stress each of those refusals --repeat times (20), --parallel jobs at a time (--only
+               NAME: those whose name contains NAME).
   heldout      `mpirun -np 2 xgrad train` with the defaults reaches the same held-out RESULT
                as one process (the single-process main job's, --expect-file).
 
@@ -301,31 +304,96 @@ def failure(r, a):
           f"the moved folder holds a consistent checkpoint at step {s}")
 
 
-def usage(r, a):
-    def expect_one(args_np, args, key, mpmd=None):
-        cmd = r.command(args_np, args) if mpmd is None else mpmd
-        p = subprocess.run(cmd, env=MPI_ENV, capture_output=True, timeout=120)
-        err = p.stderr.decode()
-        lines = [ln for ln in err.splitlines() if ln.startswith("xgrad:")]
-        print(f"exit {p.returncode}: {lines}")
-        if p.returncode != 2:
-            fail(f"{' '.join(cmd)}: exit {p.returncode}, expected 2\n{err}")
-        if len(lines) != 1 or key not in lines[0]:
-            fail(f"{' '.join(cmd)}: expected one 'xgrad:' line with {key!r}, got {lines}")
-        if p.stdout.decode().strip():
-            fail(f"{' '.join(cmd)}: printed on stdout: {p.stdout.decode()}")
+def refusals(r):
+    """Every refusal under mpirun: (name, command, exit status, a key of the one 'xgrad:' line).
 
-    out = r.fresh("usage")
-    expect_one(2, ["--batch", "7", "--out", out],
-               "--batch 7 does not divide among 2 ranks: --batch is the global batch")
+    train checks its command line before MPI starts (a flag, --init-from) or after, every rank
+    together (--batch 7, ranks started with other options, a resumed batch that does not
+    divide); generate, inspect and convert never start MPI: each rank runs alone and rank 0
+    alone reports."""
+    fixture = os.path.join(r.work, "usage-fixture")  # a small single-process run, made once
+    model = os.path.join(fixture, "model.safetensors")
+    if not os.path.exists(model):
+        shutil.rmtree(fixture, ignore_errors=True)
+        r.run(0, TASKS["sort"] + SMALL[2:] + ["--batch", "9", "--steps", "4", "--stop-at", "2", "--out", fixture])
+    out = os.path.join(r.work, "usage")  # never created
+    xgrad = r.xgrad
+    mpmd = r.mpirun(1) + [xgrad, "train", "--steps", "5", "--out", out, ":", "-np", "1", xgrad, "train", "--steps", "6",
+                          "--out", out]
+    cases = [
+        ("train --batch 7", r.command(2, ["--batch", "7", "--out", out]), 2,
+         "--batch 7 does not divide among 2 ranks: --batch is the global batch"),
+        ("train --dist-check-every -1", r.command(2, ["--dist-check-every", "-1", "--out", out]), 2,
+         "--dist-check-every -1"),
+        ("train --dist-check-every 0x10", r.command(2, ["--dist-check-every", "0x10", "--out", out]), 2,
+         "--dist-check-every: must be an integer, got '0x10'"),
+        ("train --dist-bucket-kib 0", r.command(2, ["--dist-bucket-kib", "0", "--out", out]), 2, "--dist-bucket-kib 0"),
+        ("train --dtype float16", r.command(2, ["--dtype", "float16", "--out", out]), 2, "--dtype"),
+        ("train, ranks with other options", mpmd, 2, "rank 1 was started with other options than rank 0 (steps 5 -> 6)"),
+        ("train --resume, batch 9 on 2 ranks", r.command(2, ["--resume", fixture]), 2,
+         "the resumed run's --batch 9 does not divide among 2 ranks"),
+        ("train --init-from train_state", r.command(2, ["--init-from", os.path.join(fixture, "train_state.safetensors"),
+                                                        "--out", out]), 1, "lacks 'model'"),
+        ("generate --temperature nan", r.mpirun(2) + [xgrad, "generate", "--checkpoint", model, "--prompt", "12",
+                                                      "--temperature", "nan"], 2, "--temperature"),
+        ("inspect --json /proc/x.json", r.mpirun(2) + [xgrad, "inspect", model, "--json", "/proc/x.json"], 2,
+         "--json '/proc/x.json'"),
+        ("convert --kv-heads 3", r.mpirun(2) + [xgrad, "convert", "--kv-heads", "3", model, os.path.join(r.work, "c.st")],
+         2, "--kv-heads 3"),
+    ]
+    return cases, out
+
+
+def refuse_once(cmd, status, key):
+    """None when the refusal is right: exit `status`, one 'xgrad:' line with `key`, nothing on stdout."""
+    p = subprocess.run(cmd, env=MPI_ENV, capture_output=True, timeout=120)
+    err = p.stderr.decode()
+    lines = [ln for ln in err.splitlines() if ln.startswith("xgrad:")]
+    if p.returncode != status:
+        return f"exit {p.returncode}, expected {status}; 'xgrad:' lines {lines}"
+    if len(lines) != 1 or key not in lines[0]:
+        return f"expected one 'xgrad:' line with {key!r}, got {lines}"
+    if p.stdout.decode().strip():
+        return f"printed on stdout: {p.stdout.decode()[:300]}"
+    return None
+
+
+def usage(r, a):
+    cases, out = refusals(r)
+    problems = []
+    for name, cmd, status, key in cases:
+        problem = refuse_once(cmd, status, key)
+        print(f"{name}: {problem or 'one line, exit ' + str(status)}", flush=True)
+        if problem:
+            problems.append(f"{' '.join(cmd)}: {problem}")
+        if os.path.exists(out):
+            problems.append(f"{name}: a refused run created its folder")
+            shutil.rmtree(out)
+    if problems:
+        fail("\n".join(problems))
+
+
+def usage_stress(r, a):
+    """Each refusal --repeat times, --parallel jobs at a time (other jobs share the cores: the
+    ranks of a job do not start or finish together). One wrong outcome fails the test."""
+    from concurrent.futures import ThreadPoolExecutor
+    cases, out = refusals(r)
+    cases = [c for c in cases if a.only in c[0]]
+    runs = [c for c in cases for _ in range(a.repeat)]
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=a.parallel) as pool:
+        problems = list(pool.map(lambda c: refuse_once(c[1], c[2], c[3]), runs))
+    bad = {}
+    for (name, cmd, _, _), problem in zip(runs, problems):
+        if problem:
+            bad.setdefault(name, []).append(problem)
+    for name, _, _, _ in cases:
+        print(f"{name}: {a.repeat - len(bad.get(name, []))}/{a.repeat} right", flush=True)
+    print(f"{len(runs)} refused jobs in {time.time() - t0:.0f} s, {a.parallel} at a time")
     if os.path.exists(out):
         fail("a refused run created its folder")
-    expect_one(2, ["--dist-check-every", "-1", "--out", out], "--dist-check-every -1")
-    expect_one(2, ["--dist-bucket-kib", "0", "--out", out], "--dist-bucket-kib 0")
-    expect_one(2, ["--dtype", "float16", "--out", out], "--dtype")
-    mpmd = r.mpirun(1) + [r.xgrad, "train", "--steps", "5", "--out", out, ":", "-np", "1", r.xgrad, "train", "--steps", "6",
-                          "--out", out]
-    expect_one(0, [], "rank 1 was started with other options than rank 0 (steps 5 -> 6)", mpmd=mpmd)
+    if bad:
+        fail("; ".join(f"{name}: {len(p)} wrong, e.g. {p[0]}" for name, p in bad.items()))
 
 
 def heldout(r, a):
@@ -348,7 +416,8 @@ def heldout(r, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["selftest", "equivalence", "resume", "kill", "failure", "usage", "heldout"])
+    ap.add_argument("mode", choices=["selftest", "equivalence", "resume", "kill", "failure", "usage", "usage_stress",
+                                     "heldout"])
     ap.add_argument("--xgrad", required=True)
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--work", required=True)
@@ -362,6 +431,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--deadline", type=float, default=30.0)
     ap.add_argument("--expect-file")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--only", default="", help="usage_stress: the refusals whose name contains this")
     a = ap.parse_args()
     r = Runner(a)
     globals()[a.mode](r, a)

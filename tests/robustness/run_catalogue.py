@@ -17,7 +17,8 @@ untouched: 'all' (every file under the case folder keeps its bytes and no file a
            disappears), '-' (no check) or space-separated paths relative to the case folder.
 file:      the file (relative to the run folder) the mutation applies to.
 command:   the arguments after `xgrad`, split like a shell would; {run} is the case's copy of
-           the fixture, {dir} the case folder (also the working directory).
+           the fixture, {dir} the case folder (also the working directory). A first word
+           '>FILE' sends stdout to FILE (e.g. >/dev/full: a write that fails) instead of a pipe.
 On failure (exit != 0) stderr must be exactly one line starting with "xgrad: ".
 """
 import argparse
@@ -161,6 +162,10 @@ def mutate(path, mutation, fixtures):
         header, data = st_read(path)
         header[new] = header.pop(old)
         st_write(path, header, data)
+    elif op == "symlink":  # the file becomes a symbolic link to TARGET (which need not exist)
+        if os.path.lexists(path):
+            os.remove(path)
+        os.symlink(arg, path)
     elif op == "drop":
         drop_tensor(path, arg)
     elif op == "dup":  # SRC=>NEW: a copy of tensor SRC (its bytes appended) under the name NEW
@@ -208,6 +213,9 @@ def snapshot(folder):
     for base, _, files in os.walk(folder):
         for name in files:
             p = os.path.join(base, name)
+            if os.path.islink(p):  # a link (maybe dangling) is its target's name
+                out[os.path.relpath(p, folder)] = "-> " + os.readlink(p)
+                continue
             with open(p, "rb") as f:
                 out[os.path.relpath(p, folder)] = hashlib.sha256(f.read()).hexdigest()
     return out
@@ -232,13 +240,20 @@ def run_case(xgrad, work, fixtures, timeout, where, case):
             return [f"{cid} ({where}): the mutation '{mutation}' failed: {e!r}"]
     before = snapshot(d)
     args = [a.replace("{run}", run).replace("{dir}", d) for a in shlex.split(command)]
+    stdout_file = None
+    if args and args[0].startswith(">"):
+        stdout_file = args.pop(0)[1:]
     problems = []
     try:
-        r = subprocess.run([xgrad] + args, cwd=d, capture_output=True, timeout=timeout)
+        if stdout_file is None:
+            r = subprocess.run([xgrad] + args, cwd=d, capture_output=True, timeout=timeout)
+        else:
+            with open(stdout_file, "wb") as sink:
+                r = subprocess.run([xgrad] + args, cwd=d, stdout=sink, stderr=subprocess.PIPE, timeout=timeout)
     except subprocess.TimeoutExpired:
         return [f"{cid} ({where}): HANG: no exit within {timeout} s: xgrad {command}"]
     err = r.stderr.decode("utf-8", "replace")
-    out = r.stdout.decode("utf-8", "replace")
+    out = (r.stdout or b"").decode("utf-8", "replace")
     if r.returncode < 0:
         problems.append(f"killed by signal {-r.returncode}")
     for m in SANITIZER_MARKERS:
