@@ -5,7 +5,9 @@
 # The full default training run is left out: it is the same code as the short training tests
 # and takes minutes under ASan (so does its 2-rank twin, distributed_heldout_default, which
 # would pull it back in as a fixture); so are the kill, signal and memory tests (timing- and
-# RSS-based: ASan's shadow memory and quarantine would swamp the memory bound). The robustness
+# RSS-based: ASan's shadow memory and quarantine would swamp the memory bound), and the stress
+# test that repeats every distributed refusal 20 times (a flakiness test of process teardown:
+# distributed_usage runs each refusal once here). The robustness
 # catalogue runs here against the ASan build. The downstream consumer test (an install and
 # three consumer builds) is a packaging test, not a memory one: it runs in the Release suite only.
 # Usage: scripts/sanitize.sh [--fuzz SECONDS]
@@ -21,4 +23,4 @@ if ((fuzz_seconds > 0)); then
 fi
 cd build-san
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|robustness_(kill|signals|memory)|downstream_consumer'
+  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|distributed_stress_refusals|robustness_(kill|signals|memory)|downstream_consumer'
