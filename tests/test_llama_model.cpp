@@ -273,3 +273,41 @@ TEST_CASE("llama: the checkpoint writer refuses a Llama model (xgrad-1 has no ar
   info.config = llama();
   require_throws_naming([&] { (void)train::model_metadata(info); }, "arch llama");
 }
+
+TEST_CASE("llama: packed documents with restarted positions give each document's logits as if alone", "[llama]") {
+  Generator gen(8);
+  nn::TransformerConfig c = llama(16, 4, 2, 2);
+  c.tie_embeddings = false;
+  nn::GPT m(c, gen);
+  randomise(m, gen, 0.5);
+  // Documents of 3, 5 and 2 tokens packed into T = 10, positions restarting at each.
+  const std::vector<std::size_t> lens = {3, 5, 2};
+  const IndexArray in = tokens(gen, 1, 10, 13);
+  nn::GPTCall call;
+  std::vector<std::int64_t> doc;
+  for (std::size_t d = 0; d < lens.size(); ++d)
+    for (std::size_t i = 0; i < lens[d]; ++i) {
+      call.positions.push_back(static_cast<nn::Position>(i));
+      doc.push_back(static_cast<std::int64_t>(d));
+    }
+  call.visibility = nn::Visibility::documents(IndexArray({1, 10}, doc));
+  const Array packed = m.logits(in, call).value();
+  std::size_t at = 0;
+  for (std::size_t d = 0; d < lens.size(); ++d) {
+    const std::size_t n = lens[d];
+    const IndexArray alone({1, n}, std::vector<std::int64_t>(in.data.begin() + at, in.data.begin() + at + n));
+    const Array a = m.logits(alone).value();
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t v = 0; v < 13; ++v) worst = std::max(worst, std::fabs(packed.at({0, at + i, v}) - a.at({0, i, v})));
+    INFO("document " << d);
+    CHECK(worst < 1e-12);
+    at += n;
+  }
+  // The document rule matters: with the restarted positions alone (every token sees every
+  // earlier one) the logits differ. (Positions 0 .. 9 with the rule would not: RoPE scores
+  // depend only on position differences, which are the same inside each document.)
+  nn::GPTCall positions_only;
+  positions_only.positions = call.positions;
+  CHECK(max_abs_diff(m.logits(in, positions_only).value(), packed) > 1e-6);
+}
