@@ -4,7 +4,7 @@
 // Writes ONE JSON file (argv[1]) of cases. Each is a small random Llama model: its
 // configuration, every parameter by name (xgrad's in x out layout), tokens [B, T], a random
 // cotangent G on the logits, xgrad's logits and the gradient of L = sum(G * logits) with respect
-// to every parameter. Cases: GQA tied and untied (interleaved RoPE, as Meta and llama2.c), MQA
+// to every parameter, and the same in float32 (the weights rounded to float32). Cases: GQA tied and untied (interleaved RoPE, as Meta and llama2.c), MQA
 // with half-split RoPE and a partial rotation, MHA with a sliding window; argv[2] picks the
 // attention path (fused, composed or automatic).
 #include <cstdio>
@@ -65,6 +65,19 @@ std::string dump_case(Generator& g, const Case& k, nn::SdpaImpl impl) {
   for (const auto& kv : params) wrt.push_back(kv.second);
   const std::vector<Array> grads = grad(logits, wrt, G);
 
+  // The same model in float32 (the float64 weights rounded), for the float32 bound.
+  nn::TransformerConfig c32 = c;
+  c32.dtype = DType::float32;
+  Generator unused(0);
+  nn::GPT m32(c32, unused);
+  std::vector<std::pair<std::string, Array>> w32;
+  for (const auto& kv : params) w32.emplace_back(kv.first, kv.second.value().astype(DType::float32));
+  m32.set_weights(w32);
+  const Tensor logits32 = m32.logits(tokens);
+  std::vector<Tensor> wrt32;
+  for (const auto& kv : m32.named_parameters()) wrt32.push_back(kv.second);
+  const std::vector<Array> grads32 = grad(logits32, wrt32, G.astype(DType::float32));
+
   const nn::TransformerConfig& r = m.config();
   std::string s = "{\"config\":{\"V_vocab\":" + std::to_string(r.V_vocab) + ",\"d_model\":" + std::to_string(r.d_model) +
                   ",\"H_q\":" + std::to_string(r.H_q) + ",\"H_kv\":" + std::to_string(r.H_kv) +
@@ -78,6 +91,8 @@ std::string dump_case(Generator& g, const Case& k, nn::SdpaImpl impl) {
     s += (i ? ",\"" : "\"") + params[i].first + "\":" + jarray(params[i].second.value());
   s += "},\"grads\":{";
   for (std::size_t i = 0; i < params.size(); ++i) s += (i ? ",\"" : "\"") + params[i].first + "\":" + jarray(grads[i]);
+  s += "},\"logits_f32\":" + jarray(logits32.value()) + ",\"grads_f32\":{";
+  for (std::size_t i = 0; i < params.size(); ++i) s += (i ? ",\"" : "\"") + params[i].first + "\":" + jarray(grads32[i]);
   return s + "}}";
 }
 
