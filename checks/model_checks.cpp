@@ -4,7 +4,8 @@
 // zero biases would leave most terms too small to see, and a bias bug invisible); models
 // run without dropout, so f is deterministic. GELU and layer norm have no kinks. Both models'
 // incremental decoding is checked against their full forward by the KV-cache checker
-// (checks/kv_cache_check.hpp), the same one users point at their own decoders.
+// (checks/kv_cache_check.hpp), the same one users point at their own decoders. The Llama
+// model (arch llama) gets the same two checks: its loss gradient and its (windowed) KV cache.
 #include <xgrad/checks/builtin.hpp>
 #include <xgrad/checks/common.hpp>
 #include <xgrad/checks/kv_cache_check.hpp>
@@ -38,6 +39,24 @@ nn::TransformerConfig tiny(CheckContext& ctx, std::size_t layers = 1) {
   c.H_kv = 2;  // --full: GQA
   c.layers = layers;
   c.d_ff = 2 * c.d_model;
+  c.dtype = ctx.dtype();
+  return c.resolved();
+}
+
+// A tiny Llama model (RMSNorm, RoPE, no biases, SwiGLU; GQA with H_kv 2 < H_q 4).
+nn::TransformerConfig tiny_llama(CheckContext& ctx, bool tied, std::size_t window = 0) {
+  nn::TransformerConfig c;
+  c.arch = nn::Architecture::llama;
+  c.pos = nn::PositionScheme::rope;
+  c.V_vocab = 11;
+  c.context = 8;
+  c.d_model = 8;
+  c.H_q = 4;
+  c.H_kv = 2;
+  c.layers = 2;
+  c.multiple_of = 4;  // d_ff = 2 * 32 / 3 = 21 -> 24
+  c.tie_embeddings = tied;
+  c.window = window;
   c.dtype = ctx.dtype();
   return c.resolved();
 }
@@ -138,6 +157,33 @@ void register_model_checks(GradcheckSuite& s) {
       [](CheckContext& ctx) {
         auto m = std::make_shared<nn::GPT>(tiny(ctx, 2), ctx.gen());
         randomise(*m, ctx, 0.3);
+        KVCacheCheck k;
+        k.decoder = kv_cache_decoder([m](const IndexArray& t) { return m->logits(t); },
+                                     [m] { return m->make_caches(2, 8); },
+                                     [m](std::vector<nn::KVCache>& caches, const IndexArray& t) {
+                                       return m->logits_cached(t, caches);
+                                     });
+        k.input = random_tokens(ctx, 2, 8, 11);
+        return k;
+      });
+  s.add("models/llama", "gradient",
+        "tiny Llama (V 11, d 8, H_q 4, H_kv 2, 2 layers, d_ff 24, RoPE, tied classifier), tokens (2, 6), one "
+        "ignored target; loss w.r.t. all parameters",
+        [](CheckContext& ctx) {
+          nn::GPT m(tiny_llama(ctx, true), ctx.gen());
+          randomise(m, ctx, 0.5);
+          const IndexArray tokens = random_tokens(ctx, 2, 6, 11);
+          IndexArray targets = random_tokens(ctx, 2, 6, 11);
+          targets.data[4] = -100;
+          return ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_parameters());
+        });
+  add_kv_cache_check(
+      s, "models/llama-kv-cache",
+      "tiny Llama (V 11, d 8, H_q 4, H_kv 2, 2 layers, window 3, untied classifier), tokens (2, 8): "
+      "logits_cached in 5 schedules and prefix isolation vs logits",
+      [](CheckContext& ctx) {
+        auto m = std::make_shared<nn::GPT>(tiny_llama(ctx, false, 3), ctx.gen());
+        randomise(*m, ctx, 0.5);
         KVCacheCheck k;
         k.decoder = kv_cache_decoder([m](const IndexArray& t) { return m->logits(t); },
                                      [m] { return m->make_caches(2, 8); },

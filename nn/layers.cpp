@@ -1,11 +1,14 @@
 #include <xgrad/nn/layers.hpp>
 
+#include <cmath>
+
 #include <xgrad/core/error.hpp>
 #include <xgrad/ops/dropout.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/index.hpp>
 #include <xgrad/ops/layer_norm.hpp>
 #include <xgrad/ops/matmul.hpp>
+#include <xgrad/ops/rms_norm.hpp>
 #include <xgrad/ops/unary.hpp>
 
 namespace xg::nn {
@@ -96,6 +99,18 @@ Tensor LayerNorm::operator()(const Tensor& x) const {
   return ops::layer_norm(x, gamma, beta, eps_);
 }
 
+RMSNorm::RMSNorm(std::size_t d, DType dtype, double eps) : eps_(eps) {
+  if (d == 0) throw ValueError(op_message("rms_norm", "d must be positive"));
+  if (!(eps > 0.0) || !std::isfinite(eps))
+    throw ValueError(op_message("rms_norm", "eps must be positive and finite, got " + std::to_string(eps)));
+  weight = register_parameter("weight", Array::full({d}, 1.0, dtype));
+}
+
+Tensor RMSNorm::operator()(const Tensor& x) const {
+  check_input_dtype("rms_norm", x, weight, "weight");
+  return ops::rms_norm(x, weight, eps_);
+}
+
 FeedForward::FeedForward(std::size_t d, std::size_t d_ff, Generator& gen, double dropout, DType dtype,
                          double out_init_std)
     : fc1(d, d_ff, gen, true, dtype), fc2(d_ff, d, gen, true, dtype, out_init_std), dropout_(dropout) {
@@ -123,5 +138,15 @@ Tensor FeedForward::operator()(const Tensor& x, Generator* dropout_gen) const {
   }
   return fc2(h);
 }
+
+SwiGLUFeedForward::SwiGLUFeedForward(std::size_t d, std::size_t d_ff, Generator& gen, DType dtype,
+                                     double down_init_std)
+    : gate(d, d_ff, gen, false, dtype), up(d, d_ff, gen, false, dtype), down(d_ff, d, gen, false, dtype, down_init_std) {
+  register_module("gate", gate);
+  register_module("up", up);
+  register_module("down", down);
+}
+
+Tensor SwiGLUFeedForward::operator()(const Tensor& x) const { return down(ops::swiglu(gate(x), up(x))); }
 
 }  // namespace xg::nn

@@ -1,5 +1,6 @@
 /// \file
-/// Basic layers: Linear, Embedding, LayerNorm, FeedForward (GELU). Weights in x out.
+/// Basic layers: Linear, Embedding, LayerNorm, RMSNorm, FeedForward (GELU), SwiGLUFeedForward
+/// (Llama). Weights in x out.
 #pragma once
 
 #include <xgrad/core/random.hpp>
@@ -55,6 +56,22 @@ class LayerNorm : public Module {
   double eps_;
 };
 
+/// RMS norm over the last axis with a gain `weight` (ones): ops::rms_norm, Llama's RMSNorm.
+class RMSNorm : public Module {
+ public:
+  /// Normalises `d` features (positive; ValueError otherwise) with `eps` (positive and
+  /// finite; ValueError otherwise) added to the mean square; the weight in `dtype`.
+  explicit RMSNorm(std::size_t d, DType dtype = default_dtype(), double eps = 1e-5);
+  /// ops::rms_norm(x, weight, eps) over x's last axis, of width d.
+  Tensor operator()(const Tensor& x) const;
+  /// The eps added to the mean square.
+  double eps() const { return eps_; }
+  Tensor weight;  ///< Gain [d] (initially ones).
+
+ private:
+  double eps_;
+};
+
 /// Position-wise feed-forward: fc2(dropout(gelu(fc1(x)))), d -> d_ff -> d (SPEC-free, GPT-2 style).
 class FeedForward : public Module {
  public:
@@ -74,6 +91,23 @@ class FeedForward : public Module {
 
  private:
   double dropout_;
+};
+
+/// Llama's SwiGLU feed-forward, no biases: down(swiglu(gate(x), up(x))) with
+/// swiglu(a, b) = silu(a) * b (ops::swiglu), d -> d_ff -> d. In llama2.c's names: gate is w1,
+/// up is w3 and down is w2 (Hugging Face: gate_proj, up_proj, down_proj); xgrad stores each
+/// W in x out, the transpose of their out x in.
+class SwiGLUFeedForward : public Module {
+ public:
+  /// Widths `d` -> `d_ff` -> `d` (positive), gate and up drawn from `gen` with standard
+  /// deviation 0.02, down with `down_init_std`, in `dtype`.
+  SwiGLUFeedForward(std::size_t d, std::size_t d_ff, Generator& gen, DType dtype = default_dtype(),
+                    double down_init_std = 0.02);
+  /// x [..., d] -> [..., d].
+  Tensor operator()(const Tensor& x) const;
+  /// The three bias-free projections: gate (w1) and up (w3) [d, d_ff], down (w2) [d_ff, d]. @{
+  Linear gate, up, down;
+  /// @}
 };
 
 }  // namespace xg::nn

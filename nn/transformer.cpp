@@ -2,6 +2,7 @@
 #include <xgrad/nn/transformer.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/ops/dropout.hpp>
@@ -29,6 +30,7 @@ AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer =
   a.d_model = c.d_model;
   a.H_q = c.H_q;
   a.H_kv = c.H_kv;
+  a.bias = c.arch == Architecture::gpt;  // Llama: no biases anywhere
   a.dropout = c.dropout;
   a.dtype = c.dtype;
   if (c.pos == PositionScheme::rope) a.rope = c.rope;
@@ -110,6 +112,23 @@ std::string position_scheme_name(PositionScheme p) {
   return "learned";
 }
 
+std::string architecture_name(Architecture a) { return a == Architecture::llama ? "llama" : "gpt"; }
+
+Architecture architecture_from_name(const std::string& name) {
+  for (const Architecture a : {Architecture::gpt, Architecture::llama})
+    if (name == architecture_name(a)) return a;
+  throw ValueError(op_message("transformer", "unknown architecture '" + name + "' (gpt or llama)"));
+}
+
+std::size_t llama_hidden_size(std::size_t d_model, std::size_t multiple_of) {
+  if (multiple_of == 0) throw ValueError(op_message("transformer", "multiple_of must be positive"));
+  const std::size_t big = std::numeric_limits<std::size_t>::max() / 8;
+  if (multiple_of > big || d_model > big - multiple_of)
+    throw ValueError(op_message("transformer", "d_model " + std::to_string(d_model) + " is too large"));
+  const std::size_t hidden = 2 * (4 * d_model) / 3;  // int(2 * hidden_dim / 3), hidden_dim = 4 d
+  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
 PositionScheme position_scheme_from_name(const std::string& name) {
   for (const PositionScheme p : {PositionScheme::learned, PositionScheme::rope, PositionScheme::alibi, PositionScheme::none})
     if (name == position_scheme_name(p)) return p;
@@ -119,9 +138,20 @@ PositionScheme position_scheme_from_name(const std::string& name) {
 TransformerConfig TransformerConfig::resolved() const {
   TransformerConfig c = *this;
   if (c.H_kv == 0) c.H_kv = c.H_q;
+  const std::string op = "transformer";
+  if (c.arch == Architecture::llama) {
+    if (c.multiple_of == 0) throw ValueError(op_message(op, "multiple_of must be positive (arch llama)"));
+    if (c.pos != PositionScheme::rope)
+      throw ValueError(op_message(op, "arch llama needs pos = rope (Llama's rotary positions), got pos = " +
+                                          position_scheme_name(c.pos)));
+    if (c.d_ff == 0) c.d_ff = llama_hidden_size(c.d_model, c.multiple_of);
+  } else if (!c.tie_embeddings) {
+    throw ValueError(op_message(op, "tie_embeddings = false needs arch llama (arch gpt ties the classifier to tok)"));
+  }
+  if (!(c.norm_eps > 0.0) || !std::isfinite(c.norm_eps))
+    throw ValueError(op_message(op, "norm_eps must be positive and finite, got " + std::to_string(c.norm_eps)));
   if (c.d_ff == 0) c.d_ff = 4 * c.d_model;
   if (c.encoder_layers == 0) c.encoder_layers = c.layers;
-  const std::string op = "transformer";
   if (c.V_vocab == 0) throw ValueError(op_message(op, "V_vocab must be positive"));
   if (c.context == 0) throw ValueError(op_message(op, "context must be positive"));
   if (c.layers == 0) throw ValueError(op_message(op, "layers must be positive"));
@@ -139,8 +169,22 @@ TransformerConfig TransformerConfig::resolved() const {
 
 // ---------------------------------------------------------------------------------------
 
+DecoderLayer::DecoderLayer(const AttentionConfig& cfg, Generator& gen) : attn(cfg, gen) {}
+
+namespace {
+const TransformerConfig& check_arch(const TransformerConfig& c, Architecture want, const std::string& block) {
+  if (c.arch != want)
+    throw ValueError(op_message(block, "config arch is " + architecture_name(c.arch) + ", a " + block + " needs arch " +
+                                           architecture_name(want)));
+  return c;
+}
+}  // namespace
+
+// The attention layer is drawn before ffn (the base is constructed first): the same draws in
+// the same order as before DecoderLayer existed (the layer norms draw nothing).
 DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
-    : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), attn(attention_config(c, true), gen),
+    : DecoderLayer(attention_config(check_arch(c, Architecture::gpt, "DecoderBlock"), true), gen),
+      ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype),
       ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)), dropout_(c.dropout) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   register_module("ln1", ln1);
@@ -161,6 +205,31 @@ Tensor DecoderBlock::forward_cached(const Tensor& x, KVCache& cache, const Atten
   if (out) *out = a;
   const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
   return h + residual_dropout(ffn(ln2(h), call.generator), dropout_, training(), call.generator);
+}
+
+LlamaBlock::LlamaBlock(const TransformerConfig& c, Generator& gen)
+    : DecoderLayer(attention_config(check_arch(c, Architecture::llama, "LlamaBlock"), true), gen),
+      attn_norm(c.d_model, c.dtype, c.norm_eps), ffn_norm(c.d_model, c.dtype, c.norm_eps),
+      ffn(c.d_model, c.d_ff, gen, c.dtype, residual_std(c)), dropout_(c.dropout) {
+  gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
+  register_module("attn_norm", attn_norm);
+  register_module("attn", attn);
+  register_module("ffn_norm", ffn_norm);
+  register_module("ffn", ffn);
+}
+
+Tensor LlamaBlock::operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* out) {
+  const AttentionOutput a = attn.forward(attn_norm(x), call);
+  if (out) *out = a;
+  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
+  return h + residual_dropout(ffn(ffn_norm(h)), dropout_, training(), call.generator);
+}
+
+Tensor LlamaBlock::forward_cached(const Tensor& x, KVCache& cache, const AttentionCall& call, AttentionOutput* out) {
+  const AttentionOutput a = attn.forward_cached(attn_norm(x), cache, call);
+  if (out) *out = a;
+  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
+  return h + residual_dropout(ffn(ffn_norm(h)), dropout_, training(), call.generator);
 }
 
 EncoderBlock::EncoderBlock(const TransformerConfig& c, Generator& gen)
@@ -216,21 +285,34 @@ Tensor CrossDecoderBlock::forward_cached(const Tensor& x, KVCache& cache, const 
 
 GPT::GPT(const TransformerConfig& c, Generator& gen)
     : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
-      ln_f(c.d_model, c.dtype), cfg_(c.resolved()) {
+      ln_f(c.d_model, c.dtype), norm(c.d_model, c.dtype, c.resolved().norm_eps), cfg_(c.resolved()) {
+  const bool llama = cfg_.arch == Architecture::llama;
   register_module("tok", tok);
   if (cfg_.pos == PositionScheme::learned) register_module("pos", pos);
   for (std::size_t l = 0; l < cfg_.layers; ++l) {
-    blocks.push_back(std::make_unique<DecoderBlock>(cfg_, gen));
+    if (llama)
+      blocks.push_back(std::make_unique<LlamaBlock>(cfg_, gen));
+    else
+      blocks.push_back(std::make_unique<DecoderBlock>(cfg_, gen));
     register_module("blocks." + std::to_string(l), *blocks.back());
   }
-  register_module("ln_f", ln_f);
+  register_module(llama ? "norm" : "ln_f", llama ? static_cast<Module&>(norm) : static_cast<Module&>(ln_f));
+  if (!cfg_.tie_embeddings) {
+    classifier = std::make_unique<Embedding>(cfg_.V_vocab, cfg_.d_model, gen, cfg_.dtype);
+    register_module("classifier", *classifier);
+  }
 }
+
+const Tensor& GPT::classifier_weight() const { return classifier ? classifier->weight : tok.weight; }
 
 Tensor GPT::embed(const IndexArray& tokens, const std::vector<Position>& positions, Generator* gen) const {
   return embed_tokens("gpt", tok, pos, cfg_, tokens, 0, positions, training(), gen);
 }
 
-Tensor GPT::head(const Tensor& h) const { return ops::matmul(ln_f(h), tok.weight, {false, true}); }
+Tensor GPT::head(const Tensor& h) const {
+  const Tensor n = cfg_.arch == Architecture::llama ? norm(h) : ln_f(h);
+  return ops::matmul(n, classifier_weight(), {false, true});
+}
 
 Tensor GPT::logits(const IndexArray& tokens, Generator* gen, std::vector<AttentionOutput>* attn) {
   return logits(tokens, GPTCall{}, gen, attn);
@@ -287,6 +369,9 @@ Tensor GPT::logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& ca
 EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
     : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
       ln_enc(c.d_model, c.dtype), ln_f(c.d_model, c.dtype), cfg_(c.resolved()) {
+  if (cfg_.arch != Architecture::gpt)
+    throw ValueError(op_message("encoder_decoder", "arch " + architecture_name(cfg_.arch) +
+                                                       ": the encoder-decoder is built from GPT-2 blocks only"));
   if (cfg_.pos != PositionScheme::learned)
     throw ValueError(op_message("encoder_decoder", "position scheme '" + position_scheme_name(cfg_.pos) +
                                                        "': the encoder-decoder has learned position embeddings only"));

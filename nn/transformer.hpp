@@ -5,12 +5,32 @@
 ///   EncoderBlock:      x += attn(ln1(x), key padding);      x += ffn(ln2(x))   (bidirectional)
 ///   CrossDecoderBlock: x += attn(ln1(x), causal); x += cross(ln2(x), memory, source padding);
 ///                      x += ffn(ln3(x))
-///   GPT:               decoder-only language model, token + learned position embeddings,
-///                      DecoderBlocks, final layer norm, logits tied to the token embedding.
+///   LlamaBlock:        x += attn(rms_attn_norm(x), causal, RoPE, no biases);
+///                      x += down(swiglu(gate(rms_ffn_norm(x)), up(...)))        (docs/llama.md)
+///   GPT:               decoder-only language model. arch gpt (default): token + learned position
+///                      embeddings, DecoderBlocks, final layer norm, logits tied to the token
+///                      embedding. arch llama: token embedding, LlamaBlocks, final RMSNorm,
+///                      logits from the token embedding (tied) or a separate classifier.
 ///   EncoderDecoder:    EncoderBlocks over the source, CrossDecoderBlocks over the target.
 /// \endverbatim
 /// GPT-2 initialisation: weights normal(0, 0.02), residual output projections (attention W_O
-/// and the second feed-forward layer) normal(0, 0.02 / sqrt(2 * layers)), biases zero.
+/// and the second feed-forward layer; Llama's W_O and `down`) normal(0, 0.02 / sqrt(2 * layers)),
+/// biases zero, norm gains one.
+///
+/// Parameter names of a Llama model (arch llama; weights in x out, the transpose of llama2.c's
+/// and Hugging Face's out x in):
+/// \verbatim
+///   tok.weight                  [V_vocab, d]              llama2.c tok_embeddings
+///   blocks.L.attn_norm.weight   [d]                       attention_norm
+///   blocks.L.attn.W_QKV         [d, (H_q + 2 H_kv) d_h]   wq | wk | wv, columns packed
+///   blocks.L.attn.W_O           [H_q d_h, d]              wo
+///   blocks.L.ffn_norm.weight    [d]                       ffn_norm
+///   blocks.L.ffn.gate.W         [d, d_ff]                 w1
+///   blocks.L.ffn.up.W           [d, d_ff]                 w3
+///   blocks.L.ffn.down.W         [d_ff, d]                 w2
+///   norm.weight                 [d]                       norm
+///   classifier.weight           [V_vocab, d]              output (only when not tied)
+/// \endverbatim
 #pragma once
 
 #include <memory>
@@ -35,6 +55,22 @@ std::string position_scheme_name(PositionScheme p);
 /// The scheme named "learned", "rope", "alibi" or "none"; ValueError naming `name` otherwise.
 PositionScheme position_scheme_from_name(const std::string& name);
 
+/// The block a GPT is built from.
+enum class Architecture {
+  gpt,   ///< GPT-2: LayerNorm, GELU feed-forward, biases, tied classifier (DecoderBlock; default).
+  llama  ///< Llama: RMSNorm, SwiGLU, RoPE, no biases, tied or separate classifier (LlamaBlock).
+};
+
+/// "gpt" or "llama".
+std::string architecture_name(Architecture a);
+/// The architecture named "gpt" or "llama"; ValueError naming `name` otherwise.
+Architecture architecture_from_name(const std::string& name);
+
+/// llama2.c's feed-forward width for model width `d_model`: int(2 * 4 d_model / 3) rounded up
+/// to a multiple of `multiple_of` (positive; ValueError otherwise). stories15M: d 288,
+/// multiple_of 32 -> 768.
+std::size_t llama_hidden_size(std::size_t d_model, std::size_t multiple_of);
+
 /// Sizes of a transformer model (GPT or EncoderDecoder).
 struct TransformerConfig {
   std::size_t V_vocab = 0;     ///< Vocabulary size (shared by source and target).
@@ -44,8 +80,13 @@ struct TransformerConfig {
   std::size_t H_kv = 0;        ///< Key/value heads; 0 means H_q.
   std::size_t layers = 2;      ///< Decoder layers (GPT) / decoder layers (encoder-decoder).
   std::size_t encoder_layers = 0;  ///< Encoder-decoder only; 0 means `layers`.
-  std::size_t d_ff = 0;        ///< Feed-forward width; 0 means 4 * d_model.
-  double dropout = 0.0;        ///< Residual, attention-weight and feed-forward dropout.
+  /// Feed-forward width; 0 means 4 * d_model (gpt) or llama_hidden_size(d_model, multiple_of)
+  /// (llama).
+  std::size_t d_ff = 0;
+  /// Dropout: residual, attention-weight and feed-forward (gpt: after the GELU) dropout, and on
+  /// the embeddings. A Llama model takes it too (as llama2.c: embeddings, attention weights,
+  /// after W_O and after `down`).
+  double dropout = 0.0;
   DType dtype = default_dtype();  ///< Parameter dtype (default_dtype() when the config is made).
   /// Sliding window W of the causal self-attention layers (GPT blocks, encoder-decoder
   /// decoder self-attention; the encoder stays bidirectional); 0 = none (AttentionConfig::window).
@@ -57,28 +98,77 @@ struct TransformerConfig {
   /// Attention core of every attention layer (AttentionConfig::impl, nn/sdpa.hpp). Not part
   /// of a checkpoint: it changes rounding, not the model.
   SdpaImpl impl = SdpaImpl::automatic;
+  /// The block: gpt (default) or llama. A Llama GPT needs pos = rope (ValueError naming `pos`
+  /// otherwise); the EncoderDecoder is gpt only.
+  Architecture arch = Architecture::gpt;
+  /// Llama only: the feed-forward width rounding of llama_hidden_size when d_ff is 0 (positive).
+  /// 256 is llama2.c's model default; its TinyStories models use 32.
+  std::size_t multiple_of = 256;
+  /// Llama only: the eps of every RMSNorm (positive and finite).
+  double norm_eps = 1e-5;
+  /// Whether the classifier is the token embedding (logits = h tok.weight^T; one parameter, its
+  /// gradient the sum of both uses) or a separate classifier.weight [V_vocab, d]. Only a Llama
+  /// model may be untied (ValueError naming `tie_embeddings` otherwise).
+  bool tie_embeddings = true;
 
   /// A copy with the 0 defaults filled in; validates (ValueError naming the bad size).
   TransformerConfig resolved() const;
 };
 
-/// Pre-LN decoder block: causal self-attention and a feed-forward layer, each residual.
-class DecoderBlock : public Module {
+/// A pre-norm decoder layer of a GPT (DecoderBlock or LlamaBlock): causal self-attention and a
+/// feed-forward layer, each residual.
+class DecoderLayer : public Module {
  public:
-  /// A block of the sizes in `c` (resolved), weights drawn from `gen` (GPT-2 initialisation).
-  DecoderBlock(const TransformerConfig& c, Generator& gen);
   /// x [B, T, d] -> [B, T, d]; call.visibility should be causal (the model passes it), and
   /// call.generator is the dropout source. If `attn` is given it receives the attention output.
-  Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr);
+  virtual Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr) = 0;
   /// The block on the next positions `x_new` [B, n, d] with the self-attention KV `cache`
   /// (MultiHeadAttention::forward_cached); `call` and `attn` as for operator().
+  virtual Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
+                                AttentionOutput* attn = nullptr) = 0;
+  MultiHeadAttention attn;  ///< Causal self-attention.
+
+ protected:
+  /// The attention layer of `cfg`, drawn from `gen`.
+  DecoderLayer(const AttentionConfig& cfg, Generator& gen);
+};
+
+/// Pre-LN decoder block (GPT-2): causal self-attention and a feed-forward layer, each residual.
+class DecoderBlock : public DecoderLayer {
+ public:
+  /// A block of the sizes in `c` (resolved, arch gpt; ValueError naming `arch` otherwise),
+  /// weights drawn from `gen` (GPT-2 initialisation).
+  DecoderBlock(const TransformerConfig& c, Generator& gen);
+  /// See DecoderLayer::operator().
+  Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr) override;
+  /// See DecoderLayer::forward_cached().
   Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
-                        AttentionOutput* attn = nullptr);
+                        AttentionOutput* attn = nullptr) override;
   /// Layer norms before the attention (ln1) and the feed-forward layer (ln2). @{
   LayerNorm ln1, ln2;
   /// @}
-  MultiHeadAttention attn;  ///< Causal self-attention.
   FeedForward ffn;          ///< Position-wise feed-forward layer.
+
+ private:
+  double dropout_;
+};
+
+/// Llama decoder block: x += attn(attn_norm(x)); x += ffn(ffn_norm(x)), with RMSNorm, RoPE
+/// attention (GQA when H_kv < H_q) without biases, and the SwiGLU feed-forward.
+class LlamaBlock : public DecoderLayer {
+ public:
+  /// A block of the sizes in `c` (resolved, arch llama; ValueError naming `arch` otherwise),
+  /// weights drawn from `gen` (GPT-2 initialisation, norm gains one).
+  LlamaBlock(const TransformerConfig& c, Generator& gen);
+  /// See DecoderLayer::operator().
+  Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr) override;
+  /// See DecoderLayer::forward_cached().
+  Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
+                        AttentionOutput* attn = nullptr) override;
+  /// RMSNorms before the attention (llama2.c attention_norm) and the feed-forward (ffn_norm). @{
+  RMSNorm attn_norm, ffn_norm;
+  /// @}
+  SwiGLUFeedForward ffn;  ///< down(swiglu(gate(x), up(x))).
 
  private:
   double dropout_;
@@ -172,16 +262,23 @@ class GPT : public Module {
   /// (one per layer, ValueError otherwise). If the call throws, the caches are left as they were.
   Tensor logits_cached(const IndexArray& tokens_new, std::vector<KVCache>& caches);
 
-  /// Token and learned position embeddings (tok also gives the output logits). `pos` is a
-  /// registered parameter only when config().pos is learned. @{
+  /// Token and learned position embeddings (tok also gives the output logits when tied). `pos`
+  /// is a registered parameter only when config().pos is learned. @{
   Embedding tok, pos;
   /// @}
-  std::vector<std::unique_ptr<DecoderBlock>> blocks;  ///< The decoder blocks, in order.
-  LayerNorm ln_f;  ///< Final layer norm.
+  /// The decoder blocks, in order: DecoderBlock (arch gpt) or LlamaBlock (arch llama).
+  std::vector<std::unique_ptr<DecoderLayer>> blocks;
+  LayerNorm ln_f;  ///< Final layer norm (arch gpt; not a parameter of a Llama model).
+  RMSNorm norm;    ///< Final RMSNorm (arch llama; not a parameter of a GPT-2 model).
+  /// The separate classifier [V_vocab, d] of an untied Llama model (logits = h W^T); null
+  /// when tied.
+  std::unique_ptr<Embedding> classifier;
+  /// The classifier weight [V_vocab, d] in use: classifier->weight, or tok.weight when tied.
+  const Tensor& classifier_weight() const;
 
  private:
   Tensor embed(const IndexArray& tokens, const std::vector<Position>& positions, Generator* dropout_gen) const;
-  Tensor head(const Tensor& h) const;  // ln_f, then logits with the tied embedding
+  Tensor head(const Tensor& h) const;  // the final norm, then logits with classifier_weight()
   TransformerConfig cfg_;
 };
 
@@ -189,7 +286,8 @@ class GPT : public Module {
 /// the token embedding (also tied to the output logits).
 class EncoderDecoder : public Module {
  public:
-  /// A model of the sizes in `c` (resolved; ValueError if invalid), weights drawn from `gen`.
+  /// A model of the sizes in `c` (resolved; ValueError if invalid or arch llama), weights
+  /// drawn from `gen`.
   EncoderDecoder(const TransformerConfig& c, Generator& gen);
   /// The resolved configuration.
   const TransformerConfig& config() const { return cfg_; }

@@ -93,6 +93,11 @@ std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConf
 
 nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
   const nn::TransformerConfig c = info.config.resolved();
+  // xgrad-1 metadata has no architecture key yet: a Llama model written here would read back
+  // as a GPT-2 one, so refuse it rather than write a checkpoint that misdescribes the model.
+  if (c.arch != nn::Architecture::gpt)
+    throw ValueError("[checkpoint] arch " + nn::architecture_name(c.arch) +
+                     ": xgrad-1 checkpoints store arch gpt models only (no architecture key yet)");
   nn::safetensors::Metadata m = info.task_params;
   m["format"] = "xgrad-1";
   m["model"] = info.kind;
