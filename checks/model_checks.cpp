@@ -67,6 +67,16 @@ IndexArray random_tokens(CheckContext& ctx, std::size_t B, std::size_t T, std::s
   return IndexArray({B, T}, ids);
 }
 
+// The KV-cache checker's view of a GPT (either architecture): full logits, `batch` empty
+// caches of `capacity` positions, and cached logits.
+KVCacheDecoder gpt_decoder(const std::shared_ptr<nn::GPT>& m, std::size_t batch, std::size_t capacity) {
+  return kv_cache_decoder([m](const IndexArray& t) { return m->logits(t); },
+                          [m, batch, capacity] { return m->make_caches(batch, capacity); },
+                          [m](std::vector<nn::KVCache>& caches, const IndexArray& t) {
+                            return m->logits_cached(t, caches);
+                          });
+}
+
 }  // namespace
 
 void register_model_checks(GradcheckSuite& s) {
@@ -158,11 +168,7 @@ void register_model_checks(GradcheckSuite& s) {
         auto m = std::make_shared<nn::GPT>(tiny(ctx, 2), ctx.gen());
         randomise(*m, ctx, 0.3);
         KVCacheCheck k;
-        k.decoder = kv_cache_decoder([m](const IndexArray& t) { return m->logits(t); },
-                                     [m] { return m->make_caches(2, 8); },
-                                     [m](std::vector<nn::KVCache>& caches, const IndexArray& t) {
-                                       return m->logits_cached(t, caches);
-                                     });
+        k.decoder = gpt_decoder(m, 2, 8);
         k.input = random_tokens(ctx, 2, 8, 11);
         return k;
       });
@@ -185,11 +191,7 @@ void register_model_checks(GradcheckSuite& s) {
         auto m = std::make_shared<nn::GPT>(tiny_llama(ctx, false, 3), ctx.gen());
         randomise(*m, ctx, 0.5);
         KVCacheCheck k;
-        k.decoder = kv_cache_decoder([m](const IndexArray& t) { return m->logits(t); },
-                                     [m] { return m->make_caches(2, 8); },
-                                     [m](std::vector<nn::KVCache>& caches, const IndexArray& t) {
-                                       return m->logits_cached(t, caches);
-                                     });
+        k.decoder = gpt_decoder(m, 2, 8);
         k.input = random_tokens(ctx, 2, 8, 11);
         return k;
       });
