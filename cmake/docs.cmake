@@ -10,7 +10,7 @@ if(DOXYGEN_FOUND AND Python3_Interpreter_FOUND)
   # folder so that the pages show <xgrad/...> include lines. Then the umbrella header and the
   # Markdown pages. The same list as the install rules (CMakeLists.txt).
   set(xgrad_doc_internal core/xt.hpp core/map.hpp core/kernels.hpp core/strided.hpp core/blas.hpp
-      core/vmath.hpp core/json.hpp checks/common.hpp)
+      core/vmath.hpp core/json.hpp core/sanitizer.hpp checks/common.hpp)
   set(xgrad_doc_dirs core ops nn)
   if(XGRAD_BUILD_CHECKS)
     list(APPEND xgrad_doc_dirs checks)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <xgrad/core/runtime.hpp>
+#include <xgrad/core/sanitizer.hpp>
 
 namespace xg {
 
@@ -24,7 +25,7 @@ struct Cache {
   std::size_t in_use = 0, peak = 0;
 
   std::size_t cap() {
-#if defined(__SANITIZE_ADDRESS__)
+#if XG_UNDER_ASAN
     // Under AddressSanitizer every block goes back to it, so a use after free is caught.
     if (limit == 0) limit = 1;
 #endif

@@ -2,6 +2,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include <xgrad/core/sanitizer.hpp>
 #include <xgrad/core/xt.hpp>
 #include "helpers.hpp"
 
@@ -208,7 +209,7 @@ TEST_CASE("tape: memory stays flat across 10,000 forward/backward steps", "[core
   for (int i = 0; i < 10000; ++i) step();
   const long after = resident_kib();
   INFO("resident memory before " << before << " KiB, after " << after << " KiB");
-#ifndef __SANITIZE_ADDRESS__
+#if !XG_UNDER_ASAN
   CHECK(after - before < 2048);
 #else
   (void)before;  // AddressSanitizer's quarantine holds freed memory on purpose: RSS says nothing here
