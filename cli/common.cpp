@@ -99,11 +99,15 @@ void check_output_file(const std::string& command, const std::string& flag, cons
   const fs::file_status dst = fs::status(dir, ec);
   if (!fs::exists(dst)) bad_path(command, flag, path, "its folder " + dir.string() + " does not exist");
   if (!fs::is_directory(dst)) bad_path(command, flag, path, dir.string() + " is not a directory");
-  // The one sure test: create it (and remove it again; the command writes it at the end).
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // The one sure test: create a file in its folder (and remove it again; the command writes
+  // `path` at the end). The probe has a name of its own, so `path` never appears early: under
+  // mpirun every rank checks the same outputs at once, and another rank's probe at `path`
+  // would read as "exists".
+  const std::string probe = path + ".probe." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) bad_path(command, flag, path, std::string("cannot create it: ") + std::strerror(errno));
   ::close(fd);
-  ::unlink(path.c_str());
+  ::unlink(probe.c_str());
 }
 
 void check_output_folder(const std::string& command, const std::string& flag, const std::string& path) {
