@@ -6,6 +6,11 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
+#include <type_traits>
+#include <variant>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 #include <unistd.h>
@@ -14,6 +19,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/dist/communicator.hpp>
 #include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/train/options.hpp>
 #include <xgrad/train/trainer.hpp>
 
 namespace xg::cli {
@@ -56,117 +62,89 @@ class StopSignals {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
+// The text of --config FILE (UsageError if it cannot be read).
+std::string read_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(op_message("train", "--config '" + path + "' is a folder; give a JSON file"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(op_message("train", "--config '" + path + "' cannot be read"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw UsageError(op_message("train", "--config '" + path + "' cannot be read"));
+  return text;
+}
+
 }  // namespace
 
 void add_train(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
+  auto config = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("train", "Train a tiny transformer on a built-in task (the main job)");
-  cmd->add_option("--task", o->task, "sort (decoder-only), reverse (encoder-decoder) or charlm")
-      ->check(CLI::IsMember({"sort", "reverse", "charlm"}))
-      ->capture_default_str();
-  cmd->add_option("--text", o->text, "charlm: the text file to learn, or a folder of them (all its files)")
-      ->capture_default_str();
-  cmd->add_option("--out", o->out, "output directory")->capture_default_str();
-  cmd->add_option("--resume", o->resume, "continue the run saved in this output directory");
-  cmd->add_option("--init-from", o->init_from,
-                  "a new run starting from this model.safetensors (e.g. from xgrad convert): its model options and weights")
+  // Every flag from the option table (train/options.hpp): one row an option.
+  for (const train::OptionSpec& spec : train::option_schema()) {
+    if (spec.flag.empty()) continue;
+    std::visit(
+        [&](auto member) {
+          auto& value = (*o).*member;
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            cmd->add_flag(spec.negated ? spec.flag + "{false}" : spec.flag, value, spec.help);
+          } else {
+            CLI::Option* opt = cmd->add_option(spec.flag, value, spec.help);
+            if (spec.show_default) opt->capture_default_str();
+            if constexpr (std::is_same_v<T, double>)
+              opt->check(number());
+            else if constexpr (std::is_signed_v<T> && !std::is_same_v<T, std::string>)
+              opt->check(integer());
+            else if constexpr (!std::is_same_v<T, std::string>)
+              opt->check(non_negative_integer());
+            if (spec.name == "init_from") opt->check(non_empty_path());
+          }
+        },
+        spec.member);
+  }
+  cmd->add_option("--config", *config, "a JSON file of options (keys: the options' names, e.g. \"d_model\"; a run's "
+                                        "config.json repeats it); flags given beside it win")
       ->check(non_empty_path());
-  cmd->add_option("--steps", o->steps, "training steps (0: task default)")->capture_default_str()
-      ->check(integer());
-  cmd->add_option("--batch", o->batch, "sequences per step")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--lr", o->lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)")->check(number());
-  cmd->add_option("--warmup", o->warmup, "warmup steps")->capture_default_str()
-      ->check(integer());
-  cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str()
-      ->check(number());
-  cmd->add_option("--clip", o->clip, "gradient clipping by global norm")->capture_default_str()
-      ->check(number());
-  cmd->add_option("--dtype", o->dtype, "parameter and arithmetic precision: float32 or float64")
-      ->check(CLI::IsMember({"float32", "float64"}))
-      ->capture_default_str();
-  cmd->add_option("--d-model", o->d_model, "model width")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--heads", o->heads, "query heads H_q")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--kv-heads", o->kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--layers", o->layers, "transformer layers")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--d-ff", o->d_ff, "feed-forward width (0: 4 d_model)")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--dropout", o->dropout, "dropout")->capture_default_str()
-      ->check(number());
-  cmd->add_option("--pos", o->pos, "positions (decoder-only tasks): learned, rope, alibi or none")->capture_default_str();
-  cmd->add_option("--rope-base", o->rope_base, "--pos rope: frequency base, > 1")->capture_default_str()
-      ->check(number());
-  cmd->add_option("--rope-fraction", o->rope_fraction, "--pos rope: fraction of each head rotated, in (0, 1]")
-      ->capture_default_str()->check(number());
-  cmd->add_option("--rope-layout", o->rope_layout, "--pos rope: interleaved or half-split (GPT-NeoX)")
-      ->capture_default_str();
-  cmd->add_option("--context", o->context, "charlm: context length")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--window", o->window,
-                  "sliding-window attention: each position sees itself and the W-1 before it (0: no window)")
-      ->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--digits", o->n_digits, "sort: digits per problem")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--seed", o->seed, "random seed (initialisation, data, dropout)")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--threads", o->threads, "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine)")->capture_default_str()
-      ->check(integer());
-  cmd->add_option("--eval-every", o->eval_every, "evaluate every N steps (0: only at the end)")->capture_default_str()
-      ->check(integer());
-  cmd->add_option("--checkpoint-every", o->checkpoint_every, "checkpoint every N steps (0: only at the end)")
-      ->capture_default_str()->check(integer());
-  cmd->add_option("--stop-at", o->stop_at, "stop after this step, as if interrupted (for resume)")->check(integer());
-  cmd->add_flag("--no-progress{false}", o->progress, "no live progress line");
-  cmd->add_flag("--no-plot{false}", o->plot, "do not draw loss.png");
-  cmd->add_flag("--overwrite", o->overwrite, "replace a different run saved in --out");
-  // Data-parallel runs: mpirun -np N xgrad train ... (docs/distributed.md).
-  cmd->add_option("--dist-check-every", o->dist_check_every,
-                  "several ranks: compare parameter checksums every N steps (0: at the start and end only)")
-      ->capture_default_str()
-      ->check(integer());
-  cmd->add_flag("--dist-overlap", o->dist_overlap, "several ranks: all-reduce gradient buckets during backward");
-  cmd->add_option("--dist-bucket-kib", o->dist_bucket_kib, "several ranks: gradient bucket size in KiB")
-      ->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->callback([o, cmd] {
+  cmd->callback([o, config, cmd] {
     // Checks of the command line, which every rank of an MPI job shares; rank 0 alone reports
     // a failure (cli/main.cpp: the others exit quietly with the same status).
+    // The options given: on the command line, or in --config (the command line wins).
+    std::set<std::string> given;
+    for (const train::OptionSpec& spec : train::option_schema())
+      if (!spec.flag.empty() && cmd->count(spec.flag) > 0) given.insert(spec.name);
+    if (!config->empty()) {
+      if (!o->resume.empty())
+        throw UsageError(op_message("train", "--config cannot be combined with --resume: a resumed run keeps the "
+                                             "options saved in " + o->resume));
+      train::TrainOptions from_file = *o;
+      for (const std::string& name : train::apply_config_json(from_file, read_config(*config), *config)) {
+        if (given.count(name)) continue;  // the flag wins
+        const train::OptionSpec& spec = *train::find_option(name);
+        train::set_option_text(*o, spec, train::option_text(from_file, spec), "--config");
+        given.insert(name);
+      }
+    }
     if (cmd->count("--resume") > 0 && o->resume.empty())
       throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
     if (!o->resume.empty()) {
       // A resumed run is the saved run: its options come from the checkpoint.
-      for (const std::string& flag : train::kRunDefiningFlags)
+      std::string allowed;
+      for (const std::string& flag : train::session_flags()) allowed += (allowed.empty() ? "" : ", ") + flag;
+      for (const std::string& flag : train::run_defining_flags())
         if (cmd->count(flag) > 0)
           throw UsageError(op_message("train", flag + " cannot be combined with --resume: a resumed run keeps the "
-                                                      "options saved in " + o->resume +
-                                                      " (it may take --threads, --stop-at, --no-progress, --no-plot, "
-                                                      "--dist-check-every, --dist-overlap, --dist-bucket-kib)"));
+                                                      "options saved in " + o->resume + " (it may take " + allowed +
+                                                      ")"));
     }
     if (o->resume.empty()) {
-      if (!o->init_from.empty())
-        train::apply_init_from(*o, [cmd](const std::string& flag) { return cmd->count(flag) > 0; });
-      // Flags that only one task reads would be ignored by the others: refuse them.
-      auto only_for = [&](const std::string& flag, const std::string& task) {
-        if (cmd->count(flag) > 0 && o->task != task)
-          throw UsageError(op_message("train", flag + " is only for --task " + task + " (this run is --task " +
-                                                   o->task + ")"));
-      };
-      only_for("--text", "charlm");
-      only_for("--context", "charlm");
-      only_for("--digits", "sort");
-      for (const char* flag : {"--rope-base", "--rope-fraction", "--rope-layout"})
-        if (cmd->count(flag) > 0 && o->pos != "rope")
-          throw UsageError(op_message("train", std::string(flag) + " is only for --pos rope (this run is --pos " +
-                                                   o->pos + ")"));
-      if (cmd->count("--lr") > 0 && o->lr == 0.0)
+      if (!o->init_from.empty()) train::apply_init_from(*o, given);
+      // Options that the run's task (or position scheme) does not read would be ignored: refuse them.
+      train::check_options_apply(*o, given);
+      if (given.count("lr") && o->lr == 0.0)
         throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
-      // charlm has defaults of its own (model, schedule, regularisation) for the flags not given.
-      if (o->task == "charlm") *o = train::with_charlm_defaults(*o, [&](const std::string& f) { return cmd->count(f) > 0; });
+      // A task may have defaults of its own (charlm: model, schedule, regularisation) for the options not given.
+      *o = train::with_task_defaults(*o, given);
       train::validate_options(train::with_defaults(*o));
       // Rank 0 alone writes the run folder (the other ranks, maybe on other machines, need none).
       if (dist::detect_launch().rank == 0) {

@@ -284,8 +284,8 @@ TEST_CASE("convert: a trained checkpoint converts, loads, generates and uptrains
     train::TrainOptions o = small_sort(dir / "up", 5);
     o.heads = 8;  // replaced by the checkpoint's
     o.init_from = co.out;
-    REQUIRE_THROWS_AS(train::apply_init_from(o, [](const std::string& f) { return f == "--heads"; }), UsageError);
-    train::apply_init_from(o, [](const std::string&) { return false; });
+    REQUIRE_THROWS_AS(train::apply_init_from(o, {"heads"}), UsageError);
+    train::apply_init_from(o, {});
     CHECK(o.heads == 4);
     CHECK(o.kv_heads == 2);
     CHECK(o.n_digits == 4);

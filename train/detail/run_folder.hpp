@@ -1,0 +1,75 @@
+// The run folder of `xgrad train --out DIR`: its file names, log.csv (RunLog, and reading an
+// earlier log back on resume), the run id in run_id.txt, refusing a folder that holds another
+// run, and the leftovers of an interrupted checkpoint. Internal to train/.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <xgrad/train/options.hpp>
+
+namespace xg::train::detail {
+
+inline const char* const kStateFile = "train_state.safetensors";
+inline const char* const kModelFile = "model.safetensors";
+inline const char* const kBestFile = "model_best.safetensors";  // the model at the lowest validation loss
+inline const char* const kLogFile = "log.csv";
+inline const char* const kRunIdFile = "run_id.txt";  // the folder's run: the id of the run its files belong to
+inline const char* const kConfigFile = "config.json";  // the run's options (xgrad train --config repeats the run)
+
+// log.csv, written so that it never runs ahead of nor lags behind the checkpoint: rows are
+// held in memory and committed (written, flushed, fsynced) just before each checkpoint. The
+// first commit writes the whole file under a temporary name and renames it into place, so an
+// earlier run's log stays intact until the new run has a checkpoint of its own.
+class RunLog {
+ public:
+  // val_loss: the validation loss at the steps that evaluated it (charlm), empty elsewhere.
+  static constexpr const char* kHeader = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss";
+  // The header of logs written before the val_loss column (their rows are read with it empty).
+  static constexpr const char* kHeaderV1 = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s";
+
+  RunLog(std::filesystem::path path, std::vector<std::string> kept);
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+  ~RunLog();
+
+  void row(const std::string& r) { pending_ += r + "\n"; }
+  void commit();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  bool write_sync(std::FILE* f);
+
+  std::filesystem::path path_;
+  std::string pending_;
+  std::FILE* file_ = nullptr;
+};
+
+// The comma-separated fields of a line, empty ones included ("1,2," has 3).
+std::vector<std::string> csv_fields(const std::string& line);
+// The rows of an earlier log.csv up to the checkpoint's step: exactly steps 1..step, each a
+// complete row of numbers; rows after the step (written after the checkpoint) are dropped.
+std::vector<std::string> rows_up_to(const std::filesystem::path& path, std::int64_t step);
+
+// A new run's identity: 128 random bits as 32 lowercase hex digits. Random (not derived from
+// the options), so two runs with the same flags have different ids.
+std::string new_run_id();
+// Writes `text` to `path` atomically: a temporary file beside it, fsync, rename.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+// Writes DIR/run_id.txt atomically.
+void write_run_id(const std::filesystem::path& dir, const std::string& id);
+// --resume: the state must belong to the run whose files are in the folder. Checked before
+// anything in the folder changes.
+void check_run_id(const std::string& state_id, const std::filesystem::path& dir, const std::string& state_path);
+
+// A new run in `out`: refuse a folder that holds a different run unless --overwrite (the
+// same options are the same run: starting it again is harmless).
+void check_out_folder(const TrainOptions& o);
+// Creates the folder (UsageError if it cannot be) and removes the temporary files of a
+// checkpoint that a kill interrupted (never read; the rename is the commit).
+void prepare_out_folder(const std::string& out);
+
+}  // namespace xg::train::detail

@@ -1,0 +1,49 @@
+// The training state, train_state.safetensors: every parameter ("model." + name), its AdamW
+// moments ("optim." + name + ".exp_avg" / ".exp_avg_sq"), the generators, the step and the
+// run's options in the metadata. Writing one checkpoint (log, state, model) and reading one
+// back for --resume, with every check that makes a resume exact or refused. Internal to train/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <xgrad/core/random.hpp>
+#include <xgrad/nn/optim.hpp>
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/detail/run_folder.hpp>
+#include <xgrad/train/task.hpp>
+
+namespace xg::train::detail {
+
+// What a checkpoint records about the run besides the task and its options.
+struct RunIdentity {
+  std::string id;           // empty for a run saved before run ids (it stays so)
+  bool on_disk = false;     // run_id.txt holds it (resumed, or written at the first checkpoint)
+  bool config_on_disk = false;  // config.json holds the run's options (written with the first checkpoint)
+};
+
+// One checkpoint: the log first (so it holds every step the checkpoint holds), then the
+// state, which holds everything resume needs and is replaced atomically (the commit point),
+// then the model alone for generate/inspect.
+void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const nn::Optimizer& opt, std::int64_t step,
+                     const Generator& data, const Generator& dropout, RunLog& log);
+// Writes DIR/model.safetensors (or another file of the folder) at `step`, with `extra` metadata.
+void save_model(Task& task, const std::string& path, std::int64_t step, const nn::safetensors::Metadata& extra = {});
+
+// A checkpoint read back for --resume (checked on rank 0; the others get the parameters by
+// broadcast).
+struct ResumePoint {
+  std::int64_t step = 0;
+  nn::safetensors::NamedArrays params, moments;
+  bool legacy_pair = false;  // an earlier xgrad's checkpoint: parameters in model.safetensors
+};
+// The step, parameters and moments of `state` (rank 0 checks that every parameter comes with
+// both moments and that they describe a model of `n_expected` parameters).
+ResumePoint read_resume_point(const nn::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
+                              bool root, std::uint64_t n_expected);
+// Sets the model's parameters, the optimizer's moments and the generators from `point`.
+void restore(const ResumePoint& point, const nn::safetensors::File& state, const std::string& state_path, bool root,
+             nn::NamedTensors& params, nn::Optimizer& opt, Generator& data, Generator& dropout);
+
+}  // namespace xg::train::detail

@@ -1,0 +1,584 @@
+#include <xgrad/train/options.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/json.hpp>
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/checkpoint.hpp>
+
+namespace xg::train {
+
+namespace fs = std::filesystem;
+
+std::string exact(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+namespace {
+
+using O = TrainOptions;
+constexpr double kBig = 100000000;  // the bound of step counts
+
+// Row builders: the table below reads as one line per option.
+OptionSpec row(std::string name, std::string flag, OptionMember m, std::string help) {
+  OptionSpec s;
+  s.name = std::move(name);
+  s.flag = std::move(flag);
+  s.member = m;
+  s.help = std::move(help);
+  return s;
+}
+OptionSpec range(OptionSpec s, double lo, double hi, bool lo_open = false, bool hi_open = false) {
+  s.lo = lo;
+  s.hi = hi;
+  s.lo_open = lo_open;
+  s.hi_open = hi_open;
+  s.ranged = true;
+  return s;
+}
+OptionSpec choices(OptionSpec s, std::vector<std::string> c) {
+  s.choices = std::move(c);
+  return s;
+}
+OptionSpec for_tasks(OptionSpec s, std::vector<std::string> t) {
+  s.tasks = std::move(t);
+  return s;
+}
+OptionSpec model(OptionSpec s, std::string key) {
+  s.model_key = std::move(key);
+  return s;
+}
+// Saved by newer versions only: older checkpoints lack the key and mean `value`.
+OptionSpec since(OptionSpec s, std::string value) {
+  s.legacy = std::move(value);
+  s.has_legacy = true;
+  return s;
+}
+OptionSpec role(OptionSpec s, OptionRole r, bool ranks_agree) {
+  s.role = r;
+  s.ranks_agree = ranks_agree;
+  return s;
+}
+OptionSpec no_default(OptionSpec s) {
+  s.show_default = false;
+  return s;
+}
+OptionSpec when(OptionSpec s, std::string option, std::string value) {
+  s.only_when = {std::move(option), std::move(value)};
+  return s;
+}
+
+std::vector<OptionSpec> make_schema() {
+  using R = OptionRole;
+  const std::vector<std::string> lm = {"charlm"};
+  std::vector<OptionSpec> t = {
+      choices(model(row("task", "--task", &O::task, "sort (decoder-only), reverse (encoder-decoder) or charlm"),
+                    "task"),
+              {"sort", "reverse", "charlm"}),
+      for_tasks(row("text", "--text", &O::text, "charlm: the text file to learn, or a folder of them (all its files)"),
+                lm),
+      role(row("out", "--out", &O::out, "output directory"), R::start, false),
+      no_default(role(row("resume", "--resume", &O::resume, "continue the run saved in this output directory"),
+                      R::start, false)),
+      no_default(since(row("init_from", "--init-from", &O::init_from,
+                           "a new run starting from this model.safetensors (e.g. from xgrad convert): its model "
+                           "options and weights"),
+                       "")),
+      range(row("steps", "--steps", &O::steps, "training steps (0: task default)"), 1, kBig),
+      range(row("batch", "--batch", &O::batch, "sequences per step"), 1, 65536),
+      no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
+                       1, true)),
+      range(row("min_lr_ratio", "", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of lr"),
+            0, 1),
+      range(row("warmup", "--warmup", &O::warmup, "warmup steps"), 0, kBig),
+      range(row("weight_decay", "--weight-decay", &O::weight_decay, "AdamW weight decay"), 0, 10),
+      range(row("clip", "--clip", &O::clip, "gradient clipping by global norm"), 0, 1e6, true),
+      since(model(choices(row("dtype", "--dtype", &O::dtype, "parameter and arithmetic precision: float32 or float64"),
+                          {"float32", "float64"}),
+                  "dtype"),
+            "float32"),
+      model(range(row("d_model", "--d-model", &O::d_model, "model width"), 1, 8192), "d_model"),
+      model(range(row("heads", "--heads", &O::heads, "query heads H_q"), 1, 8192), "H_q"),
+      model(range(row("kv_heads", "--kv-heads", &O::kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)"), 0, 8192),
+            "H_kv"),
+      model(range(row("layers", "--layers", &O::layers, "transformer layers"), 1, 256), "layers"),
+      model(range(row("d_ff", "--d-ff", &O::d_ff, "feed-forward width (0: 4 d_model)"), 0, 65536), "d_ff"),
+      range(row("dropout", "--dropout", &O::dropout, "dropout"), 0, 1, false, true),
+      since(model(choices(row("pos", "--pos", &O::pos, "positions (decoder-only tasks): learned, rope, alibi or none"),
+                          {"learned", "rope", "alibi", "none"}),
+                  "pos"),
+            "learned"),
+      since(when(model(range(row("rope_base", "--rope-base", &O::rope_base, "--pos rope: frequency base, > 1"), 1, 1e12,
+                             true),
+                       "rope_base"),
+                 "pos", "rope"),
+            "10000"),
+      since(when(model(range(row("rope_fraction", "--rope-fraction", &O::rope_fraction,
+                                 "--pos rope: fraction of each head rotated, in (0, 1]"),
+                             0, 1, true),
+                       "rope_fraction"),
+                 "pos", "rope"),
+            "1"),
+      since(when(model(choices(row("rope_layout", "--rope-layout", &O::rope_layout,
+                                   "--pos rope: interleaved or half-split (GPT-NeoX)"),
+                               {"interleaved", "half-split"}),
+                       "rope_layout"),
+                 "pos", "rope"),
+            "interleaved"),
+      for_tasks(model(range(row("context", "--context", &O::context, "charlm: context length"), 2, 8192), "context"),
+                lm),
+      since(model(range(row("window", "--window", &O::window,
+                            "sliding-window attention: each position sees itself and the W-1 before it (0: no window)"),
+                        0, 65536),
+                  "window"),
+            "0"),
+      for_tasks(model(range(row("n_digits", "--digits", &O::n_digits, "sort: digits per problem"), 1, 32), "n_digits"),
+                {"sort"}),
+      for_tasks(model(range(row("min_len", "", &O::min_len, "reverse: the shortest source"), 1, 32), "min_len"),
+                {"reverse"}),
+      for_tasks(model(range(row("max_len", "", &O::max_len, "reverse: the longest source"), 1, 32), "max_len"),
+                {"reverse"}),
+      row("seed", "--seed", &O::seed, "random seed (initialisation, data, dropout)"),
+      role(range(row("threads", "--threads", &O::threads,
+                     "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine)"),
+                 0, 1024),
+           R::session, false),
+      range(row("eval_every", "--eval-every", &O::eval_every, "evaluate every N steps (0: only at the end)"), 0, kBig),
+      range(row("checkpoint_every", "--checkpoint-every", &O::checkpoint_every,
+                "checkpoint every N steps (0: only at the end)"),
+            0, kBig),
+      range(row("heldout", "", &O::heldout, "held-out problems (sort, reverse) for the exact-match metric"), 1, 100000),
+      no_default(role(row("stop_at", "--stop-at", &O::stop_at, "stop after this step, as if interrupted (for resume)"),
+                      R::session, true)),
+      role(row("progress", "--no-progress", &O::progress, "no live progress line"), R::session, false),
+      role(row("plot", "--no-plot", &O::plot, "do not draw loss.png"), R::session, false),
+      role(row("overwrite", "--overwrite", &O::overwrite, "replace a different run saved in --out"), R::start, false),
+      role(range(row("dist_check_every", "--dist-check-every", &O::dist_check_every,
+                     "several ranks: compare parameter checksums every N steps (0: at the start and end only)"),
+                 0, kBig),
+           R::session, true),
+      role(row("dist_overlap", "--dist-overlap", &O::dist_overlap,
+               "several ranks: all-reduce gradient buckets during backward"),
+           R::session, false),
+      role(range(row("dist_bucket_kib", "--dist-bucket-kib", &O::dist_bucket_kib,
+                     "several ranks: gradient bucket size in KiB"),
+                 1, 1 << 20),
+           R::session, true),
+  };
+  for (OptionSpec& s : t) {
+    if (s.name == "progress" || s.name == "plot") s.negated = true;
+    // Options added after the first checkpoints are written only when not at their default.
+    s.omit_when_legacy = s.has_legacy && (s.name == "init_from");
+  }
+  return t;
+}
+
+std::string join_or(const std::vector<std::string>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i == 0 ? "" : i + 1 == v.size() ? " or " : ", ") + v[i];
+  return s;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// The run's task reads the option (and the option it depends on has the value it needs).
+bool applies(const TrainOptions& o, const OptionSpec& s) {
+  bool for_task = s.tasks.empty();
+  for (const std::string& t : s.tasks) for_task = for_task || t == o.task;
+  if (!for_task) return false;
+  return s.only_when.first.empty() || option_text(o, *find_option(s.only_when.first)) == s.only_when.second;
+}
+
+// "--d-model" for a row with a flag, its name otherwise (as the messages name it).
+std::string shown(const OptionSpec& s) { return s.flag.empty() ? s.name : s.flag; }
+
+bool is_integer_member(const OptionMember& m) {
+  return !std::holds_alternative<std::string O::*>(m) && !std::holds_alternative<double O::*>(m) &&
+         !std::holds_alternative<bool O::*>(m);
+}
+
+[[noreturn]] void bad(const std::string& flag, const std::string& value, const std::string& rule) {
+  throw UsageError(op_message("train", flag + " " + value + ": " + rule));
+}
+
+// The row's range as text: "[1, 65536]" or "(0, 1]".
+std::string range_text(const OptionSpec& s) {
+  auto num = [&](double v) { return is_integer_member(s.member) ? std::to_string(static_cast<long long>(v)) : exact(v); };
+  return (s.lo_open ? "(" : "[") + num(s.lo) + ", " + num(s.hi) + (s.hi_open ? ")" : "]");
+}
+
+// Range and choice of one row (the table's own rule).
+void check_row(const TrainOptions& o, const OptionSpec& s) {
+  const std::string text = option_text(o, s);
+  if (!s.choices.empty()) {
+    for (const std::string& c : s.choices)
+      if (c == text) return;
+    bad(shown(s), text.empty() ? "''" : text, "must be " + join_or(s.choices));
+  }
+  if (!s.ranged) return;
+  double v = 0;
+  std::visit(
+      [&](auto ptr) {
+        using T = std::decay_t<decltype(o.*ptr)>;
+        if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) v = static_cast<double>(o.*ptr);
+      },
+      s.member);
+  const bool ok = std::isfinite(v) && (s.lo_open ? v > s.lo : v >= s.lo) && (s.hi_open ? v < s.hi : v <= s.hi);
+  if (!ok)
+    bad(shown(s), text, std::string(is_integer_member(s.member) ? "must be in " : "must be a number in ") +
+                            range_text(s));
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& option_schema() {
+  static const std::vector<OptionSpec> schema = make_schema();
+  return schema;
+}
+
+const OptionSpec* find_option(const std::string& name) {
+  for (const OptionSpec& s : option_schema())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string option_text(const TrainOptions& o, const OptionSpec& spec) {
+  return std::visit(
+      [&](auto ptr) -> std::string {
+        const auto& v = o.*ptr;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>)
+          return v;
+        else if constexpr (std::is_same_v<T, bool>)
+          return v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, double>)
+          return exact(v);
+        else
+          return std::to_string(v);
+      },
+      spec.member);
+}
+
+void set_option_text(TrainOptions& o, const OptionSpec& spec, const std::string& text, const std::string& where) {
+  std::visit(
+      [&](auto ptr) {
+        auto& v = o.*ptr;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          v = text;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text != "true" && text != "false") throw FormatError(where + ": '" + text + "' is not true or false");
+          v = text == "true";
+        } else if constexpr (std::is_same_v<T, double>) {
+          v = parse_double(text, where);
+        } else if constexpr (std::is_signed_v<T>) {
+          const std::int64_t x = parse_int(text, where);
+          if (x < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+              x > static_cast<std::int64_t>(std::numeric_limits<T>::max()))
+            throw FormatError(where + ": '" + text + "' is out of range");
+          v = static_cast<T>(x);
+        } else {
+          const std::uint64_t x = parse_uint(text, where);
+          // Sizes beyond 2^40 are no sane option of this trainer (and could overflow products).
+          if (std::is_same_v<T, std::size_t> && x > (std::uint64_t(1) << 40))
+            throw FormatError(where + " = " + text + " is out of range");
+          v = static_cast<T>(x);
+        }
+      },
+      spec.member);
+}
+
+std::vector<std::string> run_defining_flags() {
+  std::vector<std::string> flags;
+  for (const OptionSpec& s : option_schema())
+    if (!s.flag.empty() && s.role != OptionRole::session && s.name != "resume") flags.push_back(s.flag);
+  return flags;
+}
+
+std::vector<std::string> session_flags() {
+  std::vector<std::string> flags;
+  for (const OptionSpec& s : option_schema())
+    if (!s.flag.empty() && s.role == OptionRole::session) flags.push_back(s.flag);
+  return flags;
+}
+
+void validate_options(const TrainOptions& o) {
+  for (const OptionSpec& s : option_schema())
+    if (s.role == OptionRole::run) check_row(o, s);
+  // Rules that tie options together.
+  if (o.heads > o.d_model) bad("--heads", std::to_string(o.heads), "must be in [1, " + std::to_string(o.d_model) + "]");
+  if (o.d_model % o.heads != 0)
+    bad("--heads", std::to_string(o.heads), "must divide --d-model " + std::to_string(o.d_model));
+  if (o.kv_heads > o.heads)
+    bad("--kv-heads", std::to_string(o.kv_heads), "must be in [0, " + std::to_string(o.heads) + "]");
+  if (o.kv_heads != 0 && o.heads % o.kv_heads != 0)
+    bad("--kv-heads", std::to_string(o.kv_heads), "must divide --heads " + std::to_string(o.heads));
+  if (o.pos != "learned" && o.task == "reverse")
+    bad("--pos", o.pos, "the reverse task's encoder-decoder has learned position embeddings only (--pos learned)");
+  if (o.pos == "rope") {
+    const std::size_t d_h = o.d_model / o.heads;
+    const auto r = static_cast<std::size_t>(std::floor(o.rope_fraction * static_cast<double>(d_h)));
+    if (r < 2)
+      bad("--rope-fraction", exact(o.rope_fraction),
+          "rotates floor(fraction * d_h) = " + std::to_string(r) + " features of a head of width d_h = " +
+              std::to_string(d_h) + " (--d-model / --heads); RoPE needs at least 2");
+  }
+  if (o.task == "sort" && std::pow(10.0, static_cast<double>(o.n_digits)) < 2.0 * static_cast<double>(o.heldout))
+    bad("--digits", std::to_string(o.n_digits),
+        "too few distinct problems for a held-out set of " + std::to_string(o.heldout) +
+            " and training (the held-out set may take at most half of the 10^digits problems; use --digits >= 3)");
+  if (o.max_len < o.min_len)
+    bad("max_len", std::to_string(o.max_len), "must be in [" + std::to_string(o.min_len) + ", 32]");
+  if (o.out.empty()) bad("--out", "''", "must name a folder");
+  validate_session_options(o);
+}
+
+void validate_session_options(const TrainOptions& o) {
+  for (const OptionSpec& s : option_schema())
+    if (s.role == OptionRole::session) check_row(o, s);
+  if (o.stop_at != -1 && (o.stop_at < 1 || o.stop_at > o.steps))
+    bad("--stop-at", std::to_string(o.stop_at), "must be in [1, --steps " + std::to_string(o.steps) + "]");
+}
+
+void check_options_apply(const TrainOptions& o, const std::set<std::string>& given) {
+  for (const OptionSpec& s : option_schema()) {
+    if (!given.count(s.name)) continue;
+    bool for_task = s.tasks.empty();
+    for (const std::string& t : s.tasks) for_task = for_task || t == o.task;
+    if (!for_task)
+      throw UsageError(op_message("train", shown(s) + " is only for --task " + join_or(s.tasks) +
+                                               " (this run is --task " + o.task + ")"));
+    if (!s.only_when.first.empty()) {
+      const OptionSpec* other = find_option(s.only_when.first);
+      const std::string value = option_text(o, *other);
+      if (value != s.only_when.second)
+        throw UsageError(op_message("train", shown(s) + " is only for " + shown(*other) + " " + s.only_when.second +
+                                                 " (this run is " + shown(*other) + " " + value + ")"));
+    }
+  }
+}
+
+std::map<std::string, std::string> options_metadata(const TrainOptions& o) {
+  std::map<std::string, std::string> m;
+  for (const OptionSpec& s : option_schema()) {
+    if (s.role != OptionRole::run) continue;
+    const std::string v = option_text(o, s);
+    if (s.omit_when_legacy && v == s.legacy) continue;
+    m["opt." + s.name] = v;
+  }
+  return m;
+}
+
+TrainOptions options_from_metadata(const std::map<std::string, std::string>& m, TrainOptions o,
+                                   const std::string& path) {
+  for (const OptionSpec& s : option_schema()) {
+    if (s.role != OptionRole::run) continue;
+    const auto it = m.find("opt." + s.name);
+    if (it == m.end()) {
+      if (!s.has_legacy) throw FormatError("[train] " + path + ": state lacks option '" + s.name + "'");
+      set_option_text(o, s, s.legacy, "[train] " + path + ": option '" + s.name + "'");
+      continue;
+    }
+    set_option_text(o, s, it->second, "[train] " + path + ": metadata 'opt." + s.name + "'");
+  }
+  return o;
+}
+
+std::map<std::string, std::string> options_ranks_agree_on(const TrainOptions& o) {
+  std::map<std::string, std::string> m = options_metadata(o);
+  for (const OptionSpec& s : option_schema())
+    if (s.role == OptionRole::session && s.ranks_agree) m["opt." + s.name] = option_text(o, s);
+  return m;
+}
+
+void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
+  const std::string& path = o.init_from;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw UsageError(op_message("train", "--init-from '" + path + "' does not exist"));
+  if (fs::is_directory(path, ec))
+    throw UsageError(op_message("train", "--init-from '" + path + "' is a folder; give a model.safetensors"));
+  const nn::safetensors::Metadata saved = nn::safetensors::load(path).metadata;
+  const ModelInfo info = model_info(saved, path);
+  const nn::TransformerConfig& c = info.config;
+  if (info.kind == "encoder_decoder" && c.encoder_layers != c.layers)
+    throw FormatError("[train] --init-from " + path + ": " + std::to_string(c.encoder_layers) + " encoder and " +
+                      std::to_string(c.layers) + " decoder layers; xgrad train makes both the same");
+  if (info.task == "sort" && info.task_params.count("n_values") && info.task_params.at("n_values") != "10")
+    throw FormatError("[train] --init-from " + path + ": sort with " + info.task_params.at("n_values") +
+                      " values; xgrad train sorts 10");
+  // The checkpoint's model metadata as this trainer writes it (resolved: H_kv, d_ff), so each
+  // model option compares with the value the checkpoint's model has.
+  nn::safetensors::Metadata theirs = model_metadata(info);
+  for (const OptionSpec& s : option_schema()) {
+    if (s.model_key.empty()) continue;
+    bool for_task = s.tasks.empty();
+    for (const std::string& t : s.tasks) for_task = for_task || t == info.task;
+    if (!for_task) continue;
+    // Options read only under another option's value (RoPE's) shape the model only then.
+    if (!s.only_when.first.empty()) {
+      const std::string key = find_option(s.only_when.first)->model_key;
+      const std::string value = theirs.count(key) ? theirs.at(key) : find_option(s.only_when.first)->legacy;
+      if (value != s.only_when.second) continue;
+    }
+    std::string value;
+    if (theirs.count(s.model_key))
+      value = theirs.at(s.model_key);
+    else if (info.task_params.count(s.model_key))
+      value = info.task_params.at(s.model_key);
+    else if (s.has_legacy)
+      value = s.legacy;
+    else
+      throw FormatError("[train] --init-from " + path + ": metadata lacks '" + s.model_key + "'");
+    TrainOptions probe = o;
+    set_option_text(probe, s, value, "[train] --init-from " + path + ": metadata '" + s.model_key + "'");
+    std::string mine = option_text(o, s);
+    // Options whose 0 means "derived" compare by the value they resolve to.
+    if (s.name == "kv_heads" && o.kv_heads == 0) mine = std::to_string(o.heads);
+    if (s.name == "d_ff" && o.d_ff == 0) mine = std::to_string(4 * o.d_model);
+    const std::string shown_theirs = option_text(probe, s);
+    if (given.count(s.name) && mine != shown_theirs)
+      throw UsageError(op_message("train", s.flag + " " + mine + " conflicts with --init-from " + path + " (" +
+                                               s.model_key + " " + shown_theirs + "); leave " + s.flag + " out"));
+    set_option_text(o, s, value, "[train] --init-from " + path);
+  }
+}
+
+namespace {
+// --task charlm's defaults (with_task_defaults).
+constexpr std::int64_t kCharlmSteps = 2000, kCharlmWarmup = 100, kCharlmEvalEvery = 100;
+constexpr double kCharlmLr = 5e-3, kCharlmDropout = 0.1, kCharlmWeightDecay = 0.1;
+constexpr std::size_t kCharlmBatch = 32, kCharlmContext = 64, kCharlmDModel = 64, kCharlmLayers = 2;
+}  // namespace
+
+TrainOptions with_defaults(TrainOptions o) {
+  // Defaults with a wide margin on this machine: sort reaches 100% held-out exact match by
+  // about 300 steps, reverse by about 600.
+  if (o.steps == 0) o.steps = o.task == "charlm" ? kCharlmSteps : (o.task == "reverse" ? 1500 : 1000);
+  if (o.lr == 0.0) o.lr = 3e-3;
+  return o;
+}
+
+TrainOptions with_task_defaults(TrainOptions o, const std::set<std::string>& given) {
+  if (o.task != "charlm") return o;
+  // Tuned for about 3 minutes of one core on the licence texts (docs/cli.md has the numbers).
+  if (!given.count("steps")) o.steps = kCharlmSteps;
+  if (!given.count("lr")) o.lr = kCharlmLr;
+  if (!given.count("batch")) o.batch = kCharlmBatch;
+  if (o.init_from.empty()) {  // with --init-from the model's shape comes from the file
+    if (!given.count("context")) o.context = kCharlmContext;
+    if (!given.count("d_model")) o.d_model = kCharlmDModel;
+    if (!given.count("layers")) o.layers = kCharlmLayers;
+  }
+  if (!given.count("dropout")) o.dropout = kCharlmDropout;
+  if (!given.count("weight_decay")) o.weight_decay = kCharlmWeightDecay;
+  if (!given.count("warmup")) o.warmup = kCharlmWarmup;
+  if (!given.count("eval_every")) o.eval_every = kCharlmEvalEvery;
+  return o;
+}
+
+std::string options_json(const TrainOptions& o) {
+  json::Value obj = json::Value::make_object();
+  for (const OptionSpec& s : option_schema()) {
+    if (s.role != OptionRole::run || !applies(o, s)) continue;
+    const std::string v = option_text(o, s);
+    std::visit(
+        [&](auto ptr) {
+          using T = std::decay_t<decltype(o.*ptr)>;
+          if constexpr (std::is_same_v<T, std::string>)
+            obj.set(s.name, json::Value::make_string(v));
+          else if constexpr (std::is_same_v<T, bool>)
+            obj.set(s.name, json::Value::make_bool(o.*ptr));
+          else
+            obj.set(s.name, json::Value::make_number_text(v));
+        },
+        s.member);
+  }
+  // One option a line, as people read and edit it.
+  std::string text = "{\n";
+  const auto& members = obj.members();
+  for (std::size_t i = 0; i < members.size(); ++i)
+    text += "  " + json::quote(members[i].first) + ": " + members[i].second.dump() +
+            (i + 1 < members.size() ? ",\n" : "\n");
+  return text + "}\n";
+}
+
+std::set<std::string> apply_config_json(TrainOptions& o, const std::string& json_text, const std::string& path) {
+  json::Value root;
+  try {
+    root = json::parse(json_text);
+  } catch (const FormatError& e) {
+    throw UsageError(op_message("train", "--config " + path + " is not JSON: " + e.what()));
+  }
+  if (!root.is_object())
+    throw UsageError(op_message("train", "--config " + path + ": must be a JSON object of options (\"name\": value)"));
+  std::set<std::string> set;
+  for (const auto& [key, value] : root.members()) {
+    const OptionSpec* s = find_option(key);
+    const std::string where = "--config " + path + ": key '" + key + "'";
+    if (!s || key == "resume")
+      throw UsageError(op_message("train", where + " is not an option of xgrad train (the keys are the options' names, "
+                                                   "e.g. d_model for --d-model; see docs/cli.md)"));
+    std::string text;
+    const bool is_text = std::holds_alternative<std::string O::*>(s->member);
+    const bool is_bool = std::holds_alternative<bool O::*>(s->member);
+    if (is_text) {
+      if (!value.is_string()) throw UsageError(op_message("train", where + " must be a string, got " + value.dump()));
+      text = value.str();
+    } else if (is_bool) {
+      if (value.kind() != json::Value::Kind::boolean)
+        throw UsageError(op_message("train", where + " must be true or false, got " + value.dump()));
+      text = value.dump();
+    } else {
+      if (!value.is_number()) throw UsageError(op_message("train", where + " must be a number, got " + value.dump()));
+      text = value.str();
+    }
+    try {
+      set_option_text(o, *s, text, where);
+    } catch (const FormatError& e) {
+      throw UsageError(op_message("train", std::string(e.what()) +
+                                               (is_integer_member(s->member) ? " (an integer is expected)" : "")));
+    }
+    try {
+      check_row(o, *s);
+    } catch (const UsageError&) {  // the same rule, naming the key and the file
+      std::string rule = !s->choices.empty() ? "must be " + join_or(s->choices)
+                                             : std::string(is_integer_member(s->member) ? "must be in "
+                                                                                        : "must be a number in ") +
+                                                   range_text(*s);
+      throw UsageError(op_message("train", where + " = " + value.dump() + ": " + rule));
+    }
+    set.insert(key);
+  }
+  return set;
+}
+
+std::string describe_options(const TrainOptions& o) {
+  // The options every line shows are left out; the others appear when not at their defaults.
+  static const std::set<std::string> shown_always = {"task", "d_model", "heads", "kv_heads", "layers", "steps",
+                                                     "batch", "lr", "seed", "out", "text"};
+  const TrainOptions defaults = with_task_defaults(with_defaults([&] {
+    TrainOptions d;
+    d.task = o.task;
+    return d;
+  }()), {});
+  std::vector<std::string> parts;
+  for (const OptionSpec& s : option_schema()) {
+    if (s.role != OptionRole::run || shown_always.count(s.name) || !applies(o, s)) continue;
+    const std::string v = option_text(o, s);
+    if (v != option_text(defaults, s)) parts.push_back(s.name + " " + v);
+  }
+  return join(parts);
+}
+
+}  // namespace xg::train

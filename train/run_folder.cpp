@@ -1,0 +1,216 @@
+#include <xgrad/train/detail/run_folder.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+#include <xgrad/core/error.hpp>
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/checkpoint.hpp>
+
+namespace xg::train::detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+RunLog::RunLog(fs::path path, std::vector<std::string> kept) : path_(std::move(path)) {
+  pending_ = std::string(kHeader) + "\n";
+  for (const auto& row : kept) pending_ += row + "\n";
+}
+RunLog::~RunLog() {
+  if (file_) std::fclose(file_);
+}
+
+
+void RunLog::commit() {
+  if (!file_) {
+    const std::string tmp = path_.string() + ".tmp." + std::to_string(::getpid());
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
+    const bool ok = write_sync(f);
+    if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path_.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      throw FormatError("[train] writing " + path_.string() + " failed: " + std::strerror(errno));
+    }
+    file_ = std::fopen(path_.c_str(), "ab");
+    if (!file_) throw FormatError("[train] cannot append to " + path_.string() + ": " + std::strerror(errno));
+  } else if (!write_sync(file_)) {
+    throw FormatError("[train] writing " + path_.string() + " failed: " + std::strerror(errno));
+  }
+  pending_.clear();
+}
+
+bool RunLog::write_sync(std::FILE* f) {
+  return std::fwrite(pending_.data(), 1, pending_.size(), f) == pending_.size() && std::fflush(f) == 0 &&
+         ::fsync(::fileno(f)) == 0;
+}
+
+
+// The comma-separated fields of a line, empty ones included ("1,2," has 3).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> fields(1);
+  for (char c : line) {
+    if (c == ',')
+      fields.emplace_back();
+    else
+      fields.back() += c;
+  }
+  return fields;
+}
+
+// The rows of an earlier log.csv up to the checkpoint's step: exactly steps 1..step, each a
+// complete row of numbers; rows after the step (written after the checkpoint) are dropped.
+std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError("[train] " + path.string() + ": cannot read the log of the run to resume");
+  std::string line;
+  std::vector<std::string> rows;
+  if (!std::getline(in, line) || (line != RunLog::kHeader && line != RunLog::kHeaderV1))
+    throw FormatError("[train] " + path.string() + ":1: not the header of a training log");
+  const bool v1 = line == RunLog::kHeaderV1;
+  const std::size_t columns = v1 ? 6 : 7;
+  for (std::int64_t n = 2; static_cast<std::int64_t>(rows.size()) < step; ++n) {
+    const std::string where = "[train] " + path.string() + ":" + std::to_string(n);
+    if (!std::getline(in, line))
+      throw FormatError(where + ": the log ends at step " + std::to_string(rows.size()) + ", the checkpoint is at step " +
+                        std::to_string(step));
+    const std::vector<std::string> fields = csv_fields(line);
+    if (fields.size() != columns)
+      throw FormatError(where + ": expected " + std::to_string(columns) + " comma-separated fields, found " +
+                        std::to_string(fields.size()));
+    const std::int64_t s = parse_int(fields[0], where + ": step");
+    if (s != static_cast<std::int64_t>(rows.size()) + 1)
+      throw FormatError(where + ": step " + fields[0] + " where step " + std::to_string(rows.size() + 1) + " belongs");
+    for (std::size_t i = 1; i < fields.size(); ++i)
+      if (i != 6 || !fields[i].empty()) parse_double(fields[i], where + ": field " + std::to_string(i + 1));
+    rows.push_back(v1 ? line + "," : line);
+  }
+  return rows;
+}
+
+// A new run's identity: 128 random bits as 32 lowercase hex digits. Random (not derived from
+// the options), so two runs with the same flags have different ids.
+std::string new_run_id() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+    id += buf;
+  }
+  return id;
+}
+
+bool is_run_id(const std::string& id) {
+  if (id.size() != 32) return false;
+  for (char c : id)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// The run id in DIR/run_id.txt; empty if the file does not exist (a folder of a run saved
+// before run ids). FormatError if it exists but does not hold one id.
+std::string read_run_id(const fs::path& dir) {
+  const fs::path path = dir / kRunIdFile;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "";
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  if (!in || !std::getline(in, text))
+    throw FormatError("[train] " + path.string() + ": cannot read the run id");
+  std::string rest;
+  if (!is_run_id(text) || std::getline(in, rest))
+    throw FormatError("[train] " + path.string() + ": not a run id (one line of 32 hex digits)");
+  return text;
+}
+
+// Writes DIR/run_id.txt atomically (temporary file, fsync, rename).
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  ::fsync(::fileno(f)) == 0;
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw FormatError("[train] writing " + path.string() + " failed: " + std::strerror(errno));
+  }
+}
+
+void write_run_id(const fs::path& dir, const std::string& id) { write_file_atomically(dir / kRunIdFile, id + "\n"); }
+
+std::string describe_run_id(const std::string& id) { return id.empty() ? "none (saved before run ids)" : id; }
+
+// --resume: the state must belong to the run whose files are in the folder. Checked before
+// anything in the folder changes.
+void check_run_id(const std::string& state_id, const fs::path& dir, const std::string& state_path) {
+  if (!state_id.empty() && !is_run_id(state_id))
+    throw FormatError("[train] " + state_path + ": metadata 'run_id' = '" + state_id + "' is not a run id (32 hex digits)");
+  const std::string folder_id = read_run_id(dir);
+  if (state_id == folder_id) return;
+  throw FormatError("[train] " + state_path + " is from run " + describe_run_id(state_id) + ", but " +
+                    (dir / kRunIdFile).string() +
+                    (folder_id.empty() ? " does not exist (the folder's files are of no known run)"
+                                       : " says the folder holds run " + folder_id) +
+                    ": the state belongs to another run; refusing to resume (nothing changed)");
+}
+
+// A new run in `out`: refuse a folder that holds a different run unless --overwrite (the
+// same options are the same run: starting it again is harmless).
+void check_out_folder(const TrainOptions& o) {
+  const fs::path out(o.out);
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    throw UsageError(op_message("train", "--out " + o.out + " exists and is not a directory"));
+  if (o.overwrite) return;
+  std::vector<std::string> present;
+  for (const char* f : {kStateFile, kModelFile, kBestFile, kLogFile, kRunIdFile, kConfigFile})
+    if (fs::exists(out / f, ec)) present.push_back(f);
+  if (present.empty()) return;
+  const std::string advice = "; continue it with --resume " + o.out + ", choose another --out, or pass --overwrite";
+  nn::safetensors::Metadata saved;
+  try {
+    saved = nn::safetensors::load((out / kStateFile).string()).metadata;
+  } catch (const Error&) {
+    throw UsageError(op_message("train", "--out " + o.out + " holds files of another run (" + join(present) + ")" + advice));
+  }
+  std::vector<std::string> differ;
+  for (const auto& [k, v] : options_metadata(o)) {
+    auto it = saved.find(k);
+    // Runs saved before an option existed have its legacy value (the table's).
+    const OptionSpec* spec = find_option(k.substr(4));
+    const std::string was = it != saved.end() ? it->second : spec && spec->has_legacy ? spec->legacy : "?";
+    if (was != v) differ.push_back(k.substr(4) + " " + was + " -> " + v);
+  }
+  if (!differ.empty())
+    throw UsageError(op_message("train", "--out " + o.out + " holds a different run (" + join(differ) + ")" + advice));
+}
+
+void prepare_out_folder(const std::string& out) {
+  try {
+    fs::create_directories(out);
+  } catch (const fs::filesystem_error& e) {
+    throw UsageError(op_message("train", "--out " + out + ": cannot create the folder: " + e.code().message()));
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const std::string base : {kStateFile, kModelFile, kBestFile, kLogFile, kRunIdFile, kConfigFile})
+      if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
+  }
+}
+
+}  // namespace xg::train::detail

@@ -1,0 +1,257 @@
+// The charlm task (character-level language model): its data and its training.
+#include <xgrad/train/tasks.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/dist/communicator.hpp>
+#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/train/generate.hpp>
+
+#include "common.hpp"
+
+namespace xg::train {
+
+std::string CharLMTask::read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec))
+    throw ValueError(op_message("charlm", "cannot read the text file " + path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CharLMTask::CharLMTask(const std::string& path, std::size_t context) : CharLMTask(path, context, read_corpus(path)) {}
+
+CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::string& text)
+    : CharLMTask(path, context, std::vector<TextFile>{{std::filesystem::path(path).filename().string(), text}}) {}
+
+CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::vector<TextFile>& corpus)
+    : context_(context) {
+  std::size_t total = 0;
+  for (const TextFile& f : corpus) total += f.text.size();
+  if (total < 20 * (context + 1))
+    throw ValueError(op_message("charlm", path + " has " + std::to_string(total) + " bytes; need at least " +
+                                              std::to_string(20 * (context + 1)) + " for context " +
+                                              std::to_string(context)));
+  std::set<unsigned char> chars;
+  for (const TextFile& f : corpus) chars.insert(f.text.begin(), f.text.end());
+  for (unsigned char c : chars) vocab_.tokens.push_back(std::string(1, static_cast<char>(c)));
+  // The tail of every text: validation then reads the same kinds of text as training.
+  for (const TextFile& f : corpus) {
+    const auto ids = encode(f.text);
+    const std::size_t split = ids.size() * 9 / 10;
+    train_.insert(train_.end(), ids.begin(), ids.begin() + static_cast<long>(split));
+    val_.insert(val_.end(), ids.begin() + static_cast<long>(split), ids.end());
+  }
+  if (val_.size() < context + 2)
+    throw ValueError(op_message("charlm", path + ": the validation split (the last 10% of each text) has " +
+                                              std::to_string(val_.size()) + " bytes; need at least " +
+                                              std::to_string(context + 2) + " for context " + std::to_string(context)));
+}
+
+std::vector<TextFile> CharLMTask::read_corpus(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::exists(path, ec))
+      throw ValueError(op_message("charlm", "cannot read the text file " + path +
+                                                " (no such file or folder; pass --text FILE, a text file or a folder of them)"));
+    return {{fs::path(path).filename().string(), read_text(path)}};
+  }
+  std::vector<std::pair<std::string, fs::path>> files;  // (name, resolved path)
+  std::set<std::string> seen;
+  fs::directory_iterator it(path, ec), end;
+  if (ec)
+    throw ValueError(op_message("charlm", "cannot read the text folder " + path + ": " + ec.message() +
+                                              " (pass --text FILE)"));
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw ValueError(op_message("charlm", "cannot list the text folder " + path + ": " + ec.message()));
+    std::error_code e2;
+    const fs::path target = fs::canonical(it->path(), e2);
+    if (e2 || !fs::is_regular_file(target, e2)) continue;  // a dangling link, a subfolder, a device
+    if (seen.insert(target.string()).second) files.emplace_back(target.filename().string(), target);
+  }
+  if (files.empty())
+    throw ValueError(op_message("charlm", "the text folder " + path + " holds no files (pass --text FILE)"));
+  std::sort(files.begin(), files.end());
+  std::vector<TextFile> corpus;
+  for (const auto& f : files) corpus.push_back({f.first, read_text(f.second.string())});
+  return corpus;
+}
+
+std::string CharLMTask::fingerprint(const std::vector<TextFile>& corpus) {
+  std::string out;
+  for (const TextFile& f : corpus) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : f.text) h = (h ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    out += (out.empty() ? "" : ";") + f.name + ":" + std::to_string(f.text.size()) + ":" + hex;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> CharLMTask::encode(const std::string& text) const {
+  std::vector<std::int64_t> ids;
+  ids.reserve(text.size());
+  for (char c : text) ids.push_back(vocab_.id(std::string(1, c)));
+  return ids;
+}
+
+LMBatch CharLMTask::batch(std::size_t B, Generator& gen, bool validation) const {
+  const auto& src = validation ? val_ : train_;
+  const std::size_t T = context_;
+  LMBatch b{IndexArray({B, T}, std::vector<std::int64_t>(B * T)), IndexArray({B, T}, std::vector<std::int64_t>(B * T))};
+  for (std::size_t s = 0; s < B; ++s) {
+    const std::size_t start = gen.below(src.size() - T - 1);
+    for (std::size_t t = 0; t < T; ++t) {
+      b.tokens.data[s * T + t] = src[start + t];
+      b.targets.data[s * T + t] = src[start + t + 1];
+    }
+  }
+  return b;
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Training on it: validation loss on the last 10% of every text, samples from the model.
+
+namespace tasks {
+namespace {
+
+class CharLMTraining : public GPTTask {
+ public:
+  CharLMTraining(const TrainOptions& o, const std::vector<TextFile>& corpus)
+      : o_(o), data_(o.text, o.context, corpus), corpus_(CharLMTask::fingerprint(corpus)) {
+    nn::TransformerConfig c = config_from_options(o);
+    info_.task = "charlm";
+    info_.kind = "gpt";
+    info_.vocab = data_.vocab();
+    c.context = o.context;
+    c.V_vocab = info_.vocab.size();
+    info_.config = c.resolved();
+  }
+
+  Tensor loss(std::size_t batch, Generator& data, Generator& dropout, const dist::Shard& shard,
+              double* weight) override {
+    return lm_loss(data_.batch(batch, data), dropout, shard, batch, weight);
+  }
+  std::size_t tokens_per_batch(std::size_t batch) const override { return batch * o_.context; }
+  std::string metric_name() const override { return "val_loss"; }
+  bool has_validation() const override { return true; }
+
+  // The mean loss over a fixed validation set (the same 10 batches of --batch windows of the
+  // validation split at every call), sharded over the ranks and summed.
+  double validation_loss(dist::Communicator& comm) override {
+    module().eval();
+    NoGradGuard ng;
+    const std::size_t R = static_cast<std::size_t>(comm.size());
+    Generator eval_gen(o_.seed + 2000);
+    double sum = 0;
+    const int batches = 10;
+    const dist::Shard shard = dist::shard_of(o_.batch, comm.rank(), comm.size());
+    for (int i = 0; i < batches; ++i) {
+      double weight = 1.0;
+      const LMBatch b = shard_of(data_.batch(o_.batch, eval_gen, true), shard, o_.batch, &weight);
+      sum += R > 1 ? gpt_->loss(b.tokens, b.targets).item() * weight : gpt_->loss(b.tokens, b.targets).item();
+    }
+    module().train();
+    return comm.all_reduce(sum, dist::ReduceOp::sum) / batches;
+  }
+
+  double evaluate(dist::Communicator& comm, std::ostream* samples) override {
+    const double v = validation_loss(comm);
+    if (samples) sample(*samples);
+    return v;
+  }
+
+  // 240 characters continuing a prompt taken from the validation split. Past the context,
+  // each piece continues the last context/2 characters.
+  void sample(std::ostream& samples) override {
+    module().eval();
+    Generator sample_gen(o_.seed + 3000);
+    const LMBatch b = data_.batch(1, sample_gen, true);
+    const std::size_t p = std::min<std::size_t>(16, o_.context / 2);  // prompt, then room to write
+    const std::vector<std::int64_t> prompt(b.tokens.data.begin(), b.tokens.data.begin() + static_cast<long>(p));
+    SampleOptions so;
+    so.temperature = 0.8;
+    so.generator = &sample_gen;
+    std::vector<std::int64_t> text = prompt, written;
+    while (written.size() < 240) {
+      const std::size_t keep = std::min(text.size(), std::max<std::size_t>(1, o_.context / 2));
+      const std::vector<std::int64_t> window(text.end() - static_cast<long>(keep), text.end());
+      const std::size_t n = std::min<std::size_t>(240 - written.size(), o_.context - keep);
+      const Generation g = generate(*gpt_, {window}, n, so);
+      text.insert(text.end(), g.tokens[0].begin(), g.tokens[0].end());
+      written.insert(written.end(), g.tokens[0].begin(), g.tokens[0].end());
+    }
+    samples << "  sample: \"" << info_.vocab.decode(prompt) << "|" << info_.vocab.decode(written) << "\"\n";
+    module().train();
+  }
+
+  // The texts, by name: the full list with sizes and checksums is in the state's metadata.
+  std::string describe_data() const override {
+    std::string names;
+    std::size_t texts = 0;
+    for (std::size_t i = 0; i < corpus_.size();) {
+      const std::size_t end = std::min(corpus_.find(';', i), corpus_.size());
+      names += (texts++ ? ", " : "") + corpus_.substr(i, corpus_.find(':', i) - i);
+      i = end + 1;
+    }
+    std::ostringstream out;
+    out << "corpus: " << o_.text << ": " << texts << (texts == 1 ? " text" : " texts") << " (" << names << "), "
+        << data_.train_size() + data_.validation_size() << " bytes; training " << data_.train_size()
+        << ", validation " << data_.validation_size() << " characters (the last 10% of each text)\n";
+    return out.str();
+  }
+
+  nn::safetensors::Metadata state_metadata() const override { return {{"corpus", corpus_}}; }
+
+  void check_resume(const nn::safetensors::Metadata& state, const std::string& path) const override {
+    const auto it = state.find("corpus");
+    if (it != state.end() && it->second != corpus_)
+      throw FormatError("[train] " + path + ": the texts of " + o_.text + " changed since the run was saved (saved corpus " +
+                        it->second + "; now " + corpus_ + "); cannot resume exactly");
+  }
+
+ private:
+  TrainOptions o_;
+  CharLMTask data_;
+  std::string corpus_;  // CharLMTask::fingerprint of the texts, saved with the state
+};
+
+}  // namespace
+
+// Rank 0 reads the texts; every rank gets the same bytes.
+std::unique_ptr<Task> make_charlm(const TrainOptions& o, dist::Communicator& comm) {
+  std::vector<TextFile> corpus;
+  dist::together(comm, [&] {
+    if (comm.rank() == 0) corpus = CharLMTask::read_corpus(o.text);
+  });
+  if (comm.size() > 1) {
+    std::string count = std::to_string(corpus.size());
+    comm.broadcast(count, 0);
+    corpus.resize(static_cast<std::size_t>(std::stoull(count)));
+    for (TextFile& f : corpus) {
+      comm.broadcast(f.name, 0);
+      comm.broadcast(f.text, 0);
+    }
+  }
+  std::unique_ptr<Task> task;
+  dist::together(comm, [&] { task = std::make_unique<CharLMTraining>(o, corpus); });
+  return task;
+}
+
+}  // namespace tasks
+
+}  // namespace xg::train
+

@@ -1,0 +1,82 @@
+#include "common.hpp"
+
+#include <xgrad/core/error.hpp>
+#include <xgrad/dist/communicator.hpp>
+#include <xgrad/ops/dropout.hpp>
+
+namespace xg::train {
+
+double Task::validation_loss(dist::Communicator&) {
+  throw InternalError(op_message("train", "task " + info_.task + " has no validation split"));
+}
+
+void Task::sample(std::ostream&) {}
+
+void Task::check_resume(const nn::safetensors::Metadata&, const std::string&) const {}
+
+std::unique_ptr<Task> make_task(const TrainOptions& o, dist::Communicator& comm) {
+  if (o.task == "charlm") return tasks::make_charlm(o, comm);  // reads files: collectives of its own
+  std::unique_ptr<Task> task;
+  dist::together(comm, [&] {
+    if (o.task == "sort")
+      task = tasks::make_sort(o);
+    else if (o.task == "reverse")
+      task = tasks::make_reverse(o);
+    else
+      throw ValueError(op_message("train", "unknown task '" + o.task + "' (sort, reverse, charlm)"));
+  });
+  return task;
+}
+
+namespace tasks {
+
+nn::TransformerConfig config_from_options(const TrainOptions& o) {
+  nn::TransformerConfig c;
+  c.dtype = o.dtype == "float64" ? DType::float64 : DType::float32;
+  c.d_model = o.d_model;
+  c.H_q = o.heads;
+  c.H_kv = o.kv_heads;
+  c.layers = o.layers;
+  c.d_ff = o.d_ff;
+  c.dropout = o.dropout;
+  c.window = o.window;
+  c.pos = nn::position_scheme_from_name(o.pos);
+  c.rope.base = o.rope_base;
+  c.rope.fraction = o.rope_fraction;
+  c.rope.layout = ops::rope_layout_from_name(o.rope_layout);
+  return c;
+}
+
+IndexArray rows_of(const IndexArray& a, const dist::Shard& shard) {
+  const std::size_t row = a.shape.empty() || a.shape[0] == 0 ? 0 : a.size() / a.shape[0];
+  Shape shape = a.shape;
+  shape[0] = shard.rows();
+  return IndexArray(shape, std::vector<std::int64_t>(a.data.begin() + static_cast<long>(shard.begin * row),
+                                                     a.data.begin() + static_cast<long>(shard.end * row)));
+}
+
+std::size_t targets_in(const IndexArray& targets) {
+  std::size_t n = 0;
+  for (std::int64_t t : targets.data) n += t != kIgnore;
+  return n;
+}
+
+LMBatch shard_of(LMBatch b, const dist::Shard& shard, std::size_t batch, double* weight) {
+  *weight = 1.0;
+  if (shard.rows() == batch) return b;
+  const double global = static_cast<double>(targets_in(b.targets));
+  b = LMBatch{rows_of(b.tokens, shard), rows_of(b.targets, shard)};
+  *weight = static_cast<double>(targets_in(b.targets)) / global;
+  return b;
+}
+
+void GPTTask::build_model(Generator& init) { gpt_ = std::make_unique<nn::GPT>(info_.config, init); }
+
+Tensor GPTTask::lm_loss(LMBatch b, Generator& dropout, const dist::Shard& shard, std::size_t batch, double* weight) {
+  ops::DropoutRowOffset rows(shard.begin);  // dropout masks by global row
+  b = shard_of(std::move(b), shard, batch, weight);
+  return gpt_->loss(b.tokens, b.targets, kIgnore, &dropout);
+}
+
+}  // namespace tasks
+}  // namespace xg::train

@@ -1,0 +1,227 @@
+#include <xgrad/train/detail/train_state.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <xgrad/core/error.hpp>
+#include <xgrad/train/checkpoint.hpp>
+
+namespace xg::train::detail {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kParamPrefix = "model.", kOptimPrefix = "optim.";
+// The moments AdamW keeps for every parameter (nn::Adam::update); a checkpoint holds both for each.
+const std::vector<std::string> kAdamBuffers = {"exp_avg", "exp_avg_sq"};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// The tensors of a checkpoint must be exactly each parameter and its AdamW moments: a missing
+// moment would resume silently from zeros, a stray tensor means the file is not this run's.
+// `params` and `moments` are the names as stored, with their prefixes (shown that way);
+// `others` are tensors that are neither. A parameter missing beside both its moments is named
+// as missing; moments of no parameter otherwise are unexpected.
+void check_state_tensors(const std::vector<std::string>& params, const std::string& param_prefix,
+                         const std::vector<std::string>& moments, const std::string& moment_prefix,
+                         const std::vector<std::string>& others, const std::string& path) {
+  std::set<std::string> have_params;
+  for (const std::string& p : params) have_params.insert(p.substr(param_prefix.size()));
+  const std::set<std::string> have_moments(moments.begin(), moments.end());
+  auto moment = [&](const std::string& param, const std::string& b) { return moment_prefix + param + "." + b; };
+  auto complete = [&](const std::string& param) {  // both moments of `param` are in the file
+    for (const std::string& b : kAdamBuffers)
+      if (!have_moments.count(moment(param, b))) return false;
+    return true;
+  };
+  std::vector<std::string> missing, unexpected = others;
+  std::set<std::string> lost_params;
+  for (const std::string& m : moments) {
+    const std::string rest = m.substr(moment_prefix.size());
+    const std::size_t dot = rest.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : rest.substr(0, dot);
+    const bool adam = dot != std::string::npos &&
+                      std::find(kAdamBuffers.begin(), kAdamBuffers.end(), rest.substr(dot + 1)) != kAdamBuffers.end();
+    if (adam && have_params.count(owner)) continue;
+    if (adam && complete(owner))
+      lost_params.insert(param_prefix + owner);
+    else
+      unexpected.push_back(m);
+  }
+  for (const std::string& p : have_params) {
+    bool none = true;
+    for (const std::string& b : kAdamBuffers) none = none && !have_moments.count(moment(p, b));
+    if (none && !lost_params.empty()) {  // a parameter renamed: it is the stray one, its moments are not missing
+      unexpected.push_back(param_prefix + p);
+      continue;
+    }
+    for (const std::string& b : kAdamBuffers)
+      if (!have_moments.count(moment(p, b))) missing.push_back(moment(p, b));
+  }
+  missing.insert(missing.end(), lost_params.begin(), lost_params.end());
+  if (missing.empty() && unexpected.empty()) return;
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (std::size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", '" : "'") + v[i] + "'";
+    if (v.size() > 8) s += " and " + std::to_string(v.size() - 8) + " more";
+    return s;
+  };
+  std::string what;
+  if (!missing.empty()) what += "missing tensor" + std::string(missing.size() > 1 ? "s " : " ") + list(missing);
+  if (!unexpected.empty())
+    what += (what.empty() ? "" : "; ") + std::string("unexpected tensor") + (unexpected.size() > 1 ? "s " : " ") +
+            list(unexpected) + " (matches no parameter of the model or its moments)";
+  throw FormatError("[train] " + path + ": not a complete checkpoint: " + what + "; cannot resume exactly");
+}
+
+// Names and values of a state file's tensors under `prefix`, the prefix removed.
+nn::safetensors::NamedArrays with_prefix(const nn::safetensors::File& f, const std::string& prefix) {
+  nn::safetensors::NamedArrays out;
+  for (const auto& [name, a] : f.tensors)
+    if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), a);
+  return out;
+}
+
+}  // namespace
+
+void save_model(Task& task, const std::string& path, std::int64_t step, const nn::safetensors::Metadata& extra) {
+  nn::safetensors::Metadata meta = model_metadata(task.info());
+  meta["step"] = std::to_string(step);
+  for (const auto& [k, v] : extra) meta[k] = v;
+  nn::safetensors::save_module(path, task.module(), meta);
+}
+
+void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const nn::Optimizer& opt, std::int64_t step,
+                     const Generator& data, const Generator& dropout, RunLog& log) {
+  // A new run's first checkpoint names the run in the folder before any of its files lands.
+  if (!run.id.empty() && !run.on_disk) {
+    write_run_id(o.out, run.id);
+    run.on_disk = true;
+  }
+  if (!run.config_on_disk) {  // runs saved before config.json existed get theirs at their next checkpoint
+    write_file_atomically(fs::path(o.out) / kConfigFile, options_json(o));
+    run.config_on_disk = true;
+  }
+  log.commit();
+  std::map<std::string, std::string> opts = options_metadata(o);
+  nn::safetensors::Metadata state(opts.begin(), opts.end());
+  state["checkpoint"] = "xgrad-train-2";
+  if (!run.id.empty()) state["run_id"] = run.id;
+  state["step"] = std::to_string(step);
+  state["optimizer"] = opt.kind();
+  state["data_rng"] = data.state();
+  state["dropout_rng"] = dropout.state();
+  for (const auto& [k, v] : task.state_metadata()) state[k] = v;
+  nn::safetensors::NamedArrays tensors;
+  for (const auto& [name, p] : task.module().named_parameters()) tensors.emplace_back(kParamPrefix + name, p.value());
+  for (auto& [name, a] : opt.state()) tensors.emplace_back(kOptimPrefix + name, std::move(a));
+  nn::safetensors::save((fs::path(o.out) / kStateFile).string(), tensors, state);
+  save_model(task, (fs::path(o.out) / kModelFile).string(), step);
+}
+
+ResumePoint read_resume_point(const nn::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
+                              bool root, std::uint64_t n_expected) {
+  ResumePoint p;
+  p.step = parse_int(state.metadata.count("step") ? state.metadata.at("step") : "",
+                     "[train] " + state_path + ": metadata 'step'");
+  if (p.step < 1 || p.step > o.steps)
+    throw FormatError("[train] " + state_path + ": step " + std::to_string(p.step) + " outside [1, " +
+                      std::to_string(o.steps) + "]");
+  p.params = with_prefix(state, kParamPrefix);
+  p.moments = with_prefix(state, kOptimPrefix);
+  if (p.params.empty()) {
+    p.legacy_pair = true;
+    p.moments = state.tensors;
+    // A checkpoint of an earlier xgrad: the parameters are in model.safetensors, which must
+    // be from the same step (written one after the other, a kill could separate them).
+    // Rank 0 reads it; the others receive the parameters by broadcast.
+    if (root) {
+      const std::string model_path = (fs::path(o.out) / kModelFile).string();
+      const nn::safetensors::File model = nn::safetensors::load(model_path);
+      const auto it = model.metadata.find("step");
+      if (it == model.metadata.end() || it->second != std::to_string(p.step))
+        throw FormatError("[train] " + model_path + " is from step " + (it == model.metadata.end() ? "?" : it->second) +
+                          ", " + state_path + " from step " + std::to_string(p.step) +
+                          ": not one checkpoint (interrupted while writing?); cannot resume exactly");
+      p.params = model.tensors;
+    }
+  }
+  if (!root) return p;
+  const auto kind = state.metadata.find("optimizer");
+  if (kind != state.metadata.end() && kind->second != "adamw")
+    throw FormatError("[train] " + state_path + ": optimizer '" + kind->second + "'; xgrad train uses adamw");
+  // Every parameter with both its moments, and nothing else (names as stored).
+  std::vector<std::string> param_names, moment_names, others;
+  if (p.legacy_pair) {
+    for (const auto& named : p.params) param_names.push_back(named.first);
+    for (const auto& named : p.moments) moment_names.push_back(named.first);
+    check_state_tensors(param_names, "", moment_names, "", others, state_path);
+  } else {
+    for (const auto& named : state.tensors) {
+      const std::string& n = named.first;
+      (n.rfind(kParamPrefix, 0) == 0 ? param_names : n.rfind(kOptimPrefix, 0) == 0 ? moment_names : others)
+          .push_back(n);
+    }
+    check_state_tensors(param_names, kParamPrefix, moment_names, kOptimPrefix, others, state_path);
+  }
+  std::uint64_t in_file = 0;
+  for (const auto& named : p.params) in_file += named.second.size();
+  if (in_file != n_expected)
+    throw FormatError("[train] " + state_path + ": the saved options describe a model of " +
+                      std::to_string(n_expected) + " parameters, the checkpoint holds " + std::to_string(in_file));
+  return p;
+}
+
+void restore(const ResumePoint& point, const nn::safetensors::File& state, const std::string& state_path, bool root,
+             nn::NamedTensors& params, nn::Optimizer& opt, Generator& data, Generator& dropout) {
+  if (root) {
+    // The saved parameters' names against the model's (the moments matched them above).
+    const std::string shown = point.legacy_pair ? "" : kParamPrefix;
+    std::vector<std::string> missing, unexpected;
+    std::set<std::string> model_names, saved_names;
+    for (const auto& named : params) model_names.insert(named.first);
+    for (const auto& named : point.params) saved_names.insert(named.first);
+    for (const std::string& n : model_names)
+      if (!saved_names.count(n)) missing.push_back(shown + n);
+    for (const std::string& n : saved_names)
+      if (!model_names.count(n)) unexpected.push_back(shown + n);
+    if (!missing.empty() || !unexpected.empty())
+      throw FormatError("[train] " + state_path + ": not a complete checkpoint of this model: " +
+                        (missing.empty() ? "" : "missing tensors " + join(missing)) +
+                        (missing.empty() || unexpected.empty() ? "" : "; ") +
+                        (unexpected.empty() ? "" : "unexpected tensors " + join(unexpected) +
+                                                       " (matches no parameter of the model)") +
+                        "; cannot resume exactly");
+    for (const auto& [name, p] : params) {
+      const Array* found = nullptr;
+      for (const auto& [n, a] : point.params)
+        if (n == name) found = &a;
+      if (!found || found->shape() != p.shape() || found->dtype() != p.dtype())
+        throw FormatError("[train] " + state_path + ": parameter '" + name + "' is missing or has another shape");
+      const std::size_t bad = found->first_nonfinite();
+      if (bad != found->size())
+        throw FormatError("[train] " + state_path + ": parameter '" + name + "' element " + std::to_string(bad) +
+                          " is not finite");
+      Tensor target = p;
+      target.set_value(*found);
+    }
+  }
+  for (const auto& [name, a] : point.moments)
+    if (a.first_nonfinite() != a.size())
+      throw FormatError("[train] " + state_path + ": optimizer state '" + name + "' is not finite");
+  try {
+    opt.load_state(point.moments, point.step);
+    data.set_state(state.metadata.count("data_rng") ? state.metadata.at("data_rng") : "");
+    dropout.set_state(state.metadata.count("dropout_rng") ? state.metadata.at("dropout_rng") : "");
+  } catch (const Error& e) {
+    throw FormatError("[train] " + state_path + ": optimizer or generator state: " + e.what());
+  }
+}
+
+}  // namespace xg::train::detail
