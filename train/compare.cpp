@@ -600,7 +600,7 @@ std::string compare_script(const std::vector<RunSummary>& runs, const std::strin
     << "set xlabel " << gnuplot_quote(x == CompareX::step ? "step" : "tokens seen") << "\n"
     << "set ylabel " << gnuplot_quote(log_y ? "loss (log scale)" : "loss") << "\n"
     << (log_y ? "set logscale y\n" : "") << (x == CompareX::tokens ? "set format x '%.1s%c'\n" : "")
-    << "set grid\nset key top right box opaque Left reverse\n";
+    << "set grid\nset key outside right top Left reverse\n";
   s << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunSummary& r = runs[i];
@@ -621,8 +621,8 @@ std::string compare_script(const std::vector<RunSummary>& runs, const std::strin
         << " with linespoints lw 2 pt 7 ps 0.6 lc rgb '#" << colour << "' notitle";
   }
   // What the two line styles mean.
-  s << ", \\\n     keyentry with lines lw 1 lc rgb '#66000000' title 'training loss (thin)'";
-  if (any_val) s << ", \\\n     keyentry with linespoints lw 2 pt 7 ps 0.6 lc rgb '#000000' title 'validation loss (points)'";
+  s << ", \\\n     keyentry with lines lw 1 lc rgb '#66000000' title 'training loss'";
+  if (any_val) s << ", \\\n     keyentry with linespoints lw 2 pt 7 ps 0.6 lc rgb '#000000' title 'validation loss'";
   s << "\n";
   return s.str();
 }
