@@ -379,6 +379,16 @@ TEST_CASE("compare: differing options (numbers compared as numbers, missing ones
   fs::remove_all(dir);
 }
 
+TEST_CASE("compare: a folder name that is not UTF-8 reaches the JSON document as U+FFFD", "[compare]") {
+  const fs::path dir = temp_dir("compare_utf8");
+  make_run(dir / "r\xff\xc3", resumed_log(), sort_options());
+  const std::vector<train::RunSummary> runs = train::read_runs({(dir / "r\xff\xc3").string()});
+  CHECK(runs[0].label == "r\xff\xc3");
+  const nlohmann::json j = nlohmann::json::parse(train::compare_json(runs, train::CompareX::step, nullptr));
+  CHECK(j["runs"][0]["label"] == "r\xef\xbf\xbd\xef\xbf\xbd");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("compare: the picture's script plots every run's logs in its colour, by step or by tokens seen",
           "[compare]") {
   const fs::path dir = temp_dir("compare_script");
