@@ -317,8 +317,9 @@ std::vector<std::size_t> session_starts(const std::vector<LogRow>& rows, std::op
   std::vector<std::size_t> starts;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     bool start = i == 0 || rows[i].elapsed_s < rows[i - 1].elapsed_s;
-    // tokens_per_s = tokens_per_step * (steps in the session) / elapsed_s (both written with 6
-    // significant digits): about 1 exactly at a session's first step.
+    // The trainer writes tokens_per_s = tokens_per_step * (steps into the session) / elapsed_s,
+    // so tokens_per_s * elapsed_s / tokens_per_step counts the session's steps: 1 at its first
+    // step (to the 6 significant digits both are written with).
     if (!start && tokens_per_step && *tokens_per_step > 0)
       start = std::fabs(rows[i].tokens_per_s * rows[i].elapsed_s / static_cast<double>(*tokens_per_step) - 1.0) < 0.25;
     if (start) starts.push_back(i);
