@@ -229,7 +229,14 @@ class Parser {
   }
 };
 
-void dump_to(const Value& v, std::string& out) {
+// indent 0: compact; otherwise every item and member on a line of its own, `indent` spaces
+// deeper per level (`depth` levels in already).
+void dump_to(const Value& v, std::string& out, int indent, int depth) {
+  const auto line = [&](int level) {
+    if (indent == 0) return;
+    out += '\n';
+    out.append(static_cast<std::size_t>(indent * level), ' ');
+  };
   switch (v.kind()) {
     case Value::Kind::null: out += "null"; break;
     case Value::Kind::boolean: out += v.str(); break;
@@ -241,8 +248,10 @@ void dump_to(const Value& v, std::string& out) {
       for (const Value& item : v.items()) {
         if (!first) out += ',';
         first = false;
-        dump_to(item, out);
+        line(depth + 1);
+        dump_to(item, out, indent, depth + 1);
       }
+      if (!first) line(depth);
       out += ']';
       break;
     }
@@ -252,10 +261,12 @@ void dump_to(const Value& v, std::string& out) {
       for (const auto& [key, item] : v.members()) {
         if (!first) out += ',';
         first = false;
+        line(depth + 1);
         out += quote(key);
-        out += ':';
-        dump_to(item, out);
+        out += indent == 0 ? ":" : ": ";
+        dump_to(item, out, indent, depth + 1);
       }
+      if (!first) line(depth);
       out += '}';
       break;
     }
@@ -321,9 +332,9 @@ const Value* Value::find(const std::string& key) const {
   return nullptr;
 }
 
-std::string Value::dump() const {
+std::string Value::dump(int indent) const {
   std::string out;
-  dump_to(*this, out);
+  dump_to(*this, out, indent < 0 ? 0 : indent, 0);
   return out;
 }
 

@@ -42,8 +42,9 @@ class Value {
   void push(Value v) { items_.push_back(std::move(v)); }
   void set(std::string key, Value v) { members_.emplace_back(std::move(key), std::move(v)); }
 
-  // Compact JSON text.
-  std::string dump() const;
+  // JSON text: compact (indent 0), or with every array item and object member on a line of
+  // its own, `indent` spaces deeper per level ("key": value; empty ones stay [] and {}).
+  std::string dump(int indent = 0) const;
 
  private:
   Kind kind_ = Kind::null;

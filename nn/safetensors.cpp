@@ -151,8 +151,25 @@ void sync_directory_of(const std::string& path) {
 
 namespace {
 
-// The whole of load(), from any seekable stream; `path` names it in messages.
-File load_from(std::istream& in, const std::string& path) {
+// A tensor's entry of the header, checked against the data section.
+struct Entry {
+  std::string name, tag;  // tag: the stored dtype as written ("F32", ...)
+  Stored stored;
+  Shape shape;
+  std::uint64_t begin, end;
+};
+
+// What the header says, validated against the file's size: everything load() checks before it
+// reads a tensor's bytes.
+struct Layout {
+  std::uint64_t header_bytes = 0;  // N, the JSON text's length
+  std::vector<Entry> entries;      // in header order
+  Metadata metadata;
+};
+
+// Reads and checks the header of a seekable stream; `path` names it in messages. Reads only
+// the 8-byte length and the header text, whatever the size of the data section.
+Layout read_layout(std::istream& in, const std::string& path) {
   in.seekg(0, std::ios::end);
   const std::uint64_t size = static_cast<std::uint64_t>(in.tellg());
   in.seekg(0);
@@ -173,21 +190,16 @@ File load_from(std::istream& in, const std::string& path) {
   }
   if (!header.is_object()) throw FormatError(where(path) + "header is not a JSON object");
 
-  File file;
+  Layout layout;
+  layout.header_bytes = n;
   const std::uint64_t data_size = size - 8 - n;
-  struct Entry {
-    std::string name;
-    Stored stored;
-    Shape shape;
-    std::uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
+  std::vector<Entry>& entries = layout.entries;
   for (const auto& [name, e] : header.members()) {
     if (name == "__metadata__") {
       if (!e.is_object()) throw FormatError(where(path) + "__metadata__ is not an object");
       for (const auto& [key, value] : e.members()) {
         if (!value.is_string()) throw FormatError(where(path) + "__metadata__['" + key + "'] is not a string");
-        file.metadata[key] = value.str();
+        layout.metadata[key] = value.str();
       }
       continue;
     }
@@ -200,6 +212,7 @@ File load_from(std::istream& in, const std::string& path) {
     const std::string tag = dtype->str();
     Entry en;
     en.name = name;
+    en.tag = tag;
     if (tag == "F32")
       en.stored = Stored::f32;
     else if (tag == "F64")
@@ -256,7 +269,16 @@ File load_from(std::istream& in, const std::string& path) {
   if (covered != data_size)
     throw FormatError(where(path) + "the data section has " + std::to_string(data_size - covered) +
                       " trailing bytes that belong to no tensor");
-  for (const Entry& en : entries) {
+  return layout;
+}
+
+// The whole of load(), from any seekable stream; `path` names it in messages.
+File load_from(std::istream& in, const std::string& path) {
+  const Layout layout = read_layout(in, path);
+  const std::uint64_t n = layout.header_bytes;
+  File file;
+  file.metadata = layout.metadata;
+  for (const Entry& en : layout.entries) {
     Array a = Array::empty(en.shape, loaded_dtype(en.stored));
     in.seekg(static_cast<std::streamoff>(8 + n + en.begin));
     if (en.stored == Stored::f16 || en.stored == Stored::bf16) {
@@ -283,6 +305,16 @@ File load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(where(path) + "cannot open the file");
   return load_from(in, path);
+}
+
+Header load_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError(where(path) + "cannot open the file");
+  const Layout layout = read_layout(in, path);
+  Header h;
+  h.metadata = layout.metadata;
+  for (const Entry& en : layout.entries) h.tensors.push_back({en.name, en.tag, en.shape});
+  return h;
 }
 
 File load_bytes(const std::string& bytes, const std::string& name) {

@@ -41,6 +41,19 @@ struct File {
   const Array& get(const std::string& name) const;
 };
 
+/// A tensor as a file's header describes it (its bytes are not read).
+struct TensorInfo {
+  std::string name;   ///< The tensor's name.
+  std::string dtype;  ///< The stored element type: "F32", "F64", "F16" or "BF16".
+  Shape shape;        ///< The tensor's shape.
+};
+
+/// A file's header: what load() returns but the tensors' values.
+struct Header {
+  std::vector<TensorInfo> tensors;  ///< In the header's order.
+  Metadata metadata;                ///< The `__metadata__` entries.
+};
+
 /// Writes `tensors` and `metadata` to `path` atomically (see above); FormatError naming the
 /// file if writing fails.
 void save(const std::string& path, const NamedArrays& tensors, const Metadata& metadata = {});
@@ -52,6 +65,11 @@ void sync_directory_of(const std::string& path);
 /// Reads and validates the file at `path` (see above); FormatError naming the file and what
 /// is wrong.
 File load(const std::string& path);
+/// Reads only the header of the file at `path` (the 8-byte length and the JSON text, however
+/// large the file) with every check load() makes that needs no tensor bytes: the header, the
+/// dtypes, shapes and offsets against the size of the data section, no overlaps, holes or
+/// trailing bytes. FormatError naming the file and what is wrong, as load().
+Header load_header(const std::string& path);
 /// The same checks on a file's `bytes` already in memory (received from another process);
 /// `name` stands for the path in messages.
 File load_bytes(const std::string& bytes, const std::string& name);

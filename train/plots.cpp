@@ -21,18 +21,10 @@ namespace xg::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Colours: weights from white (0) to dark blue (1); masked cells a neutral grey that the
-// weight scale never reaches.
-const char* const kMaskedColour = "#9e9e9e";
-const char* const kAllowedColour = "#08306b";
-const char* const kPalette = "(0 '#ffffff', 0.25 '#c6dbef', 0.5 '#6baed6', 0.75 '#2171b5', 1 '#08306b')";
-
 // A gnuplot double-quoted string: backslash and quote escaped, a line break as \n (the
 // terminal is noenhanced, so ^ _ @ { } are plain text). Single quotes would not do: gnuplot
 // draws the label '''' (one quote) empty.
-std::string gp_string(const std::string& s) {
+std::string gnuplot_quote(const std::string& s) {
   std::string q = "\"";
   for (char c : s) {
     if (c == '\\' || c == '"') q += '\\';
@@ -45,11 +37,19 @@ std::string gp_string(const std::string& s) {
   return q + "\"";
 }
 
+namespace {
+
+// Colours: weights from white (0) to dark blue (1); masked cells a neutral grey that the
+// weight scale never reaches.
+const char* const kMaskedColour = "#9e9e9e";
+const char* const kAllowedColour = "#08306b";
+const char* const kPalette = "(0 '#ffffff', 0.25 '#c6dbef', 0.5 '#6baed6', 0.75 '#2171b5', 1 '#08306b')";
+
 // A tick label is also a format for the tick's value: a literal % is %%.
 std::string tick_text(const std::string& s) {
   std::string t;
   for (char c : s) t += c == '%' ? std::string("%%") : std::string(1, c);
-  return gp_string(t);
+  return gnuplot_quote(t);
 }
 
 // Length of the valid UTF-8 sequence starting at s[i] (0 if none).
@@ -153,41 +153,6 @@ Outcome run_gnuplot(const std::string& exe, const std::string& dir, const std::s
   return r;
 }
 
-// Writes the script beside the picture, then draws it with gnuplot (or notes that it cannot).
-Picture draw(const std::string& png, const std::string& script_text, const std::string& op, ImageSize expected) {
-  Picture pic;
-  pic.png = png;
-  pic.script = script_path(png, op);
-  write_text(pic.script, script_text, op);
-  const std::string exe = find_gnuplot();
-  std::error_code ec;
-  if (exe.empty()) {
-    fs::remove(png, ec);  // an earlier picture would no longer match its script
-    pic.note = "gnuplot not found on PATH: skipped " + png + " (wrote its script " + pic.script +
-               "; install gnuplot-nox and run gnuplot " + fs::path(pic.script).filename().string() + " in " +
-               folder_of(png) + ")";
-    return pic;
-  }
-  const Outcome r = run_gnuplot(exe, folder_of(png), fs::path(pic.script).filename().string(), op);
-  std::string first = r.output.substr(0, r.output.find_first_of("\r\n", r.output.find_first_not_of("\r\n \t")));
-  first.erase(0, first.find_first_not_of("\r\n \t"));
-  if (!r.exited || r.code != 0)
-    throw ValueError(op_message(op, "gnuplot (" + exe + ") failed drawing " + png + " from " + pic.script + " (" +
-                                        (r.exited ? "exit status " + std::to_string(r.code) : std::string("killed")) +
-                                        (first.empty() ? "" : ": " + first) + ")"));
-  try {
-    pic.size = png_size(png);
-  } catch (const FormatError&) {
-    throw ValueError(op_message(op, "gnuplot ran but " + png + " is not a PNG" + (first.empty() ? "" : " (" + first + ")")));
-  }
-  if (pic.size.width != expected.width || pic.size.height != expected.height)
-    throw ValueError(op_message(op, png + " is " + std::to_string(pic.size.width) + "x" + std::to_string(pic.size.height) +
-                                        ", expected " + std::to_string(expected.width) + "x" +
-                                        std::to_string(expected.height)));
-  pic.drawn = true;
-  return pic;
-}
-
 // Ticks of one axis: labels at 0..n-1 when there are few cells, gnuplot's numbers otherwise.
 std::string ticks(const char* axis, std::size_t n, const std::vector<std::string>& labels, const std::string& op) {
   if (!labels.empty() && labels.size() != n)
@@ -222,10 +187,10 @@ std::string heatmap_frame(std::size_t rows, std::size_t cols, const HeatmapLabel
     << "# Written by xgrad " << XGRAD_VERSION_STRING << "; redraw with: gnuplot "
     << fs::path(png_name).replace_extension(".gp").string() << " (in this folder)\n"
     << "set terminal pngcairo size " << size.width << "," << size.height << " noenhanced font 'sans,10'\n"
-    << "set output " << gp_string(png_name) << "\n"
-    << "set title " << gp_string(l.title) << "\n"
-    << "set xlabel " << gp_string(l.x_label) << "\n"
-    << "set ylabel " << gp_string(l.y_label) << "\n"
+    << "set output " << gnuplot_quote(png_name) << "\n"
+    << "set title " << gnuplot_quote(l.title) << "\n"
+    << "set xlabel " << gnuplot_quote(l.x_label) << "\n"
+    << "set ylabel " << gnuplot_quote(l.y_label) << "\n"
     << "set size ratio -1\n"
     << "set xrange [-0.5:" << cols << "-0.5]\n"
     << "set yrange [" << rows << "-0.5:-0.5]  # query 0 at the top\n"
@@ -263,6 +228,41 @@ std::vector<unsigned char> visibility_cells(const nn::Visibility& v, std::size_t
 }
 
 }  // namespace
+
+// Writes the script beside the picture, then draws it with gnuplot (or notes that it cannot).
+Picture draw_picture(const std::string& png, const std::string& script_text, const std::string& op, ImageSize expected) {
+  Picture pic;
+  pic.png = png;
+  pic.script = script_path(png, op);
+  write_text(pic.script, script_text, op);
+  const std::string exe = find_gnuplot();
+  std::error_code ec;
+  if (exe.empty()) {
+    fs::remove(png, ec);  // an earlier picture would no longer match its script
+    pic.note = "gnuplot not found on PATH: skipped " + png + " (wrote its script " + pic.script +
+               "; install gnuplot-nox and run gnuplot " + fs::path(pic.script).filename().string() + " in " +
+               folder_of(png) + ")";
+    return pic;
+  }
+  const Outcome r = run_gnuplot(exe, folder_of(png), fs::path(pic.script).filename().string(), op);
+  std::string first = r.output.substr(0, r.output.find_first_of("\r\n", r.output.find_first_not_of("\r\n \t")));
+  first.erase(0, first.find_first_not_of("\r\n \t"));
+  if (!r.exited || r.code != 0)
+    throw ValueError(op_message(op, "gnuplot (" + exe + ") failed drawing " + png + " from " + pic.script + " (" +
+                                        (r.exited ? "exit status " + std::to_string(r.code) : std::string("killed")) +
+                                        (first.empty() ? "" : ": " + first) + ")"));
+  try {
+    pic.size = png_size(png);
+  } catch (const FormatError&) {
+    throw ValueError(op_message(op, "gnuplot ran but " + png + " is not a PNG" + (first.empty() ? "" : " (" + first + ")")));
+  }
+  if (pic.size.width != expected.width || pic.size.height != expected.height)
+    throw ValueError(op_message(op, png + " is " + std::to_string(pic.size.width) + "x" + std::to_string(pic.size.height) +
+                                        ", expected " + std::to_string(expected.width) + "x" +
+                                        std::to_string(expected.height)));
+  pic.drawn = true;
+  return pic;
+}
 
 std::string find_gnuplot() {
   const char* env = std::getenv("PATH");
@@ -318,15 +318,15 @@ std::string loss_curve_script(const std::string& csv, const std::string& png_nam
     << "# Written by xgrad " << XGRAD_VERSION_STRING << "; redraw with: gnuplot "
     << fs::path(png_name).replace_extension(".gp").string() << " (in this folder)\n"
     << "set terminal pngcairo size 900,500 noenhanced font 'sans,10'\n"
-    << "set output " << gp_string(png_name) << "\n"
+    << "set output " << gnuplot_quote(png_name) << "\n"
     << "set datafile separator ','\n"
     << "set key autotitle columnhead\n"
-    << "set title " << gp_string(title) << "\n"
+    << "set title " << gnuplot_quote(title) << "\n"
     << "set xlabel 'step'\nset ylabel '" << (validation ? "loss" : "training loss") << " (log scale)'\nset logscale y\nset grid\n"
-    << "plot " << gp_string(csv) << " using 1:3 with lines lw 1.5 lc rgb '#1f4e9c' title '"
+    << "plot " << gnuplot_quote(csv) << " using 1:3 with lines lw 1.5 lc rgb '#1f4e9c' title '"
     << (validation ? "training loss" : "loss") << "'";
   if (validation)  // rows without an evaluation have an empty val_loss: gnuplot skips them
-    s << ", \\\n     " << gp_string(csv) << " using 1:7 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#d95f02' title 'validation loss'";
+    s << ", \\\n     " << gnuplot_quote(csv) << " using 1:7 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#d95f02' title 'validation loss'";
   s << "\n";
   return s.str();
 }
@@ -339,7 +339,7 @@ Picture loss_curve_png(const std::string& csv, const std::string& png, const std
                                   ? csv_abs.filename().string()
                                   : csv_abs.lexically_normal().string();
   const std::string name = fs::path(png).filename().string();
-  return draw(png, loss_curve_script(csv_ref, name, title, validation), "plot", {900, 500});
+  return draw_picture(png, loss_curve_script(csv_ref, name, title, validation), "plot", {900, 500});
 }
 
 std::string attention_map_script(const Array& M, const std::vector<unsigned char>& allowed, const HeatmapLabels& labels,
@@ -361,18 +361,18 @@ std::string attention_map_script(const Array& M, const std::vector<unsigned char
   }
   std::ostringstream s;
   s << heatmap_frame(rows, cols, labels, png_name, op) << "set palette defined " << kPalette << "\n"
-    << "set cbrange [0:1]\nset cbtics 0.2\nset cblabel " << gp_string("attention weight") << "\n"
+    << "set cbrange [0:1]\nset cbtics 0.2\nset cblabel " << gnuplot_quote("attention weight") << "\n"
     << matrix_block("weights", rows, cols, allowed, &M)
     << "plot $weights matrix with image notitle, \\\n"
     << "     keyentry with boxes fillstyle solid 1.0 fillcolor rgb '" << kMaskedColour
-    << "' title " << gp_string("masked (not allowed)") << "\n";
+    << "' title " << gnuplot_quote("masked (not allowed)") << "\n";
   return s.str();
 }
 
 Picture attention_map_png(const Array& M, const std::vector<unsigned char>& allowed, const HeatmapLabels& labels,
                           const std::string& png) {
   const std::string text = attention_map_script(M, allowed, labels, fs::path(png).filename().string());
-  return draw(png, text, "attention_map", heatmap_size(M.shape()[0], M.shape()[1]));
+  return draw_picture(png, text, "attention_map", heatmap_size(M.shape()[0], M.shape()[1]));
 }
 
 std::string visibility_script(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
@@ -383,16 +383,16 @@ std::string visibility_script(const nn::Visibility& v, std::size_t T, std::size_
     << "', 1 '" << kAllowedColour << "')\nunset colorbox\n"
     << matrix_block("allowed", T, S, allowed, nullptr) << "plot $allowed matrix with image notitle, \\\n"
     << "     keyentry with boxes fillstyle solid 1.0 fillcolor rgb '" << kAllowedColour << "' title "
-    << gp_string("allowed") << ", \\\n"
+    << gnuplot_quote("allowed") << ", \\\n"
     << "     keyentry with boxes fillstyle solid 1.0 fillcolor rgb '" << kMaskedColour
-    << "' title " << gp_string("masked (forbidden)") << "\n";
+    << "' title " << gnuplot_quote("masked (forbidden)") << "\n";
   return s.str();
 }
 
 Picture visibility_png(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
                        const std::string& png) {
   const std::string text = visibility_script(v, T, S, labels, fs::path(png).filename().string());
-  return draw(png, text, "visibility_png", heatmap_size(T, S));
+  return draw_picture(png, text, "visibility_png", heatmap_size(T, S));
 }
 
 ImageSize png_size(const std::string& png) {

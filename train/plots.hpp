@@ -38,6 +38,16 @@ struct Picture {
 /// The first executable `gnuplot` on PATH ("" when there is none).
 std::string find_gnuplot();
 
+/// `s` as a gnuplot double-quoted string: backslash and quote escaped, a line break as \\n
+/// (pictures use the noenhanced terminal, so ^ _ @ { } stay plain text).
+std::string gnuplot_quote(const std::string& s);
+
+/// Writes `script_text` (a gnuplot script that draws the picture named by `png`'s file name,
+/// run in `png`'s folder) to the script beside `png` (X.png -> X.gp) and draws it: without
+/// gnuplot on PATH the picture is skipped as described above; ValueError (naming `op`) when
+/// the path is bad, a file cannot be written, gnuplot fails, or the PNG is not `expected`'s size.
+Picture draw_picture(const std::string& png, const std::string& script_text, const std::string& op, ImageSize expected);
+
 /// Tick labels are drawn on an axis of at most this many cells (one label per cell).
 constexpr std::size_t kMaxTickLabels = 32;
 

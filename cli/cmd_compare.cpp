@@ -1,0 +1,86 @@
+// `xgrad compare RUN... [--out cmp.png] [--json FILE|-] [--x step|tokens]`: several training
+// runs side by side: the table of their results and differing options on stdout, their loss
+// curves on one picture (--out) and everything as JSON (--json). docs/cli.md, "xgrad compare".
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/train/compare.hpp>
+
+namespace xg::cli {
+
+namespace {
+
+struct CompareArgs {
+  std::vector<std::string> runs;
+  std::string out, json_path, x = "step";
+};
+
+void run_compare(const CompareArgs& a) {
+  const std::string cmd = "compare";
+  // Outputs first, before any run is read: writable, and never one of a run's own files.
+  std::vector<FileRole> files;
+  std::string script;
+  if (!a.out.empty()) {
+    const std::filesystem::path p(a.out);
+    if (p.extension() == ".gp")
+      throw UsageError(op_message(cmd, "--out '" + a.out + "': the picture would be overwritten by its own gnuplot script; name a .png"));
+    check_output_file(cmd, "--out", a.out);
+    script = std::filesystem::path(a.out).replace_extension(".gp").string();
+    check_output_file(cmd, "--out's gnuplot script", script);
+    files.push_back({"--out", a.out, true});
+    files.push_back({"--out's gnuplot script", script, true});
+  }
+  if (!a.json_path.empty() && a.json_path != "-") {
+    check_output_file(cmd, "--json", a.json_path);
+    files.push_back({"--json", a.json_path, true});
+  }
+  for (const std::string& run : a.runs) {
+    train::check_run_folder(run);
+    for (const std::string& f : train::kRunFolderFiles)
+      files.push_back({"RUN's " + f, (std::filesystem::path(run) / f).string(), false});
+  }
+  check_distinct_files(cmd, files);
+
+  const train::CompareX x = a.x == "tokens" ? train::CompareX::tokens : train::CompareX::step;
+  const std::vector<train::RunSummary> runs = train::read_runs(a.runs);
+  // The picture's x axis must be known for every run (a UsageError), before anything is written.
+  if (!a.out.empty()) train::check_x_axis(runs, x);
+
+  const bool table = a.json_path != "-";
+  if (table) std::cout << train::compare_table(runs) << std::flush;
+  train::Picture pic;
+  if (!a.out.empty()) {
+    pic = train::compare_png(runs, a.out, x);
+    if (!pic.drawn)
+      warn(pic.note);
+    else if (table)
+      std::cout << "\nwrote " << pic.png << " (" << pic.size.width << " x " << pic.size.height << "; script "
+                << pic.script << ")\n";
+  }
+  if (!a.json_path.empty())
+    write_json(cmd, "--json", a.json_path, train::compare_json(runs, x, a.out.empty() ? nullptr : &pic));
+}
+
+}  // namespace
+
+void add_compare(CLI::App& app) {
+  auto a = std::make_shared<CompareArgs>();
+  CLI::App* cmd = app.add_subcommand("compare", "Compare training runs: results, differing options, loss curves");
+  cmd->add_option("RUN", a->runs, "run folders (written by xgrad train --out)")->required()->type_name("DIR");
+  cmd->add_option("--out", a->out, "draw the runs' loss curves to this PNG (its gnuplot script beside it)")
+      ->type_name("PNG")->check(non_empty_path());
+  cmd->add_option("--json", a->json_path, "also write the comparison as JSON to FILE ('-': stdout, and nothing else there)")
+      ->type_name("FILE")->check(non_empty_path());
+  cmd->add_option("--x", a->x, "the picture's x axis: step or tokens (tokens seen)")
+      ->check(CLI::IsMember({"step", "tokens"}))
+      ->capture_default_str();
+  cmd->callback([a] { run_compare(*a); });
+}
+
+}  // namespace xg::cli
