@@ -18,6 +18,7 @@
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/text_corpus.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/plots.hpp>
 #include <xgrad/version.hpp>
@@ -139,7 +140,13 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   train::LoadedModel m = train::load_model(a.checkpoint);
   const train::Vocabulary& vocab = m.info.vocab;
   const nn::TransformerConfig& c = m.info.config;
-  const std::vector<std::int64_t> prompt = tokenize(vocab, a.prompt);
+  // A text-task model carries its tokenizer; the others' prompts are one token a character.
+  const nn::safetensors::Metadata meta = nn::safetensors::load_header(a.checkpoint).metadata;
+  std::vector<std::int64_t> prompt;
+  if (meta.count("tokenizer"))
+    prompt = train::tokenizer_of_metadata(meta, a.checkpoint)->encode(a.prompt);
+  else
+    prompt = tokenize(vocab, a.prompt);
   if (prompt.size() > c.context)
     usage("--prompt has " + std::to_string(prompt.size()) + " tokens, more than the model's context length " +
           std::to_string(c.context));

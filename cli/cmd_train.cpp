@@ -149,15 +149,16 @@ void add_train(CLI::App& app) {
       // Rank 0 alone writes the run folder (the other ranks, maybe on other machines, need none).
       if (dist::detect_launch().rank == 0) {
         check_output_folder("train", "--out", o->out);
-        if (o->task == "charlm") {
+        if (o->task == "charlm" || o->task == "text") {
           // The run's files must not become its texts (a resume would find them changed) or
           // replace one of them.
           if (same_file(o->text, o->out))
             throw UsageError(op_message("train", "--text '" + o->text + "' is the --out folder '" + o->out +
                                                      "': the run's files would join its texts; give another --out"));
           std::vector<FileRole> files{{"--text", o->text, false}};
+          if (o->task == "text" && o->tokenizer != "bytes") files.push_back({"--tokenizer", o->tokenizer, false});
           for (const char* f : {"model.safetensors", "model_best.safetensors", "train_state.safetensors", "log.csv",
-                                "loss.png", "loss.gp"})
+                                "loss.png", "loss.gp", "config.json", "run_id.txt", "train.bin", "val.bin"})
             files.push_back({"--out's " + std::string(f), (std::filesystem::path(o->out) / f).string(), true});
           check_distinct_files("train", files);
         }

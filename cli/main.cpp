@@ -16,7 +16,7 @@
 
 namespace {
 
-const char* const kCommands[] = {"demo", "gradcheck", "train", "generate", "inspect", "visibility", "convert", "compare"};
+const char* const kCommands[] = {"demo", "gradcheck", "train", "generate", "inspect", "visibility", "convert", "compare", "eval"};
 
 // Under mpirun/srun every rank runs the same command line and would print the same error:
 // rank 0 alone reports it (docs/distributed.md); the others exit with the same status.
@@ -53,6 +53,7 @@ int run(int argc, char** argv) {
     xg::cli::add_visibility(app);
     xg::cli::add_convert(app);
     xg::cli::add_compare(app);
+    xg::cli::add_eval(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
@@ -64,7 +65,7 @@ int run(int argc, char** argv) {
       }
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
-                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare; see 'xgrad --help')");
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval; see 'xgrad --help')");
       return fail(2, std::string(e.what()) + xg::cli::help_pointer(command));
     }
   } catch (...) {

@@ -61,6 +61,13 @@ OptionSpec since(OptionSpec s, std::string value) {
   s.has_legacy = true;
   return s;
 }
+// An option added after checkpoints existed: saved only when not at `value`, so that runs
+// that leave it alone keep the checkpoint bytes earlier versions wrote.
+OptionSpec added(OptionSpec s, std::string value) {
+  s = since(std::move(s), std::move(value));
+  s.omit_when_legacy = true;
+  return s;
+}
 OptionSpec role(OptionSpec s, OptionRole r, bool ranks_agree) {
   s.role = r;
   s.ranks_agree = ranks_agree;
@@ -77,13 +84,25 @@ OptionSpec when(OptionSpec s, std::string option, std::string value) {
 
 std::vector<OptionSpec> make_schema() {
   using R = OptionRole;
-  const std::vector<std::string> lm = {"charlm"};
+  const std::vector<std::string> lm = {"charlm", "text"};
   std::vector<OptionSpec> t = {
-      choices(model(row("task", "--task", &O::task, "sort (decoder-only), reverse (encoder-decoder) or charlm"),
+      choices(model(row("task", "--task", &O::task,
+                        "sort (decoder-only), reverse (encoder-decoder), text (your own text) or charlm "
+                        "(characters of a text)"),
                     "task"),
-              {"sort", "reverse", "charlm"}),
-      for_tasks(row("text", "--text", &O::text, "charlm: the text file to learn, or a folder of them (all its files)"),
+              {"sort", "reverse", "charlm", "text"}),
+      for_tasks(row("text", "--text", &O::text,
+                    "charlm, text: the text file to learn, or a folder of them (all its files; text: recursively)"),
                 lm),
+      for_tasks(added(row("tokenizer", "--tokenizer", &O::tokenizer,
+                          "text: 'bytes' or a SentencePiece .model (xgrad tokenizer train)"),
+                      "bytes"),
+                {"text"}),
+      for_tasks(added(range(row("val_fraction", "--val-fraction", &O::val_fraction,
+                                "text: the share of documents held out for validation, in (0, 0.5]"),
+                            0, 0.5, true),
+                      exact(0.1)),
+                {"text"}),
       role(row("out", "--out", &O::out, "output directory"), R::start, false),
       no_default(role(row("resume", "--resume", &O::resume, "continue the run saved in this output directory"),
                       R::start, false)),
@@ -132,7 +151,7 @@ std::vector<OptionSpec> make_schema() {
                        "rope_layout"),
                  "pos", "rope"),
             "interleaved"),
-      for_tasks(model(range(row("context", "--context", &O::context, "charlm: context length"), 2, 8192), "context"),
+      for_tasks(model(range(row("context", "--context", &O::context, "charlm, text: context length (tokens)"), 2, 8192), "context"),
                 lm),
       since(model(range(row("window", "--window", &O::window,
                             "sliding-window attention: each position sees itself and the W-1 before it (0: no window)"),
@@ -175,7 +194,7 @@ std::vector<OptionSpec> make_schema() {
   for (OptionSpec& s : t) {
     if (s.name == "progress" || s.name == "plot") s.negated = true;
     // Options added after the first checkpoints are written only when not at their default.
-    s.omit_when_legacy = s.has_legacy && (s.name == "init_from");
+    if (s.name == "init_from") s.omit_when_legacy = true;
   }
   return t;
 }
@@ -455,7 +474,7 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
 }
 
 namespace {
-// --task charlm's defaults (with_task_defaults).
+// --task charlm's and text's defaults (with_task_defaults).
 constexpr std::int64_t kCharlmSteps = 2000, kCharlmWarmup = 100, kCharlmEvalEvery = 100;
 constexpr double kCharlmLr = 5e-3, kCharlmDropout = 0.1, kCharlmWeightDecay = 0.1;
 constexpr std::size_t kCharlmBatch = 32, kCharlmContext = 64, kCharlmDModel = 64, kCharlmLayers = 2;
@@ -464,13 +483,14 @@ constexpr std::size_t kCharlmBatch = 32, kCharlmContext = 64, kCharlmDModel = 64
 TrainOptions with_defaults(TrainOptions o) {
   // Defaults with a wide margin on this machine: sort reaches 100% held-out exact match by
   // about 300 steps, reverse by about 600.
-  if (o.steps == 0) o.steps = o.task == "charlm" ? kCharlmSteps : (o.task == "reverse" ? 1500 : 1000);
+  const bool lm = o.task == "charlm" || o.task == "text";
+  if (o.steps == 0) o.steps = lm ? kCharlmSteps : (o.task == "reverse" ? 1500 : 1000);
   if (o.lr == 0.0) o.lr = 3e-3;
   return o;
 }
 
 TrainOptions with_task_defaults(TrainOptions o, const std::set<std::string>& given) {
-  if (o.task != "charlm") return o;
+  if (o.task != "charlm" && o.task != "text") return o;
   // Tuned for about 3 minutes of one core on the licence texts (docs/cli.md has the numbers).
   if (!given.count("steps")) o.steps = kCharlmSteps;
   if (!given.count("lr")) o.lr = kCharlmLr;

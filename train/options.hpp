@@ -20,8 +20,10 @@ namespace xg::train {
 
 /// The options of `xgrad train`, one member per row of option_schema() (docs/cli.md).
 struct TrainOptions {
-  std::string task = "sort";  ///< sort | reverse | charlm (`--task`).
-  std::string text = "/usr/share/common-licenses";  ///< charlm: a text file or a folder of them (`--text`).
+  std::string task = "sort";  ///< sort | reverse | charlm | text (`--task`).
+  std::string text = "/usr/share/common-licenses";  ///< charlm, text: a text file or a folder of them (`--text`).
+  std::string tokenizer = "bytes";  ///< text: "bytes" or a SentencePiece .model file (`--tokenizer`).
+  double val_fraction = 0.1;  ///< text: the share of documents held out for validation (`--val-fraction`).
   std::string out = "out";  ///< The output directory (`--out`).
   std::string resume;  ///< An earlier run's output directory: continue it exactly (`--resume`).
   /// A model.safetensors: a new run starting from its configuration and weights (`--init-from`).

@@ -26,8 +26,8 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
-RunLog::RunLog(fs::path path, std::vector<std::string> kept) : path_(std::move(path)) {
-  pending_ = std::string(kHeader) + "\n";
+RunLog::RunLog(fs::path path, std::vector<std::string> kept, bool bpb) : path_(std::move(path)) {
+  pending_ = std::string(bpb ? kHeaderBpb : kHeader) + "\n";
   for (const auto& row : kept) pending_ += row + "\n";
 }
 RunLog::~RunLog() {
@@ -73,15 +73,16 @@ std::vector<std::string> csv_fields(const std::string& line) {
 
 // The rows of an earlier log.csv up to the checkpoint's step: exactly steps 1..step, each a
 // complete row of numbers; rows after the step (written after the checkpoint) are dropped.
-std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step) {
+std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step, bool bpb) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError("[train] " + path.string() + ": cannot read the log of the run to resume");
   std::string line;
   std::vector<std::string> rows;
-  if (!std::getline(in, line) || (line != RunLog::kHeader && line != RunLog::kHeaderV1))
+  if (!std::getline(in, line) ||
+      (bpb ? line != RunLog::kHeaderBpb : (line != RunLog::kHeader && line != RunLog::kHeaderV1)))
     throw FormatError("[train] " + path.string() + ":1: not the header of a training log");
   const bool v1 = line == RunLog::kHeaderV1;
-  const std::size_t columns = v1 ? 6 : 7;
+  const std::size_t columns = v1 ? 6 : bpb ? 8 : 7;
   for (std::int64_t n = 2; static_cast<std::int64_t>(rows.size()) < step; ++n) {
     const std::string where = "[train] " + path.string() + ":" + std::to_string(n);
     if (!std::getline(in, line))
@@ -95,7 +96,7 @@ std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step) {
     if (s != static_cast<std::int64_t>(rows.size()) + 1)
       throw FormatError(where + ": step " + fields[0] + " where step " + std::to_string(rows.size() + 1) + " belongs");
     for (std::size_t i = 1; i < fields.size(); ++i)
-      if (i != 6 || !fields[i].empty()) parse_double(fields[i], where + ": field " + std::to_string(i + 1));
+      if (i < 6 || !fields[i].empty()) parse_double(fields[i], where + ": field " + std::to_string(i + 1));
     rows.push_back(v1 ? line + "," : line);
   }
   return rows;

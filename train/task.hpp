@@ -56,6 +56,9 @@ class Task {
   virtual bool has_validation() const { return false; }
   /// The mean loss over the validation split's fixed evaluation batches (a collective).
   virtual double validation_loss(dist::Communicator& comm);
+  /// True when the validation loss also has a value in bits per byte (metric_of_validation),
+  /// logged as log.csv's val_bpb column.
+  virtual bool logs_bits_per_byte() const { return false; }
   /// The task's metric of a validation loss (evaluate() without recomputing it).
   virtual double metric_of_validation(double val_loss) const { return val_loss; }
   /// Samples of the model for the run's record (validation tasks; evaluate() prints the others').

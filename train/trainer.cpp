@@ -276,7 +276,9 @@ void open_run_folder(Session& s) {
   dist::together(s.comm, [&] {
     if (!s.root) return;
     const fs::path out(s.o.out);
-    const std::vector<std::string> kept = s.start > 0 ? rows_up_to(out / kLogFile, s.start) : std::vector<std::string>{};
+    const bool bpb = s.task->logs_bits_per_byte();
+    const std::vector<std::string> kept =
+        s.start > 0 ? rows_up_to(out / kLogFile, s.start, bpb) : std::vector<std::string>{};
     for (const std::string& row : kept) {
       const std::vector<std::string> f = csv_fields(row);
       if (!f[6].empty() && parse_double(f[6], "log.csv") < s.best_val) {
@@ -284,7 +286,7 @@ void open_run_folder(Session& s) {
         s.best_step = parse_int(f[0], "log.csv");
       }
     }
-    s.csv = std::make_unique<RunLog>(out / kLogFile, kept);
+    s.csv = std::make_unique<RunLog>(out / kLogFile, kept, bpb);
     prepare_out_folder(s.o.out);
     // Resuming: bring model.safetensors to the state's step first. It is written after the state,
     // so kills that keep landing between the two would otherwise leave it several steps behind;
@@ -387,6 +389,7 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
       std::ostringstream row;
       row << step << "," << exact(s.opt->lr) << "," << exact(l) << "," << exact(gn) << "," << tps << "," << elapsed
           << "," << (val_now ? exact(val) : "");
+      if (task.logs_bits_per_byte()) row << "," << (val_now ? exact(task.metric_of_validation(val)) : "");
       s.csv->row(row.str());
     }
     if (o.progress && (s.tty || step % every == 0 || step == o.steps)) {
@@ -401,7 +404,10 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
       const double m = task.has_validation() ? val : task.evaluate(s.comm, nullptr);
       if (s.tty && o.progress) s.progress << "\n" << std::flush;
       s.out << "  eval at step " << step << ": " << (task.has_validation() ? "val_loss " : task.metric_name() + " ")
-            << m << (new_best ? " (best so far)" : "") << "\n";
+            << m
+            << (task.logs_bits_per_byte() ? ", " + task.metric_name() + " " + std::to_string(task.metric_of_validation(m))
+                                          : std::string())
+            << (new_best ? " (best so far)" : "") << "\n";
     }
     if (s.world > 1 && o.dist_check_every > 0 && step % o.dist_check_every == 0)
       dist::check_parameters_agree(s.comm, s.params, "after step " + std::to_string(step));
@@ -453,6 +459,7 @@ void report(Session& s, TrainResult& result) {
     }
     s.out << "samples:\n" << samples.str();
     s.out << "validation loss " << val << ", perplexity " << std::exp(val);
+    if (task.logs_bits_per_byte()) s.out << ", bits per byte " << result.metric;
     if (!result.losses.empty()) s.out << "; training loss " << train_loss << " (mean of the last steps, dropout on)";
     s.out << "\nbest validation loss " << s.best_val << " at step " << s.best_step << ": "
           << (fs::path(s.o.out) / kBestFile).string() << "\n";

@@ -30,8 +30,10 @@ class RunLog {
   static constexpr const char* kHeader = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss";
   // The header of logs written before the val_loss column (their rows are read with it empty).
   static constexpr const char* kHeaderV1 = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s";
+  // The text task's: val_bpb, the validation loss in bits per byte, beside val_loss.
+  static constexpr const char* kHeaderBpb = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb";
 
-  RunLog(std::filesystem::path path, std::vector<std::string> kept);
+  RunLog(std::filesystem::path path, std::vector<std::string> kept, bool bpb = false);
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
   ~RunLog();
@@ -52,7 +54,9 @@ class RunLog {
 std::vector<std::string> csv_fields(const std::string& line);
 // The rows of an earlier log.csv up to the checkpoint's step: exactly steps 1..step, each a
 // complete row of numbers; rows after the step (written after the checkpoint) are dropped.
-std::vector<std::string> rows_up_to(const std::filesystem::path& path, std::int64_t step);
+// A log with the val_bpb column (kHeaderBpb) is read only when `bpb` is set, and one without
+// only when it is not.
+std::vector<std::string> rows_up_to(const std::filesystem::path& path, std::int64_t step, bool bpb = false);
 
 // A new run's identity: 128 random bits as 32 lowercase hex digits. Random (not derived from
 // the options), so two runs with the same flags have different ids.

@@ -15,7 +15,9 @@ void Task::sample(std::ostream&) {}
 void Task::check_resume(const nn::safetensors::Metadata&, const std::string&) const {}
 
 std::unique_ptr<Task> make_task(const TrainOptions& o, dist::Communicator& comm) {
-  if (o.task == "charlm") return tasks::make_charlm(o, comm);  // reads files: collectives of its own
+  // Tasks that read files: collectives of their own.
+  if (o.task == "charlm") return tasks::make_charlm(o, comm);
+  if (o.task == "text") return tasks::make_text(o, comm);
   std::unique_ptr<Task> task;
   dist::together(comm, [&] {
     if (o.task == "sort")
@@ -23,7 +25,7 @@ std::unique_ptr<Task> make_task(const TrainOptions& o, dist::Communicator& comm)
     else if (o.task == "reverse")
       task = tasks::make_reverse(o);
     else
-      throw ValueError(op_message("train", "unknown task '" + o.task + "' (sort, reverse, charlm)"));
+      throw ValueError(op_message("train", "unknown task '" + o.task + "' (sort, reverse, charlm, text)"));
   });
   return task;
 }

@@ -39,5 +39,6 @@ class GPTTask : public Task {
 std::unique_ptr<Task> make_sort(const TrainOptions& o);
 std::unique_ptr<Task> make_reverse(const TrainOptions& o);
 std::unique_ptr<Task> make_charlm(const TrainOptions& o, dist::Communicator& comm);
+std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm);
 
 }  // namespace xg::train::tasks

@@ -1,0 +1,145 @@
+// `xgrad eval --checkpoint M --text FILES|DIRS`: how well a text-task model predicts a text:
+// cross-entropy in nats per token, bits per byte (comparable across tokenizers), perplexity,
+// token and byte counts. The text is tokenised with the tokenizer the checkpoint carries and
+// measured over the windows the training run's validation uses (train/text_corpus.hpp), so
+// `--split val` with the run's --val-fraction gives the run's own validation numbers.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/text_corpus.hpp>
+
+namespace xg::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct EvalArgs {
+  std::string checkpoint, text, tokenizer, split = "all", json_path;
+  double val_fraction = 0.1;
+  std::size_t batch = 32, max_windows = train::kMaxValidationWindows;
+};
+
+void run_eval(const EvalArgs& a) {
+  if (!a.json_path.empty() && a.json_path != "-") check_output_file("eval", "--json", a.json_path);
+  if (a.split != "all" && a.split != "train" && a.split != "val")
+    throw UsageError(op_message("eval", "--split " + a.split + ": must be all, train or val"));
+  if (!(a.val_fraction > 0 && a.val_fraction <= 0.5))
+    throw UsageError(op_message("eval", "--val-fraction " + std::to_string(a.val_fraction) + ": must be in (0, 0.5]"));
+  if (a.batch < 1 || a.batch > 65536)
+    throw UsageError(op_message("eval", "--batch " + std::to_string(a.batch) + ": must be in [1, 65536]"));
+  if (a.max_windows < 1 || a.max_windows > (std::size_t(1) << 30))
+    throw UsageError(op_message("eval", "--max-windows " + std::to_string(a.max_windows) + ": must be in [1, 1073741824]"));
+  train::LoadedModel m = train::load_model(a.checkpoint);
+  const nn::safetensors::Metadata meta = nn::safetensors::load_header(a.checkpoint).metadata;
+  if (!meta.count("tokenizer") || !m.gpt)
+    throw UsageError(op_message("eval", "--checkpoint " + a.checkpoint + " is a " + m.info.task +
+                                            " model without a tokenizer; xgrad eval measures models of xgrad train "
+                                            "--task text"));
+  std::unique_ptr<train::Tokenizer> tok = train::tokenizer_of_metadata(meta, a.checkpoint);
+  if (!a.tokenizer.empty()) {
+    const std::unique_ptr<train::Tokenizer> given = train::load_tokenizer(a.tokenizer);
+    if (given->digest() != tok->digest())
+      throw UsageError(op_message("eval", "--tokenizer " + a.tokenizer + " (" + given->description() +
+                                              ") differs from the tokenizer of " + a.checkpoint + " (" +
+                                              tok->description() + ")"));
+  }
+  const std::vector<train::Document> docs = train::list_documents(a.text);
+  std::vector<train::Document> chosen = docs;
+  if (a.split != "all") {
+    std::vector<train::Document> tr, val;
+    train::split_documents(docs, a.val_fraction, tr, val);
+    chosen = a.split == "val" ? val : tr;
+  }
+  // In memory: eval reads its text once.
+  std::vector<std::uint32_t> ids;
+  std::uint64_t bytes = 0;
+  for (const train::Document& d : chosen) {
+    const std::string text = [&] {
+      std::ifstream in(d.path, std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(d.offset));
+      std::string s(d.size, '\0');
+      in.read(s.data(), static_cast<std::streamsize>(d.size));
+      return s;
+    }();
+    for (std::int64_t id : tok->encode(text)) ids.push_back(static_cast<std::uint32_t>(id));
+    bytes += d.size;
+  }
+  const train::TokenFile tokens(std::move(ids), bytes);
+  const std::size_t T = m.info.config.context;
+  const train::ValidationWindows w = train::validation_windows(tokens.size(), T, a.max_windows);
+  if (w.starts.empty())
+    throw UsageError(op_message("eval", "--text '" + a.text + "': " + std::to_string(tokens.size()) +
+                                            " tokens; at least 2 are needed"));
+  std::vector<std::size_t> token_bytes;
+  for (const std::string& t : m.info.vocab.tokens) token_bytes.push_back(t.size());
+  const train::WindowLoss r = train::window_loss(*m.gpt, tokens, w, 0, w.starts.size(), a.batch, token_bytes);
+  const double nats = r.nats / static_cast<double>(r.targets);
+  const double bpb = r.nats / static_cast<double>(r.bytes) / std::log(2.0);
+  if (a.json_path != "-") {
+    std::ostringstream o;
+    o << "eval " << a.checkpoint << " on " << a.text << " (" << a.split << ": " << chosen.size() << " of "
+      << docs.size() << " documents, " << bytes << " bytes, " << tokens.size() << " tokens; tokenizer "
+      << tok->description() << ")\n"
+      << "measured " << r.targets << " tokens (" << r.bytes << " bytes) in " << w.starts.size() << " windows of "
+      << T << "\n"
+      << "cross-entropy " << nats << " nats/token, perplexity " << std::exp(nats) << ", bits per byte " << bpb
+      << "\n";
+    std::cout << o.str() << std::flush;
+  }
+  if (a.json_path.empty()) return;
+  json j;
+  j["checkpoint"] = a.checkpoint;
+  j["text"] = a.text;
+  j["split"] = a.split;
+  j["val_fraction"] = a.val_fraction;
+  j["documents"] = chosen.size();
+  j["documents_in_corpus"] = docs.size();
+  j["tokenizer"] = {{"kind", tok->kind()}, {"vocab_size", tok->vocab_size()}, {"sha256", tok->digest()}};
+  j["tokens"] = tokens.size();
+  j["bytes"] = bytes;
+  j["windows"] = w.starts.size();
+  j["context"] = T;
+  j["measured_tokens"] = r.targets;
+  j["measured_bytes"] = r.bytes;
+  j["nats_per_token"] = nats;
+  j["perplexity"] = std::exp(nats);
+  j["bits_per_byte"] = bpb;
+  write_json("eval", "--json", a.json_path, j.dump(2, ' ', false, json::error_handler_t::replace));
+}
+
+}  // namespace
+
+void add_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand("eval", "Measure a text model on a text: nats per token, bits per byte, perplexity");
+  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or model_best.safetensors) of xgrad train --task text")
+      ->required()
+      ->check(non_empty_path());
+  cmd->add_option("--text", a->text, "a text file or a folder of them (recursively)")->required()->check(non_empty_path());
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "refuse unless the checkpoint's tokenizer is this one ('bytes' or a .model file)")
+      ->check(non_empty_path());
+  cmd->add_option("--split", a->split, "all, or the documents xgrad train would put in train or val")
+      ->capture_default_str();
+  cmd->add_option("--val-fraction", a->val_fraction, "with --split: the run's --val-fraction")
+      ->capture_default_str()
+      ->check(number());
+  cmd->add_option("--batch", a->batch, "windows per forward pass")->capture_default_str()->check(non_negative_integer());
+  cmd->add_option("--max-windows", a->max_windows, "at most this many windows, evenly spread (as training's validation)")
+      ->capture_default_str()
+      ->check(non_negative_integer());
+  cmd->add_option("--json", a->json_path, "also write the figures as JSON to FILE ('-': stdout, and nothing else there)")
+      ->type_name("FILE")
+      ->check(non_empty_path());
+  cmd->callback([a] { run_eval(*a); });
+}
+
+}  // namespace xg::cli

@@ -1,0 +1,211 @@
+// The text task (decoder-only): next-token prediction on the user's own text with a tokenizer
+// (SentencePiece or bytes). The corpus is tokenised once into token files in the run folder
+// (train.bin, val.bin) read through a memory map; the split is by document; the metric is
+// bits per byte on the validation split, which compares models with different tokenizers.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <cstring>
+#include <sstream>
+
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/dist/communicator.hpp>
+#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/train/generate.hpp>
+#include <xgrad/train/text_corpus.hpp>
+
+#include "common.hpp"
+
+namespace xg::train::tasks {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+
+
+class TextTraining : public GPTTask {
+ public:
+  TextTraining(const TrainOptions& o, std::unique_ptr<Tokenizer> tok, std::unique_ptr<TokenFile> train,
+               std::unique_ptr<TokenFile> val, std::string corpus, std::string split)
+      : o_(o), tok_(std::move(tok)), train_(std::move(train)), val_(std::move(val)), corpus_(std::move(corpus)),
+        split_(std::move(split)) {
+    const std::size_t T = o.context;
+    if (train_->size() < T + 2 || val_->size() < 2)
+      throw UsageError(op_message("train", "--text '" + o.text + "': " + std::to_string(train_->size()) +
+                                               " training and " + std::to_string(val_->size()) +
+                                               " validation tokens; one training window needs --context + 2 = " +
+                                               std::to_string(T + 2) + " (give more text or a shorter --context)"));
+    nn::TransformerConfig c = config_from_options(o);
+    info_.task = "text";
+    info_.kind = "gpt";
+    for (std::size_t id = 0; id < tok_->vocab_size(); ++id)
+      info_.vocab.tokens.push_back(tok_->decode({static_cast<std::int64_t>(id)}));
+    c.context = T;
+    c.V_vocab = info_.vocab.size();
+    info_.config = c.resolved();
+    info_.task_params = tokenizer_metadata(*tok_);
+    for (const std::string& t : info_.vocab.tokens) token_bytes_.push_back(t.size());
+    windows_ = validation_windows(val_->size(), T, kMaxValidationWindows);
+    for (std::uint64_t start : windows_.starts)
+      for (std::uint64_t t = start + 1; t <= std::min<std::uint64_t>(start + T, val_->size() - 1); ++t) {
+        ++val_targets_;
+        val_bytes_ += token_bytes_[(*val_)[t]];
+      }
+  }
+
+  Tensor loss(std::size_t batch, Generator& data, Generator& dropout, const dist::Shard& shard,
+              double* weight) override {
+    const std::size_t T = o_.context;
+    LMBatch b{IndexArray({batch, T}, std::vector<std::int64_t>(batch * T)),
+              IndexArray({batch, T}, std::vector<std::int64_t>(batch * T))};
+    for (std::size_t s = 0; s < batch; ++s) {
+      const std::uint64_t start = data.below(train_->size() - T - 1);
+      for (std::size_t t = 0; t < T; ++t) {
+        b.tokens.data[s * T + t] = (*train_)[start + t];
+        b.targets.data[s * T + t] = (*train_)[start + t + 1];
+      }
+    }
+    return lm_loss(std::move(b), dropout, shard, batch, weight);
+  }
+  std::size_t tokens_per_batch(std::size_t batch) const override { return batch * o_.context; }
+  std::string metric_name() const override { return "val_bits_per_byte"; }
+  bool has_validation() const override { return true; }
+  bool logs_bits_per_byte() const override { return true; }
+
+  // Cross-entropy per token over the validation windows (text_corpus.hpp), the windows shared
+  // out among the ranks and the sums added up.
+  double validation_loss(dist::Communicator& comm) override {
+    module().eval();
+    const std::size_t n = windows_.starts.size();
+    const std::size_t R = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
+    const WindowLoss mine = window_loss(*gpt_, *val_, windows_, n * r / R, n * (r + 1) / R, o_.batch, token_bytes_);
+    module().train();
+    return comm.all_reduce(mine.nats, dist::ReduceOp::sum) / static_cast<double>(val_targets_);
+  }
+
+  double metric_of_validation(double val_loss) const override {
+    return val_loss * static_cast<double>(val_targets_) / static_cast<double>(val_bytes_) / std::log(2.0);
+  }
+
+  double evaluate(dist::Communicator& comm, std::ostream* samples) override {
+    const double v = metric_of_validation(validation_loss(comm));
+    if (samples) sample(*samples);
+    return v;
+  }
+
+  // About 120 tokens continuing the first tokens of the validation text (temperature 0.8).
+  void sample(std::ostream& samples) override {
+    module().eval();
+    Generator sample_gen(o_.seed + 3000);
+    const std::size_t p = std::min<std::size_t>({16, o_.context / 2, static_cast<std::size_t>(val_->size())});
+    std::vector<std::int64_t> prompt;
+    for (std::size_t i = 0; i < p; ++i) prompt.push_back((*val_)[i]);
+    SampleOptions so;
+    so.temperature = 0.8;
+    so.generator = &sample_gen;
+    std::vector<std::int64_t> text = prompt, written;
+    while (written.size() < 120) {
+      const std::size_t keep = std::min(text.size(), std::max<std::size_t>(1, o_.context / 2));
+      const std::vector<std::int64_t> window(text.end() - static_cast<long>(keep), text.end());
+      const std::size_t n = std::min<std::size_t>(120 - written.size(), o_.context - keep);
+      const Generation g = generate(*gpt_, {window}, n, so);
+      text.insert(text.end(), g.tokens[0].begin(), g.tokens[0].end());
+      written.insert(written.end(), g.tokens[0].begin(), g.tokens[0].end());
+    }
+    samples << "  sample: \"" << tok_->decode(prompt) << "|" << tok_->decode(written) << "\"\n";
+    module().train();
+  }
+
+  std::string describe_data() const override {
+    std::ostringstream out;
+    out << "corpus: " << o_.text << ": " << split_ << "; tokenizer " << tok_->description() << "; training "
+        << train_->size() << " tokens (" << train_->bytes() << " bytes), validation " << val_->size() << " tokens ("
+        << val_->bytes() << " bytes; evaluated: " << windows_.starts.size() << " windows, " << val_targets_
+        << " tokens, " << val_bytes_ << " bytes)\n";
+    return out.str();
+  }
+
+  nn::safetensors::Metadata state_metadata() const override {
+    return {{"corpus", corpus_}, {"tokenizer_sha256", tok_->digest()}};
+  }
+
+  void check_resume(const nn::safetensors::Metadata& state, const std::string& path) const override {
+    const auto tok = state.find("tokenizer_sha256");
+    if (tok != state.end() && tok->second != tok_->digest())
+      throw FormatError("[train] " + path + ": the tokenizer " + o_.tokenizer + " (sha256 " + tok_->digest() +
+                        ") differs from the one the run was saved with (sha256 " + tok->second +
+                        "); cannot resume exactly");
+    const auto it = state.find("corpus");
+    if (it != state.end() && it->second != corpus_)
+      throw FormatError("[train] " + path + ": the texts of " + o_.text +
+                        " changed since the run was saved; cannot resume exactly");
+  }
+
+ private:
+  TrainOptions o_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<TokenFile> train_, val_;
+  std::string corpus_, split_;
+  ValidationWindows windows_;
+  std::vector<std::size_t> token_bytes_;  // bytes each id decodes to
+  std::uint64_t val_targets_ = 0, val_bytes_ = 0;
+};
+
+// Rank 0's token file, shared with the other ranks (held in memory there).
+std::unique_ptr<TokenFile> share(dist::Communicator& comm, std::unique_ptr<TokenFile> mine) {
+  if (comm.size() == 1) return mine;
+  std::string blob;
+  if (comm.rank() == 0) {
+    const std::vector<std::uint32_t> ids = mine->all();
+    const std::uint64_t bytes = mine->bytes();
+    blob.assign(reinterpret_cast<const char*>(&bytes), 8);
+    blob.append(reinterpret_cast<const char*>(ids.data()), ids.size() * 4);
+  }
+  comm.broadcast(blob, 0);
+  if (comm.rank() == 0) return mine;
+  std::uint64_t bytes = 0;
+  std::memcpy(&bytes, blob.data(), 8);
+  std::vector<std::uint32_t> ids((blob.size() - 8) / 4);
+  std::memcpy(ids.data(), blob.data() + 8, ids.size() * 4);
+  return std::make_unique<TokenFile>(std::move(ids), bytes);
+}
+
+}  // namespace
+
+// Rank 0 reads and tokenises the texts into the run folder; the others get the tokens.
+std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm) {
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<TokenFile> train, val;
+  std::string corpus, split;
+  dist::together(comm, [&] {
+    tok = load_tokenizer(o.tokenizer);
+    if (comm.rank() != 0) return;
+    const std::vector<Document> docs = list_documents(o.text);
+    std::vector<Document> train_docs, val_docs;
+    split_documents(docs, o.val_fraction, train_docs, val_docs);
+    corpus = corpus_fingerprint(docs);
+    fs::create_directories(o.out);
+    const std::string train_path = (fs::path(o.out) / "train.bin").string(), val_path = (fs::path(o.out) / "val.bin").string();
+    tokenize_documents(train_docs, *tok, train_path);
+    tokenize_documents(val_docs, *tok, val_path);
+    train = std::make_unique<TokenFile>(train_path);
+    val = std::make_unique<TokenFile>(val_path);
+    split = std::to_string(docs.size()) + " documents, " + std::to_string(val_docs.size()) + " for validation (--val-fraction " +
+            std::to_string(o.val_fraction).substr(0, 4) + ")";
+  });
+  train = share(comm, std::move(train));
+  val = share(comm, std::move(val));
+  if (comm.size() > 1) {
+    comm.broadcast(corpus, 0);
+    comm.broadcast(split, 0);
+  }
+  std::unique_ptr<Task> task;
+  dist::together(comm, [&] {
+    task = std::make_unique<TextTraining>(o, std::move(tok), std::move(train), std::move(val), corpus, split);
+  });
+  return task;
+}
+
+}  // namespace xg::train::tasks

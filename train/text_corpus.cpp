@@ -1,0 +1,376 @@
+#include <xgrad/train/text_corpus.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+
+namespace xg::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::uint64_t fnv1a(const char* p, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= static_cast<unsigned char>(p[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The first 64 KiB of a file look like text: no NUL byte, and at most a quarter of the bytes in
+// sequences that are not UTF-8 (the rule of `xgrad tokenizer train`).
+void check_not_binary(const std::string& path, const std::string& head) {
+  if (head.find('\0') != std::string::npos)
+    throw UsageError(op_message("train", "--text: " + path + " looks binary (a NUL byte in its first 64 KiB); "
+                                             "give text files"));
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < head.size();) {
+    const auto c = static_cast<unsigned char>(head[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = n > 0 && i + n <= head.size();
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(head[i + k]) >> 6) == 2;
+    if (!ok && i + n > head.size() && n > 0) ok = true;  // a character cut by the 64 KiB limit
+    if (ok) {
+      i += n;
+    } else {
+      ++bad;
+      ++i;
+    }
+  }
+  if (bad * 4 > head.size())
+    throw UsageError(op_message("train", "--text: " + path + " looks binary (" + std::to_string(bad) + " of its first " +
+                                             std::to_string(head.size()) + " bytes are not UTF-8); give text files"));
+}
+
+std::string read_range(const std::string& path, std::uint64_t offset, std::uint64_t size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(op_message("train", "--text: cannot read " + path));
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string s(size, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(size));
+  if (static_cast<std::uint64_t>(in.gcount()) != size)
+    throw FormatError("[train] --text: " + path + " changed while it was read (shorter than " +
+                      std::to_string(offset + size) + " bytes)");
+  return s;
+}
+
+// Pieces of about `target` bytes of [offset, offset + size) of `path`, cut just after a '\n'
+// when there is one in the last half of the piece.
+template <class Fn>
+void for_each_piece(const std::string& path, std::uint64_t offset, std::uint64_t size, std::uint64_t target, Fn fn) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(op_message("train", "--text: cannot read " + path));
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string carry;
+  std::uint64_t left = size;
+  std::string buf;
+  while (left > 0 || !carry.empty()) {
+    const std::uint64_t want = std::min<std::uint64_t>(left, target);
+    buf.assign(want, '\0');
+    in.read(buf.data(), static_cast<std::streamsize>(want));
+    if (static_cast<std::uint64_t>(in.gcount()) != want)
+      throw FormatError("[train] --text: " + path + " changed while it was read");
+    left -= want;
+    std::string piece = carry + buf;
+    carry.clear();
+    if (left > 0) {
+      const std::size_t cut = piece.rfind('\n');
+      if (cut != std::string::npos && cut + 1 >= piece.size() / 2) {
+        carry = piece.substr(cut + 1);
+        piece.resize(cut + 1);
+      }
+    }
+    fn(piece);
+    if (left == 0 && !carry.empty()) {
+      fn(carry);
+      carry.clear();
+    }
+  }
+}
+
+constexpr char kMagic[6] = {'x', 'g', 't', 'o', 'k', '1'};
+constexpr std::size_t kHeader = 6 + 2 + 8 + 8;  // magic, width (u16), count (u64), bytes (u64)
+
+}  // namespace
+
+std::vector<Document> list_documents(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) throw UsageError(op_message("train", "--text needs a file or a folder, got ''"));
+  if (!fs::exists(path, ec)) throw UsageError(op_message("train", "--text '" + path + "' does not exist"));
+  std::vector<fs::path> files;
+  const fs::path root(path);
+  if (fs::is_directory(root, ec)) {
+    std::set<fs::path> seen;
+    for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      const fs::path canon = fs::canonical(it->path(), ec);
+      if (ec || !seen.insert(canon).second) continue;
+      files.push_back(it->path());
+    }
+    if (ec) throw UsageError(op_message("train", "--text '" + path + "': cannot list the folder: " + ec.message()));
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw UsageError(op_message("train", "--text '" + path + "' is a folder without files"));
+  } else {
+    files.push_back(root);
+  }
+  std::vector<Document> docs;
+  for (const fs::path& f : files) {
+    const std::string p = f.string();
+    const std::uint64_t size = fs::file_size(f, ec);
+    if (ec) throw UsageError(op_message("train", "--text: cannot read " + p));
+    if (size == 0) continue;
+    check_not_binary(p, read_range(p, 0, std::min<std::uint64_t>(size, 65536)));
+    const std::string rel = fs::is_directory(root, ec) ? fs::relative(f, root, ec).string() : f.filename().string();
+    std::uint64_t k = 0, at = 0;
+    for_each_piece(p, 0, size, kDocumentBytes, [&](const std::string& piece) {
+      docs.push_back({p, k == 0 ? rel : rel + "#" + std::to_string(k), at, piece.size()});
+      at += piece.size();
+      ++k;
+    });
+  }
+  if (docs.empty()) throw UsageError(op_message("train", "--text '" + path + "' holds no text (only empty files)"));
+  return docs;
+}
+
+bool in_validation(const Document& doc, double fraction) {
+  const std::uint64_t h = fnv1a(doc.name.data(), doc.name.size());
+  return static_cast<double>(h >> 11) / 9007199254740992.0 < fraction;  // 53 bits in [0, 1)
+}
+
+void split_documents(const std::vector<Document>& docs, double fraction, std::vector<Document>& train,
+                     std::vector<Document>& validation) {
+  if (docs.size() < 2)
+    throw UsageError(op_message("train", "--text: the corpus is one document (" + docs.front().name +
+                                             ", " + std::to_string(docs.front().size) +
+                                             " bytes); a validation split needs at least two: give more text"));
+  train.clear();
+  validation.clear();
+  for (const Document& d : docs) (in_validation(d, fraction) ? validation : train).push_back(d);
+  auto h = [](const Document& d) { return fnv1a(d.name.data(), d.name.size()); };
+  if (validation.empty()) {  // the document closest to the validation side moves there
+    auto it = std::min_element(train.begin(), train.end(), [&](const Document& a, const Document& b) { return h(a) < h(b); });
+    validation.push_back(*it);
+    train.erase(it);
+  } else if (train.empty()) {
+    auto it = std::max_element(validation.begin(), validation.end(),
+                               [&](const Document& a, const Document& b) { return h(a) < h(b); });
+    train.push_back(*it);
+    validation.erase(it);
+  }
+}
+
+std::string corpus_fingerprint(const std::vector<Document>& docs) {
+  std::string out;
+  for (const Document& d : docs) {
+    const std::string text = read_range(d.path, d.offset, d.size);
+    out += (out.empty() ? "" : ";") + d.name + ":" + std::to_string(d.size) + ":" + hex(fnv1a(text.data(), text.size()));
+  }
+  return out;
+}
+
+TokenFile::TokenFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw FormatError("[train] cannot open the token file " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < kHeader) {
+    ::close(fd);
+    throw FormatError("[train] " + path + ": not a token file (shorter than its header)");
+  }
+  mapped_ = static_cast<std::size_t>(st.st_size);
+  void* p = ::mmap(nullptr, mapped_, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw FormatError("[train] cannot map the token file " + path + ": " + std::strerror(errno));
+  data_ = static_cast<const unsigned char*>(p);
+  std::uint16_t width = 0;
+  std::memcpy(&width, data_ + 6, 2);
+  std::memcpy(&count_, data_ + 8, 8);
+  std::memcpy(&bytes_, data_ + 16, 8);
+  width_ = width;
+  if (std::memcmp(data_, kMagic, 6) != 0 || (width_ != 1 && width_ != 2 && width_ != 4) ||
+      count_ > (mapped_ - kHeader) / static_cast<std::uint64_t>(width_) ||
+      kHeader + count_ * static_cast<std::uint64_t>(width_) != mapped_) {
+    ::munmap(const_cast<unsigned char*>(data_), mapped_);
+    data_ = nullptr;
+    throw FormatError("[train] " + path + ": not a token file of this xgrad (header or size)");
+  }
+}
+
+TokenFile::TokenFile(std::vector<std::uint32_t> ids, std::uint64_t bytes)
+    : held_(std::move(ids)), count_(held_.size()), bytes_(bytes) {}
+
+TokenFile::~TokenFile() {
+  if (data_) ::munmap(const_cast<unsigned char*>(data_), mapped_);
+}
+
+std::uint32_t TokenFile::operator[](std::uint64_t i) const {
+  if (!data_) return held_[i];
+  const unsigned char* p = data_ + kHeader + i * static_cast<std::uint64_t>(width_);
+  if (width_ == 1) return p[0];
+  if (width_ == 2) return static_cast<std::uint32_t>(p[0] | (p[1] << 8));
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+std::vector<std::uint32_t> TokenFile::all() const {
+  if (!data_) return held_;
+  std::vector<std::uint32_t> out(count_);
+  for (std::uint64_t i = 0; i < count_; ++i) out[i] = (*this)[i];
+  return out;
+}
+
+std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out) {
+  const std::uint16_t width = tok.vocab_size() <= 256 ? 1 : tok.vocab_size() <= 65536 ? 2 : 4;
+  const std::string tmp = out + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
+  std::uint64_t count = 0, bytes = 0;
+  bool ok = std::fwrite(kMagic, 1, 6, f) == 6 && std::fwrite(&width, 2, 1, f) == 1 && std::fwrite(&count, 8, 1, f) == 1 &&
+            std::fwrite(&bytes, 8, 1, f) == 1;
+  std::vector<unsigned char> packed;
+  try {
+    for (const Document& d : docs) {
+      for_each_piece(d.path, d.offset, d.size, 1 << 20, [&](const std::string& piece) {
+        const std::vector<std::int64_t> ids = tok.encode(piece);
+        packed.resize(ids.size() * width);
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+          const auto v = static_cast<std::uint32_t>(ids[i]);
+          for (std::uint16_t b = 0; b < width; ++b) packed[i * width + b] = static_cast<unsigned char>(v >> (8 * b));
+        }
+        ok = ok && std::fwrite(packed.data(), 1, packed.size(), f) == packed.size();
+        count += ids.size();
+        bytes += piece.size();
+      });
+    }
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  ok = ok && std::fseek(f, 8, SEEK_SET) == 0 && std::fwrite(&count, 8, 1, f) == 1 && std::fwrite(&bytes, 8, 1, f) == 1 &&
+       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw FormatError("[train] writing " + out + " failed: " + std::strerror(errno));
+  }
+  return count;
+}
+
+nn::safetensors::Metadata tokenizer_metadata(const Tokenizer& tok) {
+  return {{"tokenizer", tok.kind()}, {"tokenizer_sha256", tok.digest()}, {"tokenizer_model", base64_encode(tok.serialized())}};
+}
+
+std::unique_ptr<Tokenizer> tokenizer_of_metadata(const nn::safetensors::Metadata& meta, const std::string& path) {
+  auto get = [&](const char* k) {
+    const auto it = meta.find(k);
+    if (it == meta.end()) throw FormatError("[checkpoint] " + path + ": metadata lacks '" + k + "' (no tokenizer)");
+    return it->second;
+  };
+  const std::string where = "[checkpoint] " + path + ": metadata 'tokenizer_model'";
+  std::unique_ptr<Tokenizer> tok = tokenizer_from_serialized(get("tokenizer"), base64_decode(get("tokenizer_model"), where), where);
+  if (tok->digest() != get("tokenizer_sha256"))
+    throw FormatError("[checkpoint] " + path + ": the embedded tokenizer's sha256 is " + tok->digest() +
+                      ", metadata 'tokenizer_sha256' says " + get("tokenizer_sha256"));
+  return tok;
+}
+
+ValidationWindows validation_windows(std::uint64_t tokens, std::size_t context, std::size_t max_windows) {
+  ValidationWindows w;
+  w.context = context;
+  if (tokens < 2 || context == 0 || max_windows == 0) return w;
+  const std::uint64_t all = (tokens - 1 + context - 1) / context;  // windows that cover every target
+  const std::uint64_t n = std::min<std::uint64_t>(all, max_windows);
+  for (std::uint64_t k = 0; k < n; ++k) w.starts.push_back((k * all / n) * context);
+  return w;
+}
+
+WindowLoss window_loss(nn::GPT& gpt, const TokenFile& tokens, const ValidationWindows& w, std::size_t first,
+                       std::size_t last, std::size_t batch, const std::vector<std::size_t>& token_bytes) {
+  NoGradGuard ng;
+  WindowLoss out;
+  const std::size_t T = w.context;
+  for (std::size_t w0 = first; w0 < last; w0 += batch) {
+    const std::size_t B = std::min(batch, last - w0);
+    IndexArray in({B, T}, std::vector<std::int64_t>(B * T, 0)), tgt({B, T}, std::vector<std::int64_t>(B * T, -100));
+    std::uint64_t n = 0;
+    for (std::size_t s = 0; s < B; ++s) {
+      const std::uint64_t start = w.starts[w0 + s];
+      for (std::size_t t = 0; t < T && start + t + 1 < tokens.size(); ++t) {
+        in.data[s * T + t] = tokens[start + t];
+        tgt.data[s * T + t] = tokens[start + t + 1];
+        out.bytes += token_bytes[tokens[start + t + 1]];
+        ++n;
+      }
+    }
+    out.nats += gpt.loss(in, tgt, -100).item() * static_cast<double>(n);
+    out.targets += n;
+  }
+  return out;
+}
+
+std::string base64_encode(const std::string& bytes) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const std::uint32_t b0 = static_cast<unsigned char>(bytes[i]);
+    const std::uint32_t b1 = i + 1 < bytes.size() ? static_cast<unsigned char>(bytes[i + 1]) : 0;
+    const std::uint32_t b2 = i + 2 < bytes.size() ? static_cast<unsigned char>(bytes[i + 2]) : 0;
+    const std::uint32_t v = (b0 << 16) | (b1 << 8) | b2;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
+std::string base64_decode(const std::string& text, const std::string& where) {
+  auto value = [&](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.size() % 4 != 0) throw FormatError(where + ": not base64 (length " + std::to_string(text.size()) + ")");
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); i += 4) {
+    const bool last = i + 4 == text.size();
+    const int pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=' && text[i + 3] == '=') : 0;
+    int v[4];
+    for (int k = 0; k < 4; ++k) {
+      v[k] = k >= 4 - pad ? 0 : value(text[i + static_cast<std::size_t>(k)]);
+      if (v[k] < 0) throw FormatError(where + ": not base64 (character at " + std::to_string(i + static_cast<std::size_t>(k)) + ")");
+    }
+    const std::uint32_t w = (static_cast<std::uint32_t>(v[0]) << 18) | (static_cast<std::uint32_t>(v[1]) << 12) |
+                            (static_cast<std::uint32_t>(v[2]) << 6) | static_cast<std::uint32_t>(v[3]);
+    out += static_cast<char>((w >> 16) & 255);
+    if (pad < 2) out += static_cast<char>((w >> 8) & 255);
+    if (pad < 1) out += static_cast<char>(w & 255);
+  }
+  return out;
+}
+
+}  // namespace xg::train

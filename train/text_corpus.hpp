@@ -1,0 +1,124 @@
+/// \file
+/// A corpus of the user's own text for `xgrad train --task text` and `xgrad eval`: its
+/// documents, a deterministic document-level train/validation split, the corpus tokenised once
+/// into a token file read through a memory map (like nanoGPT's train.bin), the tokenizer a
+/// checkpoint carries, and the validation measure both commands share (cross-entropy per
+/// token and bits per byte over fixed windows of the validation text).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/nn/transformer.hpp>
+#include <xgrad/train/tokenizer.hpp>
+
+namespace xg::train {
+
+/// One document: a whole file, or a piece of a large one cut at a line end.
+struct Document {
+  std::string path;      ///< The file it comes from.
+  std::string name;      ///< The file's path relative to the corpus root, "#k" for its k-th piece (k > 0).
+  std::uint64_t offset = 0;  ///< Where it starts in the file (bytes).
+  std::uint64_t size = 0;    ///< Its length in bytes.
+};
+
+/// Files larger than this are cut into documents of about this size, at line ends, so that a
+/// corpus of one large file still splits into training and validation documents.
+constexpr std::uint64_t kDocumentBytes = 1 << 20;
+
+/// The documents under `path` (a file, or a folder: every regular file below it, recursively,
+/// in path order; symbolic links followed, a file reached twice read once). UsageError naming
+/// the path when it does not exist, is a folder without files, or holds only empty files; a
+/// file that looks binary (a NUL byte, or more than 10% of its first 64 KiB not UTF-8) is a
+/// UsageError naming it.
+std::vector<Document> list_documents(const std::string& path);
+
+/// True when `doc` belongs to the validation split: a hash of its name below `fraction`
+/// (deterministic: the same corpus always splits the same way).
+bool in_validation(const Document& doc, double fraction);
+
+/// The documents of each split. When the hash puts every document on one side, the one whose
+/// hash is closest to the other side moves over, so both splits have one (with two or more).
+/// UsageError when the corpus has a single document.
+void split_documents(const std::vector<Document>& docs, double fraction, std::vector<Document>& train,
+                     std::vector<Document>& validation);
+
+/// "name:bytes:checksum" per document file (FNV-1a 64 of its bytes, hex), joined by ";": saved
+/// with a run so that --resume can tell that the corpus changed.
+std::string corpus_fingerprint(const std::vector<Document>& docs);
+
+/// Token ids in a file: 1, 2 or 4 bytes each (little-endian), as the vocabulary needs.
+class TokenFile {
+ public:
+  /// Opens (memory-maps) a token file written by tokenize_documents; FormatError naming it if
+  /// it is not one (a header "xgtok1", width, count, bytes; the ids after it).
+  explicit TokenFile(const std::string& path);
+  /// The same data held in memory (a rank that received the tokens by broadcast).
+  TokenFile(std::vector<std::uint32_t> ids, std::uint64_t bytes);
+  TokenFile(const TokenFile&) = delete;             ///< One mapping, one owner.
+  TokenFile& operator=(const TokenFile&) = delete;  ///< One mapping, one owner.
+  ~TokenFile();                                     ///< Unmaps the file.
+  /// The number of tokens.
+  std::uint64_t size() const { return count_; }
+  /// The bytes of text they encode.
+  std::uint64_t bytes() const { return bytes_; }
+  /// Token i (i < size()).
+  std::uint32_t operator[](std::uint64_t i) const;
+  /// Every id, in memory (for a broadcast to other ranks).
+  std::vector<std::uint32_t> all() const;
+
+ private:
+  const unsigned char* data_ = nullptr;
+  std::size_t mapped_ = 0;
+  std::vector<std::uint32_t> held_;
+  std::uint64_t count_ = 0, bytes_ = 0;
+  int width_ = 4;
+};
+
+/// Tokenises `docs` (one after the other) into the token file `out` (written atomically),
+/// reading each document in pieces of about 1 MiB cut at line ends, so a large corpus is never
+/// held in memory. Returns the number of tokens.
+std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out);
+
+/// The metadata a checkpoint carries about its tokenizer: "tokenizer" (its kind),
+/// "tokenizer_sha256" and "tokenizer_model" (the model file's bytes, base64; empty for bytes).
+nn::safetensors::Metadata tokenizer_metadata(const Tokenizer& tok);
+/// The tokenizer of checkpoint metadata `meta` (FormatError naming `path` if it lacks one, or
+/// its bytes do not match its digest).
+std::unique_ptr<Tokenizer> tokenizer_of_metadata(const nn::safetensors::Metadata& meta, const std::string& path);
+
+/// The validation measure: the tokens of a text cut into windows of `context` + 1 (each window
+/// predicts its last `context` tokens from the ones before, so every token after the first is a
+/// target once), at most `max_windows` windows evenly spread over the text.
+struct ValidationWindows {
+  std::vector<std::uint64_t> starts;  ///< The first token of each window.
+  std::size_t context = 0;            ///< Targets per full window.
+};
+/// Validation evaluates at most this many windows (evenly spread over the validation text), so
+/// that an evaluation costs the same on a 10 MB and a 100 MB corpus.
+constexpr std::size_t kMaxValidationWindows = 2048;
+/// The windows over `tokens` tokens.
+ValidationWindows validation_windows(std::uint64_t tokens, std::size_t context, std::size_t max_windows);
+
+/// The cross-entropy of some validation windows, summed.
+struct WindowLoss {
+  double nats = 0;             ///< The summed cross-entropy of the targets (natural log).
+  std::uint64_t targets = 0;   ///< The targets counted.
+  std::uint64_t bytes = 0;     ///< The bytes of text the targets stand for.
+};
+/// Windows [first, last) of `w` over `tokens`, `batch` windows a forward pass, through `gpt`
+/// in evaluation (no tape); `token_bytes[id]` is the number of bytes token `id` decodes to.
+WindowLoss window_loss(nn::GPT& gpt, const TokenFile& tokens, const ValidationWindows& w, std::size_t first,
+                       std::size_t last, std::size_t batch, const std::vector<std::size_t>& token_bytes);
+
+/// base64 (RFC 4648, with padding) of `bytes`, and back (FormatError naming `where` for text
+/// that is not base64).
+/// @{
+std::string base64_encode(const std::string& bytes);
+std::string base64_decode(const std::string& text, const std::string& where);
+/// @}
+
+}  // namespace xg::train
