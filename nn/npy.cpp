@@ -435,22 +435,6 @@ std::string npy_bytes(const Value& v) {
   return out;
 }
 
-// Writes bytes to path atomically (temporary file, fsync, rename).
-void write_atomically(const std::string& path, const std::string& bytes, const std::string& where) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw FormatError(where + "cannot open " + tmp + " for writing: " + std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw FormatError(where + "writing failed: " + why);
-  }
-  safetensors::sync_directory_of(path);
-}
-
 // ------------------------------------------------------------------------- inflate
 
 class BitReader {
@@ -937,13 +921,13 @@ void save(const std::string& path, const Array& a) {
   if (!a.defined()) throw ValueError(op_message("npy", "cannot save an undefined Array to " + path));
   Value v;
   v.array = a;
-  write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
+  safetensors::write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
 }
 
 void save(const std::string& path, const IndexArray& a) {
   Value v;
   v.index = a;
-  write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
+  safetensors::write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
 }
 
 bool Npz::contains(const std::string& name) const {
@@ -1002,7 +986,7 @@ Npz load_npz(const std::string& path) {
 
 void save_npz(const std::string& path, const Npz& arrays) {
   const std::string where = "[npz] " + path + ": ";
-  write_atomically(path, zip_bytes(arrays, where), where);
+  safetensors::write_atomically(path, zip_bytes(arrays, where), where);
 }
 
 }  // namespace xg::nn::npy

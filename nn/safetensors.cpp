@@ -140,6 +140,21 @@ void check_metadata(const Metadata& metadata, const std::string& path) {
   }
 }
 
+void write_atomically(const std::string& path, const std::string& bytes, const std::string& where) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw FormatError(where + "cannot open " + tmp + " for writing: " + std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw FormatError(where + "writing failed: " + why);
+  }
+  sync_directory_of(path);
+}
+
 void sync_directory_of(const std::string& path) {
   std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
   if (dir.empty()) dir = path.find('/') == 0 ? "/" : ".";

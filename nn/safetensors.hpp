@@ -62,6 +62,9 @@ void save(const std::string& path, const NamedArrays& tensors, const Metadata& m
 void check_metadata(const Metadata& metadata, const std::string& path);
 /// fsync of the folder holding `path`, so a rename into it survives a power cut (best effort).
 void sync_directory_of(const std::string& path);
+/// Writes `bytes` to `path` as save() writes (a temporary file in the same folder, fsync,
+/// rename); FormatError starting with `where` if that fails. For any file xgrad writes whole.
+void write_atomically(const std::string& path, const std::string& bytes, const std::string& where);
 /// Reads and validates the file at `path` (see above); FormatError naming the file and what
 /// is wrong.
 File load(const std::string& path);
