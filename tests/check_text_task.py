@@ -27,7 +27,7 @@ def check(ok, what):
 
 
 def run(*args):
-    return subprocess.run([XGRAD, *args], cwd=WORK, capture_output=True, text=True, timeout=600)
+    return subprocess.run([XGRAD, *args], cwd=WORK, capture_output=True, text=True, errors="replace", timeout=600)
 
 
 if WORK.exists():

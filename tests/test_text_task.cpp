@@ -174,7 +174,11 @@ TEST_CASE("text task: bytes training logs bits per byte as val_loss over ln 2 an
   double last_bpb = 0;
   while (std::getline(csv, line)) {
     std::vector<std::string> f(1);
-    for (char ch : line) ch == ',' ? f.emplace_back() : f.back().push_back(ch);
+    for (char ch : line)
+      if (ch == ',')
+        f.emplace_back();
+      else
+        f.back().push_back(ch);
     REQUIRE(f.size() == 8);
     const std::string val = f[6], bpb = f[7];
     CHECK(val.empty() == bpb.empty());

@@ -157,7 +157,7 @@ TEST_CASE("config json: bad files are usage errors naming the key", "[options]")
   refused("{\"d_model\": \"16\"}", "key 'd_model' must be a number");
   refused("{\"d_model\": 16.5}", "key 'd_model'");
   refused("{\"d_model\": 0}", "key 'd_model' = 0: must be in [1, 8192]");
-  refused("{\"task\": \"translate\"}", "key 'task' = \"translate\": must be sort, reverse or charlm");
+  refused("{\"task\": \"translate\"}", "key 'task' = \"translate\": must be sort, reverse, charlm or text");
   refused("{\"plot\": 1}", "key 'plot' must be true or false");
   refused("[]", "must be a JSON object");
   refused("{", "is not JSON");

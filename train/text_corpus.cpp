@@ -30,6 +30,18 @@ std::uint64_t fnv1a(const char* p, std::size_t n, std::uint64_t h = 146959810393
   return h;
 }
 
+// The split's hash of a document name: FNV-1a, then mixed (MurmurHash3's finaliser) so that
+// names that differ in their last characters spread over the whole range.
+std::uint64_t split_hash(const std::string& name) {
+  std::uint64_t h = fnv1a(name.data(), name.size());
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
 std::string hex(std::uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -153,7 +165,7 @@ std::vector<Document> list_documents(const std::string& path) {
 }
 
 bool in_validation(const Document& doc, double fraction) {
-  const std::uint64_t h = fnv1a(doc.name.data(), doc.name.size());
+  const std::uint64_t h = split_hash(doc.name);
   return static_cast<double>(h >> 11) / 9007199254740992.0 < fraction;  // 53 bits in [0, 1)
 }
 
@@ -166,7 +178,7 @@ void split_documents(const std::vector<Document>& docs, double fraction, std::ve
   train.clear();
   validation.clear();
   for (const Document& d : docs) (in_validation(d, fraction) ? validation : train).push_back(d);
-  auto h = [](const Document& d) { return fnv1a(d.name.data(), d.name.size()); };
+  auto h = [](const Document& d) { return split_hash(d.name); };
   if (validation.empty()) {  // the document closest to the validation side moves there
     auto it = std::min_element(train.begin(), train.end(), [&](const Document& a, const Document& b) { return h(a) < h(b); });
     validation.push_back(*it);

@@ -51,7 +51,7 @@ namespace xg::train {
 /// Text (bytes) to token ids and back; see the file comment for the lossless rule.
 class Tokenizer {
  public:
-  virtual ~Tokenizer() = default;
+  virtual ~Tokenizer() = default;  ///< Tokenizers are owned through this interface.
   /// "bytes" or "sentencepiece".
   virtual std::string kind() const = 0;
   /// The number of ids, V: ids are 0 .. V-1.
