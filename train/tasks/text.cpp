@@ -3,6 +3,7 @@
 // (train.bin, val.bin) read through a memory map; the split is by document; the metric is
 // bits per byte on the validation split, which compares models with different tokenizers.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <cstring>
@@ -188,12 +189,15 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
     corpus = corpus_fingerprint(docs);
     fs::create_directories(o.out);
     const std::string train_path = (fs::path(o.out) / "train.bin").string(), val_path = (fs::path(o.out) / "val.bin").string();
+    const auto t0 = std::chrono::steady_clock::now();
     tokenize_documents(train_docs, *tok, train_path);
     tokenize_documents(val_docs, *tok, val_path);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train = std::make_unique<TokenFile>(train_path);
     val = std::make_unique<TokenFile>(val_path);
     split = std::to_string(docs.size()) + " documents, " + std::to_string(val_docs.size()) + " for validation (--val-fraction " +
-            std::to_string(o.val_fraction).substr(0, 4) + ")";
+            std::to_string(o.val_fraction).substr(0, 4) + "), tokenised in " + std::to_string(seconds).substr(0, 5) +
+            " s";
   });
   train = share(comm, std::move(train));
   val = share(comm, std::move(val));
