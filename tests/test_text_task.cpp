@@ -198,3 +198,34 @@ TEST_CASE("text task: bytes training logs bits per byte as val_loss over ln 2 an
   write(dir / "corpus" / "doc0.txt", "changed\n");
   CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("changed since the run was saved"));
 }
+
+TEST_CASE("text corpus: one file of a few pages still splits into documents", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_one_file");
+  write(dir / "one.txt", lines(1500, "page"));  // about 40 KB
+  const auto docs = train::list_documents((dir / "one.txt").string());
+  CHECK(docs.size() >= 8);
+  std::vector<train::Document> tr, val;
+  train::split_documents(docs, 0.1, tr, val);
+  CHECK(!tr.empty());
+  CHECK(!val.empty());
+}
+
+TEST_CASE("text task: a corpus smaller than one training window is a usage error naming --context", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_tiny");
+  write(dir / "corpus" / "a.txt", "tiny text\n");
+  write(dir / "corpus" / "b.txt", "more tiny\n");
+  train::TrainOptions o;
+  o.task = "text";
+  o.text = (dir / "corpus").string();
+  o.out = (dir / "run").string();
+  o.steps = 2;
+  o.lr = 0.005;
+  o.context = 64;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.progress = o.plot = false;
+  std::ostringstream log;
+  CHECK_THROWS_AS(train::run_training(o, log), UsageError);
+  CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context"));
+}

@@ -145,18 +145,28 @@ std::vector<Document> list_documents(const std::string& path) {
   } else {
     files.push_back(root);
   }
-  std::vector<Document> docs;
+  std::vector<std::uint64_t> sizes;
+  std::uint64_t total = 0;
   for (const fs::path& f : files) {
+    sizes.push_back(fs::file_size(f, ec));
+    if (ec) throw UsageError(op_message("train", "--text: cannot read " + f.string()));
+    total += sizes.back();
+  }
+  // Documents of about a twentieth of the corpus (at least 4 KiB, at most kDocumentBytes), so
+  // that even a corpus of one file splits into training and validation documents.
+  const std::uint64_t piece = std::clamp<std::uint64_t>(total / 20, 4096, kDocumentBytes);
+  std::vector<Document> docs;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const fs::path& f = files[i];
     const std::string p = f.string();
-    const std::uint64_t size = fs::file_size(f, ec);
-    if (ec) throw UsageError(op_message("train", "--text: cannot read " + p));
+    const std::uint64_t size = sizes[i];
     if (size == 0) continue;
     check_not_binary(p, read_range(p, 0, std::min<std::uint64_t>(size, 65536)));
     const std::string rel = fs::is_directory(root, ec) ? fs::relative(f, root, ec).string() : f.filename().string();
     std::uint64_t k = 0, at = 0;
-    for_each_piece(p, 0, size, kDocumentBytes, [&](const std::string& piece) {
-      docs.push_back({p, k == 0 ? rel : rel + "#" + std::to_string(k), at, piece.size()});
-      at += piece.size();
+    for_each_piece(p, 0, size, piece, [&](const std::string& text) {
+      docs.push_back({p, k == 0 ? rel : rel + "#" + std::to_string(k), at, text.size()});
+      at += text.size();
       ++k;
     });
   }

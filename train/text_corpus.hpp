@@ -25,8 +25,9 @@ struct Document {
   std::uint64_t size = 0;    ///< Its length in bytes.
 };
 
-/// Files larger than this are cut into documents of about this size, at line ends, so that a
-/// corpus of one large file still splits into training and validation documents.
+/// Files are cut at line ends into documents of about a twentieth of the corpus, at least
+/// 4 KiB and at most this, so that a corpus of one file still splits into training and
+/// validation documents.
 constexpr std::uint64_t kDocumentBytes = 1 << 20;
 
 /// The documents under `path` (a file, or a folder: every regular file below it, recursively,
