@@ -139,12 +139,13 @@ void add_train(CLI::App& app) {
     }
     if (o->resume.empty()) {
       if (!o->init_from.empty()) train::apply_init_from(*o, given);
+      // A task may have defaults of its own (charlm, text: model, schedule, regularisation; --arch
+      // llama: rotary positions) for the options not given.
+      *o = train::with_task_defaults(*o, given);
       // Options that the run's task (or position scheme) does not read would be ignored: refuse them.
       train::check_options_apply(*o, given);
       if (given.count("lr") && o->lr == 0.0)
         throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
-      // A task may have defaults of its own (charlm: model, schedule, regularisation) for the options not given.
-      *o = train::with_task_defaults(*o, given);
       train::validate_options(train::with_defaults(*o));
       // Rank 0 alone writes the run folder (the other ranks, maybe on other machines, need none).
       if (dist::detect_launch().rank == 0) {

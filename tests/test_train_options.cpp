@@ -7,6 +7,8 @@
 
 #include "helpers.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/train/trainer.hpp>
 
@@ -186,4 +188,53 @@ TEST_CASE("config json: --config RUN/config.json repeats the run exactly", "[opt
   train::run_training(b, log);
   CHECK(read(dir / "a" / "model.safetensors") == read(dir / "b" / "model.safetensors"));
   CHECK(read(dir / "a" / "config.json") == read(dir / "b" / "config.json"));
+}
+
+TEST_CASE("train --arch llama: the checkpoint names the architecture and loads and resumes as a Llama model", "[options][llama]") {
+  const auto dir = xgt::temp_dir("train_arch_llama");
+  TrainOptions a;
+  a.out = (dir / "a").string();
+  a.arch = "llama";
+  a.pos = "rope";
+  a.multiple_of = 32;
+  a.tie_embeddings = false;
+  a.steps = 4;
+  a.stop_at = 2;
+  a.batch = 4;
+  a.d_model = 16;
+  a.heads = 4;
+  a.kv_heads = 2;
+  a.layers = 2;
+  a.n_digits = 4;
+  a.progress = a.plot = false;
+  std::ostringstream log;
+  train::run_training(a, log);
+  train::LoadedModel m = train::load_model((dir / "a" / "model.safetensors").string());
+  CHECK(m.info.config.arch == nn::Architecture::llama);
+  CHECK(m.info.config.multiple_of == 32);
+  CHECK_FALSE(m.info.config.tie_embeddings);
+  CHECK(m.info.config.d_ff == nn::llama_hidden_size(16, 32));
+  CHECK(train::parameter_count("gpt", m.info.config) == m.module().parameter_count());
+  bool has_gate = false, has_bias = false;
+  for (const auto& [name, p] : m.module().named_parameters()) {
+    has_gate = has_gate || name == "blocks.0.ffn.gate.W";
+    has_bias = has_bias || name.find(".b") != std::string::npos;
+  }
+  CHECK(has_gate);
+  CHECK_FALSE(has_bias);
+  TrainOptions again;
+  again.resume = a.out;
+  again.progress = again.plot = false;
+  const train::TrainResult r = train::run_training(again, log);
+  CHECK(r.steps_done == 4);
+  // A GPT-2 run of the same flags writes no architecture key (its checkpoints keep their bytes).
+  TrainOptions g = a;
+  g.arch = "gpt";
+  g.pos = "learned";
+  g.tie_embeddings = true;
+  g.stop_at = -1;
+  g.out = (dir / "g").string();
+  train::run_training(g, log);
+  CHECK(nn::safetensors::load_header((dir / "g" / "model.safetensors").string()).metadata.count("arch") == 0);
+  CHECK(train::options_metadata(g).count("opt.arch") == 0);
 }

@@ -83,7 +83,11 @@ std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConf
   const bool pos_table = kind != "gpt" || c.pos == nn::PositionScheme::learned;
   const R embed = R(c.V_vocab) * d + (pos_table ? R(c.context) * d : R(0));
   R n = 0;
-  if (kind == "gpt")
+  if (kind == "gpt" && c.arch == nn::Architecture::llama) {
+    // tok, per layer attn_norm, W_QKV, W_O, ffn_norm, gate, up, down (no biases), norm, classifier.
+    const R layer = d + d * (q + 2 * kv) + q * d + d + 3 * d * f;
+    n = R(c.V_vocab) * d + R(c.layers) * layer + d + (c.tie_embeddings ? R(0) : R(c.V_vocab) * d);
+  } else if (kind == "gpt")
     n = embed + R(c.layers) * (2 * ln + self + ffn) + ln;
   else
     n = embed + R(c.encoder_layers) * (2 * ln + self + ffn) + ln + R(c.layers) * (3 * ln + self + cross + ffn) + ln;
@@ -93,12 +97,15 @@ std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConf
 
 nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
   const nn::TransformerConfig c = info.config.resolved();
-  // xgrad-1 metadata has no architecture key yet: a Llama model written here would read back
-  // as a GPT-2 one, so refuse it rather than write a checkpoint that misdescribes the model.
-  if (c.arch != nn::Architecture::gpt)
-    throw ValueError("[checkpoint] arch " + nn::architecture_name(c.arch) +
-                     ": xgrad-1 checkpoints store arch gpt models only (no architecture key yet)");
   nn::safetensors::Metadata m = info.task_params;
+  // GPT-2 blocks are the default and write no key (those checkpoints keep their bytes); a
+  // Llama model names its architecture and the sizes only it has.
+  if (c.arch == nn::Architecture::llama) {
+    m["arch"] = nn::architecture_name(c.arch);
+    m["multiple_of"] = std::to_string(c.multiple_of);
+    m["norm_eps"] = exact_text(c.norm_eps);
+    m["tie_embeddings"] = c.tie_embeddings ? "true" : "false";
+  }
   m["format"] = "xgrad-1";
   m["model"] = info.kind;
   m["task"] = info.task;
@@ -155,6 +162,22 @@ ModelInfo model_info(const nn::safetensors::Metadata& m, const std::string& path
                       std::to_string(info.vocab.size()) + " tokens");
   if (c.H_q == 0 || get_size(m, "d_h", path, 1u << 14) * c.H_q != c.d_model)
     throw FormatError("[checkpoint] " + path + ": d_h * H_q must equal d_model");
+  // Architecture; checkpoints written before it existed are GPT-2 models.
+  if (m.count("arch")) {
+    const std::string a = m.at("arch");
+    try {
+      c.arch = nn::architecture_from_name(a);
+    } catch (const ValueError&) {
+      throw FormatError("[checkpoint] " + path + ": metadata 'arch' = '" + a + "' is not gpt or llama");
+    }
+    if (info.kind != "gpt") throw FormatError("[checkpoint] " + path + ": metadata 'arch' is for GPT models only");
+    c.multiple_of = get_size(m, "multiple_of", path, 1u << 16);
+    c.norm_eps = parse_double(get(m, "norm_eps", path), "[checkpoint] " + path + ": metadata 'norm_eps'");
+    const std::string tie = get(m, "tie_embeddings", path);
+    if (tie != "true" && tie != "false")
+      throw FormatError("[checkpoint] " + path + ": metadata 'tie_embeddings' = '" + tie + "' is not true or false");
+    c.tie_embeddings = tie == "true";
+  }
   // Position scheme; checkpoints written before it existed have learned embeddings.
   if (m.count("pos")) {
     const std::string p = m.at("pos");

@@ -123,6 +123,28 @@ std::vector<OptionSpec> make_schema() {
                           {"float32", "float64"}),
                   "dtype"),
             "float32"),
+      for_tasks(added(model(choices(row("arch", "--arch", &O::arch,
+                                        "gpt (GPT-2 blocks) or llama (RMSNorm, SwiGLU, RoPE, no biases)"),
+                                    {"gpt", "llama"}),
+                            "arch"),
+                      "gpt"),
+                {"sort", "charlm", "text"}),
+      when(added(model(range(row("multiple_of", "--multiple-of", &O::multiple_of,
+                                 "--arch llama: the feed-forward width is rounded up to a multiple of this"),
+                             1, 65536),
+                       "multiple_of"),
+                 "256"),
+           "arch", "llama"),
+      when(added(model(range(row("norm_eps", "--norm-eps", &O::norm_eps, "--arch llama: RMSNorm's epsilon"), 0, 1,
+                             true),
+                       "norm_eps"),
+                 exact(1e-5)),
+           "arch", "llama"),
+      when(added(model(row("tie_embeddings", "--untied-classifier", &O::tie_embeddings,
+                           "--arch llama: a classifier of its own, not the token embedding's transpose"),
+                       "tie_embeddings"),
+                 "true"),
+           "arch", "llama"),
       model(range(row("d_model", "--d-model", &O::d_model, "model width"), 1, 8192), "d_model"),
       model(range(row("heads", "--heads", &O::heads, "query heads H_q"), 1, 8192), "H_q"),
       model(range(row("kv_heads", "--kv-heads", &O::kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)"), 0, 8192),
@@ -192,7 +214,7 @@ std::vector<OptionSpec> make_schema() {
            R::session, true),
   };
   for (OptionSpec& s : t) {
-    if (s.name == "progress" || s.name == "plot") s.negated = true;
+    if (s.name == "progress" || s.name == "plot" || s.name == "tie_embeddings") s.negated = true;
     // Options added after the first checkpoints are written only when not at their default.
     if (s.name == "init_from") s.omit_when_legacy = true;
   }
@@ -343,6 +365,8 @@ void validate_options(const TrainOptions& o) {
     bad("--kv-heads", std::to_string(o.kv_heads), "must be in [0, " + std::to_string(o.heads) + "]");
   if (o.kv_heads != 0 && o.heads % o.kv_heads != 0)
     bad("--kv-heads", std::to_string(o.kv_heads), "must divide --heads " + std::to_string(o.heads));
+  if (o.arch == "llama" && o.pos != "rope")
+    bad("--pos", o.pos, "--arch llama has rotary positions (--pos rope)");
   if (o.pos != "learned" && o.task == "reverse")
     bad("--pos", o.pos, "the reverse task's encoder-decoder has learned position embeddings only (--pos learned)");
   if (o.pos == "rope") {
@@ -464,7 +488,8 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
     std::string mine = option_text(o, s);
     // Options whose 0 means "derived" compare by the value they resolve to.
     if (s.name == "kv_heads" && o.kv_heads == 0) mine = std::to_string(o.heads);
-    if (s.name == "d_ff" && o.d_ff == 0) mine = std::to_string(4 * o.d_model);
+    if (s.name == "d_ff" && o.d_ff == 0)
+      mine = std::to_string(o.arch == "llama" ? nn::llama_hidden_size(o.d_model, o.multiple_of) : 4 * o.d_model);
     const std::string shown_theirs = option_text(probe, s);
     if (given.count(s.name) && mine != shown_theirs)
       throw UsageError(op_message("train", s.flag + " " + mine + " conflicts with --init-from " + path + " (" +
@@ -490,6 +515,7 @@ TrainOptions with_defaults(TrainOptions o) {
 }
 
 TrainOptions with_task_defaults(TrainOptions o, const std::set<std::string>& given) {
+  if (o.arch == "llama" && !given.count("pos") && o.init_from.empty()) o.pos = "rope";  // Llama's positions
   if (o.task != "charlm" && o.task != "text") return o;
   // Tuned for about 3 minutes of one core on the licence texts (docs/cli.md has the numbers).
   if (!given.count("steps")) o.steps = kCharlmSteps;

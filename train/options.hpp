@@ -42,6 +42,10 @@ struct TrainOptions {
   /// 0: = heads), transformer layers (`--layers`) and feed-forward width (`--d-ff`; 0: 4 d_model). @{
   std::size_t d_model = 64, heads = 4, kv_heads = 0, layers = 2, d_ff = 0;
   /// @}
+  std::string arch = "gpt";  ///< gpt (GPT-2 blocks) | llama (RMSNorm, SwiGLU, RoPE, no biases) (`--arch`).
+  std::size_t multiple_of = 256;  ///< `--arch llama`: the feed-forward width rounding (`--multiple-of`).
+  double norm_eps = 1e-5;  ///< `--arch llama`: RMSNorm's epsilon (`--norm-eps`).
+  bool tie_embeddings = true;  ///< `--arch llama`: the classifier is the token embedding (`--untied-classifier`: not).
   std::size_t window = 0;  ///< Sliding window of the causal self-attention; 0: none (`--window`).
   double dropout = 0.0;  ///< Dropout probability, in [0, 1) (`--dropout`).
   std::string pos = "learned";  ///< learned | rope | alibi | none (GPT tasks: sort, charlm) (`--pos`).

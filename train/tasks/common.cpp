@@ -42,6 +42,10 @@ nn::TransformerConfig config_from_options(const TrainOptions& o) {
   c.d_ff = o.d_ff;
   c.dropout = o.dropout;
   c.window = o.window;
+  c.arch = nn::architecture_from_name(o.arch);
+  c.multiple_of = o.multiple_of;
+  c.norm_eps = o.norm_eps;
+  c.tie_embeddings = o.tie_embeddings;
   c.pos = nn::position_scheme_from_name(o.pos);
   c.rope.base = o.rope_base;
   c.rope.fraction = o.rope_fraction;
