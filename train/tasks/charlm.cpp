@@ -182,18 +182,7 @@ class CharLMTraining : public GPTTask {
     const LMBatch b = data_.batch(1, sample_gen, true);
     const std::size_t p = std::min<std::size_t>(16, o_.context / 2);  // prompt, then room to write
     const std::vector<std::int64_t> prompt(b.tokens.data.begin(), b.tokens.data.begin() + static_cast<long>(p));
-    SampleOptions so;
-    so.temperature = 0.8;
-    so.generator = &sample_gen;
-    std::vector<std::int64_t> text = prompt, written;
-    while (written.size() < 240) {
-      const std::size_t keep = std::min(text.size(), std::max<std::size_t>(1, o_.context / 2));
-      const std::vector<std::int64_t> window(text.end() - static_cast<long>(keep), text.end());
-      const std::size_t n = std::min<std::size_t>(240 - written.size(), o_.context - keep);
-      const Generation g = generate(*gpt_, {window}, n, so);
-      text.insert(text.end(), g.tokens[0].begin(), g.tokens[0].end());
-      written.insert(written.end(), g.tokens[0].begin(), g.tokens[0].end());
-    }
+    const std::vector<std::int64_t> written = continue_text(*gpt_, prompt, o_.context, 240, sample_gen);
     samples << "  sample: \"" << info_.vocab.decode(prompt) << "|" << info_.vocab.decode(written) << "\"\n";
     module().train();
   }

@@ -3,6 +3,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/dist/communicator.hpp>
 #include <xgrad/ops/dropout.hpp>
+#include <xgrad/train/generate.hpp>
 
 namespace xg::train {
 
@@ -74,6 +75,32 @@ LMBatch shard_of(LMBatch b, const dist::Shard& shard, std::size_t batch, double*
   b = LMBatch{rows_of(b.tokens, shard), rows_of(b.targets, shard)};
   *weight = static_cast<double>(targets_in(b.targets)) / global;
   return b;
+}
+
+std::vector<std::int64_t> continue_text(nn::GPT& gpt, const std::vector<std::int64_t>& prompt, std::size_t context,
+                                        std::size_t count, Generator& gen) {
+  SampleOptions so;
+  so.temperature = 0.8;
+  so.generator = &gen;
+  std::vector<std::int64_t> text = prompt, written;
+  while (written.size() < count) {
+    const std::size_t keep = std::min(text.size(), std::max<std::size_t>(1, context / 2));
+    const std::vector<std::int64_t> window(text.end() - static_cast<long>(keep), text.end());
+    const std::size_t n = std::min<std::size_t>(count - written.size(), context - keep);
+    const Generation g = generate(gpt, {window}, n, so);
+    text.insert(text.end(), g.tokens[0].begin(), g.tokens[0].end());
+    written.insert(written.end(), g.tokens[0].begin(), g.tokens[0].end());
+  }
+  return written;
+}
+
+double heldout_exact_match(dist::Communicator& comm, std::size_t n,
+                           const std::function<void(std::size_t, std::size_t, std::size_t&)>& answer) {
+  const std::size_t R = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
+  const std::size_t first = n * r / R, last = n * (r + 1) / R;
+  std::size_t right = 0;
+  if (last > first) answer(first, last, right);
+  return comm.all_reduce(static_cast<double>(right), dist::ReduceOp::sum) / static_cast<double>(n);
 }
 
 void GPTTask::build_model(Generator& init) { gpt_ = std::make_unique<nn::GPT>(info_.config, init); }

@@ -3,7 +3,9 @@
 // train/.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include <xgrad/dist/data_parallel.hpp>
 #include <xgrad/nn/transformer.hpp>
@@ -23,6 +25,17 @@ std::size_t targets_in(const IndexArray& targets);
 /// This rank's rows of a decoder-only batch; *weight = their targets / all targets (1 when
 /// the shard is the whole batch).
 LMBatch shard_of(LMBatch b, const dist::Shard& shard, std::size_t batch, double* weight);
+
+/// `count` tokens sampled (temperature 0.8, from `gen`) after `prompt`; past the context,
+/// each piece continues the last context/2 tokens.
+std::vector<std::int64_t> continue_text(nn::GPT& gpt, const std::vector<std::int64_t>& prompt, std::size_t context,
+                                        std::size_t count, Generator& gen);
+
+/// Exact match on held-out problems, shared out among the ranks: rank r answers problems
+/// [n r / R, n (r + 1) / R) with `answer(first, last, right)` (adding its exact matches to
+/// `right`); returns the fraction right over all ranks (a collective).
+double heldout_exact_match(dist::Communicator& comm, std::size_t n,
+                           const std::function<void(std::size_t, std::size_t, std::size_t&)>& answer);
 
 /// A task that trains a decoder-only model (nn::GPT).
 class GPTTask : public Task {

@@ -120,16 +120,13 @@ class ReverseTraining : public Task {
   std::size_t tokens_per_batch(std::size_t batch) const override { return batch * (data_.max_len() * 2 + 1); }
   std::string metric_name() const override { return "heldout_exact_match"; }
 
-  // Held-out sources [n r / R, n (r + 1) / R) on rank r, decoded greedily up to EOS; the exact
-  // matches summed over the ranks.
+  // Held-out sources decoded greedily up to EOS, shared out among the ranks.
   double evaluate(dist::Communicator& comm, std::ostream* samples) override {
     module().eval();
-    const std::size_t R = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
-    const std::size_t n = heldout_.size(), first = n * r / R, last = n * (r + 1) / R;
-    const std::vector<std::vector<std::int64_t>> mine(heldout_.begin() + static_cast<long>(first),
-                                                      heldout_.begin() + static_cast<long>(last));
-    std::size_t right = 0;
-    if (!mine.empty()) {
+    const double metric = heldout_exact_match(comm, heldout_.size(), [&](std::size_t first, std::size_t last,
+                                                                          std::size_t& right) {
+      const std::vector<std::vector<std::int64_t>> mine(heldout_.begin() + static_cast<long>(first),
+                                                        heldout_.begin() + static_cast<long>(last));
       const Seq2SeqBatch b = data_.make_batch(mine);
       SampleOptions so;
       so.stop_token = data_.eos();
@@ -143,8 +140,7 @@ class ReverseTraining : public Task {
           *samples << "  " << info_.vocab.decode(mine[i]) << " -> " << info_.vocab.decode(g.tokens[i])
                    << (ok ? "  (right)" : "  (expected " + info_.vocab.decode(want) + ")") << "\n";
       }
-    }
-    const double metric = comm.all_reduce(static_cast<double>(right), dist::ReduceOp::sum) / static_cast<double>(n);
+    });
     module().train();
     return metric;
   }

@@ -103,14 +103,11 @@ class SortTraining : public GPTTask {
   std::size_t tokens_per_batch(std::size_t batch) const override { return batch * 2 * data_.n(); }
   std::string metric_name() const override { return "heldout_exact_match"; }
 
-  // Held-out problems [n r / R, n (r + 1) / R) on rank r (shards differ by at most one),
-  // answered greedily; the exact matches summed over the ranks.
+  // Held-out problems answered greedily, shared out among the ranks.
   double evaluate(dist::Communicator& comm, std::ostream* samples) override {
     module().eval();
-    const std::size_t R = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
-    const std::size_t n = heldout_.size(), first = n * r / R, last = n * (r + 1) / R;
-    std::size_t right = 0;
-    if (last > first) {
+    const double metric = heldout_exact_match(comm, heldout_.size(), [&](std::size_t first, std::size_t last,
+                                                                          std::size_t& right) {
       std::vector<std::vector<std::int64_t>> prompts;
       for (std::size_t i = first; i < last; ++i) prompts.push_back(data_.prompt(heldout_[i]));
       const Generation g = generate(*gpt_, prompts, data_.n());
@@ -122,8 +119,7 @@ class SortTraining : public GPTTask {
           *samples << "  " << info_.vocab.decode(prompts[i]) << " -> " << info_.vocab.decode(g.tokens[i])
                    << (ok ? "  (right)" : "  (expected " + info_.vocab.decode(want) + ")") << "\n";
       }
-    }
-    const double metric = comm.all_reduce(static_cast<double>(right), dist::ReduceOp::sum) / static_cast<double>(n);
+    });
     module().train();
     return metric;
   }

@@ -103,18 +103,7 @@ class TextTraining : public GPTTask {
     const std::size_t p = std::min<std::size_t>({16, o_.context / 2, static_cast<std::size_t>(val_->size())});
     std::vector<std::int64_t> prompt;
     for (std::size_t i = 0; i < p; ++i) prompt.push_back((*val_)[i]);
-    SampleOptions so;
-    so.temperature = 0.8;
-    so.generator = &sample_gen;
-    std::vector<std::int64_t> text = prompt, written;
-    while (written.size() < 120) {
-      const std::size_t keep = std::min(text.size(), std::max<std::size_t>(1, o_.context / 2));
-      const std::vector<std::int64_t> window(text.end() - static_cast<long>(keep), text.end());
-      const std::size_t n = std::min<std::size_t>(120 - written.size(), o_.context - keep);
-      const Generation g = generate(*gpt_, {window}, n, so);
-      text.insert(text.end(), g.tokens[0].begin(), g.tokens[0].end());
-      written.insert(written.end(), g.tokens[0].begin(), g.tokens[0].end());
-    }
+    const std::vector<std::int64_t> written = continue_text(*gpt_, prompt, o_.context, 120, sample_gen);
     samples << "  sample: \"" << tok_->decode(prompt) << "|" << tok_->decode(written) << "\"\n";
     module().train();
   }
