@@ -1,5 +1,7 @@
 #include "common.hpp"
 
+#include <ostream>
+
 #include <xgrad/core/error.hpp>
 #include <xgrad/dist/communicator.hpp>
 #include <xgrad/ops/dropout.hpp>
@@ -101,6 +103,15 @@ double heldout_exact_match(dist::Communicator& comm, std::size_t n,
   std::size_t right = 0;
   if (last > first) answer(first, last, right);
   return comm.all_reduce(static_cast<double>(right), dist::ReduceOp::sum) / static_cast<double>(n);
+}
+
+bool exact_match(const Vocabulary& vocab, const std::vector<std::int64_t>& input, const std::vector<std::int64_t>& got,
+                 const std::vector<std::int64_t>& want, std::size_t i, std::ostream* samples) {
+  const bool ok = got == want;
+  if (samples && i < 4)
+    *samples << "  " << vocab.decode(input) << " -> " << vocab.decode(got)
+             << (ok ? "  (right)" : "  (expected " + vocab.decode(want) + ")") << "\n";
+  return ok;
 }
 
 void GPTTask::build_model(Generator& init) { gpt_ = std::make_unique<nn::GPT>(info_.config, init); }

@@ -134,11 +134,7 @@ class ReverseTraining : public Task {
       for (std::size_t i = 0; i < mine.size(); ++i) {
         std::vector<std::int64_t> want(mine[i].rbegin(), mine[i].rend());
         want.push_back(data_.eos());
-        const bool ok = g.tokens[i] == want;
-        right += ok;
-        if (samples && i < 4)
-          *samples << "  " << info_.vocab.decode(mine[i]) << " -> " << info_.vocab.decode(g.tokens[i])
-                   << (ok ? "  (right)" : "  (expected " + info_.vocab.decode(want) + ")") << "\n";
+        right += exact_match(info_.vocab, mine[i], g.tokens[i], want, i, samples);
       }
     });
     module().train();

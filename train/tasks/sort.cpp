@@ -112,12 +112,7 @@ class SortTraining : public GPTTask {
       for (std::size_t i = first; i < last; ++i) prompts.push_back(data_.prompt(heldout_[i]));
       const Generation g = generate(*gpt_, prompts, data_.n());
       for (std::size_t i = 0; i < prompts.size(); ++i) {
-        const auto want = data_.answer(heldout_[first + i]);
-        const bool ok = g.tokens[i] == want;
-        right += ok;
-        if (samples && i < 4)
-          *samples << "  " << info_.vocab.decode(prompts[i]) << " -> " << info_.vocab.decode(g.tokens[i])
-                   << (ok ? "  (right)" : "  (expected " + info_.vocab.decode(want) + ")") << "\n";
+        right += exact_match(info_.vocab, prompts[i], g.tokens[i], data_.answer(heldout_[first + i]), i, samples);
       }
     });
     module().train();
