@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages xgrad needs, only those missing. Needs root (or sudo).
 # Usage: scripts/setup.sh [--test]
+# The build needs pkgconf to find libsentencepiece-dev (SentencePiece tokenizers, optional in
+# CMake: XGRAD_WITH_SENTENCEPIECE; the downstream consumer test, tests/downstream, uses it too).
 #   --test also installs python3-torch, the reference for tests/torch (the PyTorch cross-check),
-#   pkgconf for the downstream consumer test (tests/downstream), python3-numpy (tests/interop:
-#   .npy/.npz written and read by NumPy), clang with libFuzzer (scripts/fuzz.sh,
-#   docs/reliability.md) and doxygen (the API reference, which the test suite builds and
-#   checks: docs_api_reference).
+#   python3-numpy (tests/interop: .npy/.npz written and read by NumPy), python3-sentencepiece
+#   (tests/interop: the tokenizers against Python's SentencePiece), clang with libFuzzer
+#   (scripts/fuzz.sh, docs/reliability.md) and doxygen (the API reference, which the test suite
+#   builds and checks: docs_api_reference).
 set -euo pipefail
 
 packages=(cmake g++ make xtensor-dev xtl-dev libxsimd-dev libopenblas-dev catch2
-          libcli11-dev nlohmann-json3-dev gnuplot-nox libopenmpi-dev openmpi-bin)
+          libcli11-dev nlohmann-json3-dev gnuplot-nox libopenmpi-dev openmpi-bin libsentencepiece-dev
+          pkgconf)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3-torch python3-numpy clang-14 libclang-rt-14-dev pkgconf doxygen)
+  packages+=(python3-torch python3-numpy python3-sentencepiece clang-14 libclang-rt-14-dev doxygen)
 fi
 
 missing=()

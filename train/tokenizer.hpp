@@ -1,0 +1,150 @@
+/// \file
+/// Tokenizers: text (any bytes) to token ids and back, exactly.
+///
+/// Two kinds:
+/// - `bytes`: 256 ids, id == byte value. Needs nothing.
+/// - `sentencepiece`: a SentencePiece model (a `.model` file: trained by `xgrad tokenizer
+///   train`, by SentencePiece's own trainer, or brought along, e.g. a Llama tokenizer.model).
+///   Needs xgrad built with SentencePiece (CMake option XGRAD_WITH_SENTENCEPIECE, Debian
+///   libsentencepiece-dev); otherwise loading one is a UsageError saying so.
+///
+/// **Lossless, for every byte string.** `decode(encode(s)) == s` for every `s`, invalid UTF-8
+/// included. SentencePiece alone is not: it replaces each byte of invalid UTF-8 with U+FFFD,
+/// and it writes a space as U+2581 (its whitespace marker), so a U+2581 in the text would come
+/// back as a space. xgrad therefore encodes in three steps:
+/// 1. **Pre-split.** The text is cut into *runs*, maximal stretches of valid UTF-8 (RFC 3629:
+///    no overlong forms, no surrogates, nothing above U+10FFFF) without U+2581, and *raw bytes*:
+///    every byte of invalid UTF-8 and the three bytes of each U+2581. A run also ends after
+///    every stretch of newlines that something else follows, unless the model has a piece that
+///    joins a newline to a following character (then runs are not cut at lines).
+/// 2. **Runs go through SentencePiece**, one call each. A model that adds a dummy prefix (a
+///    U+2581 before the text, as Llama's does) adds it to every call; a run that does not
+///    start the text is therefore encoded behind a separator, the first control character
+///    (U+0001..U+001F, U+007F) that the model writes as its byte piece, and the pieces of
+///    that separator (U+2581 and the byte piece) are dropped: what remains are the pieces
+///    SentencePiece gives the run after a character it has no piece for.
+/// 3. **Raw bytes become byte pieces** `<0x00>` .. `<0xFF>` directly (SentencePiece's byte
+///    fallback pieces, which every model xgrad loads must have).
+///
+/// A run whose pieces do not spell it back exactly (a model whose normaliser changes text
+/// that the checks at load time did not catch) is encoded as its byte pieces instead, so the
+/// rule holds for every model. Cutting at lines changes nothing for a model whose pieces never
+/// join a newline to what follows (those xgrad trains, Llama's): text without invalid UTF-8
+/// and U+2581 gets exactly the ids SentencePiece gives it, while encoding stays linear in the
+/// length (SentencePiece's own time grows faster than the length of one call's text).
+///
+/// decode() is xgrad's own, piece by piece (SentencePiece's would turn invalid UTF-8 into
+/// U+FFFD): a byte piece gives its byte, a normal, user-defined or unused piece its text with
+/// every U+2581 read as a space, `<s>`, `</s>` and other control pieces nothing, `<unk>`
+/// " U+2047 " (SentencePiece's default; encode() never produces it). A model with a dummy
+/// prefix drops the leading space of the first id that is not a control piece when that id is
+/// a piece starting with U+2581.
+///
+/// Models xgrad refuses (FormatError naming the file): models without the 256 byte pieces
+/// (trained without byte_fallback), models that drop or move whitespace (SentencePiece's
+/// remove_extra_whitespaces, treat_whitespace_as_suffix, or escape_whitespaces off; found by
+/// encoding " a  b " when the model is loaded), and models with a dummy prefix that have a
+/// piece for every control character (no separator).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xg::train {
+
+/// Text (bytes) to token ids and back; see the file comment for the lossless rule.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  /// "bytes" or "sentencepiece".
+  virtual std::string kind() const = 0;
+  /// The number of ids, V: ids are 0 .. V-1.
+  virtual std::size_t vocab_size() const = 0;
+  /// The ids of `text`, any bytes. Lossless: decode(encode(s)) == s for every byte string s.
+  virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
+  /// The bytes the ids stand for; ValueError naming the id for an id outside [0, vocab_size()).
+  virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
+  /// The display text of one id: the SentencePiece piece (`▁the`, `<0x0A>`, `<s>`); for bytes,
+  /// printable ASCII as itself and any other byte as `<0xNN>`. ValueError for a bad id.
+  virtual std::string piece(std::int64_t id) const = 0;
+  /// The model file's bytes ("" for bytes): what a checkpoint embeds to rebuild the tokenizer
+  /// with tokenizer_from_serialized().
+  virtual std::string serialized() const = 0;
+  /// The SHA-256 (64 hex digits) of kind() + serialized(): identifies the tokenizer.
+  std::string digest() const;
+  /// One line for people: "bytes (256)", "sentencepiece, vocabulary 1024, sha256 <16 hex digits>".
+  std::string description() const;
+};
+
+/// The byte tokenizer: 256 ids, id == byte value.
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+/// "bytes", or the path of a SentencePiece .model file. FormatError naming the path for a
+/// corrupt, truncated, empty or foreign file or a model xgrad cannot use losslessly (see the
+/// file comment); UsageError when the file is missing or a folder, or when xgrad was built
+/// without SentencePiece.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+/// The tokenizer of `kind` ("bytes" or "sentencepiece") from its serialized() bytes, as a
+/// checkpoint embeds them; `where` names the source in errors (FormatError as for
+/// load_tokenizer, ValueError for an unknown kind or bytes for the byte tokenizer).
+std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind, const std::string& bytes,
+                                                     const std::string& where);
+
+/// Whether this xgrad was built with SentencePiece (CMake option XGRAD_WITH_SENTENCEPIECE).
+bool sentencepiece_available();
+
+/// Options of train_sentencepiece() (`xgrad tokenizer train`).
+struct TokenizerTrainOptions {
+  /// The number of pieces, exactly: at least 260 (the 256 byte pieces, `<unk>`, `<s>`, `</s>`
+  /// and at least one piece of text), at most 1048576; a UsageError names the largest the
+  /// corpus supports when it gives fewer.
+  std::size_t vocab_size = 1024;
+  /// "bpe", "unigram" or "char".
+  std::string model_type = "bpe";
+  /// Must stay true: xgrad loads only models with byte fallback (the lossless rule needs the
+  /// 256 byte pieces), so false is a UsageError.
+  bool byte_fallback = true;
+  /// Threads SentencePiece's trainer uses, 1 .. 1024.
+  int threads = 1;
+  /// Which characters get a piece of their own (the others are written as byte pieces):
+  /// 0 (automatic) keeps the most frequent ones, as many as half of the pieces left after the
+  /// byte and control pieces (all of them for "char"); a fraction in (0, 1] keeps the fewest
+  /// most frequent characters that make up at least that much of the text (UsageError when
+  /// they need more pieces than the vocabulary has). xgrad chooses them itself and trains
+  /// SentencePiece on the text cut at every other character, because SentencePiece's own
+  /// character_coverage cannot go below 0.98.
+  double character_coverage = 0;
+  /// Training reads at most this many sentences (lines, split after each run of newlines and
+  /// at 16 KiB), drawn at random with `seed` when the corpus has more; at least 1.
+  std::size_t max_sentences = 1000000;
+  /// Seeds the draw of sentences and SentencePiece's own random generator.
+  std::uint64_t seed = 0;
+};
+
+/// Trains a SentencePiece model on the texts of `paths` (each a file or a folder, read as
+/// CharLMTask::read_corpus reads it) and writes it to `out` atomically (a temporary file,
+/// fsync, rename). Returns a short report (pieces, corpus bytes, sentences, characters,
+/// seconds) for the CLI.
+///
+/// Training settings, chosen so that the model never changes text: identity normalisation,
+/// no dummy prefix, no removal of extra whitespace, byte fallback. The texts are pre-split as
+/// encode() does (invalid UTF-8 and U+2581 are left out of training).
+///
+/// Errors: UsageError for a bad option (naming --vocab-size, --model-type, ...), a vocabulary
+/// larger than the corpus supports (naming the largest that works), a missing path, a folder
+/// without files, or `out` inside a corpus folder; ValueError for a file that looks binary
+/// (a NUL byte, or more than a quarter of the bytes not UTF-8, in its first 64 KiB), a corpus
+/// without text, or SentencePiece failing; FormatError when `out` cannot be written.
+std::string train_sentencepiece(const std::vector<std::string>& paths, const TokenizerTrainOptions& options,
+                                const std::string& out);
+
+/// The ids written as text, separated by ASCII whitespace ("1 2 3"), as `xgrad tokenizer
+/// decode` reads them: UsageError naming the id and `vocab_size` for a word that is not a
+/// decimal integer or an id outside [0, vocab_size).
+std::vector<std::int64_t> parse_token_ids(std::string_view text, std::size_t vocab_size);
+
+}  // namespace xg::train
