@@ -22,6 +22,7 @@ void add_generate(CLI::App& app);   // cli/cmd_generate.cpp
 void add_inspect(CLI::App& app);    // cli/cmd_inspect.cpp
 void add_visibility(CLI::App& app); // cli/cmd_visibility.cpp
 void add_convert(CLI::App& app);    // cli/cmd_convert.cpp
+void add_tokenizer(CLI::App& app);  // cli/cmd_tokenizer.cpp
 
 // Flag validators (cli/common.cpp).
 // For unsigned flags: only digits (CLI11 alone would wrap "-1" around to 2^64 - 1).

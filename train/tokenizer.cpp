@@ -571,7 +571,8 @@ void check_options(const TokenizerTrainOptions& o) {
     bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at most " + std::to_string(kMaxVocab));
   if (!o.byte_fallback)
     bad("byte_fallback must be on: xgrad loads only models with the 256 byte pieces (lossless encoding needs them)");
-  if (o.threads < 1 || o.threads > 1024) bad("--threads " + std::to_string(o.threads) + ": must be in [1, 1024]");
+  if (o.threads < 1 || o.threads > 128)  // SentencePiece's own limit
+    bad("--threads " + std::to_string(o.threads) + ": must be in [1, 128]");
   if (!(o.character_coverage >= 0.0 && o.character_coverage <= 1.0))
     bad("--character-coverage " + std::to_string(o.character_coverage) + ": must be in (0, 1], or 0 for automatic");
   if (o.max_sentences < 1) bad("--max-sentences 0: must be at least 1");

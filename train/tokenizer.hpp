@@ -108,7 +108,8 @@ struct TokenizerTrainOptions {
   /// Must stay true: xgrad loads only models with byte fallback (the lossless rule needs the
   /// 256 byte pieces), so false is a UsageError.
   bool byte_fallback = true;
-  /// Threads SentencePiece's trainer uses, 1 .. 1024.
+  /// Threads SentencePiece's trainer uses, 1 .. 128. The model depends on it: the same corpus
+  /// and options give the same bytes, another thread count may give another model.
   int threads = 1;
   /// Which characters get a piece of their own (the others are written as byte pieces):
   /// 0 (automatic) keeps the most frequent ones, as many as half of the pieces left after the
