@@ -38,12 +38,11 @@ const std::string kSpaceMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's whi
 constexpr std::size_t kControlPieces = 3;         // <unk>, <s>, </s> in a model xgrad trains
 constexpr std::size_t kMinVocab = 256 + kControlPieces + 1;
 constexpr std::size_t kMaxVocab = std::size_t{1} << 20;
-constexpr std::size_t kMaxSentenceBytes = 16384;
-constexpr std::size_t kBinaryProbe = 65536;
 
-[[noreturn]] void without_sentencepiece(const std::string& op, const std::string& what) {
+// `what` needs SentencePiece; `instead` says what works without it ("" for nothing).
+[[noreturn]] void without_sentencepiece(const std::string& op, const std::string& what, const std::string& instead) {
   throw UsageError(op_message(op, "xgrad was built without SentencePiece (libsentencepiece-dev): " + what +
-                                      " needs it; rebuild with it installed (docs/install.md), or use --tokenizer bytes"));
+                                      " needs it; rebuild xgrad with it installed (docs/install.md)" + instead));
 }
 
 // The length of the valid UTF-8 sequence (RFC 3629) at the start of `s`, or 0 if it is not
@@ -396,13 +395,13 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind, co
 #ifdef XGRAD_WITH_SENTENCEPIECE
   return std::make_unique<SentencePieceTokenizer>(bytes, where);
 #else
-  without_sentencepiece(kOp, where + " (a SentencePiece tokenizer)");
+  without_sentencepiece(kOp, where + " (a SentencePiece tokenizer)", "");
 #endif
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return make_byte_tokenizer();
-  if (!sentencepiece_available()) without_sentencepiece(kOp, "the tokenizer " + spec);
+  if (!sentencepiece_available()) without_sentencepiece(kOp, "the tokenizer " + spec, ", or use --tokenizer bytes");
   std::error_code ec;
   const fs::file_status st = fs::status(spec, ec);
   if (!fs::exists(st))
@@ -450,6 +449,29 @@ std::vector<std::int64_t> parse_token_ids(std::string_view text, std::size_t voc
 // Training.
 
 namespace {
+
+void check_options(const TokenizerTrainOptions& o) {
+  const auto bad = [](const std::string& m) { throw UsageError(op_message(kTrainOp, m)); };
+  if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "char")
+    bad("--model-type '" + printable(o.model_type) + "': must be bpe, unigram or char");
+  if (o.vocab_size < kMinVocab)
+    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at least " + std::to_string(kMinVocab) +
+        " (256 byte pieces, <unk>, <s>, </s> and at least one piece of text)");
+  if (o.vocab_size > kMaxVocab)
+    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at most " + std::to_string(kMaxVocab));
+  if (!o.byte_fallback)
+    bad("byte_fallback must be on: xgrad loads only models with the 256 byte pieces (lossless encoding needs them)");
+  if (o.threads < 1 || o.threads > 128)  // SentencePiece's own limit
+    bad("--threads " + std::to_string(o.threads) + ": must be in [1, 128]");
+  if (!(o.character_coverage >= 0.0 && o.character_coverage <= 1.0))
+    bad("--character-coverage " + std::to_string(o.character_coverage) + ": must be in (0, 1], or 0 for automatic");
+  if (o.max_sentences < 1) bad("--max-sentences 0: must be at least 1");
+}
+
+#ifdef XGRAD_WITH_SENTENCEPIECE
+
+constexpr std::size_t kMaxSentenceBytes = 16384;  // a training sentence, at most
+constexpr std::size_t kBinaryProbe = 65536;       // the bytes the binary-file rule reads
 
 // Why `text` does not look like text ("" when it does): a NUL byte, or more than a quarter of
 // the bytes not in valid UTF-8, within the first 64 KiB.
@@ -560,23 +582,6 @@ std::vector<std::string_view> keep_characters(const std::vector<std::string_view
   return out;
 }
 
-void check_options(const TokenizerTrainOptions& o) {
-  const auto bad = [](const std::string& m) { throw UsageError(op_message(kTrainOp, m)); };
-  if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "char")
-    bad("--model-type '" + printable(o.model_type) + "': must be bpe, unigram or char");
-  if (o.vocab_size < kMinVocab)
-    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at least " + std::to_string(kMinVocab) +
-        " (256 byte pieces, <unk>, <s>, </s> and at least one piece of text)");
-  if (o.vocab_size > kMaxVocab)
-    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at most " + std::to_string(kMaxVocab));
-  if (!o.byte_fallback)
-    bad("byte_fallback must be on: xgrad loads only models with the 256 byte pieces (lossless encoding needs them)");
-  if (o.threads < 1 || o.threads > 128)  // SentencePiece's own limit
-    bad("--threads " + std::to_string(o.threads) + ": must be in [1, 128]");
-  if (!(o.character_coverage >= 0.0 && o.character_coverage <= 1.0))
-    bad("--character-coverage " + std::to_string(o.character_coverage) + ": must be in (0, 1], or 0 for automatic");
-  if (o.max_sentences < 1) bad("--max-sentences 0: must be at least 1");
-}
 
 // The corpus of `paths`, checked: UsageError for a missing path, a folder without files or
 // `out` among the inputs; ValueError for a file that looks binary.
@@ -613,8 +618,6 @@ std::vector<TextFile> read_texts(const std::vector<std::string>& paths, const st
   }
   return corpus;
 }
-
-#ifdef XGRAD_WITH_SENTENCEPIECE
 
 class SentenceList : public sp::SentenceIterator {
  public:
@@ -656,20 +659,20 @@ class SentenceList : public sp::SentenceIterator {
   throw ValueError(op_message(kTrainOp, "SentencePiece could not train: " + m));
 }
 
-#endif  // XGRAD_WITH_SENTENCEPIECE
-
 std::string thousands(std::uint64_t v) {
   std::string s = std::to_string(v);
   for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
   return s;
 }
 
+#endif  // XGRAD_WITH_SENTENCEPIECE
+
 }  // namespace
 
 std::string train_sentencepiece(const std::vector<std::string>& paths, const TokenizerTrainOptions& o,
                                 const std::string& out) {
   check_options(o);
-  if (!sentencepiece_available()) without_sentencepiece(kTrainOp, "training a tokenizer");
+  if (!sentencepiece_available()) without_sentencepiece(kTrainOp, "training a tokenizer", "");
 #ifndef XGRAD_WITH_SENTENCEPIECE
   (void)paths;
   (void)out;
