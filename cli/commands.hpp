@@ -24,6 +24,7 @@ void add_visibility(CLI::App& app); // cli/cmd_visibility.cpp
 void add_convert(CLI::App& app);    // cli/cmd_convert.cpp
 void add_compare(CLI::App& app);    // cli/cmd_compare.cpp
 void add_eval(CLI::App& app);       // cli/cmd_eval.cpp
+void add_tokenizer(CLI::App& app);  // cli/cmd_tokenizer.cpp
 
 // Flag validators (cli/common.cpp).
 // For unsigned flags: only digits (CLI11 alone would wrap "-1" around to 2^64 - 1).

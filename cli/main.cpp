@@ -16,7 +16,8 @@
 
 namespace {
 
-const char* const kCommands[] = {"demo", "gradcheck", "train", "generate", "inspect", "visibility", "convert", "compare", "eval"};
+const char* const kCommands[] = {"demo",    "gradcheck", "train",   "generate", "inspect",  "visibility",
+                                 "convert", "compare",   "eval",    "tokenizer"};
 
 // Under mpirun/srun every rank runs the same command line and would print the same error:
 // rank 0 alone reports it (docs/distributed.md); the others exit with the same status.
@@ -41,6 +42,10 @@ int run(int argc, char** argv) {
   if (argc > 1)
     for (const char* c : kCommands)
       if (std::strcmp(argv[1], c) == 0) command = c;
+  // `xgrad tokenizer train|encode|decode`: the pointer names the subcommand's own help.
+  if (command == "tokenizer" && argc > 2)
+    for (const char* sub : {"train", "encode", "decode"})
+      if (std::strcmp(argv[2], sub) == 0) command += std::string(" ") + sub;
   try {
     CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
     app.set_version_flag("--version", std::string("xgrad ") + XGRAD_VERSION_STRING, "Print the version and exit");
@@ -54,6 +59,7 @@ int run(int argc, char** argv) {
     xg::cli::add_convert(app);
     xg::cli::add_compare(app);
     xg::cli::add_eval(app);
+    xg::cli::add_tokenizer(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
@@ -65,7 +71,7 @@ int run(int argc, char** argv) {
       }
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
-                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval; see 'xgrad --help')");
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, tokenizer; see 'xgrad --help')");
       return fail(2, std::string(e.what()) + xg::cli::help_pointer(command));
     }
   } catch (...) {

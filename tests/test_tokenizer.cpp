@@ -284,6 +284,13 @@ TEST_CASE("sentencepiece tokenizer is identified by the SHA-256 of its model", "
   o.vocab_size = 420;
   train::train_sentencepiece({a.corpus.string()}, o, (dir / "same.model").string());
   CHECK(read_file(dir / "same.model") == bytes);
+  // With 2 threads: another model (SentencePiece's trainer depends on the count), the same
+  // one every time.
+  o.threads = 2;
+  train::train_sentencepiece({a.corpus.string()}, o, (dir / "t2a.model").string());
+  train::train_sentencepiece({a.corpus.string()}, o, (dir / "t2b.model").string());
+  CHECK(read_file(dir / "t2a.model") == read_file(dir / "t2b.model"));
+  o.threads = 1;
   // Another model (another vocabulary size, another type) has another digest.
   o.vocab_size = 421;
   train::train_sentencepiece({a.corpus.string()}, o, (dir / "other.model").string());
@@ -378,7 +385,9 @@ TEST_CASE("sentencepiece training refuses bad options and corpora before writing
   CHECK(usage({"x"}, o).find("byte_fallback must be on") != std::string::npos);
   o = {};
   o.threads = 0;
-  CHECK(usage({"x"}, o).find("--threads 0") != std::string::npos);
+  CHECK(usage({"x"}, o).find("--threads 0: must be in [1, 128]") != std::string::npos);
+  o.threads = 129;
+  CHECK(usage({"x"}, o).find("--threads 129: must be in [1, 128]") != std::string::npos);
   o = {};
   o.character_coverage = 1.5;
   CHECK(usage({"x"}, o).find("--character-coverage") != std::string::npos);

@@ -38,12 +38,11 @@ const std::string kSpaceMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's whi
 constexpr std::size_t kControlPieces = 3;         // <unk>, <s>, </s> in a model xgrad trains
 constexpr std::size_t kMinVocab = 256 + kControlPieces + 1;
 constexpr std::size_t kMaxVocab = std::size_t{1} << 20;
-constexpr std::size_t kMaxSentenceBytes = 16384;
-constexpr std::size_t kBinaryProbe = 65536;
 
-[[noreturn]] void without_sentencepiece(const std::string& op, const std::string& what) {
+// `what` needs SentencePiece; `instead` says what works without it ("" for nothing).
+[[noreturn]] void without_sentencepiece(const std::string& op, const std::string& what, const std::string& instead) {
   throw UsageError(op_message(op, "xgrad was built without SentencePiece (libsentencepiece-dev): " + what +
-                                      " needs it; rebuild with it installed (docs/install.md), or use --tokenizer bytes"));
+                                      " needs it; rebuild xgrad with it installed (docs/install.md)" + instead));
 }
 
 // The length of the valid UTF-8 sequence (RFC 3629) at the start of `s`, or 0 if it is not
@@ -73,15 +72,20 @@ std::size_t utf8_length(std::string_view s) {
 
 // The pre-split of the lossless rule: calls f(begin, end, raw) for consecutive segments of
 // `s`: runs of valid UTF-8 without U+2581 (raw false), and the bytes that are not in a run
-// (raw true: invalid UTF-8, and U+2581's three bytes).
+// (raw true: invalid UTF-8, and U+2581's three bytes). With `lines`, a run also ends after
+// every stretch of newlines ('\n') that something else follows.
 template <class F>
-void pre_split(std::string_view s, F&& f) {
+void pre_split(std::string_view s, bool lines, F&& f) {
   std::size_t run = 0, i = 0;
   while (i < s.size()) {
     std::size_t len = utf8_length(s.substr(i));
     const bool raw = len == 0 || s.compare(i, len, kSpaceMarker) == 0;
     if (!raw) {
       i += len;
+      if (lines && s[i - 1] == '\n' && i < s.size() && s[i] != '\n') {
+        f(run, i, false);
+        run = i;
+      }
       continue;
     }
     if (len == 0) len = 1;
@@ -195,6 +199,9 @@ class SentencePieceTokenizer : public Tokenizer {
         kind_[i] = sp_.IsUnused(id) ? (lead ? Piece::unused_after_space : Piece::unused)
                                     : (lead ? Piece::normal_after_space : Piece::normal);
         text_[i] = spaces(p);
+        // A newline followed by something else inside a piece: text cannot be cut into lines.
+        for (std::size_t k = p.find('\n'); k != std::string::npos && lines_; k = p.find('\n', k + 1))
+          if (k + 1 < p.size() && p[k + 1] != '\n') lines_ = false;
       }
     }
     for (int b = 0; b < 256; ++b)
@@ -217,6 +224,22 @@ class SentencePieceTokenizer : public Tokenizer {
                                               "remove_extra_whitespaces=false, escape_whitespaces and "
                                               "treat_whitespace_as_suffix at their defaults)"));
     }
+    // With a dummy prefix, a run after the start of the text is encoded behind a character
+    // the model writes as its byte piece (so it joins nothing), and that prefix is dropped.
+    for (int c = 1; dummy_ && separator_.empty() && c < 0x80; ++c) {
+      if (c == 0x20) c = 0x7F;  // the control characters U+0001..U+001F, U+007F
+      const std::string sep(1, static_cast<char>(c));
+      const std::vector<int> ids = sp_encode(sep);
+      if (ids.size() >= 2 && ids.back() == byte_id_[static_cast<std::size_t>(c)] &&
+          spell(std::vector<int>(ids.begin(), ids.end() - 1)) == kSpaceMarker) {
+        separator_ = sep;
+        separator_ids_ = ids;
+      }
+    }
+    if (dummy_ && separator_.empty())
+      throw FormatError(op_message(kOp, where + ": this SentencePiece model adds a dummy prefix and has a piece for "
+                                              "every control character; xgrad cannot encode text after a raw byte "
+                                              "or a line the way SentencePiece does"));
   }
 
   std::string kind() const override { return "sentencepiece"; }
@@ -225,7 +248,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::vector<std::int64_t> encode(std::string_view text) const override {
     std::vector<std::int64_t> out;
     out.reserve(text.size() / 3 + 1);
-    pre_split(text, [&](std::size_t b, std::size_t e, bool raw) {
+    pre_split(text, lines_, [&](std::size_t b, std::size_t e, bool raw) {
       if (raw) {
         for (std::size_t i = b; i < e; ++i) out.push_back(byte_id_[static_cast<unsigned char>(text[i])]);
       } else {
@@ -301,27 +324,19 @@ class SentencePieceTokenizer : public Tokenizer {
 
   // One run of the pre-split (valid UTF-8 without U+2581); `at_start`: it starts the text.
   void encode_run(std::string_view run, bool at_start, std::vector<std::int64_t>& out) const {
-    std::vector<int> ids = sp_encode(run);
-    if (dummy_ && !at_start && !ids.empty()) {
-      // SentencePiece put the dummy prefix before this run too; the text has no space there.
-      const std::size_t first = static_cast<std::size_t>(ids[0]);
-      const std::string& p = sp_.IdToPiece(ids[0]);
-      if (kind_[first] == Piece::normal_after_space) {
-        const std::string rest = p.substr(kSpaceMarker.size());
-        const int id = rest.empty() ? -1 : sp_.PieceToId(rest);
-        if (rest.empty()) {
-          ids.erase(ids.begin());
-        } else if (id >= 0 && sp_.IdToPiece(id) == rest &&
-                   (kind_[static_cast<std::size_t>(id)] == Piece::normal ||
-                    kind_[static_cast<std::size_t>(id)] == Piece::normal_after_space)) {
-          ids[0] = id;
-        } else {
-          std::vector<int> bytes;
-          for (char c : spaces(rest)) bytes.push_back(byte_id_[static_cast<unsigned char>(c)]);
-          ids.erase(ids.begin());
-          ids.insert(ids.begin(), bytes.begin(), bytes.end());
-        }
-      }
+    std::vector<int> ids;
+    if (dummy_ && !at_start) {
+      // SentencePiece puts its dummy prefix before every text it encodes; this run follows
+      // other text. Encoded behind the separator, the run's pieces are those SentencePiece
+      // gives it after a character it has no piece for (as after a newline in Llama's
+      // models); the separator's own pieces come first and are dropped.
+      ids = sp_encode(separator_ + std::string(run));
+      if (ids.size() < separator_ids_.size() || !std::equal(separator_ids_.begin(), separator_ids_.end(), ids.begin()))
+        ids.clear();  // not as expected: the bytes below
+      else
+        ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(separator_ids_.size()));
+    } else {
+      ids = sp_encode(run);
     }
     if (decode_checked(ids.begin(), ids.end(), dummy_ && at_start) != run) {
       // The model changed the text (a normaliser the load-time probe did not catch): the
@@ -337,7 +352,10 @@ class SentencePieceTokenizer : public Tokenizer {
   std::vector<std::string> text_;  // what each id decodes to (U+2581 as a space)
   std::vector<Piece> kind_;
   std::array<int, 256> byte_id_{};
-  bool dummy_ = false;
+  bool dummy_ = false;      // the model adds a dummy prefix (U+2581) before the text
+  bool lines_ = true;       // no piece joins a newline to the character after it
+  std::string separator_;   // with dummy_: the character runs after the start are encoded behind
+  std::vector<int> separator_ids_;  // and its pieces, dropped again
 };
 
 #endif  // XGRAD_WITH_SENTENCEPIECE
@@ -377,13 +395,13 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind, co
 #ifdef XGRAD_WITH_SENTENCEPIECE
   return std::make_unique<SentencePieceTokenizer>(bytes, where);
 #else
-  without_sentencepiece(kOp, where + " (a SentencePiece tokenizer)");
+  without_sentencepiece(kOp, where + " (a SentencePiece tokenizer)", "");
 #endif
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return make_byte_tokenizer();
-  if (!sentencepiece_available()) without_sentencepiece(kOp, "the tokenizer " + spec);
+  if (!sentencepiece_available()) without_sentencepiece(kOp, "the tokenizer " + spec, ", or use --tokenizer bytes");
   std::error_code ec;
   const fs::file_status st = fs::status(spec, ec);
   if (!fs::exists(st))
@@ -432,6 +450,29 @@ std::vector<std::int64_t> parse_token_ids(std::string_view text, std::size_t voc
 
 namespace {
 
+void check_options(const TokenizerTrainOptions& o) {
+  const auto bad = [](const std::string& m) { throw UsageError(op_message(kTrainOp, m)); };
+  if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "char")
+    bad("--model-type '" + printable(o.model_type) + "': must be bpe, unigram or char");
+  if (o.vocab_size < kMinVocab)
+    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at least " + std::to_string(kMinVocab) +
+        " (256 byte pieces, <unk>, <s>, </s> and at least one piece of text)");
+  if (o.vocab_size > kMaxVocab)
+    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at most " + std::to_string(kMaxVocab));
+  if (!o.byte_fallback)
+    bad("byte_fallback must be on: xgrad loads only models with the 256 byte pieces (lossless encoding needs them)");
+  if (o.threads < 1 || o.threads > 128)  // SentencePiece's own limit
+    bad("--threads " + std::to_string(o.threads) + ": must be in [1, 128]");
+  if (!(o.character_coverage >= 0.0 && o.character_coverage <= 1.0))
+    bad("--character-coverage " + std::to_string(o.character_coverage) + ": must be in (0, 1], or 0 for automatic");
+  if (o.max_sentences < 1) bad("--max-sentences 0: must be at least 1");
+}
+
+#ifdef XGRAD_WITH_SENTENCEPIECE
+
+constexpr std::size_t kMaxSentenceBytes = 16384;  // a training sentence, at most
+constexpr std::size_t kBinaryProbe = 65536;       // the bytes the binary-file rule reads
+
 // Why `text` does not look like text ("" when it does): a NUL byte, or more than a quarter of
 // the bytes not in valid UTF-8, within the first 64 KiB.
 std::string binary_reason(std::string_view text) {
@@ -449,14 +490,12 @@ std::string binary_reason(std::string_view text) {
   return "";
 }
 
-// The sentences SentencePiece trains on: the runs of the pre-split, cut after every stretch
-// of newlines, and pieces of at most kMaxSentenceBytes (cut before a space when there is one,
+// The sentences SentencePiece trains on: the runs of the pre-split (cut after every stretch of
+// newlines), in pieces of at most kMaxSentenceBytes (cut before a space when there is one,
 // always between characters).
 void add_sentences(std::string_view run, std::vector<std::string_view>& out) {
   while (!run.empty()) {
-    std::size_t e = run.find('\n');
-    e = e == std::string_view::npos ? run.size() : run.find_first_not_of('\n', e);
-    if (e == std::string_view::npos) e = run.size();
+    std::size_t e = run.size();
     if (e > kMaxSentenceBytes) {
       e = kMaxSentenceBytes;
       const std::size_t space = run.rfind(' ', e - 1);
@@ -543,22 +582,6 @@ std::vector<std::string_view> keep_characters(const std::vector<std::string_view
   return out;
 }
 
-void check_options(const TokenizerTrainOptions& o) {
-  const auto bad = [](const std::string& m) { throw UsageError(op_message(kTrainOp, m)); };
-  if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "char")
-    bad("--model-type '" + printable(o.model_type) + "': must be bpe, unigram or char");
-  if (o.vocab_size < kMinVocab)
-    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at least " + std::to_string(kMinVocab) +
-        " (256 byte pieces, <unk>, <s>, </s> and at least one piece of text)");
-  if (o.vocab_size > kMaxVocab)
-    bad("--vocab-size " + std::to_string(o.vocab_size) + ": must be at most " + std::to_string(kMaxVocab));
-  if (!o.byte_fallback)
-    bad("byte_fallback must be on: xgrad loads only models with the 256 byte pieces (lossless encoding needs them)");
-  if (o.threads < 1 || o.threads > 1024) bad("--threads " + std::to_string(o.threads) + ": must be in [1, 1024]");
-  if (!(o.character_coverage >= 0.0 && o.character_coverage <= 1.0))
-    bad("--character-coverage " + std::to_string(o.character_coverage) + ": must be in (0, 1], or 0 for automatic");
-  if (o.max_sentences < 1) bad("--max-sentences 0: must be at least 1");
-}
 
 // The corpus of `paths`, checked: UsageError for a missing path, a folder without files or
 // `out` among the inputs; ValueError for a file that looks binary.
@@ -595,8 +618,6 @@ std::vector<TextFile> read_texts(const std::vector<std::string>& paths, const st
   }
   return corpus;
 }
-
-#ifdef XGRAD_WITH_SENTENCEPIECE
 
 class SentenceList : public sp::SentenceIterator {
  public:
@@ -638,20 +659,20 @@ class SentenceList : public sp::SentenceIterator {
   throw ValueError(op_message(kTrainOp, "SentencePiece could not train: " + m));
 }
 
-#endif  // XGRAD_WITH_SENTENCEPIECE
-
 std::string thousands(std::uint64_t v) {
   std::string s = std::to_string(v);
   for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
   return s;
 }
 
+#endif  // XGRAD_WITH_SENTENCEPIECE
+
 }  // namespace
 
 std::string train_sentencepiece(const std::vector<std::string>& paths, const TokenizerTrainOptions& o,
                                 const std::string& out) {
   check_options(o);
-  if (!sentencepiece_available()) without_sentencepiece(kTrainOp, "training a tokenizer");
+  if (!sentencepiece_available()) without_sentencepiece(kTrainOp, "training a tokenizer", "");
 #ifndef XGRAD_WITH_SENTENCEPIECE
   (void)paths;
   (void)out;
@@ -664,7 +685,7 @@ std::string train_sentencepiece(const std::vector<std::string>& paths, const Tok
   for (const TextFile& f : corpus) {
     bytes += f.text.size();
     const std::string_view text(f.text);
-    pre_split(text, [&](std::size_t b, std::size_t e, bool raw) {
+    pre_split(text, true, [&](std::size_t b, std::size_t e, bool raw) {
       if (!raw) add_sentences(text.substr(b, e - b), sentences);
     });
   }

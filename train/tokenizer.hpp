@@ -14,30 +14,37 @@
 /// back as a space. xgrad therefore encodes in three steps:
 /// 1. **Pre-split.** The text is cut into *runs*, maximal stretches of valid UTF-8 (RFC 3629:
 ///    no overlong forms, no surrogates, nothing above U+10FFFF) without U+2581, and *raw bytes*:
-///    every byte of invalid UTF-8 and the three bytes of each U+2581.
-/// 2. **Runs go through SentencePiece** unchanged. A model that adds a dummy prefix (a U+2581
-///    before the text, as Llama's does) adds it to every run; for a run that does not start
-///    the text, that U+2581 is taken off again: a first piece that is U+2581 alone is dropped,
-///    otherwise the first piece is replaced by the piece spelled without its leading U+2581
-///    (or, when the model has no such piece, by that text's byte pieces).
+///    every byte of invalid UTF-8 and the three bytes of each U+2581. A run also ends after
+///    every stretch of newlines that something else follows, unless the model has a piece that
+///    joins a newline to a following character (then runs are not cut at lines).
+/// 2. **Runs go through SentencePiece**, one call each. A model that adds a dummy prefix (a
+///    U+2581 before the text, as Llama's does) adds it to every call; a run that does not
+///    start the text is therefore encoded behind a separator, the first control character
+///    (U+0001..U+001F, U+007F) that the model writes as its byte piece, and the pieces of
+///    that separator (U+2581 and the byte piece) are dropped: what remains are the pieces
+///    SentencePiece gives the run after a character it has no piece for.
 /// 3. **Raw bytes become byte pieces** `<0x00>` .. `<0xFF>` directly (SentencePiece's byte
 ///    fallback pieces, which every model xgrad loads must have).
 ///
 /// A run whose pieces do not spell it back exactly (a model whose normaliser changes text
 /// that the checks at load time did not catch) is encoded as its byte pieces instead, so the
-/// rule holds for every model. Text without invalid UTF-8 and U+2581 is one run, encoded
-/// exactly as SentencePiece encodes it.
+/// rule holds for every model. Cutting at lines changes nothing for a model whose pieces never
+/// join a newline to what follows (those xgrad trains, Llama's): text without invalid UTF-8
+/// and U+2581 gets exactly the ids SentencePiece gives it, while encoding stays linear in the
+/// length (SentencePiece's own time grows faster than the length of one call's text).
 ///
 /// decode() is xgrad's own, piece by piece (SentencePiece's would turn invalid UTF-8 into
-/// U+FFFD): a byte piece gives its byte, a normal or user-defined piece its text with every
-/// U+2581 read as a space, `<s>`, `</s>` and other control pieces nothing, `<unk>` " \u2047 "
-/// (SentencePiece's default; encode() never produces it). A model with a dummy prefix drops
-/// the leading space of the first id when that id is a normal piece starting with U+2581.
+/// U+FFFD): a byte piece gives its byte, a normal, user-defined or unused piece its text with
+/// every U+2581 read as a space, `<s>`, `</s>` and other control pieces nothing, `<unk>`
+/// " U+2047 " (SentencePiece's default; encode() never produces it). A model with a dummy
+/// prefix drops the leading space of the first id that is not a control piece when that id is
+/// a piece starting with U+2581.
 ///
 /// Models xgrad refuses (FormatError naming the file): models without the 256 byte pieces
-/// (trained without byte_fallback), and models that drop or move whitespace (SentencePiece's
-/// remove_extra_whitespaces, treat_whitespace_as_suffix, or escape_whitespaces off): found by
-/// encoding " a  b " when the model is loaded.
+/// (trained without byte_fallback), models that drop or move whitespace (SentencePiece's
+/// remove_extra_whitespaces, treat_whitespace_as_suffix, or escape_whitespaces off; found by
+/// encoding " a  b " when the model is loaded), and models with a dummy prefix that have a
+/// piece for every control character (no separator).
 #pragma once
 
 #include <cstdint>
@@ -101,7 +108,8 @@ struct TokenizerTrainOptions {
   /// Must stay true: xgrad loads only models with byte fallback (the lossless rule needs the
   /// 256 byte pieces), so false is a UsageError.
   bool byte_fallback = true;
-  /// Threads SentencePiece's trainer uses, 1 .. 1024.
+  /// Threads SentencePiece's trainer uses, 1 .. 128. The model depends on it: the same corpus
+  /// and options give the same bytes, another thread count may give another model.
   int threads = 1;
   /// Which characters get a piece of their own (the others are written as byte pieces):
   /// 0 (automatic) keeps the most frequent ones, as many as half of the pieces left after the

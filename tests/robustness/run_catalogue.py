@@ -9,7 +9,11 @@ Case files: one case per line, fields separated by " | ", '#' starts a comment l
   cli_cases.txt:  id | fixture | exit | key words | untouched | command
   file_cases.txt: id | fixture | file | mutation | exit | key words | untouched | command
 fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made once by this
-           script with xgrad itself (gpt stops at step 2 of 4 so it can be resumed).
+           script with xgrad itself (gpt stops at step 2 of 4 so it can be resumed); tok: a
+           folder with tok.model (`xgrad tokenizer train --vocab-size 300` on corpus/), the
+           corpus/ folder, an empty folder empty/ and the files small.txt (a few words),
+           empty.txt, binary.bin (NUL bytes), latin1.txt (Latin-1, not UTF-8) and marks.txt (only
+           U+2581). In a build without SentencePiece the tok cases are skipped (and counted).
 exit:      the expected exit status (0 success, 1 runtime error, 2 usage error).
 key words: comma-separated, all must appear (case-insensitive) in stderr (on failure) or
            stdout (on success); '-' for none.
@@ -58,7 +62,36 @@ def make_fixtures(xgrad, root):
         if r.returncode != 0:
             sys.exit(f"catalogue: fixture {name} failed ({r.returncode}): {r.stderr}")
         shutil.copy(text, os.path.join(out, "text.txt"))
-    return root
+    return make_tokenizer_fixture(xgrad, root)
+
+
+def make_tokenizer_fixture(xgrad, root):
+    """The tok fixture; returns the fixtures that cannot be made ({"tok"} without SentencePiece)."""
+    tok = os.path.join(root, "tok")
+    shutil.rmtree(tok, ignore_errors=True)
+    os.makedirs(os.path.join(tok, "corpus"))
+    os.makedirs(os.path.join(tok, "empty"))
+    files = {
+        "corpus/a.txt": ("the quick brown fox jumps over the lazy dog.\n" * 60 +
+                         "caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001F600\n" * 20).encode(),
+        "corpus/b.txt": b"license terms and conditions of the software\n" * 40,
+        "small.txt": b"abc abc abd\n",
+        "empty.txt": b"",
+        "binary.bin": b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4,
+        "latin1.txt": "d\u00e9j\u00e0 \u00e9t\u00e9 \u00e0 \u00e9\u00e9\u00e9 ".encode("latin-1") * 20,
+        "marks.txt": "\u2581".encode() * 10,
+    }
+    for name, data in files.items():
+        with open(os.path.join(tok, name), "wb") as f:
+            f.write(data)
+    r = subprocess.run([xgrad, "tokenizer", "train", "--vocab-size", "300", "--out", os.path.join(tok, "tok.model"),
+                        os.path.join(tok, "corpus")], capture_output=True, text=True, timeout=300)
+    if r.returncode == 2 and "built without SentencePiece" in r.stderr:
+        shutil.rmtree(tok)
+        return {"tok"}
+    if r.returncode != 0:
+        sys.exit(f"catalogue: fixture tok failed ({r.returncode}): {r.stderr}")
+    return set()
 
 
 # --- safetensors editing (independent of xgrad's own code) ----------------------------------
@@ -221,12 +254,14 @@ def snapshot(folder):
     return out
 
 
-def run_case(xgrad, work, fixtures, timeout, where, case):
+def run_case(xgrad, work, fixtures, timeout, where, case, missing=frozenset()):
     if len(case) == 6:
         cid, fixture, want, keys, untouched, command = case
         target, mutation = None, "none"
     else:
         cid, fixture, target, mutation, want, keys, untouched, command = case
+    if fixture in missing:
+        return None  # skipped: this build cannot make the fixture
     d = os.path.join(work, "cases", cid)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -293,7 +328,8 @@ def main():
     xgrad = os.path.abspath(a.xgrad)
     work = os.path.abspath(a.work)
     shutil.rmtree(os.path.join(work, "cases"), ignore_errors=True)
-    fixtures = make_fixtures(xgrad, os.path.join(work, "fixtures"))
+    fixtures = os.path.join(work, "fixtures")
+    missing = make_fixtures(xgrad, fixtures)
     cases = read_cases(os.path.join(HERE, "cli_cases.txt"), 6) + read_cases(os.path.join(HERE, "file_cases.txt"), 8)
     ids = [c[1][0] for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
@@ -301,12 +337,14 @@ def main():
         sys.exit(f"catalogue: repeated ids {sorted(dup)}")
     cases = [c for c in cases if a.only in c[1][0]]
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        results = list(pool.map(lambda c: run_case(xgrad, work, fixtures, a.timeout, c[0], c[1]), cases))
-    failures = [p for r in results for p in r]
+        results = list(pool.map(lambda c: run_case(xgrad, work, fixtures, a.timeout, c[0], c[1], missing), cases))
+    failures = [p for r in results if r for p in r]
+    skipped = sum(1 for r in results if r is None)
     n_cli = sum(1 for c in cases if len(c[1]) == 6)
     for f in failures:
         print("FAILED", f)
-    print(f"catalogue: {len(cases)} cases ({n_cli} CLI, {len(cases) - n_cli} file), {len(failures)} failed")
+    note = f", {skipped} skipped (fixtures {', '.join(sorted(missing))}: xgrad built without SentencePiece)" if skipped else ""
+    print(f"catalogue: {len(cases)} cases ({n_cli} CLI, {len(cases) - n_cli} file), {len(failures)} failed{note}")
     sys.exit(1 if failures else 0)
 
 

@@ -1,0 +1,147 @@
+// `xgrad tokenizer train|encode|decode` (docs/cli.md): trains a SentencePiece tokenizer on
+// text files, and turns text into ids and back with it (or with the byte tokenizer), exactly:
+// decode(encode(s)) == s for any bytes (train/tokenizer.hpp has the rule).
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/train/tokenizer.hpp>
+
+namespace xg::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+struct TrainArgs {
+  train::TokenizerTrainOptions o;
+  std::vector<std::string> paths;
+  std::string out;
+  bool overwrite = false;
+};
+
+struct CodeArgs {
+  std::string tokenizer;
+  std::string text, ids;
+  CLI::Option* text_given = nullptr;
+  CLI::Option* ids_given = nullptr;
+  bool json = false;
+};
+
+std::string read_stdin() {
+  std::ostringstream s;
+  s << std::cin.rdbuf();
+  if (std::cin.bad()) throw ValueError(op_message("tokenizer", "reading stdin failed"));
+  return s.str();
+}
+
+void run_train(const TrainArgs& a) {
+  const std::string cmd = "tokenizer train";
+  // Without SentencePiece, that is the one thing to say (the library says it).
+  if (!train::sentencepiece_available()) (void)train::train_sentencepiece(a.paths, a.o, a.out);
+  std::error_code ec;
+  if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec) && !a.overwrite)
+    throw UsageError(op_message(cmd, "--out '" + a.out + "' exists; pass --overwrite to replace it"));
+  std::vector<FileRole> roles = {{"--out", a.out, true}};
+  for (const std::string& p : a.paths) roles.push_back({"FILES", p, false});
+  check_distinct_files(cmd, roles);
+  check_output_file(cmd, "--out", a.out);
+  std::cout << train::train_sentencepiece(a.paths, a.o, a.out) << std::flush;
+}
+
+json tokenizer_json(const train::Tokenizer& t, const std::string& spec) {
+  return {{"kind", t.kind()},
+          {"spec", spec},
+          {"vocab_size", t.vocab_size()},
+          {"sha256", t.digest()}};
+}
+
+void run_encode(const CodeArgs& a) {
+  const std::unique_ptr<train::Tokenizer> t = train::load_tokenizer(a.tokenizer);
+  const std::string text = a.text_given->count() > 0 ? a.text : read_stdin();
+  const std::vector<std::int64_t> ids = t->encode(text);
+  if (!a.json) {
+    std::string line;
+    for (std::size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+    std::cout << line << "\n";
+    return;
+  }
+  json pieces = json::array();
+  for (std::int64_t id : ids) pieces.push_back(t->piece(id));
+  json j;
+  j["tokenizer"] = tokenizer_json(*t, a.tokenizer);
+  j["ids"] = ids;
+  j["pieces"] = pieces;
+  j["bytes"] = text.size();
+  j["tokens"] = ids.size();
+  std::cout << j.dump() << "\n";
+}
+
+void run_decode(const CodeArgs& a) {
+  const std::unique_ptr<train::Tokenizer> t = train::load_tokenizer(a.tokenizer);
+  const std::string text = a.ids_given->count() > 0 ? a.ids : read_stdin();
+  const std::string out = t->decode(train::parse_token_ids(text, t->vocab_size()));
+  std::cout.write(out.data(), static_cast<std::streamsize>(out.size()));
+}
+
+CLI::Option* add_tokenizer_flag(CLI::App* cmd, std::string& target) {
+  return cmd->add_option("--tokenizer", target, "a SentencePiece .model file, or 'bytes' (256 ids, one per byte)")
+      ->required()
+      ->check(non_empty_path());
+}
+
+}  // namespace
+
+void add_tokenizer(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "tokenizer", "SentencePiece tokenizers: train one on text files; encode text to ids and decode ids to text, losslessly");
+  cmd->require_subcommand(1);
+
+  auto t = std::make_shared<TrainArgs>();
+  CLI::App* tr = cmd->add_subcommand("train", "Train a SentencePiece tokenizer (byte fallback, text kept exactly) on text files");
+  tr->add_option("--vocab-size", t->o.vocab_size, "pieces in the vocabulary (at least 260: 256 bytes, 3 control, 1 of text)")
+      ->capture_default_str()
+      ->check(non_negative_integer());
+  tr->add_option("--model-type", t->o.model_type, "bpe, unigram or char")->capture_default_str();
+  tr->add_option("--out", t->out, "the .model file to write")->required()->check(non_empty_path());
+  tr->add_flag("--overwrite", t->overwrite, "replace an existing --out");
+  tr->add_option("--threads", t->o.threads, "SentencePiece trainer threads (1..128); the model depends on it")
+      ->capture_default_str()
+      ->check(integer());
+  tr->add_option("--character-coverage", t->o.character_coverage,
+                 "fraction of the characters with a piece of their own, in (0, 1]; 0: chosen from --vocab-size")
+      ->capture_default_str()
+      ->check(number());
+  tr->add_option("--max-sentences", t->o.max_sentences, "train on at most this many lines, drawn at random")
+      ->capture_default_str()
+      ->check(non_negative_integer());
+  tr->add_option("--seed", t->o.seed, "seed of that draw and of SentencePiece's trainer")
+      ->capture_default_str()
+      ->check(non_negative_integer());
+  tr->add_option("files", t->paths, "FILES|DIRS: text files, or folders of them (every file in the folder)")
+      ->required()
+      ->check(non_empty_path());
+  tr->callback([t] { run_train(*t); });
+
+  auto e = std::make_shared<CodeArgs>();
+  CLI::App* en = cmd->add_subcommand("encode", "Text (--text, or stdin) to ids: one line, or JSON with --json");
+  add_tokenizer_flag(en, e->tokenizer);
+  e->text_given = en->add_option("--text", e->text, "the text to encode (default: all of stdin)");
+  en->add_flag("--json", e->json, "print {\"tokenizer\", \"ids\", \"pieces\", \"bytes\", \"tokens\"} as JSON");
+  en->callback([e] { run_encode(*e); });
+
+  auto d = std::make_shared<CodeArgs>();
+  CLI::App* de = cmd->add_subcommand("decode", "Ids (--ids, or stdin; separated by whitespace) to the exact bytes on stdout");
+  add_tokenizer_flag(de, d->tokenizer);
+  d->ids_given = de->add_option("--ids", d->ids, "the ids, e.g. \"1 2 3\" (default: all of stdin)");
+  de->callback([d] { run_decode(*d); });
+}
+
+}  // namespace xg::cli
