@@ -266,12 +266,35 @@ TEST_CASE("llama: dropout in training needs a generator and is off in eval", "[l
   CHECK(max_abs_diff(m.logits(in, &d3).value(), e) > 1e-6);  // dropout changed something
 }
 
-TEST_CASE("llama: the checkpoint writer refuses a Llama model (xgrad-1 has no architecture key)", "[llama]") {
-  train::ModelInfo info;
-  info.kind = "gpt";
-  info.task = "charlm";
-  info.config = llama();
-  require_throws_naming([&] { (void)train::model_metadata(info); }, "arch llama");
+TEST_CASE("llama: checkpoint metadata names the architecture and reads back the same model", "[llama]") {
+  for (const bool tied : {true, false}) {
+    train::ModelInfo info;
+    info.kind = "gpt";
+    info.task = "charlm";
+    info.config = llama();
+    info.config.tie_embeddings = tied;
+    info.config.multiple_of = 32;
+    info.config.norm_eps = 1e-6;
+    for (std::size_t i = 0; i < info.config.V_vocab; ++i) info.vocab.tokens.push_back(std::string(1, char('a' + i % 26)));
+    const auto meta = train::model_metadata(info);
+    CHECK(meta.at("arch") == "llama");
+    const train::ModelInfo back = train::model_info(meta, "m.safetensors");
+    CHECK(back.config.arch == nn::Architecture::llama);
+    CHECK(back.config.tie_embeddings == tied);
+    CHECK(back.config.multiple_of == 32);
+    CHECK(back.config.norm_eps == 1e-6);
+    Generator gen(3);
+    nn::GPT m(back.config, gen);
+    CHECK(train::parameter_count("gpt", back.config) == m.parameter_count());
+  }
+  train::ModelInfo gpt2;
+  gpt2.kind = "gpt";
+  gpt2.task = "charlm";
+  gpt2.config = llama();
+  gpt2.config.arch = nn::Architecture::gpt;
+  gpt2.config.pos = nn::PositionScheme::learned;
+  for (std::size_t i = 0; i < gpt2.config.V_vocab; ++i) gpt2.vocab.tokens.push_back("t");
+  CHECK(train::model_metadata(gpt2).count("arch") == 0);  // GPT-2 checkpoints keep their keys
 }
 
 TEST_CASE("llama: packed documents with restarted positions give each document's logits as if alone", "[llama]") {

@@ -48,29 +48,11 @@ std::string hex(std::uint64_t v) {
   return buf;
 }
 
-// The first 64 KiB of a file look like text: no NUL byte, and at most a quarter of the bytes in
-// sequences that are not UTF-8 (the rule of `xgrad tokenizer train`).
+// The first 64 KiB of a file must look like text (tokenizer.hpp's binary_reason).
 void check_not_binary(const std::string& path, const std::string& head) {
-  if (head.find('\0') != std::string::npos)
-    throw UsageError(op_message("train", "--text: " + path + " looks binary (a NUL byte in its first 64 KiB); "
-                                             "give text files"));
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < head.size();) {
-    const auto c = static_cast<unsigned char>(head[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    bool ok = n > 0 && i + n <= head.size();
-    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(head[i + k]) >> 6) == 2;
-    if (!ok && i + n > head.size() && n > 0) ok = true;  // a character cut by the 64 KiB limit
-    if (ok) {
-      i += n;
-    } else {
-      ++bad;
-      ++i;
-    }
-  }
-  if (bad * 4 > head.size())
-    throw UsageError(op_message("train", "--text: " + path + " looks binary (" + std::to_string(bad) + " of its first " +
-                                             std::to_string(head.size()) + " bytes are not UTF-8); give text files"));
+  const std::string why = binary_reason(head);
+  if (!why.empty())
+    throw UsageError(op_message("train", "--text: " + path + " looks binary (" + why + "); give text files"));
 }
 
 std::string read_range(const std::string& path, std::uint64_t offset, std::uint64_t size) {

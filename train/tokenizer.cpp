@@ -445,6 +445,21 @@ std::vector<std::int64_t> parse_token_ids(std::string_view text, std::size_t voc
   return ids;
 }
 
+std::string binary_reason(std::string_view text) {
+  const std::size_t n = std::min<std::size_t>(text.size(), 65536);
+  const std::size_t nul = text.substr(0, n).find('\0');
+  if (nul != std::string_view::npos) return "a NUL byte at offset " + std::to_string(nul);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n;) {
+    const std::size_t len = utf8_length(text.substr(i));
+    bad += len == 0;
+    i += len == 0 ? 1 : len;
+  }
+  if (4 * bad > n)
+    return std::to_string(bad) + " of its first " + std::to_string(n) + " bytes are not UTF-8";
+  return "";
+}
+
 // ---------------------------------------------------------------------------------------
 // Training.
 
@@ -471,25 +486,6 @@ void check_options(const TokenizerTrainOptions& o) {
 #ifdef XGRAD_WITH_SENTENCEPIECE
 
 constexpr std::size_t kMaxSentenceBytes = 16384;  // a training sentence, at most
-constexpr std::size_t kBinaryProbe = 65536;       // the bytes the binary-file rule reads
-
-// Why `text` does not look like text ("" when it does): a NUL byte, or more than a quarter of
-// the bytes not in valid UTF-8, within the first 64 KiB.
-std::string binary_reason(std::string_view text) {
-  const std::size_t n = std::min(text.size(), kBinaryProbe);
-  const std::size_t nul = text.substr(0, n).find('\0');
-  if (nul != std::string_view::npos) return "a NUL byte at offset " + std::to_string(nul);
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < n;) {
-    const std::size_t len = utf8_length(text.substr(i));
-    bad += len == 0;
-    i += len == 0 ? 1 : len;
-  }
-  if (4 * bad > n)
-    return std::to_string(bad) + " of its first " + std::to_string(n) + " bytes are not UTF-8";
-  return "";
-}
-
 // The sentences SentencePiece trains on: the runs of the pre-split (cut after every stretch of
 // newlines), in pieces of at most kMaxSentenceBytes (cut before a space when there is one,
 // always between characters).

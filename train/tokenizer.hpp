@@ -143,6 +143,11 @@ struct TokenizerTrainOptions {
 std::string train_sentencepiece(const std::vector<std::string>& paths, const TokenizerTrainOptions& options,
                                 const std::string& out);
 
+/// Why `text` does not look like text, judged by its first 64 KiB ("" when it does): a NUL
+/// byte, or more than a quarter of the bytes not in valid UTF-8. The rule for the files of a
+/// corpus (`xgrad tokenizer train`, `xgrad train --task text`).
+std::string binary_reason(std::string_view text);
+
 /// The ids written as text, separated by ASCII whitespace ("1 2 3"), as `xgrad tokenizer
 /// decode` reads them: UsageError naming the id and `vocab_size` for a word that is not a
 /// decimal integer or an id outside [0, vocab_size).
