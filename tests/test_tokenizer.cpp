@@ -326,7 +326,7 @@ TEST_CASE("sentencepiece training reads every file of a folder and writes only t
   for (const std::string& s : hard_cases()) require_round_trip(*d, s);
 }
 
-TEST_CASE("loading a tokenizer refuses missing, empty, truncated, corrupt and foreign files", "[tokenizer]") {
+TEST_CASE("loading a tokenizer refuses files that are missing or empty or truncated or corrupt or foreign", "[tokenizer]") {
   if (!train::sentencepiece_available()) return;  // checked by the round-trip test
   const auto dir = xgt::temp_dir("tokenizer_bad_files");
   const std::string good = read_file(trained().model);

@@ -6,8 +6,9 @@ Usage: sentencepiece_check.py XGRAD WORKDIR
 1. `xgrad tokenizer train` trains a bpe and a unigram model on a generated mixed corpus.
 2. Python's SentencePieceTrainer trains models the way users bring them: Llama-style (byte
    fallback, identity normalisation, a dummy prefix), one whose normalisation rule changes a
-   character (é -> e), and two xgrad must refuse (Python's defaults, which remove extra
-   whitespace; and one without byte fallback).
+   character (é -> e), and three xgrad must refuse (Python's defaults, which remove extra
+   whitespace; one without byte fallback; one with a dummy prefix and a piece for every control
+   character, so no separator).
 3. Thousands of generated lines (ASCII, accented Latin, CJK, emoji, control bytes, tabs, CR/LF,
    NUL; a share with invalid UTF-8, U+2581 and U+FFFD) go through `xgrad tokenizer encode
    --json` (stdin). A line of valid UTF-8 without U+2581 must give exactly sp.encode(line)
@@ -336,23 +337,28 @@ def main():
                    normalization_rule_tsv=rule_tsv, add_dummy_prefix=False, remove_extra_whitespaces=False)
     defaults = os.path.join(work, "python_defaults.model")
     python_trained(defaults, train_lines, vocab_size=1200, byte_fallback=True)
+    no_separator = os.path.join(work, "no_separator.model")
+    python_trained(no_separator, train_lines, vocab_size=1200, character_coverage=0.98, byte_fallback=True,
+                   normalization_rule_name="identity", add_dummy_prefix=True, remove_extra_whitespaces=False,
+                   user_defined_symbols=[chr(c) for c in list(range(1, 0x20)) + [0x7F]])
     no_bytes = os.path.join(work, "no_byte_fallback.model")
     python_trained(no_bytes, train_lines, vocab_size=1200, character_coverage=0.98, normalization_rule_name="identity",
                    remove_extra_whitespaces=False)
 
-    lines = [clean_line(rng) for _ in range(1400)] + [dirty_line(rng) for _ in range(600)]
+    lines = [clean_line(rng) for _ in range(1100)] + [dirty_line(rng) for _ in range(500)]
     rng.shuffle(lines)
     edge = [b"", b" ", b"  ", b"\x00", b"\n", b"\xff", MARK.encode(), b" " + MARK.encode() + b" ", b"\xffabc",
             b"abc\xff", b"the\xffthe", b"\xff the", b" \xff ", b"\xe6\x97\xa5\xff\xe6\x97\xa5"]
     lines = edge + lines
-    check_model(xgrad, "xgrad bpe", models["xgrad bpe"], lines, True, 150, False, False)
-    check_model(xgrad, "xgrad unigram", models["xgrad unigram"], lines[:600], True, 50, False, False)
-    check_model(xgrad, "python llama-style", llama, lines[:800], True, 100, True, False)
+    check_model(xgrad, "xgrad bpe", models["xgrad bpe"], lines, True, 60, False, False)
+    check_model(xgrad, "xgrad unigram", models["xgrad unigram"], lines[:400], True, 30, False, False)
+    check_model(xgrad, "python llama-style", llama, lines[:700], True, 40, True, False)
     # The é -> e rule: a line with é is not kept by SentencePiece, so only the rule applies.
-    check_model(xgrad, "python e-acute rule", rule, [l for l in lines if "é".encode() in l][:200] + lines[:150],
-                False, 50, False, True)
+    check_model(xgrad, "python e-acute rule", rule, [l for l in lines if "é".encode() in l][:150] + lines[:100],
+                False, 30, False, True)
     expect_refused(xgrad, defaults, ["python_defaults.model", "changes whitespace"])
     expect_refused(xgrad, no_bytes, ["no_byte_fallback.model", "no byte piece <0x00>"])
+    expect_refused(xgrad, no_separator, ["no_separator.model", "adds a dummy prefix and has a piece for every control"])
 
     if FAILURES:
         print(f"sentencepiece interop: {len(FAILURES)} failures")
