@@ -10,6 +10,9 @@
 # distributed_usage runs each refusal once here). The robustness
 # catalogue runs here against the ASan build. The downstream consumer test (an install and
 # three consumer builds) is a packaging test, not a memory one: it runs in the Release suite only.
+# The SentencePiece cross-check (thousands of lines, each through the xgrad program) compares
+# encodings with Python's, not memory: the Release suite runs it; the tokenizer's own unit tests
+# (random byte strings, every invalid UTF-8 form) run here.
 # Usage: scripts/sanitize.sh [--fuzz SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +26,4 @@ if ((fuzz_seconds > 0)); then
 fi
 cd build-san
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|distributed_stress_refusals|robustness_(kill|signals|memory)|downstream_consumer'
+  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|distributed_stress_refusals|robustness_(kill|signals|memory)|downstream_consumer|sentencepiece_interop'
