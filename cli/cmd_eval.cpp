@@ -62,13 +62,7 @@ void run_eval(const EvalArgs& a) {
   std::vector<std::uint32_t> ids;
   std::uint64_t bytes = 0;
   for (const train::Document& d : chosen) {
-    const std::string text = [&] {
-      std::ifstream in(d.path, std::ios::binary);
-      in.seekg(static_cast<std::streamoff>(d.offset));
-      std::string s(d.size, '\0');
-      in.read(s.data(), static_cast<std::streamsize>(d.size));
-      return s;
-    }();
+    const std::string text = train::read_document(d);
     for (std::int64_t id : tok->encode(text)) ids.push_back(static_cast<std::uint32_t>(id));
     bytes += d.size;
   }

@@ -139,19 +139,10 @@ std::string read_run_id(const fs::path& dir) {
 }
 
 // Writes DIR/run_id.txt atomically (temporary file, fsync, rename).
-void write_file_atomically(const fs::path& path, const std::string& text) {
-  const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(::fileno(f)) == 0;
-  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw FormatError("[train] writing " + path.string() + " failed: " + std::strerror(errno));
-  }
+void write_run_id(const fs::path& dir, const std::string& id) {
+  const std::string path = (dir / kRunIdFile).string();
+  nn::safetensors::write_atomically(path, id + "\n", "[train] " + path + ": ");
 }
-
-void write_run_id(const fs::path& dir, const std::string& id) { write_file_atomically(dir / kRunIdFile, id + "\n"); }
 
 std::string describe_run_id(const std::string& id) { return id.empty() ? "none (saved before run ids)" : id; }
 

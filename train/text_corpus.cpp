@@ -156,6 +156,8 @@ std::vector<Document> list_documents(const std::string& path) {
   return docs;
 }
 
+std::string read_document(const Document& doc) { return read_range(doc.path, doc.offset, doc.size); }
+
 bool in_validation(const Document& doc, double fraction) {
   const std::uint64_t h = split_hash(doc.name);
   return static_cast<double>(h >> 11) / 9007199254740992.0 < fraction;  // 53 bits in [0, 1)
@@ -186,7 +188,7 @@ void split_documents(const std::vector<Document>& docs, double fraction, std::ve
 std::string corpus_fingerprint(const std::vector<Document>& docs) {
   std::string out;
   for (const Document& d : docs) {
-    const std::string text = read_range(d.path, d.offset, d.size);
+    const std::string text = read_document(d);
     out += (out.empty() ? "" : ";") + d.name + ":" + std::to_string(d.size) + ":" + hex(fnv1a(text.data(), text.size()));
   }
   return out;

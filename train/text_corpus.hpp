@@ -37,6 +37,9 @@ constexpr std::uint64_t kDocumentBytes = 1 << 20;
 /// UsageError naming it.
 std::vector<Document> list_documents(const std::string& path);
 
+/// The bytes of `doc` (FormatError if its file changed since it was listed).
+std::string read_document(const Document& doc);
+
 /// True when `doc` belongs to the validation split: a hash of its name below `fraction`
 /// (deterministic: the same corpus always splits the same way).
 bool in_validation(const Document& doc, double fraction);

@@ -105,7 +105,8 @@ void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const 
     run.on_disk = true;
   }
   if (!run.config_on_disk) {  // runs saved before config.json existed get theirs at their next checkpoint
-    write_file_atomically(fs::path(o.out) / kConfigFile, options_json(o));
+    const std::string path = (fs::path(o.out) / kConfigFile).string();
+    nn::safetensors::write_atomically(path, options_json(o), "[train] " + path + ": ");
     run.config_on_disk = true;
   }
   log.commit();
