@@ -69,7 +69,7 @@ void run(const ConvertArgs& a) {
                                                               : std::string())
     << "; queries and outputs unchanged\n";
   s << "held-out data: " << r.sequences << " sequences, " << r.positions << " compared positions"
-    << (r.task == "charlm" ? " (validation split of " + o.text + ")" : " (seed " + std::to_string(o.seed) + ")") << "\n";
+    << (r.task == "charlm" || r.task == "text" ? " (validation split of " + o.text + ")" : " (seed " + std::to_string(o.seed) + ")") << "\n";
   s << "logits converted vs original: max |delta| " << r.max_abs_dlogit << ", mean |delta| " << r.mean_abs_dlogit
     << ", KL(original || converted) " << r.kl << " nats per position\n";
   auto line = [&](const char* name, const train::HeldoutScore& sc) {
@@ -127,7 +127,7 @@ void add_convert(CLI::App& app) {
   cmd->add_option("--heldout", a->o.heldout, "held-out problems (sort, reverse)")
       ->capture_default_str()
       ->check(non_negative_integer());
-  cmd->add_option("--text", a->o.text, "charlm: the text the model was trained on")->capture_default_str()->check(non_empty_path());
+  cmd->add_option("--text", a->o.text, "charlm, text: the text the model was trained on (text: its held-out documents are compared)")->capture_default_str()->check(non_empty_path());
   cmd->add_option("--json", a->json_path, "also write the report as JSON to FILE ('-': stdout, instead of the text)")
       ->check(non_empty_path());
   cmd->callback([a] { run(*a); });

@@ -139,6 +139,7 @@ void add_train(CLI::App& app) {
     }
     if (o->resume.empty()) {
       if (!o->init_from.empty()) train::apply_init_from(*o, given);
+      train::resolve_task_alias(*o, given);  // --task charlm: the text task with --tokenizer bytes
       // A task may have defaults of its own (charlm, text: model, schedule, regularisation; --arch
       // llama: rotary positions) for the options not given.
       *o = train::with_task_defaults(*o, given);

@@ -3,8 +3,9 @@
 
     check_compare.py XGRAD WORKDIR
 
-Trains tiny real runs (two sort runs that differ in --lr only, and a charlm run with
-validation losses that is stopped and resumed), compares them with --json and --out, and
+Trains tiny real runs (two sort runs that differ in --lr only, and a `--task charlm` run,
+the text task with the byte tokenizer, with validation losses and bits per byte that is
+stopped and resumed), compares them with --json and --out, and
 checks the JSON against the runs' log.csv files read here with Python's csv module (steps,
 tokens seen from the flags given, wall time summed over the resumed sessions, final training
 loss, final and best validation loss and step), the differing options, the table on stdout,
@@ -63,6 +64,10 @@ def expected(folder, tokens_per_step):
         "final_val_loss": vals[-1][1] if vals else None,
         "best_val_loss": best[1] if best else None,
         "best_val_step": best[0] if best else None,
+        # Bits per byte: the last logged, and the one in the best validation loss's row.
+        "final_val_bpb": next((float(r["val_bpb"]) for r in reversed(rows) if r.get("val_bpb")), None),
+        "best_val_bpb": next((float(r["val_bpb"]) for r in rows if best and r.get("val_bpb") and
+                              int(r["step"]) == best[0]), None),
     }
 
 
@@ -81,7 +86,7 @@ def main():
     run(xgrad, sort + ["--out", "A"])
     run(xgrad, sort + ["--lr", "0.01", "--out", "B"])
     with open("text.txt", "w") as f:
-        f.write("the quick brown fox jumps over the lazy dog. " * 40)
+        f.write("the quick brown fox jumps over the lazy dog.\n" * 400)  # text: at least two documents
     charlm = ["train", "--task", "charlm", "--text", "text.txt", "--context", "16", "--steps", "40",
               "--eval-every", "10"] + SMALL
     run(xgrad, charlm + ["--stop-at", "20", "--out", os.path.join("lm", "A")])
@@ -119,8 +124,6 @@ def main():
             ok = close(got, value) if isinstance(value, float) or value is None else got == value
             if not ok:
                 fail(f"{folder}: {key} = {got}, log.csv says {value}")
-        if x["final_val_bpb"] is not None or x["best_val_bpb"] is not None:
-            fail(f"{folder}: no val_bpb column, yet {x['final_val_bpb']} {x['best_val_bpb']}")
         with open(os.path.join(folder, "run_id.txt")) as f:
             if x["run_id"] != f.read().strip():
                 fail(f"{folder}: run_id {x['run_id']}")
@@ -129,8 +132,9 @@ def main():
         if x["label"] not in r.stdout:
             fail(f"the table lacks {x['label']}")
     lm = j["runs"][2]
-    if lm["sessions"] != 2 or lm["best_val_loss"] is None or lm["options"]["task"] != "charlm":
-        fail(f"lm/A: a resumed charlm run with validation losses: {lm}")
+    if lm["sessions"] != 2 or lm["best_val_loss"] is None or lm["final_val_bpb"] is None or \
+            lm["options"]["task"] != "text" or lm["options"].get("tokenizer", "bytes") != "bytes":
+        fail(f"lm/A: a resumed --task charlm run (text, bytes) with validation losses and bits per byte: {lm}")
     if not {"lr", "task", "context"} <= set(j["differing_options"]):
         fail(f"differing options {j['differing_options']}")
     if not os.path.isfile("cmp.gp") or "tokens seen" not in open("cmp.gp").read():

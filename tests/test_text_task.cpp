@@ -134,6 +134,20 @@ TEST_CASE("text corpus: base64 matches RFC 4648 and refuses other text", "[text]
   CHECK_THROWS_AS(train::base64_decode("Zm!=", "t"), FormatError);
 }
 
+TEST_CASE("text corpus: printable keeps UTF-8 and line breaks and escapes control and stray bytes", "[text]") {
+  CHECK(train::printable("plain text\n\tnext") == "plain text\n\tnext");
+  CHECK(train::printable("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  CHECK(train::printable(std::string("a\x1b[2Jb\x07\x7f", 8)) == "a\\x1B[2Jb\\x07\\x7F");
+  CHECK(train::printable(std::string("\0", 1)) == "\\x00");
+  // Stray continuation, truncated sequence, overlong form, surrogate, above U+10FFFF.
+  CHECK(train::printable("\x80x") == "\\x80x");
+  CHECK(train::printable("\xC3") == "\\xC3");
+  CHECK(train::printable("\xE2\x82") == "\\xE2\\x82");
+  CHECK(train::printable("\xC0\xAF") == "\\xC0\\xAF");
+  CHECK(train::printable("\xED\xA0\x80") == "\\xED\\xA0\\x80");
+  CHECK(train::printable("\xF4\x90\x80\x80") == "\\xF4\\x90\\x80\\x80");
+}
+
 TEST_CASE("text corpus: uncapped validation windows make every token after the first a target once", "[text]") {
   for (std::uint64_t n : {2u, 3u, 17u, 64u, 65u, 1000u}) {
     const auto w = train::validation_windows(n, 8, 1000000);

@@ -128,6 +128,37 @@ TEST_CASE("option table: an option for another task or position scheme is refuse
   CHECK_NOTHROW(train::check_options_apply(o, {"text", "context"}));
 }
 
+TEST_CASE("task alias: a new charlm run is the text task with the byte tokenizer", "[options]") {
+  TrainOptions o;
+  o.task = "charlm";
+  train::resolve_task_alias(o, {"task"});
+  CHECK(o.task == "text");
+  CHECK(o.tokenizer == "bytes");
+  // --tokenizer bytes may be said; any other tokenizer with --task charlm is refused, naming it.
+  o = TrainOptions{};
+  o.task = "charlm";
+  o.tokenizer = "bytes";
+  train::resolve_task_alias(o, {"task", "tokenizer"});
+  CHECK(o.task == "text");
+  o = TrainOptions{};
+  o.task = "charlm";
+  o.tokenizer = "tok.model";
+  CHECK_THROWS_AS(train::resolve_task_alias(o, {"task", "tokenizer"}), UsageError);
+  CHECK_THROWS_WITH(train::resolve_task_alias(o, {"task", "tokenizer"}),
+                    Catch::Contains("--tokenizer tok.model with --task charlm") && Catch::Contains("--task text"));
+  // A charlm model of 0.2.0 given to --init-from keeps its task (its vocabulary is its text's).
+  o = TrainOptions{};
+  o.task = "charlm";
+  o.init_from = "old/model.safetensors";
+  train::resolve_task_alias(o, {});
+  CHECK(o.task == "charlm");
+  // Other tasks are left alone.
+  o = TrainOptions{};
+  o.task = "sort";
+  train::resolve_task_alias(o, {"task"});
+  CHECK(o.task == "sort");
+}
+
 TEST_CASE("config json: the run's config.json read back gives the same run options", "[options]") {
   TrainOptions o;
   o.task = "charlm";

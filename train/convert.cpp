@@ -10,6 +10,7 @@
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/tasks.hpp>
+#include <xgrad/train/text_corpus.hpp>
 
 namespace xg::train {
 
@@ -75,6 +76,42 @@ std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& 
       Batch b;
       b.tokens = lm.tokens;
       b.targets = lm.targets;
+      out.push_back(std::move(b));
+    }
+  } else if (info.task == "text") {
+    // The validation documents of --text (as `xgrad train --val-fraction 0.1` holds them out;
+    // every document when that leaves none), encoded with the checkpoint's own tokenizer, cut
+    // into windows of the model's context as training's validation cuts them: at most 160
+    // (10 batches of 16, as for charlm), evenly spread.
+    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(nn::safetensors::load_header(o.in).metadata, o.in);
+    const std::vector<Document> docs = list_documents(o.text);
+    std::vector<Document> tr, val;
+    split_documents(docs, 0.1, tr, val);
+    if (val.empty()) val = docs;
+    std::vector<std::uint32_t> ids;
+    std::uint64_t bytes = 0;
+    for (const Document& d : val) {
+      for (std::int64_t id : tok->encode(read_document(d))) ids.push_back(static_cast<std::uint32_t>(id));
+      bytes += d.size;
+    }
+    const TokenFile tokens(std::move(ids), bytes);
+    const std::size_t T = info.config.context;
+    const ValidationWindows w = validation_windows(tokens.size(), T, 160);
+    if (w.starts.empty())
+      throw UsageError(op_message("convert", "--text '" + o.text + "': " + std::to_string(tokens.size()) +
+                                                 " tokens; at least 2 are needed"));
+    for (std::size_t first = 0; first < w.starts.size(); first += 16) {
+      const std::size_t B = std::min<std::size_t>(16, w.starts.size() - first);
+      Batch b;
+      b.tokens = IndexArray({B, T}, std::vector<std::int64_t>(B * T, 0));
+      b.targets = IndexArray({B, T}, std::vector<std::int64_t>(B * T, kIgnore));
+      for (std::size_t s = 0; s < B; ++s) {
+        const std::uint64_t start = w.starts[first + s];
+        for (std::size_t t = 0; t < T && start + t + 1 < tokens.size(); ++t) {
+          b.tokens.data[s * T + t] = tokens[start + t];
+          b.targets.data[s * T + t] = tokens[start + t + 1];
+        }
+      }
       out.push_back(std::move(b));
     }
   } else {

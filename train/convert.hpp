@@ -20,14 +20,16 @@ struct ConvertOptions {
   std::size_t kv_heads = 0;   ///< G, the new H_kv (`--kv-heads`): in [1, H_kv] and dividing H_kv.
   std::uint64_t seed = 1;     ///< The training run's `--seed`: it picks the same held-out data.
   std::size_t heldout = 500;  ///< Held-out problems (sort, reverse), as `xgrad train --heldout`.
-  std::string text = "/usr/share/common-licenses/GPL-3";  ///< charlm: the text whose last 10% is validation.
+  /// charlm: the text whose last 10% is validation; text: the text whose held-out documents
+  /// (as `--val-fraction 0.1` holds them out) are compared.
+  std::string text = "/usr/share/common-licenses/GPL-3";
 };
 
 /// How one model does on the held-out data.
 struct HeldoutScore {
   double cross_entropy = 0.0;  ///< Teacher-forced mean over the compared positions (nats).
   /// sort, reverse: the fraction of problems whose whole answer greedy decoding gets right;
-  /// NaN for charlm (no problems to solve).
+  /// NaN for charlm and text (no problems to solve).
   double exact_match = std::numeric_limits<double>::quiet_NaN();
 };
 

@@ -88,7 +88,7 @@ std::vector<OptionSpec> make_schema() {
   std::vector<OptionSpec> t = {
       choices(model(row("task", "--task", &O::task,
                         "sort (decoder-only), reverse (encoder-decoder), text (your own text) or charlm "
-                        "(characters of a text)"),
+                        "(an alias of text with --tokenizer bytes)"),
                     "task"),
               {"sort", "reverse", "charlm", "text"}),
       for_tasks(row("text", "--text", &O::text,
@@ -531,6 +531,16 @@ TrainOptions with_task_defaults(TrainOptions o, const std::set<std::string>& giv
   if (!given.count("warmup")) o.warmup = kCharlmWarmup;
   if (!given.count("eval_every")) o.eval_every = kCharlmEvalEvery;
   return o;
+}
+
+void resolve_task_alias(TrainOptions& o, const std::set<std::string>& given) {
+  if (o.task != "charlm" || !o.init_from.empty()) return;
+  if (given.count("tokenizer") && o.tokenizer != "bytes")
+    throw UsageError(op_message("train", "--tokenizer " + o.tokenizer +
+                                             " with --task charlm: charlm is the text task with --tokenizer bytes; "
+                                             "for another tokenizer use --task text --tokenizer " + o.tokenizer));
+  o.task = "text";
+  o.tokenizer = "bytes";
 }
 
 std::string options_json(const TrainOptions& o) {

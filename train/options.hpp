@@ -176,6 +176,14 @@ TrainOptions with_defaults(TrainOptions opts);
 /// The task's own defaults (charlm: model, schedule, regularisation) for every option not in `given`.
 TrainOptions with_task_defaults(TrainOptions opts, const std::set<std::string>& given);
 
+/// `--task charlm` of a new run is the text task with the byte tokenizer: an alias kept so old
+/// commands work (docs/cli.md). Sets `task` "text" and `tokenizer` "bytes" when `opts.task` is
+/// "charlm" and the run starts from scratch; a `--tokenizer` other than bytes (in `given`) is
+/// then a UsageError. A run that keeps the charlm task of a model saved by an older xgrad (its
+/// `--init-from` checkpoint says task charlm) is left as it is, as are resumed runs (the caller
+/// does not call this for them).
+void resolve_task_alias(TrainOptions& opts, const std::set<std::string>& given);
+
 /// The run options as a JSON object (the run folder's config.json): every option of the
 /// table but --resume and the session ones, with its resolved value.
 std::string options_json(const TrainOptions& o);

@@ -334,6 +334,46 @@ WindowLoss window_loss(nn::GPT& gpt, const TokenFile& tokens, const ValidationWi
   return out;
 }
 
+std::string printable(const std::string& bytes) {
+  std::string out;
+  auto escape = [&](unsigned char c) {
+    static const char* hex = "0123456789ABCDEF";
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  };
+  const std::size_t n = bytes.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i]);
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) escape(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // The length of a well-formed UTF-8 sequence starting here (RFC 3629: no overlong forms,
+    // no surrogates, nothing above U+10FFFF), or 0.
+    std::size_t len = 0;
+    auto cont = [&](std::size_t k) { return i + k < n && (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80; };
+    const unsigned char c1 = i + 1 < n ? static_cast<unsigned char>(bytes[i + 1]) : 0;
+    if (c >= 0xC2 && c <= 0xDF && cont(1)) len = 2;
+    else if (c == 0xE0 && cont(1) && c1 >= 0xA0 && cont(2)) len = 3;
+    else if (((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) && cont(1) && cont(2)) len = 3;
+    else if (c == 0xED && cont(1) && c1 < 0xA0 && cont(2)) len = 3;
+    else if (c == 0xF0 && cont(1) && c1 >= 0x90 && cont(2) && cont(3)) len = 4;
+    else if (c >= 0xF1 && c <= 0xF3 && cont(1) && cont(2) && cont(3)) len = 4;
+    else if (c == 0xF4 && cont(1) && c1 < 0x90 && cont(2) && cont(3)) len = 4;
+    if (len == 0) {
+      escape(c);
+      ++i;
+    } else {
+      out.append(bytes, i, len);
+      i += len;
+    }
+  }
+  return out;
+}
+
 std::string base64_encode(const std::string& bytes) {
   static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;

@@ -121,6 +121,11 @@ WindowLoss window_loss(nn::GPT& gpt, const TokenFile& tokens, const ValidationWi
 /// base64 (RFC 4648, with padding) of `bytes`, and back (FormatError naming `where` for text
 /// that is not base64).
 /// @{
+/// `bytes` for a terminal: valid UTF-8, line breaks and tabs as they are; any other control
+/// character, DEL and every byte that is not part of valid UTF-8 as a visible `\xNN`. Samples
+/// of a byte-level model that has not learned UTF-8 yet print this way (no escape sequence
+/// reaches the terminal, and the output stays valid UTF-8).
+std::string printable(const std::string& bytes);
 std::string base64_encode(const std::string& bytes);
 std::string base64_decode(const std::string& text, const std::string& where);
 /// @}

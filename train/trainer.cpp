@@ -372,6 +372,7 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
   const auto t0 = Clock::now();
   task.module().train();
   double recent = 0;
+  result.steps_done = s.start;  // a resumed run that had no step left trains none
   for (std::int64_t step = s.start + 1; step <= o.steps; ++step) {
     double gn = 0;
     int agreed_signal = 0;

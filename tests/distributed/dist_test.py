@@ -158,8 +158,10 @@ def equivalence(r, a):
     one, two = r.fresh(f"eq-{a.task}-{a.dtype}-1"), r.fresh(f"eq-{a.task}-{a.dtype}-2")
     r.run(0, base + ["--out", one])
     _, out, _ = r.run(2, base + ["--out", two, "--dist-check-every", "1"] + (["--dist-overlap"] if a.overlap else []))
-    # One final metric line (charlm prints train_loss and best_val_loss RESULT lines before it).
-    finals = [ln for ln in out.splitlines() if ln.startswith(("RESULT heldout_exact_match ", "RESULT val_loss "))]
+    # One final metric line (charlm, the text task, prints train_loss and best_val_loss RESULT
+    # lines before it).
+    finals = [ln for ln in out.splitlines()
+              if ln.startswith(("RESULT heldout_exact_match ", "RESULT val_loss ", "RESULT val_bits_per_byte "))]
     if len(finals) != 1 or "data parallel:" not in out:
         fail(f"2 ranks: expected one final RESULT line and the data-parallel summary:\n{out}")
     compare_runs(one, two, a.tol, f"{a.task} {a.dtype}, 1 process vs 2 ranks" + (" (overlap)" if a.overlap else ""))
@@ -246,6 +248,8 @@ def kill(r, a):
         try:
             _, err = p.communicate(timeout=a.deadline if landed < a.kills else 600)
         except subprocess.TimeoutExpired:
+            diag = subprocess.run(["bash", "-c", f"ps -ef --forest | grep -v grep | grep -A5 {p.pid}; for q in $(pgrep -f 'xgrad train'); do echo == $q; cat /proc/$q/status | grep -E 'State|SigCgt|SigBlk|SigPnd|ShdPnd'; gdb -p $q -batch -ex 'thread apply all bt 8' 2>/dev/null | grep -E '^#|^Thread'; done"], capture_output=True, text=True).stdout
+            print("DIAG\n" + diag, flush=True)
             p.kill()
             p.communicate()
             fail(f"the job did not end within {a.deadline} s after rank {victim} was killed (a hang)")

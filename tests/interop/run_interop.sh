@@ -24,7 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=1
 
 # A small text for the charlm configuration (no dependence on files outside the test).
-for i in $(seq 1 40); do
+for i in $(seq 1 200); do  # 18 KB: --task charlm (the text task) splits it into documents
   echo "The quick brown fox $i jumps over the lazy dog; pack my box with five dozen liquor jugs."
 done >"$tmp/text.txt"
 

@@ -47,7 +47,9 @@ def step_of(path):
 def log_rows(path):
     with open(path, "rb") as f:
         lines = f.read().decode().split("\n")
-    if lines[0] != "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss":
+    # The text task (and --task charlm, one of its forms) adds a val_bpb column.
+    if lines[0] not in ("step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss",
+                        "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb"):
         fail(f"{path}: header line is {lines[0]!r}")
     return lines[1:]
 

@@ -78,7 +78,7 @@ def main():
     lm = os.path.join(work, "lm")
     text = os.path.join(work, "text.txt")
     with open(text, "w") as f:
-        f.write("the quick brown fox jumps over the lazy dog. " * 1000)
+        f.write("the quick brown fox jumps over the lazy dog.\n" * 1000)  # lines: documents to split
     r = subprocess.run([xgrad, "train", "--task", "charlm", "--text", text, "--context", "2048", "--steps", "1",
                         "--batch", "1", "--out", lm] + small[2:], env=ENV, capture_output=True)
     if r.returncode != 0:

@@ -9,7 +9,9 @@ Case files: one case per line, fields separated by " | ", '#' starts a comment l
   cli_cases.txt:  id | fixture | exit | key words | untouched | command
   file_cases.txt: id | fixture | file | mutation | exit | key words | untouched | command
 fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made once by this
-           script with xgrad itself (gpt stops at step 2 of 4 so it can be resumed); tok: a
+           script with xgrad itself (gpt stops at step 2 of 4 so it can be resumed; charlm is a
+           text run, as --task charlm now is); charlm_v0: a charlm run saved by xgrad 0.2.0
+           (tests/fixtures/runs_v0/charlm, stopped at step 3 of 6); tok: a
            folder with tok.model (`xgrad tokenizer train --vocab-size 300` on corpus/), the
            corpus/ folder, an empty folder empty/ and the files small.txt (a few words),
            empty.txt, binary.bin (NUL bytes), latin1.txt (Latin-1, not UTF-8) and marks.txt (only
@@ -49,7 +51,7 @@ def make_fixtures(xgrad, root):
     os.makedirs(root, exist_ok=True)
     text = os.path.join(root, "text.txt")
     with open(text, "w") as f:
-        f.write("the quick brown fox jumps over the lazy dog. " * 40)
+        f.write("the quick brown fox jumps over the lazy dog.\n" * 400)  # 18 KB: text cuts 4 documents
     runs = {
         "gpt": ["train", "--steps", "4", "--stop-at", "2", "--digits", "4"] + SMALL,
         "encdec": ["train", "--task", "reverse", "--steps", "2"] + SMALL,
@@ -62,7 +64,27 @@ def make_fixtures(xgrad, root):
         if r.returncode != 0:
             sys.exit(f"catalogue: fixture {name} failed ({r.returncode}): {r.stderr}")
         shutil.copy(text, os.path.join(out, "text.txt"))
+    make_charlm_v0_fixture(root)
     return make_tokenizer_fixture(xgrad, root)
+
+
+def make_charlm_v0_fixture(root):
+    """charlm_v0: a charlm run saved by xgrad 0.2.0 (tests/fixtures/runs_v0/charlm, stopped at
+    step 3 of 6; `--task charlm` now starts text runs, so only such folders exercise the charlm
+    pipeline from the command line). Its text, saved as the relative path corpus.txt, becomes
+    the absolute path of the fixture's copy, so a resume finds it from any folder; text.txt is
+    the same text for the cases that pass --text {run}/text.txt."""
+    src = os.path.join(HERE, "..", "fixtures", "runs_v0", "charlm")
+    out = os.path.join(root, "charlm_v0")
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out)
+    corpus = os.path.join(out, "corpus.txt")
+    shutil.copy(os.path.join(src, "..", "corpus.txt"), corpus)
+    shutil.copy(corpus, os.path.join(out, "text.txt"))
+    state = os.path.join(out, "train_state.safetensors")
+    header, data = st_read(state)
+    header["__metadata__"]["opt.text"] = corpus
+    st_write(state, header, data)
 
 
 def make_tokenizer_fixture(xgrad, root):
