@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -160,6 +163,23 @@ void check_run_id(const std::string& state_id, const fs::path& dir, const std::s
                     ": the state belongs to another run; refusing to resume (nothing changed)");
 }
 
+namespace {
+// A saved option value for a message: a number stored with every digit (0.0050000000000000001)
+// as the shortest text that reads back as the same double (0.005); anything else as it is.
+std::string shown(const std::string& v) {
+  if (v.find_first_of(".eE") == std::string::npos) return v;
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size() || !std::isfinite(d)) return v;
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  return buf;
+}
+}  // namespace
+
 // A new run in `out`: refuse a folder that holds a different run unless --overwrite (the
 // same options are the same run: starting it again is harmless).
 void check_out_folder(const TrainOptions& o) {
@@ -185,7 +205,7 @@ void check_out_folder(const TrainOptions& o) {
     // Runs saved before an option existed have its legacy value (the table's).
     const OptionSpec* spec = find_option(k.substr(4));
     const std::string was = it != saved.end() ? it->second : spec && spec->has_legacy ? spec->legacy : "?";
-    if (was != v) differ.push_back(k.substr(4) + " " + was + " -> " + v);
+    if (was != v) differ.push_back(k.substr(4) + " " + shown(was) + " -> " + shown(v));
   }
   if (!differ.empty())
     throw UsageError(op_message("train", "--out " + o.out + " holds a different run (" + join(differ) + ")" + advice));
