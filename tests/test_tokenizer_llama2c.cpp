@@ -157,7 +157,7 @@ TEST_CASE("llama2c tokenizer: without a \" \" piece the dummy prefix is the byte
   CHECK(t->decode({35, 260}) == " xx");
 }
 
-TEST_CASE("llama2c tokenizer: decode drops BOS and EOS and checks ids; pieces are the file's", "[llama2c-tokenizer]") {
+TEST_CASE("llama2c tokenizer: decode drops BOS and EOS and checks ids and pieces are the file's", "[llama2c-tokenizer]") {
   const auto t = hand();
   CHECK(t->decode({1, 265, 262, 2}) == "abc");
   CHECK(t->decode({2, 264}) == " a");  // after EOS the space stays
