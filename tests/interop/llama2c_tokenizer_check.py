@@ -20,6 +20,10 @@ Usage: llama2c_tokenizer_check.py XGRAD WORKDIR
    for text with U+2581, which SentencePiece reads as a space) and to the reference's ids; every
    line decodes back.
 
+3. A text model trained with that (dummy-prefix) .model: `xgrad generate` prints the prompt and
+   the continuation decoded together by the documented rule (the first word's space dropped,
+   every other kept). Skipped when xgrad has no SentencePiece.
+
 Exit status: 0 if everything passed, 1 otherwise, 77 (skip) when this Python has no
 sentencepiece.
 """
@@ -238,7 +242,7 @@ def test_line(rng):
     return "Once upon a time"
 
 
-def part2(xgrad, work, rng):
+def part2(xgrad, work, rng, compare=True):
     corpus = os.path.join(work, "stories.txt")
     with open(corpus, "w", encoding="utf-8") as f:
         for _ in range(3000):
@@ -261,6 +265,8 @@ def part2(xgrad, work, rng):
         scores.append(sp.get_score(i))
     path = prefix + ".bin"
     write_bin(path, pieces, scores)
+    if not compare:
+        return
     lines = ["Once upon a time", "", " ", "a", "Lily and Tom played.", "café 😀 日本語", "x\ny", "  two  spaces  "]
     lines += [test_line(rng) for _ in range(120)]
     for i, line in enumerate(lines):
@@ -271,15 +277,74 @@ def part2(xgrad, work, rng):
         check_line(xgrad, path, pieces, scores, text, decode=True)
 
 
+# --- 3. generate decodes with a dummy-prefix SentencePiece model's own rule ------------------------
+
+def sp_text(sp, ids):
+    """xgrad's documented decoding of SentencePiece ids (docs/cli.md), on bytes: byte pieces give
+    their byte, text pieces their text with U+2581 as a space, control pieces nothing; with a dummy
+    prefix the first id that is not a control piece loses its leading space."""
+    out, first = b"", True
+    for i in ids:
+        if sp.is_control(i):
+            continue
+        if sp.is_byte(i):
+            piece = bytes([int(sp.id_to_piece(i)[3:5], 16)])
+        else:
+            piece = sp.id_to_piece(i).replace("\u2581", " ").encode()
+        if first and piece.startswith(b" "):
+            piece = piece[1:]
+        first = False
+        out += piece
+    return out
+
+
+def part3(xgrad, work):
+    """A text model trained with a Llama-style (dummy prefix) SentencePiece model: generate prints
+    the prompt and the continuation decoded together, so the words keep their spaces (before, each
+    id was decoded alone, which dropped the leading space of every word)."""
+    model = os.path.join(work, "tok400.model")
+    if subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--text", "a"],
+                      capture_output=True).returncode != 0:
+        print("part 3 skipped: xgrad has no SentencePiece")
+        return
+    sp = spm.SentencePieceProcessor(model_file=model)
+    corpus = os.path.join(work, "text")
+    os.makedirs(corpus, exist_ok=True)
+    for i in range(3):
+        with open(os.path.join(corpus, f"{i}.txt"), "w") as f:
+            f.write("once upon a time there was a little girl named Lily she liked to play.\n" * 50)
+    run = os.path.join(work, "textrun")
+    r = subprocess.run([xgrad, "train", "--task", "text", "--text", corpus, "--tokenizer", model, "--out", run,
+                        "--steps", "30", "--batch", "8", "--context", "32", "--d-model", "32", "--heads", "2",
+                        "--layers", "1", "--no-progress", "--no-plot", "--threads", "1"], capture_output=True)
+    if r.returncode != 0:
+        fail(f"part 3: xgrad train: {r.stderr.decode(errors='replace')}")
+        return
+    ckpt = os.path.join(run, "model.safetensors")
+    args = [xgrad, "generate", "--checkpoint", ckpt, "--prompt", "once upon a", "--max-new", "8"]
+    line = subprocess.run(args, capture_output=True).stdout
+    j = json.loads(subprocess.run(args + ["--json", "-"], capture_output=True).stdout)
+    ids = [t["id"] for t in j["prompt"]["tokens"]] + [t["id"] for t in j["generated"]["tokens"]]
+    want = sp_text(sp, ids) + b"\n"
+    if line != want:
+        fail(f"part 3: generate printed {line!r}, the ids {ids} decode to {want!r}")
+    if not line.startswith(b"once upon a "):
+        fail(f"part 3: generate printed {line!r}: the words lost their spaces")
+
+
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: llama2c_tokenizer_check.py XGRAD WORKDIR")
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: llama2c_tokenizer_check.py XGRAD WORKDIR [PARTS, e.g. 23]")
     xgrad, work = sys.argv[1], sys.argv[2]
+    parts = sys.argv[3] if len(sys.argv) == 4 else "123"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     rng = random.Random(19)
-    part1(xgrad, work, rng)
-    part2(xgrad, work, rng)
+    if "1" in parts:
+        part1(xgrad, work, rng)
+    part2(xgrad, work, rng, "2" in parts)
+    if "3" in parts:
+        part3(xgrad, work)
     if FAILURES:
         print(f"{len(FAILURES)} failures")
         return 1
