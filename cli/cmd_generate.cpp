@@ -2,7 +2,8 @@
 // temperature / top-k sampling, using the KV cache unless --no-kv-cache. Optionally draws the
 // attention map of one layer and head (GPT checkpoints) and writes the whole generation as
 // JSON (--json FILE, '-' for stdout): prompt, tokens, per-step top-k logits, sampling settings
-// and, on request, the attention weights (docs/cli.md has the schema).
+// and, on request, the attention weights (docs/cli.md has the schema). --tokenizer encodes and
+// decodes with a tokenizer file (a llama2.c tokenizer.bin: BOS first, stop at BOS or EOS).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -30,7 +31,7 @@ namespace {
 using json = nlohmann::ordered_json;
 
 struct GenerateArgs {
-  std::string checkpoint, prompt, attention_map, json_path;
+  std::string checkpoint, prompt, attention_map, json_path, tokenizer;
   std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5;
   double temperature = 0.0;
   std::uint64_t seed = 0;
@@ -108,7 +109,6 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
     usage("--temperature " + std::to_string(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
   if (a.max_new > 1000000) usage("--max-new " + std::to_string(a.max_new) + ": must be at most 1000000");
-  if (a.prompt.empty()) usage("--prompt must not be empty");
   if (a.top_k > 0 && a.temperature == 0.0)
     usage("--top-k " + std::to_string(a.top_k) + " needs --temperature > 0 (greedy decoding always takes the most "
                                                   "likely token)");
@@ -128,7 +128,8 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   check_distinct_files("generate", {{"--checkpoint", a.checkpoint, false},
                                     {"--json", a.json_path, true},
                                     {"--attention-map", a.attention_map, true},
-                                    {"--attention-map's gnuplot script", script, true}});
+                                    {"--attention-map's gnuplot script", script, true},
+                                    {"--tokenizer", a.tokenizer == "bytes" ? std::string() : a.tokenizer, false}});
   if (!a.json_path.empty() && a.json_path != "-") check_output_file("generate", "--json", a.json_path);
   if (a.json_top_k > 100000) usage("--json-top-k " + std::to_string(a.json_top_k) + ": must be at most 100000");
   if (!a.attention_map.empty()) {
@@ -138,15 +139,43 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
 
   // Flags against the checkpoint, before generating.
   train::LoadedModel m = train::load_model(a.checkpoint);
-  const train::Vocabulary& vocab = m.info.vocab;
   const nn::TransformerConfig& c = m.info.config;
-  // A text-task model carries its tokenizer; the others' prompts are one token a character.
+  // The tokenizer: --tokenizer, or the one a text-task model carries; without one, prompts
+  // are one token a character of the checkpoint's vocabulary.
   const nn::safetensors::Metadata meta = nn::safetensors::load_header(a.checkpoint).metadata;
+  std::unique_ptr<train::Tokenizer> tok;
+  train::Vocabulary tok_vocab;  // with --tokenizer: each id's text, in place of the checkpoint's
+  if (!a.tokenizer.empty()) {
+    if (!m.gpt)
+      usage("--tokenizer needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
+    tok = train::load_tokenizer(a.tokenizer);
+    if (tok->vocab_size() != c.V_vocab)
+      usage("--tokenizer '" + a.tokenizer + "' (" + tok->description() + ") has " + std::to_string(tok->vocab_size()) +
+            " ids, but the model of " + a.checkpoint + " has a vocabulary of " + std::to_string(c.V_vocab) +
+            ": they must be the same size");
+    if (meta.count("tokenizer_sha256") && meta.at("tokenizer_sha256") != tok->digest())
+      warn("--tokenizer '" + a.tokenizer + "' is not the tokenizer " + a.checkpoint + " was trained with (sha256 " +
+           meta.at("tokenizer_sha256").substr(0, 16) + "); decoding with it anyway");
+    const bool l2c = tok->kind() == "llama2c";
+    for (std::size_t id = 0; id < tok->vocab_size(); ++id) {
+      const auto i = static_cast<std::int64_t>(id);
+      // BOS and EOS decode to nothing: show their pieces.
+      tok_vocab.tokens.push_back(l2c && (i == train::kLlama2cBos || i == train::kLlama2cEos) ? tok->piece(i)
+                                                                                              : tok->decode({i}));
+    }
+  } else if (meta.count("tokenizer")) {
+    tok = train::tokenizer_of_metadata(meta, a.checkpoint);
+  }
+  const train::Vocabulary& vocab = a.tokenizer.empty() ? m.info.vocab : tok_vocab;
+  // A llama2.c tokenizer starts the prompt with BOS (an empty prompt is BOS alone), and
+  // generation stops when the model emits BOS or EOS.
+  const bool llama2c = tok && tok->kind() == "llama2c";
   std::vector<std::int64_t> prompt;
-  if (meta.count("tokenizer"))
-    prompt = train::tokenizer_of_metadata(meta, a.checkpoint)->encode(a.prompt);
+  if (tok)
+    prompt = tok->encode(a.prompt);
   else
     prompt = tokenize(vocab, a.prompt);
+  if (prompt.empty()) usage("--prompt must not be empty");
   if (prompt.size() > c.context)
     usage("--prompt has " + std::to_string(prompt.size()) + " tokens, more than the model's context length " +
           std::to_string(c.context));
@@ -175,6 +204,7 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   so.top_k = a.top_k;
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
+  if (llama2c) so.stop_tokens = {train::kLlama2cBos, train::kLlama2cEos};
   train::Generation g;
   if (m.gpt) {
     g = train::generate(*m.gpt, {prompt}, max_new, so);
@@ -184,7 +214,17 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
     g = train::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
   }
   const std::vector<std::int64_t>& out = g.tokens[0];
-  const std::string line = m.gpt ? a.prompt + vocab.decode(out) : a.prompt + " -> " + vocab.decode(out);
+  // With a tokenizer the text is its decoding of the prompt and the new tokens together (a
+  // llama2.c or SentencePiece tokenizer drops the space its encoding added at the start; BOS
+  // and EOS decode to nothing).
+  std::string generated_text = vocab.decode(out);
+  if (tok) {
+    std::vector<std::int64_t> all = prompt;
+    all.insert(all.end(), out.begin(), out.end());
+    const std::string whole = tok->decode(all), before = tok->decode(prompt);
+    generated_text = whole.compare(0, before.size(), before) == 0 ? whole.substr(before.size()) : tok->decode(out);
+  }
+  const std::string line = m.gpt ? a.prompt + generated_text : a.prompt + " -> " + generated_text;
   const bool json_stdout = a.json_path == "-";
   if (!json_stdout) std::cout << line << "\n" << std::flush;
 
@@ -240,7 +280,9 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
                 {"vocab_size", vocab.size()}, {"layers", c.layers}, {"heads", c.H_q},
                 {"kv_heads", c.H_kv}};
   std::string stopped_by = "max_new";
-  if (!out.empty() && so.stop_token >= 0 && out.back() == so.stop_token) stopped_by = "stop_token";
+  if (!out.empty() && ((so.stop_token >= 0 && out.back() == so.stop_token) ||
+                       std::find(so.stop_tokens.begin(), so.stop_tokens.end(), out.back()) != so.stop_tokens.end()))
+    stopped_by = "stop_token";
   else if (max_new < a.max_new && out.size() == max_new) stopped_by = "context";
   j["sampling"] = {{"mode", a.temperature == 0.0 ? "greedy" : "sample"},
                    {"temperature", a.temperature},
@@ -250,8 +292,14 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
                    {"max_new", a.max_new},
                    {"max_new_effective", max_new},
                    {"stop_token", so.stop_token >= 0 ? token_json(vocab, so.stop_token) : json(nullptr)}};
+  if (llama2c) j["sampling"]["stop_tokens"] = tokens_json(vocab, so.stop_tokens);
+  if (tok)
+    j["tokenizer"] = {{"kind", tok->kind()},
+                      {"source", a.tokenizer.empty() ? "checkpoint" : a.tokenizer},
+                      {"vocab_size", tok->vocab_size()},
+                      {"sha256", tok->digest()}};
   j["prompt"] = {{"text", a.prompt}, {"tokens", tokens_json(vocab, prompt)}};
-  j["generated"] = {{"text", vocab.decode(out)}, {"tokens", tokens_json(vocab, out)}, {"count", out.size()},
+  j["generated"] = {{"text", generated_text}, {"tokens", tokens_json(vocab, out)}, {"count", out.size()},
                     {"stopped_by", stopped_by}};
   j["line"] = line;
   json steps = json::array();
@@ -306,7 +354,14 @@ void add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");
   cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or charlm's model_best.safetensors) written by xgrad train")->required();
-  cmd->add_option("--prompt", a->prompt, "prompt text (for the reverse task: the source digits)")->required();
+  cmd->add_option("--prompt", a->prompt,
+                  "prompt text (for the reverse task: the source digits); may be empty with a llama2.c tokenizer "
+                  "(generation then starts from BOS)")
+      ->required();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "encode the prompt and decode with this tokenizer instead of the checkpoint's: a llama2.c "
+                  "tokenizer.bin, a SentencePiece .model or 'bytes'; its size must be the model's vocabulary")
+      ->check(non_empty_path());
   cmd->add_option("--max-new", a->max_new,
                   "tokens to generate; generation stops at the model's context window (a warning says so)")
       ->capture_default_str()->check(non_negative_integer());

@@ -1,5 +1,6 @@
 // `xgrad tokenizer train|encode|decode` (docs/cli.md): trains a SentencePiece tokenizer on
-// text files, and turns text into ids and back with it (or with the byte tokenizer), exactly:
+// text files, and turns text into ids and back with it (or with the byte tokenizer, or a
+// llama2.c tokenizer.bin), exactly:
 // decode(encode(s)) == s for any bytes (train/tokenizer.hpp has the rule).
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -81,7 +82,8 @@ void run_encode(const CodeArgs& a) {
   j["pieces"] = pieces;
   j["bytes"] = text.size();
   j["tokens"] = ids.size();
-  std::cout << j.dump() << "\n";
+  // A llama2.c piece need not be UTF-8: such bytes are written as U+FFFD.
+  std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
 void run_decode(const CodeArgs& a) {
@@ -92,7 +94,7 @@ void run_decode(const CodeArgs& a) {
 }
 
 CLI::Option* add_tokenizer_flag(CLI::App* cmd, std::string& target) {
-  return cmd->add_option("--tokenizer", target, "a SentencePiece .model file, or 'bytes' (256 ids, one per byte)")
+  return cmd->add_option("--tokenizer", target, "a SentencePiece .model file, a llama2.c tokenizer.bin, or 'bytes' (256 ids, one per byte)")
       ->required()
       ->check(non_empty_path());
 }

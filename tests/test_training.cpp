@@ -1,6 +1,7 @@
 // Training, generation and checkpoints: the loss falls and accuracy rises, a seed
 // reproduces a run, resume continues the exact trajectory, generation with and without the
 // KV cache agree, checkpoints reject malformed files. (Pictures: test_plots.cpp.)
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -100,6 +101,39 @@ TEST_CASE("train: resume continues the exact loss trajectory of an uninterrupted
   CHECK(after.metric == uninterrupted.metric);
   fs::remove_all(whole);
   fs::remove_all(parts);
+}
+
+TEST_CASE("generate: each of stop_tokens ends a sample after that token as stop_token does", "[train][generate]") {
+  Generator g(5);
+  nn::TransformerConfig c;
+  c.V_vocab = 7;
+  c.context = 24;
+  c.d_model = 16;
+  c.H_q = 2;
+  c.layers = 1;
+  nn::GPT gpt(c, g);
+  gpt.eval();
+  // Sampled (seeded), so that the unstopped sequence holds several different tokens.
+  const auto sample = [&](const std::vector<std::int64_t>& stops, std::int64_t stop) {
+    Generator s(11);
+    train::SampleOptions o;
+    o.temperature = 2.0;
+    o.generator = &s;
+    o.stop_tokens = stops;
+    o.stop_token = stop;
+    return train::generate(gpt, {{1, 2}}, 20, o).tokens[0];
+  };
+  const std::vector<std::int64_t> all = sample({}, -1);
+  REQUIRE(all.size() == 20);
+  // Two stop tokens that occur: the sample ends at the first occurrence of either, inclusive.
+  const std::int64_t x = all[3], y = all[6];
+  std::size_t first = 0;
+  while (all[first] != x && all[first] != y) ++first;
+  const std::vector<std::int64_t> want(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(first) + 1);
+  CHECK(sample({x, y}, -1) == want);
+  CHECK(sample({y}, x) == want);  // stop_token and stop_tokens together
+  const auto it = std::find(all.begin(), all.end(), y);
+  CHECK(sample({y}, -1) == std::vector<std::int64_t>(all.begin(), it + 1));
 }
 
 TEST_CASE("generate: KV cache and full recomputation give the same tokens and logits", "[train][generate]") {

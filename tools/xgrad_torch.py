@@ -34,6 +34,11 @@ Name mapping (xgrad -> torch state_dict), W^T = transposed:
     <b>.ffn.fc1.W, fc1.b, fc2.W, fc2.b      -> <b>.ffn.fc1.weight (W^T), .bias, fc2 likewise
 with <b> = blocks.i (GPT), encoder.i / decoder.i (encoder-decoder).
 
+Hugging Face Llama (LlamaForCausalLM) state dicts <-> xgrad Llama tensors (arch llama):
+hf_llama_to_xgrad(state_dict, H_q, H_kv, rope_layout) and xgrad_to_hf_llama(tensors, H_q, H_kv,
+rope_layout); names, transposes and the Q/K row permutation of Hugging Face's half-split RoPE
+are in their docstrings and docs/llama.md.
+
 Command line (python3 with torch; on Debian 12 /usr/bin/python3 with python3-torch):
     xgrad_torch.py inspect CKPT                          configuration and parameter names
     xgrad_torch.py logits CKPT --tokens "3 1 4" [--tokens ...] [--src "..." --src-length N]
@@ -58,7 +63,7 @@ import torch.nn.functional as F
 
 __all__ = ["SafetensorsError", "parse_safetensors", "read_safetensors", "save_safetensors", "Config",
            "XgradGPT", "XgradEncoderDecoder", "load_checkpoint", "save_checkpoint", "to_xgrad_tensors",
-           "load_xgrad_tensors"]
+           "load_xgrad_tensors", "hf_llama_to_xgrad", "xgrad_to_hf_llama"]
 
 # ============================================================================ safetensors
 
@@ -686,6 +691,162 @@ def save_checkpoint(model, path, metadata=None):
 
 
 # ============================================================================ command line
+
+
+
+# ============================================================================ Hugging Face Llama names
+
+def _hf_permute(w, n_heads):
+    """Meta's interleaved Q/K rows -> Hugging Face's half-split order (convert_llama_weights_to_hf's
+    permute): within each head, rows 0, 2, 4, ... (the first feature of each rotary pair) come
+    first, then rows 1, 3, 5, ...  w is [n_heads * d_h, d] (out x in)."""
+    rows, cols = w.shape
+    d_h = rows // n_heads
+    return w.reshape(n_heads, d_h // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def _hf_unpermute(w, n_heads):
+    """The inverse of _hf_permute: Hugging Face's half-split Q/K rows -> Meta's interleaved."""
+    rows, cols = w.shape
+    d_h = rows // n_heads
+    return w.reshape(n_heads, 2, d_h // 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def _hf_layers(names):
+    layers = set()
+    for n in names:
+        if n.startswith("model.layers."):
+            part = n[len("model.layers."):].split(".", 1)[0]
+            if not part.isdigit():
+                raise ValueError(f"hf_llama_to_xgrad: {n!r} is not a Llama parameter name")
+            layers.add(int(part))
+    if layers != set(range(len(layers))):
+        raise ValueError(f"hf_llama_to_xgrad: layers {sorted(layers)} are not 0 .. {len(layers) - 1}")
+    return len(layers)
+
+
+def _rope_layout(layout, fn):
+    """"interleaved", or "half_split" (also spelled "half-split", as xgrad's metadata writes it)."""
+    if layout == "half-split":
+        layout = "half_split"
+    if layout not in ("interleaved", "half_split"):
+        raise ValueError(f"{fn}: rope_layout {layout!r} is not interleaved or half_split")
+    return layout
+
+
+HF_LLAMA_LAYER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                  "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+                  "input_layernorm.weight", "post_attention_layernorm.weight")
+
+
+def hf_llama_to_xgrad(state_dict, H_q, H_kv, rope_layout="interleaved"):
+    """A Hugging Face LlamaForCausalLM state dict -> (xgrad tensors, tied), docs/llama.md.
+
+    Names: model.embed_tokens.weight -> tok.weight; model.layers.L.input_layernorm.weight ->
+    blocks.L.attn_norm.weight; self_attn.{q,k,v}_proj.weight -> blocks.L.attn.W_QKV (transposed
+    to in x out and packed as columns [Q | K | V]); self_attn.o_proj.weight -> blocks.L.attn.W_O
+    (transposed); post_attention_layernorm.weight -> blocks.L.ffn_norm.weight; mlp.gate_proj,
+    up_proj, down_proj -> blocks.L.ffn.gate.W, ffn.up.W, ffn.down.W (transposed);
+    model.norm.weight -> norm.weight; lm_head.weight -> classifier.weight, or nothing when the
+    classifier is tied (tied = True: lm_head.weight absent, or the same tensor storage as the
+    embedding, as HF's tie_word_embeddings makes it).
+
+    RoPE: Hugging Face rotates (i, i + d_h/2) (rotate_half) and its conversion script permuted
+    Meta's Q and K rows so that the same model gives the same output. rope_layout
+    "interleaved" (the default) un-permutes Q and K back to Meta's order, for an xgrad model with
+    rope_layout interleaved (llama2.c's, xgrad's default; needed for xgrad export llama2c);
+    "half_split" (or "half-split", the metadata's spelling) keeps Hugging Face's rows, for an
+    xgrad model with rope_layout half-split. Both
+    give the same logits. HF's Llama rotates the whole head: the xgrad model needs rope_fraction 1.
+    H_q and H_kv (num_attention_heads, num_key_value_heads) are needed to find the heads."""
+    rope_layout = _rope_layout(rope_layout, "hf_llama_to_xgrad")
+    if H_q < 1 or H_kv < 1 or H_q % H_kv:
+        raise ValueError(f"hf_llama_to_xgrad: H_q {H_q} must be a positive multiple of H_kv {H_kv}")
+    sd = dict(state_dict)
+    L = _hf_layers(sd)
+    expected = {"model.embed_tokens.weight", "model.norm.weight"}
+    expected |= {f"model.layers.{i}.{n}" for i in range(L) for n in HF_LLAMA_LAYER}
+    optional = {"lm_head.weight"} | {f"model.layers.{i}.self_attn.rotary_emb.inv_freq" for i in range(L)}
+    missing = sorted(expected - set(sd))
+    extra = sorted(set(sd) - expected - optional)
+    if missing or extra:
+        raise ValueError(f"hf_llama_to_xgrad: missing {missing}, not Llama parameters {extra}")
+    emb = sd["model.embed_tokens.weight"]
+    head = sd.get("lm_head.weight")
+    tied = head is None or (head.data_ptr() == emb.data_ptr() and head.shape == emb.shape)
+
+    def t(x):
+        return x.detach().clone(memory_format=torch.contiguous_format)
+
+    out = {"tok.weight": t(emb)}
+    for i in range(L):
+        p, b = f"model.layers.{i}.", f"blocks.{i}."
+        q, k, v = sd[p + "self_attn.q_proj.weight"], sd[p + "self_attn.k_proj.weight"], sd[p + "self_attn.v_proj.weight"]
+        if q.shape[0] % H_q or k.shape[0] % H_kv or (q.shape[0] // H_q) % 2:
+            raise ValueError(f"hf_llama_to_xgrad: {p}self_attn q_proj {list(q.shape)} / k_proj {list(k.shape)} do "
+                             f"not split into {H_q} / {H_kv} heads of an even size")
+        if rope_layout == "interleaved":
+            q, k = _hf_unpermute(q, H_q), _hf_unpermute(k, H_kv)
+        out[b + "attn_norm.weight"] = t(sd[p + "input_layernorm.weight"])
+        out[b + "attn.W_QKV"] = t(torch.cat([q, k, v], 0).t())
+        out[b + "attn.W_O"] = t(sd[p + "self_attn.o_proj.weight"].t())
+        out[b + "ffn_norm.weight"] = t(sd[p + "post_attention_layernorm.weight"])
+        out[b + "ffn.gate.W"] = t(sd[p + "mlp.gate_proj.weight"].t())
+        out[b + "ffn.up.W"] = t(sd[p + "mlp.up_proj.weight"].t())
+        out[b + "ffn.down.W"] = t(sd[p + "mlp.down_proj.weight"].t())
+    out["norm.weight"] = t(sd["model.norm.weight"])
+    if not tied:
+        out["classifier.weight"] = t(head)
+    return out, tied
+
+
+def xgrad_to_hf_llama(tensors, H_q, H_kv, rope_layout="interleaved", lm_head_when_tied=False):
+    """xgrad Llama tensors (as a checkpoint holds them) -> a Hugging Face LlamaForCausalLM state
+    dict: the inverse of hf_llama_to_xgrad. rope_layout is the xgrad model's (its metadata's
+    rope_layout): "interleaved" permutes Q and K rows into Hugging Face's half-split order,
+    "half_split" leaves them. A tied model (no classifier.weight) has no lm_head.weight, unless
+    lm_head_when_tied (then a copy of the embedding, for loaders that want the key)."""
+    rope_layout = _rope_layout(rope_layout, "xgrad_to_hf_llama")
+    L = 0
+    while f"blocks.{L}.attn.W_QKV" in tensors:
+        L += 1
+    expected = {"tok.weight", "norm.weight"} | {
+        f"blocks.{i}.{n}" for i in range(L) for n in ("attn_norm.weight", "attn.W_QKV", "attn.W_O", "ffn_norm.weight",
+                                                       "ffn.gate.W", "ffn.up.W", "ffn.down.W")}
+    missing = sorted(expected - set(tensors))
+    extra = sorted(set(tensors) - expected - {"classifier.weight"})
+    if missing or extra or L == 0:
+        raise ValueError(f"xgrad_to_hf_llama: not an xgrad Llama model: missing {missing}, not Llama tensors {extra}")
+
+    def t(x):
+        return x.detach().clone(memory_format=torch.contiguous_format)
+
+    out = {"model.embed_tokens.weight": t(tensors["tok.weight"])}
+    for i in range(L):
+        b, p = f"blocks.{i}.", f"model.layers.{i}."
+        W = tensors[b + "attn.W_QKV"].t()
+        d_h = W.shape[0] // (H_q + 2 * H_kv)
+        if d_h * (H_q + 2 * H_kv) != W.shape[0] or d_h % 2:
+            raise ValueError(f"xgrad_to_hf_llama: {b}attn.W_QKV {list(W.shape[::-1])} does not split into "
+                             f"{H_q} + 2 x {H_kv} heads of an even size")
+        q, k, v = W[:H_q * d_h], W[H_q * d_h:(H_q + H_kv) * d_h], W[(H_q + H_kv) * d_h:]
+        if rope_layout == "interleaved":
+            q, k = _hf_permute(q, H_q), _hf_permute(k, H_kv)
+        out[p + "self_attn.q_proj.weight"] = t(q)
+        out[p + "self_attn.k_proj.weight"] = t(k)
+        out[p + "self_attn.v_proj.weight"] = t(v)
+        out[p + "self_attn.o_proj.weight"] = t(tensors[b + "attn.W_O"].t())
+        out[p + "mlp.gate_proj.weight"] = t(tensors[b + "ffn.gate.W"].t())
+        out[p + "mlp.up_proj.weight"] = t(tensors[b + "ffn.up.W"].t())
+        out[p + "mlp.down_proj.weight"] = t(tensors[b + "ffn.down.W"].t())
+        out[p + "input_layernorm.weight"] = t(tensors[b + "attn_norm.weight"])
+        out[p + "post_attention_layernorm.weight"] = t(tensors[b + "ffn_norm.weight"])
+    out["model.norm.weight"] = t(tensors["norm.weight"])
+    if "classifier.weight" in tensors:
+        out["lm_head.weight"] = t(tensors["classifier.weight"])
+    elif lm_head_when_tied:
+        out["lm_head.weight"] = t(tensors["tok.weight"])
+    return out
 
 
 def _ids(text, V, what):

@@ -50,7 +50,9 @@ Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, Fi
     for (std::size_t b = 0; b < B; ++b) {
       picked[b] = pick_token(row(logits, b), opts);
       if (!done[b]) g.tokens[b].push_back(picked[b]);
-      if (picked[b] == opts.stop_token) done[b] = true;
+      if (picked[b] == opts.stop_token ||
+          std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), picked[b]) != opts.stop_tokens.end())
+        done[b] = true;
     }
     if (step + 1 == max_new || std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
     logits = next(picked);

@@ -21,6 +21,7 @@ struct SampleOptions {
   Generator* generator = nullptr;  ///< The sampling source; needed when temperature > 0 (ValueError otherwise).
   bool use_kv_cache = true;  ///< Decode with the KV cache (else recompute the whole prefix each step).
   std::int64_t stop_token = -1;    ///< Stop a sample once it emits this token (-1: never); the token is kept.
+  std::vector<std::int64_t> stop_tokens;  ///< More tokens that stop a sample as stop_token does.
 };
 
 /// What generate() produced.

@@ -389,9 +389,10 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind, co
                                            std::to_string(bytes.size())));
     return make_byte_tokenizer();
   }
+  if (kind == "llama2c") return make_llama2c_tokenizer(bytes, where);
   if (kind != "sentencepiece")
     throw ValueError(op_message(kOp, where + ": unknown tokenizer kind '" + printable(kind) +
-                                         "' (bytes or sentencepiece)"));
+                                         "' (bytes, sentencepiece or llama2c)"));
 #ifdef XGRAD_WITH_SENTENCEPIECE
   return std::make_unique<SentencePieceTokenizer>(bytes, where);
 #else
@@ -401,20 +402,32 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind, co
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return make_byte_tokenizer();
-  if (!sentencepiece_available()) without_sentencepiece(kOp, "the tokenizer " + spec, ", or use --tokenizer bytes");
+  const bool bin = fs::path(spec).extension() == ".bin";
+  // Without SentencePiece only a tokenizer.bin can be read: anything else is that error first.
+  if (!sentencepiece_available() && !bin && !fs::is_regular_file(spec))
+    without_sentencepiece(kOp, "the tokenizer " + spec, ", or use --tokenizer bytes or a llama2.c tokenizer.bin");
   std::error_code ec;
   const fs::file_status st = fs::status(spec, ec);
   if (!fs::exists(st))
     throw UsageError(op_message(kOp, "--tokenizer '" + spec +
-                                         "' does not exist (give a SentencePiece .model file, or 'bytes')"));
+                                         "' does not exist (give a SentencePiece .model file, a llama2.c "
+                                         "tokenizer.bin, or 'bytes')"));
   if (fs::is_directory(st))
-    throw UsageError(op_message(kOp, "--tokenizer '" + spec + "' is a folder; give the .model file in it"));
+    throw UsageError(op_message(kOp, "--tokenizer '" + spec + "' is a folder; give the .model or .bin file in it"));
   std::string bytes;
   try {
     bytes = CharLMTask::read_text(spec);
   } catch (const ValueError&) {
     throw FormatError(op_message(kOp, "cannot read the tokenizer " + spec));
   }
+  if (bin) return make_llama2c_tokenizer(bytes, spec);
+  try {  // a tokenizer.bin by another name
+    return make_llama2c_tokenizer(bytes, spec);
+  } catch (const FormatError&) {
+  }
+  if (!sentencepiece_available())
+    without_sentencepiece(kOp, "the tokenizer " + spec + " (not a llama2.c tokenizer.bin)",
+                          ", or use --tokenizer bytes or a llama2.c tokenizer.bin");
   return tokenizer_from_serialized("sentencepiece", bytes, spec);
 }
 

@@ -1,12 +1,31 @@
 /// \file
 /// Tokenizers: text (any bytes) to token ids and back, exactly.
 ///
-/// Two kinds:
+/// Three kinds:
 /// - `bytes`: 256 ids, id == byte value. Needs nothing.
 /// - `sentencepiece`: a SentencePiece model (a `.model` file: trained by `xgrad tokenizer
 ///   train`, by SentencePiece's own trainer, or brought along, e.g. a Llama tokenizer.model).
 ///   Needs xgrad built with SentencePiece (CMake option XGRAD_WITH_SENTENCEPIECE, Debian
 ///   libsentencepiece-dev); otherwise loading one is a UsageError saying so.
+/// - `llama2c`: llama2.c's `tokenizer.bin` (docs/llama.md has the format): pieces with merge
+///   scores, encoded and decoded as llama2.c's run.c does. Needs nothing. Its encode() is run.c's
+///   encode(text, bos = 1, eos = 0): BOS (id 1) first; when the text is not empty the dummy
+///   prefix, the piece " " (or the byte piece <0x20> if there is none); then one symbol per
+///   character (a byte and the up to 3 continuation bytes after it; no other UTF-8 check): the
+///   character's piece, or when it has none its bytes' pieces (byte b is id b + 3); then,
+///   repeatedly, the adjacent pair whose joined bytes are a piece with the highest score (the
+///   leftmost on a tie; only scores above -1e10, as run.c) becomes that piece. decode() is run.c's:
+///   each id gives its piece's bytes, a byte piece (ids 3..258) its byte, BOS and EOS (ids 1, 2)
+///   nothing, and the id after a BOS loses a leading space. So decode(encode(s)) == s for every
+///   s, with one exception run.c shares: a vocabulary with a piece that a merge can spell from the
+///   *text* of a byte piece or of BOS/EOS (run.c joins pieces' texts, so `<0x41>` + `b` makes a
+///   piece `<0x41>b` if there is one, which decodes as those 7 bytes); llama2.c's vocabularies,
+///   exported from SentencePiece models, have none.
+///   Differences from run.c, all for input run.c cannot handle: a NUL byte is encoded as <0x00>
+///   (run.c's C string would end there); pieces with the same bytes resolve to the lower id; the
+///   id after a BOS also loses the space of the byte piece <0x20> (a vocabulary without " ").
+///
+/// The rest of this comment is about SentencePiece models.
 ///
 /// **Lossless, for every byte string.** `decode(encode(s)) == s` for every `s`, invalid UTF-8
 /// included. SentencePiece alone is not: it replaces each byte of invalid UTF-8 with U+FFFD,
@@ -59,18 +78,20 @@ namespace xg::train {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;  ///< Tokenizers are owned through this interface.
-  /// "bytes" or "sentencepiece".
+  /// "bytes", "sentencepiece" or "llama2c".
   virtual std::string kind() const = 0;
   /// The number of ids, V: ids are 0 .. V-1.
   virtual std::size_t vocab_size() const = 0;
-  /// The ids of `text`, any bytes. Lossless: decode(encode(s)) == s for every byte string s.
+  /// The ids of `text`, any bytes. Lossless: decode(encode(s)) == s for every byte string s
+  /// (llama2c: with the exception in the file comment).
   virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
   /// The bytes the ids stand for; ValueError naming the id for an id outside [0, vocab_size()).
   virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
   /// The display text of one id: the SentencePiece piece (`▁the`, `<0x0A>`, `<s>`); for bytes,
-  /// printable ASCII as itself and any other byte as `<0xNN>`. ValueError for a bad id.
+  /// printable ASCII as itself and any other byte as `<0xNN>`; for llama2c the piece's bytes as
+  /// the file has them (` Once`, `<0x0A>`, `\n<s>\n`). ValueError for a bad id.
   virtual std::string piece(std::int64_t id) const = 0;
-  /// The model file's bytes ("" for bytes): what a checkpoint embeds to rebuild the tokenizer
+  /// The model file's bytes ("" for bytes; the tokenizer.bin for llama2c): what a checkpoint embeds to rebuild the tokenizer
   /// with tokenizer_from_serialized().
   virtual std::string serialized() const = 0;
   /// The SHA-256 (64 hex digits) of kind() + serialized(): identifies the tokenizer.
@@ -82,14 +103,25 @@ class Tokenizer {
 /// The byte tokenizer: 256 ids, id == byte value.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
-/// "bytes", or the path of a SentencePiece .model file. FormatError naming the path for a
-/// corrupt, truncated, empty or foreign file or a model xgrad cannot use losslessly (see the
-/// file comment); UsageError when the file is missing or a folder, or when xgrad was built
-/// without SentencePiece.
+/// BOS and EOS of a llama2c tokenizer (run.c's fixed ids).
+constexpr std::int64_t kLlama2cBos = 1, kLlama2cEos = 2;
+
+/// The llama2c tokenizer of a tokenizer.bin's bytes; FormatError naming `where` for a file that
+/// is not one: shorter than its header, max_token_length outside [1, file size], a piece whose
+/// score is not finite, whose length is negative, above max_token_length or past the end of
+/// the file, fewer than 259 pieces, or ids 3..258 that are not the byte pieces <0x00>..<0xFF>.
+/// Every size is checked against the bytes there are before anything is allocated for it.
+std::unique_ptr<Tokenizer> make_llama2c_tokenizer(const std::string& bytes, const std::string& where);
+
+/// "bytes", or the path of a tokenizer file: a llama2.c tokenizer.bin when the name ends in
+/// ".bin" or the file reads completely as one, otherwise a SentencePiece .model file.
+/// FormatError naming the path for a corrupt, truncated, empty or foreign file or a model xgrad
+/// cannot use losslessly (see the file comment); UsageError when the file is missing or a
+/// folder, or when a SentencePiece model is given to an xgrad built without SentencePiece.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 
-/// The tokenizer of `kind` ("bytes" or "sentencepiece") from its serialized() bytes, as a
-/// checkpoint embeds them; `where` names the source in errors (FormatError as for
+/// The tokenizer of `kind` ("bytes", "sentencepiece" or "llama2c") from its serialized() bytes,
+/// as a checkpoint embeds them; `where` names the source in errors (FormatError as for
 /// load_tokenizer, ValueError for an unknown kind or bytes for the byte tokenizer).
 std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind, const std::string& bytes,
                                                      const std::string& where);

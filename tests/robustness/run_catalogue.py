@@ -16,6 +16,7 @@ fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made
            corpus/ folder, an empty folder empty/ and the files small.txt (a few words),
            empty.txt, binary.bin (NUL bytes), latin1.txt (Latin-1, not UTF-8) and marks.txt (only
            U+2581). In a build without SentencePiece the tok cases are skipped (and counted).
+           tbin: a llama2.c tokenizer.bin and Llama checkpoints (tests/llama2c_fixture.py).
 exit:      the expected exit status (0 success, 1 runtime error, 2 usage error).
 key words: comma-separated, all must appear (case-insensitive) in stderr (on failure) or
            stdout (on success); '-' for none.
@@ -65,7 +66,22 @@ def make_fixtures(xgrad, root):
             sys.exit(f"catalogue: fixture {name} failed ({r.returncode}): {r.stderr}")
         shutil.copy(text, os.path.join(out, "text.txt"))
     make_charlm_v0_fixture(root)
-    return make_tokenizer_fixture(xgrad, root)
+    return make_tokenizer_fixture(xgrad, root) | make_llama2c_fixture(xgrad, root)
+
+
+def make_llama2c_fixture(xgrad, root):
+    """The tbin fixture (tests/llama2c_fixture.py): tokenizer.bin (300 pieces), bigram.safetensors
+    (a Llama model of vocabulary 300 whose greedy output is known), byte_run/ (the vocabulary-256
+    run it was made from) and corpus/. Returns {"tbin"} when it cannot be made (no numpy)."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    try:
+        import llama2c_fixture
+    except ImportError:
+        return {"tbin"}
+    folder = os.path.join(root, "tbin")
+    shutil.rmtree(folder, ignore_errors=True)
+    llama2c_fixture.make_checkpoint(xgrad, folder)
+    return set()
 
 
 def make_charlm_v0_fixture(root):
@@ -365,7 +381,8 @@ def main():
     n_cli = sum(1 for c in cases if len(c[1]) == 6)
     for f in failures:
         print("FAILED", f)
-    note = f", {skipped} skipped (fixtures {', '.join(sorted(missing))}: xgrad built without SentencePiece)" if skipped else ""
+    note = (f", {skipped} skipped (fixtures {', '.join(sorted(missing))}: xgrad built without SentencePiece, or no "
+            f"numpy)" if skipped else "")
     print(f"catalogue: {len(cases)} cases ({n_cli} CLI, {len(cases) - n_cli} file), {len(failures)} failed{note}")
     sys.exit(1 if failures else 0)
 

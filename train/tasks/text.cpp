@@ -172,6 +172,10 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
   std::string corpus, split;
   dist::together(comm, [&] {
     tok = load_tokenizer(o.tokenizer);
+    if (tok->kind() == "llama2c")
+      throw UsageError(op_message("train", "--tokenizer '" + o.tokenizer +
+                                               "' is a llama2.c tokenizer.bin: it is for generate and tokenizer "
+                                               "encode/decode; --task text trains with a SentencePiece .model or bytes"));
     if (comm.rank() != 0) return;
     const std::vector<Document> docs = list_documents(o.text);
     std::vector<Document> train_docs, val_docs;
