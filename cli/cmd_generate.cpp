@@ -145,6 +145,9 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   std::vector<std::int64_t> prompt;
   if (meta.count("tokenizer"))
     prompt = train::tokenizer_of_metadata(meta, a.checkpoint)->encode(a.prompt);
+  else if (m.info.task == "llama2c")  // `xgrad import llama2c`: placeholder tokens, no tokenizer
+    usage("--prompt: " + a.checkpoint + " carries no tokenizer (a llama2.c model made by xgrad import llama2c), so "
+          "the text cannot be turned into its token ids");
   else
     prompt = tokenize(vocab, a.prompt);
   if (prompt.size() > c.context)

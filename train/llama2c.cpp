@@ -398,7 +398,7 @@ void import_file(const std::string& bin, const std::string& out) {
     for (std::size_t i = 0; i < mine.size(); ++i)
       if (bits_of(mine[i]) != bits_of(m.rope_tables[i]))
         exceptions += (exceptions.empty() ? "" : ",") + std::to_string(i) + ":" + hex8(bits_of(m.rope_tables[i]));
-    if (!exceptions.empty()) meta["llama2c_rope_exceptions"] = exceptions;
+    if (!exceptions.empty()) meta["llama2c_tables"] = exceptions;
   }
   nn::safetensors::save(out, m.tensors, meta);
 }
@@ -410,10 +410,10 @@ void export_file(const std::string& in, const std::string& bin) {
   check_exportable(c, in);
   const nn::safetensors::Metadata meta = nn::safetensors::load_header(in).metadata;
   std::vector<float> tables = rope_tables(c.d_model / c.H_q, c.context);
-  const auto it = meta.find("llama2c_rope_exceptions");
+  const auto it = meta.find("llama2c_tables");
   if (it != meta.end()) {
     const std::string& text = it->second;
-    const std::string bad = where(in) + "metadata 'llama2c_rope_exceptions' is not a list of index:8-hex-digit entries";
+    const std::string bad = where(in) + "metadata 'llama2c_tables' is not a list of index:8-hex-digit entries";
     std::size_t at = 0;
     while (at < text.size()) {
       std::size_t comma = text.find(',', at);
@@ -425,7 +425,7 @@ void export_file(const std::string& in, const std::string& bin) {
         throw FormatError(bad + " (entry '" + entry + "')");
       const std::uint64_t index = parse_uint(entry.substr(0, colon), bad);
       if (index >= tables.size())
-        throw FormatError(where(in) + "metadata 'llama2c_rope_exceptions': index " + std::to_string(index) +
+        throw FormatError(where(in) + "metadata 'llama2c_tables': index " + std::to_string(index) +
                           " is past the RoPE tables' " + std::to_string(tables.size()) + " entries");
       const auto bits = static_cast<std::uint32_t>(std::stoul(entry.substr(colon + 1), nullptr, 16));
       std::memcpy(&tables[index], &bits, 4);

@@ -89,7 +89,7 @@ void check_exportable(const nn::TransformerConfig& config, const std::string& wh
 /// `xgrad import llama2c`: reads `bin` and writes an xgrad checkpoint to `out` (atomically):
 /// the model, task "llama2c", a vocabulary of V_vocab placeholder tokens "<id>" and no
 /// tokenizer, and the metadata keys "llama2c_format" and, for a legacy file whose RoPE
-/// tables differ from rope_tables(), "llama2c_rope_exceptions" ("index:hex,...": the float32
+/// tables differ from rope_tables(), "llama2c_tables" ("index:hex,...": the float32
 /// bits at those indices of the tables).
 void import_file(const std::string& bin, const std::string& out);
 
