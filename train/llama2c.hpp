@@ -32,10 +32,14 @@
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/nn/transformer.hpp>
 
+/// llama2.c model files: reading (legacy, version 1), writing (legacy), import and export.
 namespace xg::train::llama2c {
 
 /// The two float32 formats xgrad reads.
-enum class Format { legacy, version1 };
+enum class Format {
+  legacy,   ///< The 7-int32 header, run.c's order, RoPE tables; a negative vocab_size for an unshared classifier.
+  version1  ///< Magic "ak42", version 1, a 256-byte header, export.py's version-1 order.
+};
 
 /// "legacy" or "version 1".
 std::string format_name(Format f);
