@@ -1,5 +1,5 @@
 // `xgrad import llama2c MODEL.bin OUT.safetensors` and `xgrad export llama2c IN.safetensors
-// OUT.bin`: llama2.c model files (legacy and version 1 in, legacy out) to and from xgrad
+// OUT.bin`: llama2.c model files (legacy, version 1 and 2 in; legacy out) to and from xgrad
 // checkpoints (train/llama2c.hpp, docs/llama.md).
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -49,7 +49,7 @@ void add_import(CLI::App& app) {
   cmd->require_subcommand(1);
   auto a = std::make_shared<Args>();
   CLI::App* l = add(cmd, "llama2c",
-                    "llama2.c's model.bin (legacy or version 1 float32) to an xgrad checkpoint (no tokenizer inside)",
+                    "llama2.c's model.bin (legacy, version 1, or version 2 int8 dequantized) to an xgrad checkpoint (no tokenizer inside)",
                     "IN: the llama2.c model file", "OUT: the xgrad checkpoint (.safetensors) to write", a);
   l->callback([a] {
     check_paths("import llama2c", *a);

@@ -197,6 +197,77 @@ TEST_CASE("llama2c version 1 and legacy files of the same weights import to the 
   CHECK_FALSE(m.config.tie_embeddings);
 }
 
+namespace {
+
+// A version-2 (Q8_0) file of the Spec{} shape (tied), group size `gs`: the norms in float32,
+// then every other tensor as int8 values and one float32 scale per group; and the version-1
+// file of the values those dequantize to (q * scale in float32), for comparison.
+std::pair<std::string, std::string> q80_and_v1(std::int32_t gs) {
+  const std::size_t d = 16, f = 24, L = 2, kv = 8, V = 11;
+  std::string head = ints({0x616b3432, 2, 16, 24, 2, 4, 2, 11, 6}) + std::string(1, '\1') + ints({gs});
+  head.resize(256, '\0');
+  std::string v1 = ints({0x616b3432, 1, 16, 24, 2, 4, 2, 11, 6}) + std::string(1, '\1');
+  v1.resize(256, '\0');
+  Generator g(21);
+  const std::string norms = floats(2 * L * d + d, g, 0.5, 1.5);
+  std::string q2 = head + norms;
+  v1 += norms;
+  const std::vector<std::size_t> sizes{V * d, d * d, d * d, kv * d, kv * d, kv * d, kv * d, d * d, d * d,
+                                       f * d, f * d, d * f, d * f, f * d, f * d};
+  for (std::size_t n : sizes) {
+    std::vector<std::int8_t> q(n);
+    std::vector<float> scale(n / static_cast<std::size_t>(gs)), value(n);
+    for (auto& x : q) x = static_cast<std::int8_t>(static_cast<int>(g.below(255)) - 127);
+    for (auto& x : scale) x = static_cast<float>(0.001 + 0.01 * g.uniform());
+    for (std::size_t i = 0; i < n; ++i) value[i] = static_cast<float>(q[i]) * scale[i / static_cast<std::size_t>(gs)];
+    q2.append(reinterpret_cast<const char*>(q.data()), n);
+    q2.append(reinterpret_cast<const char*>(scale.data()), 4 * scale.size());
+    v1.append(reinterpret_cast<const char*>(value.data()), 4 * n);
+  }
+  return {q2, v1};
+}
+
+}  // namespace
+
+TEST_CASE("llama2c version 2 files are dequantized as runq.c does", "[llama2c]") {
+  const fs::path dir = xgt::temp_dir("llama2c_q80");
+  const auto [q2, v1] = q80_and_v1(8);
+  const l2c::Model a = l2c::read(write(dir / "q.bin", q2));
+  const l2c::Model b = l2c::read(write(dir / "v1.bin", v1));
+  CHECK(a.header.format == l2c::Format::version2);
+  CHECK(a.header.group_size == 8);
+  CHECK(a.config.tie_embeddings);
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    INFO(a.tensors[i].first);
+    CHECK(a.tensors[i].second.to_vector() == b.tensors[i].second.to_vector());
+  }
+  // Import, then export: a legacy file of the dequantized weights.
+  const std::string ckpt = (dir / "q.safetensors").string(), back = (dir / "back.bin").string();
+  l2c::import_file(dir / "q.bin", ckpt);
+  CHECK(nn::safetensors::load_header(ckpt).metadata.at("llama2c_format") == "version 2");
+  l2c::export_file(ckpt, back);
+  const l2c::Model c = l2c::read(back);
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) CHECK(c.tensors[i].second.to_vector() == a.tensors[i].second.to_vector());
+
+  auto with_gs = [&](std::int32_t gs) {
+    std::string b2 = q2;
+    std::memcpy(&b2[37], &gs, 4);
+    return b2;
+  };
+  for (const auto& [gs, words] : std::vector<std::pair<std::int32_t, std::vector<std::string>>>{
+           {0, {"group_size = 0", "positive"}},
+           {-8, {"group_size = -8", "positive"}},
+           {7, {"group_size = 7", "does not divide", "tok_embeddings.weight"}},
+           {16, {"version 2 header", "implies", "trailing bytes"}},
+           {1 << 30, {"group_size = 1073741824", "limit"}}}) {
+    const std::string p = write(dir / ("gs" + std::to_string(gs) + ".bin"), with_gs(gs));
+    refuses<FormatError>([&] { l2c::read(p); }, p, words);
+  }
+  const std::string cut = write(dir / "cut.bin", q2.substr(0, q2.size() - 3));
+  refuses<FormatError>([&] { l2c::read(cut); }, cut, {"version 2 header", "truncated"});
+}
+
 TEST_CASE("llama2c bad files are one-line FormatErrors naming the file and the field", "[llama2c]") {
   const fs::path dir = xgt::temp_dir("llama2c_bad");
   auto bad = [&](const std::string& name, const std::string& bytes, const std::vector<std::string>& words) {
@@ -251,7 +322,7 @@ TEST_CASE("llama2c bad files are one-line FormatErrors naming the file and the f
     return b;
   };
   bad("v1_short.bin", v1.substr(0, 100), {"truncated", "100 bytes", "256"});
-  bad("v2.bin", v1_with(4, 2), {"version = 2", "Q8_0", "not supported"});
+  bad("v2_no_group.bin", v1_with(4, 2), {"group_size = 0", "positive"});
   bad("v7.bin", v1_with(4, 7), {"version = 7", "unknown"});
   bad("v1_vocab_negative.bin", v1_with(8 + 20, -11), {"vocab_size = -11", "version 1"});
   bad("v1_dim_zero.bin", v1_with(8, 0), {"dim = 0"});

@@ -40,6 +40,7 @@ struct Segment {
   std::uint64_t rows = 0, cols = 0;
   bool transpose = false;
   std::uint64_t dst_cols = 0, col = 0;
+  bool quantized = false;  // version 2: int8 values, then one float32 scale per group
   std::uint64_t size() const { return rows * cols; }
 };
 
@@ -85,7 +86,7 @@ std::vector<Segment> layout(Format f, const Dims& m) {
     s.push_back({"norm.weight", "norm.weight", 1, m.d, false, 0, 0});
     s.push_back({"freq_cis_real", "", m.T, m.hs / 2, false, 0, 0});
     s.push_back({"freq_cis_imag", "", m.T, m.hs / 2, false, 0, 0});
-  } else {
+  } else {  // version 1 and 2: the same order
     norms("attention_norm.weight", "attn_norm.weight");
     norms("ffn_norm.weight", "ffn_norm.weight");
     s.push_back({"norm.weight", "norm.weight", 1, m.d, false, 0, 0});
@@ -94,6 +95,9 @@ std::vector<Segment> layout(Format f, const Dims& m) {
     ffn();
   }
   if (!m.tied) s.push_back({"output.weight", "classifier.weight", m.V, m.d, false, 0, 0});
+  // Version 2 keeps the norms in float32 and quantizes everything else.
+  if (f == Format::version2)
+    for (Segment& x : s) x.quantized = x.rows > 1;
   return s;
 }
 
@@ -149,7 +153,9 @@ std::uint32_t bits_of(float x) {
 
 }  // namespace
 
-std::string format_name(Format f) { return f == Format::legacy ? "legacy" : "version 1"; }
+std::string format_name(Format f) {
+  return f == Format::legacy ? "legacy" : f == Format::version1 ? "version 1" : "version 2";
+}
 
 std::vector<float> rope_tables(std::size_t head_size, std::size_t seq_len) {
   const std::size_t half = head_size / 2;
@@ -192,13 +198,11 @@ Model read(const std::string& path) {
       throw FormatError(where(path) + "truncated: " + std::to_string(file_size) +
                         " bytes, a versioned llama2.c header needs 256");
     const std::int32_t version = int_at(head + 4);
-    if (version == 2)
-      throw FormatError(where(path) + "header field version = 2 (int8 Q8_0) is not supported; export the model as "
-                                      "version 1 or legacy float32 (llama2.c's export.py --version 1)");
-    if (version != 1)
+    if (version != 1 && version != 2)
       throw FormatError(where(path) + "header field version = " + std::to_string(version) +
-                        " is unknown (xgrad reads llama2.c's legacy and version 1 files)");
-    h.format = Format::version1;
+                        " is unknown (xgrad reads llama2.c's legacy, version 1 and version 2 files)");
+    h.format = version == 1 ? Format::version1 : Format::version2;
+    if (version == 2) h.group_size = int_at(head + 8 + 7 * 4 + 1);  // after the shared_classifier byte
     header_bytes = kVersionedHeader;
     ints = head + 8;
     const unsigned char shared = head[8 + 7 * 4];
@@ -223,8 +227,8 @@ Model read(const std::string& path) {
     h.shared_classifier = vocab > 0;
     vocab = vocab < 0 ? -vocab : vocab;  // in int64: no overflow for INT32_MIN
   } else if (vocab < 0) {
-    throw FormatError(where(path) + "header field vocab_size = " + std::to_string(vocab) +
-                      " must be positive in a version 1 file (shared_classifier says whether the classifier is shared)");
+    throw FormatError(where(path) + "header field vocab_size = " + std::to_string(vocab) + " must be positive in a " +
+                      format_name(h.format) + " file (shared_classifier says whether the classifier is shared)");
   }
   Dims d{};
   d.d = field(path, "dim", h.dim, kMaxDim);
@@ -252,9 +256,17 @@ Model read(const std::string& path) {
   // The whole file's size from the header, before anything is allocated (every factor is
   // bounded above, so none of this overflows 64 bits).
   const std::vector<Segment> segs = layout(h.format, d);
-  std::uint64_t floats = 0;
-  for (const Segment& s : segs) floats += s.size();
-  const std::uint64_t expected = header_bytes + 4 * floats;
+  std::uint64_t gs = 0;
+  if (h.format == Format::version2) {
+    gs = field(path, "group_size", h.group_size, kMaxHidden);
+    for (const Segment& s : segs)
+      if (s.quantized && s.size() % gs != 0)
+        throw FormatError(where(path) + "header field group_size = " + std::to_string(gs) + " does not divide the " +
+                          std::to_string(s.size()) + " values of " + s.name);
+  }
+  std::uint64_t bytes = 0;
+  for (const Segment& s : segs) bytes += s.quantized ? s.size() + 4 * (s.size() / gs) : 4 * s.size();
+  const std::uint64_t expected = header_bytes + bytes;
   if (expected != file_size)
     throw FormatError(where(path) + "file size " + std::to_string(file_size) + " bytes, but the " +
                       format_name(h.format) + " header (dim " + std::to_string(d.d) + ", hidden_dim " +
@@ -291,11 +303,20 @@ Model read(const std::string& path) {
   }
   if (std::fseek(f, static_cast<long>(header_bytes), SEEK_SET) != 0)
     throw FormatError(where(path) + "cannot seek past the header");
-  std::vector<float> buf;
+  std::vector<float> buf, scales;
+  std::vector<std::int8_t> q;
   for (const Segment& s : segs) {
     buf.resize(s.size());
-    if (std::fread(buf.data(), 4, buf.size(), f) != buf.size())
+    if (s.quantized) {  // runq.c's dequantize: q[i] * scale[i / group_size], in float32
+      q.resize(s.size());
+      scales.resize(s.size() / gs);
+      if (std::fread(q.data(), 1, q.size(), f) != q.size() ||
+          std::fread(scales.data(), 4, scales.size(), f) != scales.size())
+        throw FormatError(where(path) + "reading " + s.name + " failed (the file shrank?)");
+      for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(q[i]) * scales[i / gs];
+    } else if (std::fread(buf.data(), 4, buf.size(), f) != buf.size()) {
       throw FormatError(where(path) + "reading " + s.name + " failed (the file shrank?)");
+    }
     if (s.dst.empty()) {  // a RoPE table: kept as stored, whatever it holds
       m.rope_tables.insert(m.rope_tables.end(), buf.begin(), buf.end());
       continue;

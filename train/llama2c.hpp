@@ -13,7 +13,10 @@
 ///   version-1 order: the attention norms, the ffn norms, the final norm, the token
 ///   embedding, wq, wk, wv, wo, w1, w2, w3 (each over all layers), the classifier when not
 ///   shared. No RoPE tables.
-/// - **version 2** (int8 Q8_0) is refused with a FormatError naming the version.
+/// - **version 2** (int8 Q8_0): as version 1 plus an int32 group_size after the
+///   shared_classifier byte; the norms in float32, then every other tensor (same order) as
+///   int8 values followed by one float32 scale per group. Dequantized on import as runq.c does
+///   (value = q * scale, in float32).
 ///
 /// llama2.c stores matrices out x in (PyTorch's Linear); xgrad in x out, so every matrix is
 /// transposed on the way; wq, wk and wv become the columns of W_QKV. The RoPE tables of a legacy
@@ -35,13 +38,14 @@
 /// llama2.c model files: reading (legacy, version 1), writing (legacy), import and export.
 namespace xg::train::llama2c {
 
-/// The two float32 formats xgrad reads.
+/// The formats xgrad reads.
 enum class Format {
-  legacy,   ///< The 7-int32 header, run.c's order, RoPE tables; a negative vocab_size for an unshared classifier.
-  version1  ///< Magic "ak42", version 1, a 256-byte header, export.py's version-1 order.
+  legacy,    ///< The 7-int32 header, run.c's order, RoPE tables; a negative vocab_size for an unshared classifier.
+  version1,  ///< Magic "ak42", version 1, a 256-byte header, export.py's version-1 order, float32.
+  version2   ///< Magic "ak42", version 2: int8 Q8_0 weights with float32 scales (dequantized on import).
 };
 
-/// "legacy" or "version 1".
+/// "legacy", "version 1" or "version 2".
 std::string format_name(Format f);
 
 /// The values of a llama2.c header.
@@ -55,6 +59,7 @@ struct Header {
   std::int32_t vocab_size = 0;     ///< As stored: legacy files negate it for an unshared classifier.
   std::int32_t seq_len = 0;        ///< Context length.
   bool shared_classifier = true;   ///< Whether the classifier is the token embedding.
+  std::int32_t group_size = 0;     ///< Version 2: values per quantization group (0 otherwise).
 };
 
 /// A llama2.c model in xgrad's terms.
@@ -62,15 +67,16 @@ struct Model {
   Header header;                          ///< The file's header.
   nn::TransformerConfig config;           ///< arch llama, rope interleaved base 10000, eps 1e-5, float32; resolved.
   nn::safetensors::NamedArrays tensors;   ///< Every parameter by xgrad's name, in x out, float32.
-  /// The file's RoPE tables (legacy only; empty for version 1): freq_cis_real then
+  /// The file's RoPE tables (legacy only; empty for versions 1 and 2): freq_cis_real then
   /// freq_cis_imag, each [seq_len, head_size / 2], as stored.
   std::vector<float> rope_tables;
 };
 
-/// Reads a llama2.c file (legacy or version 1). FormatError "[llama2c] PATH: ..." when it is
+/// Reads a llama2.c file (legacy, version 1 or 2). FormatError "[llama2c] PATH: ..." when it is
 /// unreadable, truncated, longer than its header says, has a bad magic or version, a header
 /// value that is not positive, not consistent (dim a multiple of n_heads, n_heads of
-/// n_kv_heads, an even head size) or above xgrad's checkpoint limits, or a non-finite weight.
+/// n_kv_heads, an even head size, a group_size dividing every quantized tensor) or above
+/// xgrad's checkpoint limits, or a non-finite weight (after dequantization).
 Model read(const std::string& path);
 
 /// xgrad's RoPE tables for head size `head_size` and `seq_len` positions, as export.py

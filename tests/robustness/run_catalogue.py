@@ -17,8 +17,9 @@ fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made
            empty.txt, binary.bin (NUL bytes), latin1.txt (Latin-1, not UTF-8) and marks.txt (only
            U+2581). In a build without SentencePiece the tok cases are skipped (and counted).
            l2c: llama2.c model files written by this script (make_llama2c_fixture): model.bin
-           (legacy, shared classifier), untied.bin (legacy), v1.bin (version 1) and
-           model.safetensors (`xgrad import llama2c` of model.bin).
+           (legacy, shared classifier), untied.bin (legacy), v1.bin (version 1), v2.bin
+           (version 2, int8, group size 8) and model.safetensors (`xgrad import llama2c` of
+           model.bin).
 exit:      the expected exit status (0 success, 1 runtime error, 2 usage error).
 key words: comma-separated, all must appear (case-insensitive) in stderr (on failure) or
            stdout (on success); '-' for none.
@@ -119,6 +120,14 @@ def make_llama2c_fixture(xgrad, root):
              "untied.bin": header(-vocab) + body + tables() + weights(vocab * dim)}
     v1 = struct.pack("<Ii", 0x616B3432, 1) + header(vocab) + b"\x01"
     files["v1.bin"] = v1 + b"\0" * (256 - len(v1)) + body
+    # version 2 (int8 Q8_0), group size 8 at byte 37: the norms, then int8 values and scales.
+    v2 = struct.pack("<Ii", 0x616B3432, 2) + header(vocab) + b"\x01" + struct.pack("<i", 8)
+    norms = weights(2 * layers * dim + dim)
+    q8 = b""
+    for n in [vocab * dim] + [dim * dim] * layers + [kv * hs * dim] * (2 * layers) + [dim * dim] * layers + \
+            [dim * hidden] * (3 * layers):
+        q8 += bytes((i * 37) % 255 for i in range(n)) + struct.pack(f"<{n // 8}f", *([0.01] * (n // 8)))
+    files["v2.bin"] = v2 + b"\0" * (256 - len(v2)) + norms + q8
     for name, data in files.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)

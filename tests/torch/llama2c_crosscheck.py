@@ -7,8 +7,9 @@ For each case this script draws a random small Llama model in llama2.c's own ten
 PyTorch's Linear layout: wq, wk, wv, wo, w1, w2, w3, the norms, the token embedding and, when not
 shared, the classifier) and writes it as llama2.c's export.py does (its own writer, below): the
 legacy format (7 int32, a negative vocab_size for an unshared classifier, run.c's order, the RoPE
-tables freq_cis_real / freq_cis_imag computed as export.py does in float32) or version 1 (magic
-"ak42", version 1, the header ints, shared_classifier, zeros to 256 bytes, export.py's order).
+tables freq_cis_real / freq_cis_imag computed as export.py does in float32), version 1 (magic
+"ak42", version 1, the header ints, shared_classifier, zeros to 256 bytes, export.py's order)
+or version 2 (the same with the group size, int8 values and float32 scales).
 
 Then `xgrad import llama2c` makes a checkpoint, and dump_llama2c loads it as `xgrad generate` does
 and writes its logits at every position of a token sequence (the float32 model as imported, and
@@ -20,9 +21,13 @@ y = x W^T, grouped-query attention by repeating K/V heads, RoPE on interleaved p
 relative to max(1, |torch|); the greedy ids must be the reference's (every step's top-2 gap is
 reported; a gap under 1e-3 would make the comparison meaningless and fails the case).
 
-Finally `xgrad export llama2c` must give back a legacy input byte for byte; a version-1 input
-comes back as a legacy file whose weights are byte for byte those of the input and whose RoPE
-tables are within 2 ulp of the float64 cos and sin.
+Version 2 (int8 Q8_0, quantized here as export.py does) is checked the same way against the
+reference run with the dequantized weights (q * scale in float32, as runq.c).
+
+Finally `xgrad export llama2c` must give back a legacy input byte for byte; a version-1 or 2
+input comes back as a legacy file whose weights are byte for byte those of the input (for
+version 2: the dequantized values) and whose RoPE tables are within 2 ulp of the float64 cos
+and sin.
 
 Exit status: 0 all pass, 1 any fails, 77 (skip) without torch.
 """
@@ -115,6 +120,38 @@ def version1_bytes(m):
     return head + b"".join(f32(p) for p in parts)
 
 
+def quantize_q80(m):
+    """export.py's version2_export: the group size halved from 64 until it divides dim; every
+    tensor but the norms as int8 values round(w / scale), scale = max |w| / 127 per group. The
+    model's weights become the dequantized values (q * scale in float32), as runq.c computes
+    with them. Returns the file's bytes."""
+    gs = 64
+    while m["dim"] % gs:
+        gs //= 2
+    L = range(m["layers"])
+    names = ["tok"] + [(n, i) for n in ("wq", "wk", "wv", "wo", "w1", "w2", "w3") for i in L]
+    if not m["shared"]:
+        names.append("output")
+    head = struct.pack("<Ii", 0x616B3432, 2) + header_ints(m, m["vocab"]) + struct.pack("<B", int(m["shared"]))
+    head += struct.pack("<i", gs)
+    head += b"\0" * (256 - len(head))
+    parts = [f32(m["attention_norm"][i]) for i in L] + [f32(m["ffn_norm"][i]) for i in L] + [f32(m["norm"])]
+    for key in names:
+        w = m[key] if isinstance(key, str) else m[key[0]][key[1]]
+        g = w.reshape(-1, gs).astype(np.float32)
+        scale = (np.abs(g).max(axis=1) / np.float32(127.0)).astype(np.float32)
+        q = np.round(g / scale[:, None]).astype(np.int8)
+        parts.append(q.tobytes() + f32(scale))
+        deq = (q.astype(np.float32) * scale[:, None]).astype(np.float32).reshape(w.shape)
+        if isinstance(key, str):
+            m[key] = deq
+        else:
+            m[key[0]][key[1]] = deq
+    if m["shared"]:
+        m["output"] = m["tok"]
+    return head + b"".join(parts)
+
+
 def reference_logits(m, tokens):
     """torch float64 Llama over llama2.c's tensors (out x in: y = x W^T); tokens [T]."""
     t = lambda a: torch.tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
@@ -169,7 +206,7 @@ def check_case(n, spec, xgrad, dump, tmp, failures, worst):
     rng = np.random.default_rng(20261221 + n)
     m = random_model(rng, spec["dim"], spec["hidden"], spec["layers"], spec["heads"], spec["kv_heads"],
                      spec["vocab"], spec["seq_len"], shared)
-    data = legacy_bytes(m) if fmt == "legacy" else version1_bytes(m)
+    data = {"legacy": legacy_bytes, "version1": version1_bytes, "version2": quantize_q80}[fmt](m)
     binp, ckpt, back, dumpp = (os.path.join(tmp, f"{n}.{e}") for e in ("bin", "safetensors", "out.bin", "json"))
     with open(binp, "wb") as f:
         f.write(data)
@@ -250,6 +287,8 @@ def main():
         dict(base, format="version1", shared=True, heads=4, kv_heads=1),  # MQA, tied
         dict(base, format="version1", shared=False, heads=6, kv_heads=2), # GQA, untied
         dict(base, format="legacy", shared=True, heads=3, kv_heads=3, layers=3),  # MHA, 3 layers
+        dict(base, format="version2", shared=True, heads=6, kv_heads=2),  # int8 Q8_0, GQA, tied
+        dict(base, format="version2", shared=False, heads=4, kv_heads=2), # int8 Q8_0, GQA, untied
     ]
     failures, worst = [], [0.0, 0.0]
     with tempfile.TemporaryDirectory(prefix="xgrad_llama2c_") as tmp:
