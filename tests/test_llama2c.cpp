@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <sys/stat.h>
 
 #include "helpers.hpp"
 #include <xgrad/core/error.hpp>
@@ -332,6 +333,11 @@ TEST_CASE("llama2c bad files are one-line FormatErrors naming the file and the f
   bad("v1_truncated.bin", v1.substr(0, v1.size() - 1), {"version 1 header", "truncated"});
 
   refuses<FormatError>([&] { l2c::read((dir / "missing.bin").string()); }, (dir / "missing.bin").string(), {"cannot open"});
+  // A folder, and a FIFO that nobody writes to (opening it would wait forever).
+  refuses<FormatError>([&] { l2c::read(dir.string()); }, dir.string(), {"not a regular file"});
+  const std::string fifo = (dir / "fifo.bin").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  refuses<FormatError>([&] { l2c::read(fifo); }, fifo, {"not a regular file"});
   // A good file reads.
   CHECK(l2c::read(write(dir / "good.bin", good)).config.V_vocab == 11);
   CHECK(l2c::read(write(dir / "good_v1.bin", v1)).header.format == l2c::Format::version1);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -175,6 +176,11 @@ std::vector<float> rope_tables(std::size_t head_size, std::size_t seq_len) {
 }
 
 Model read(const std::string& path) {
+  // Not a FIFO or a device: opening one could wait forever for a writer.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw FormatError(where(path) + "not a regular file");
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   if (!file) throw FormatError(where(path) + "cannot open: " + std::strerror(errno));
   std::FILE* f = file.get();

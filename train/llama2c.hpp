@@ -73,10 +73,11 @@ struct Model {
 };
 
 /// Reads a llama2.c file (legacy, version 1 or 2). FormatError "[llama2c] PATH: ..." when it is
-/// unreadable, truncated, longer than its header says, has a bad magic or version, a header
-/// value that is not positive, not consistent (dim a multiple of n_heads, n_heads of
-/// n_kv_heads, an even head size, a group_size dividing every quantized tensor) or above
-/// xgrad's checkpoint limits, or a non-finite weight (after dequantization).
+/// not a regular file (a folder, a FIFO), unreadable, truncated, longer than its header says,
+/// has a bad magic or version, a header value that is not positive, not consistent (dim a
+/// multiple of n_heads, n_heads of n_kv_heads, an even head size, a group_size dividing every
+/// quantized tensor) or above xgrad's checkpoint limits, or a non-finite weight (after
+/// dequantization).
 Model read(const std::string& path);
 
 /// xgrad's RoPE tables for head size `head_size` and `seq_len` positions, as export.py
