@@ -173,6 +173,9 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   std::vector<std::int64_t> prompt;
   if (tok)
     prompt = tok->encode(a.prompt);
+  else if (m.info.task == "llama2c")  // `xgrad import llama2c`: placeholder tokens, no tokenizer
+    usage("--prompt: " + a.checkpoint + " carries no tokenizer (a llama2.c model made by xgrad import llama2c); "
+          "give its tokenizer.bin with --tokenizer");
   else
     prompt = tokenize(vocab, a.prompt);
   if (prompt.empty()) usage("--prompt must not be empty");

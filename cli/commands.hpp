@@ -25,6 +25,8 @@ void add_convert(CLI::App& app);    // cli/cmd_convert.cpp
 void add_compare(CLI::App& app);    // cli/cmd_compare.cpp
 void add_eval(CLI::App& app);       // cli/cmd_eval.cpp
 void add_tokenizer(CLI::App& app);  // cli/cmd_tokenizer.cpp
+void add_import(CLI::App& app);     // cli/cmd_llama2c.cpp
+void add_export(CLI::App& app);     // cli/cmd_llama2c.cpp
 
 // Flag validators (cli/common.cpp).
 // For unsigned flags: only digits (CLI11 alone would wrap "-1" around to 2^64 - 1).

@@ -17,7 +17,7 @@
 namespace {
 
 const char* const kCommands[] = {"demo",    "gradcheck", "train",   "generate", "inspect",  "visibility",
-                                 "convert", "compare",   "eval",    "tokenizer"};
+                                 "convert", "compare",   "eval",    "tokenizer", "import", "export"};
 
 // Under mpirun/srun every rank runs the same command line and would print the same error:
 // rank 0 alone reports it (docs/distributed.md); the others exit with the same status.
@@ -46,6 +46,9 @@ int run(int argc, char** argv) {
   if (command == "tokenizer" && argc > 2)
     for (const char* sub : {"train", "encode", "decode"})
       if (std::strcmp(argv[2], sub) == 0) command += std::string(" ") + sub;
+  // `xgrad import llama2c`, `xgrad export llama2c` likewise.
+  if ((command == "import" || command == "export") && argc > 2 && std::strcmp(argv[2], "llama2c") == 0)
+    command += " llama2c";
   try {
     CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
     app.set_version_flag("--version", std::string("xgrad ") + XGRAD_VERSION_STRING, "Print the version and exit");
@@ -60,6 +63,8 @@ int run(int argc, char** argv) {
     xg::cli::add_compare(app);
     xg::cli::add_eval(app);
     xg::cli::add_tokenizer(app);
+    xg::cli::add_import(app);
+    xg::cli::add_export(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
@@ -71,7 +76,7 @@ int run(int argc, char** argv) {
       }
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
-                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, tokenizer; see 'xgrad --help')");
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, tokenizer, import, export; see 'xgrad --help')");
       return fail(2, std::string(e.what()) + xg::cli::help_pointer(command));
     }
   } catch (...) {

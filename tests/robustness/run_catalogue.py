@@ -17,6 +17,10 @@ fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made
            empty.txt, binary.bin (NUL bytes), latin1.txt (Latin-1, not UTF-8) and marks.txt (only
            U+2581). In a build without SentencePiece the tok cases are skipped (and counted).
            tbin: a llama2.c tokenizer.bin and Llama checkpoints (tests/llama2c_fixture.py).
+           l2c: llama2.c model files written by this script (make_l2c_fixture): model.bin
+           (legacy, shared classifier), untied.bin (legacy), v1.bin (version 1), v2.bin
+           (version 2, int8, group size 8) and model.safetensors (`xgrad import llama2c` of
+           model.bin).
 exit:      the expected exit status (0 success, 1 runtime error, 2 usage error).
 key words: comma-separated, all must appear (case-insensitive) in stderr (on failure) or
            stdout (on success); '-' for none.
@@ -66,6 +70,7 @@ def make_fixtures(xgrad, root):
             sys.exit(f"catalogue: fixture {name} failed ({r.returncode}): {r.stderr}")
         shutil.copy(text, os.path.join(out, "text.txt"))
     make_charlm_v0_fixture(root)
+    make_l2c_fixture(xgrad, root)
     return make_tokenizer_fixture(xgrad, root) | make_llama2c_fixture(xgrad, root)
 
 
@@ -101,6 +106,51 @@ def make_charlm_v0_fixture(root):
     header, data = st_read(state)
     header["__metadata__"]["opt.text"] = corpus
     st_write(state, header, data)
+
+
+def make_l2c_fixture(xgrad, root):
+    """The l2c fixture: dim 16, hidden_dim 24, 2 layers, 4 heads, 2 KV heads, vocabulary 11,
+    seq_len 8, weights 0.01 * (i % 97 - 48), in llama2.c's formats (written here, not by xgrad).
+    model.bin is 16540 bytes: the 28-byte header, tok_embeddings.weight at byte 28, the RoPE
+    tables in its last 128 bytes; v1.bin has its shared_classifier byte at 36."""
+    out = os.path.join(root, "l2c")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    dim, hidden, layers, heads, kv, vocab, seq = 16, 24, 2, 4, 2, 11, 8
+    hs = dim // heads
+    per_layer = 2 * dim + dim * dim + 2 * kv * hs * dim + dim * dim + 3 * dim * hidden
+
+    def weights(n):
+        return struct.pack(f"<{n}f", *[0.01 * (i % 97 - 48) for i in range(n)])
+
+    def tables():
+        vals = [math.cos(t / 10000 ** (2 * i / hs)) for t in range(seq) for i in range(hs // 2)]
+        vals += [math.sin(t / 10000 ** (2 * i / hs)) for t in range(seq) for i in range(hs // 2)]
+        return struct.pack(f"<{len(vals)}f", *vals)
+
+    def header(v):
+        return struct.pack("<7i", dim, hidden, layers, heads, kv, v, seq)
+
+    body = weights(vocab * dim + layers * per_layer + dim)  # run.c's order up to the final norm
+    files = {"model.bin": header(vocab) + body + tables(),
+             "untied.bin": header(-vocab) + body + tables() + weights(vocab * dim)}
+    v1 = struct.pack("<Ii", 0x616B3432, 1) + header(vocab) + b"\x01"
+    files["v1.bin"] = v1 + b"\0" * (256 - len(v1)) + body
+    # version 2 (int8 Q8_0), group size 8 at byte 37: the norms, then int8 values and scales.
+    v2 = struct.pack("<Ii", 0x616B3432, 2) + header(vocab) + b"\x01" + struct.pack("<i", 8)
+    norms = weights(2 * layers * dim + dim)
+    q8 = b""
+    for n in [vocab * dim] + [dim * dim] * layers + [kv * hs * dim] * (2 * layers) + [dim * dim] * layers + \
+            [dim * hidden] * (3 * layers):
+        q8 += bytes((i * 37) % 255 for i in range(n)) + struct.pack(f"<{n // 8}f", *([0.01] * (n // 8)))
+    files["v2.bin"] = v2 + b"\0" * (256 - len(v2)) + norms + q8
+    for name, data in files.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    r = subprocess.run([xgrad, "import", "llama2c", os.path.join(out, "model.bin"),
+                        os.path.join(out, "model.safetensors")], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        sys.exit(f"catalogue: fixture l2c failed ({r.returncode}): {r.stderr}")
 
 
 def make_tokenizer_fixture(xgrad, root):
@@ -251,6 +301,11 @@ def mutate(path, mutation, fixtures):
         target, value = arg.split("=", 1)
         tensor, index = target.rsplit("@", 1)
         set_element(path, tensor, int(index), float(value))
+    elif op in ("i32", "u8", "f32"):  # OFFSET=VALUE: a little-endian int32 / byte / float32 at a byte offset
+        at, value = arg.split("=", 1)
+        fmt = {"i32": "<i", "u8": "<B", "f32": "<f"}[op]
+        packed = struct.pack(fmt, float(value) if op == "f32" else int(value))
+        open(path, "wb").write(raw[:int(at)] + packed + raw[int(at) + len(packed):])
     elif op == "lines":  # keep the first N lines of a text file
         lines = raw.decode("latin-1").split("\n")
         open(path, "wb").write("\n".join(lines[:int(arg)]).encode("latin-1") + b"\n")
