@@ -103,8 +103,10 @@ class Tokenizer {
 /// The byte tokenizer: 256 ids, id == byte value.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
-/// BOS and EOS of a llama2c tokenizer (run.c's fixed ids).
-constexpr std::int64_t kLlama2cBos = 1, kLlama2cEos = 2;
+/// BOS of a llama2c tokenizer (run.c's fixed id): it starts every encoded prompt.
+constexpr std::int64_t kLlama2cBos = 1;
+/// EOS of a llama2c tokenizer (run.c's fixed id): never added by encoding.
+constexpr std::int64_t kLlama2cEos = 2;
 
 /// The llama2c tokenizer of a tokenizer.bin's bytes; FormatError naming `where` for a file that
 /// is not one: shorter than its header, max_token_length outside [1, file size], a piece whose
