@@ -33,14 +33,23 @@ std::string ids_text(const std::vector<std::int64_t>& ids, std::size_t n) {
   return ids.size() > n ? s + " ..." : s;
 }
 
-// FNV-1a of the token ids: equal decodes give equal hashes (to compare builds and threads).
+// FNV-1a over bytes: equal decodes give equal hashes (to compare builds and thread counts).
+void fnv(std::uint64_t& h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+}
 std::uint64_t ids_hash(const std::vector<std::int64_t>& ids) {
   std::uint64_t h = 1469598103934665603ull;
-  for (std::int64_t id : ids)
-    for (int b = 0; b < 8; ++b) {
-      h ^= static_cast<std::uint64_t>(id >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
+  fnv(h, ids.data(), ids.size() * sizeof(std::int64_t));
+  return h;
+}
+// Of every step's logits, bit for bit.
+std::uint64_t logits_hash(const std::vector<Array>& logits) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const Array& a : logits) fnv(h, a.data<float>(), a.size() * sizeof(float));
   return h;
 }
 
@@ -95,7 +104,8 @@ void run(const bench::GenerateFlags& f) {
   bench::print_summary("prefill", prefill_tps, "tokens/s");
   bench::print_summary("decode (" + std::to_string(f.new_tokens) + " tokens one at a time)", decode_ms, "ms");
   bench::print_summary("decode", decode_tps, "tokens/s");
-  bench::print_line("greedy ids: " + ids_text(ids, 8) + " (hash " + std::to_string(ids_hash(ids)) + ")");
+  bench::print_line("greedy ids: " + ids_text(ids, 8) + " (hash " + std::to_string(ids_hash(ids)) +
+                    "); logits of every step: hash " + std::to_string(logits_hash(last.logits)));
   bench::print_peak_rss();
   bench::print_line("prefill tokens/s (median): " + bench::fmt(bench::summarize(prefill_tps).median, 1));
   bench::print_line("decode tokens/s (median): " + bench::fmt(bench::summarize(decode_tps).median, 1));
