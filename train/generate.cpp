@@ -12,11 +12,12 @@ namespace xg::train {
 
 namespace {
 
-// Logits of the last position, [B, T, V] -> [B, V].
+// Logits of the last position, [B, T, V] -> [B, V]: a view of the model's fresh output for a
+// decoding step (T = 1), of the slice otherwise (no copy of a 32000-wide row per step).
 Array last_position(const Tensor& logits) {
   const Shape& s = logits.shape();
-  const Array a = ops::slice(logits, 1, static_cast<long>(s[1]) - 1, static_cast<long>(s[1])).value();
-  return a.reshaped({s[0], s[2]});
+  if (s[1] == 1) return logits.value().view({s[0], s[2]});
+  return ops::slice(logits, 1, static_cast<long>(s[1]) - 1, static_cast<long>(s[1])).value().view({s[0], s[2]});
 }
 
 // Row b of a [B, V] array into `r` (reusing its memory: one step's row is 32000 doubles for a
