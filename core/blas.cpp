@@ -49,10 +49,10 @@ void raw_gemv(bool trans, std::size_t M, std::size_t N, double alpha, const doub
 // entry of y is computed by the same kernel call for a given thread count (bit-identical run
 // to run). beta 0 never reads y (it is zeroed first: C may hold anything).
 constexpr std::size_t kAlignGemv = 64;
-// A matrix-vector product reads its whole matrix once for 2 flops per element: memory-bound,
-// so splitting pays from much smaller sizes than for a GEMM (from a 128 KiB float32 matrix,
-// about 10 us of streaming, against a few us to hand a chunk to a spinning worker).
-constexpr double kSplitGemvFlops = 1 << 16;
+// Splitting from the GEMM's threshold (1M flops, a 2 MiB float32 matrix): splitting the
+// smaller per-layer products of a stories15M decoding step too (from 64K flops) was not faster
+// on 2 cores in alternating runs (each split is a hand-off to a worker, about 30 per token).
+constexpr double kSplitGemvFlops = kSplitFlops;
 
 template <class T>
 void split_gemv(bool trans, std::size_t rows, std::size_t cols, T alpha, const T* A, std::size_t lda, const T* x,
