@@ -2,11 +2,17 @@
 // zero grads, forward, cross-entropy on random targets, backward, AdamW. The libtorch
 // reference (bench/torch/torch_bench_train_step.cpp) builds the same model.
 //
-// Model: token + learned position embeddings; `layers` pre-LayerNorm blocks (causal
-// self-attention with biased Q/K/V/output projections, GQA when kv-heads < heads; GELU MLP
-// with hidden 4d; residuals); final LayerNorm; linear head with bias (not tied).
+// Model (--arch gpt, the default): token + learned position embeddings; `layers` pre-LayerNorm
+// blocks (causal self-attention with biased Q/K/V/output projections, GQA when kv-heads <
+// heads; GELU MLP with hidden 4d; residuals); final LayerNorm; linear head with bias (not tied).
+// --arch llama (xgrad only, issue 19): the same model with nn::LlamaBlocks instead (RMSNorm,
+// RoPE, no biases, SwiGLU of llama2.c's width rule with multiple_of 32), no position embedding,
+// a final RMSNorm and a head without bias: the block's cost against the GPT block's at the
+// same width and depth (docs/performance.md compares time per step per parameter).
 #include <memory>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "bench/common.hpp"
 #include <xgrad/core/runtime.hpp>
@@ -24,17 +30,22 @@ namespace {
 class BenchModel : public nn::Module {
  public:
   BenchModel(const nn::TransformerConfig& c, Generator& gen)
-      : tok(c.V_vocab, c.d_model, gen),
+      : llama_(c.arch == nn::Architecture::llama),
+        tok(c.V_vocab, c.d_model, gen),
         pos(c.context, c.d_model, gen),
         ln_f(c.d_model),
-        head(c.d_model, c.V_vocab, gen, /*bias=*/true) {
+        norm(c.d_model, c.dtype, c.norm_eps),
+        head(c.d_model, c.V_vocab, gen, /*bias=*/!llama_) {
     register_module("tok", tok);
-    register_module("pos", pos);
+    if (!llama_) register_module("pos", pos);
     for (std::size_t l = 0; l < c.layers; ++l) {
-      blocks.push_back(std::make_unique<nn::DecoderBlock>(c, gen));
+      if (llama_)
+        blocks.push_back(std::make_unique<nn::LlamaBlock>(c, gen));
+      else
+        blocks.push_back(std::make_unique<nn::DecoderBlock>(c, gen));
       register_module("blocks." + std::to_string(l), *blocks.back());
     }
-    register_module("ln_f", ln_f);
+    register_module(llama_ ? "norm" : "ln_f", llama_ ? static_cast<nn::Module&>(norm) : ln_f);
     register_module("head", head);
     std::vector<std::int64_t> p(c.context);
     for (std::size_t t = 0; t < c.context; ++t) p[t] = static_cast<std::int64_t>(t);
@@ -44,14 +55,19 @@ class BenchModel : public nn::Module {
 
   // tokens [B, T] -> logits [B, T, vocab]
   Tensor operator()(const IndexArray& tokens) {
-    Tensor h = tok(tokens) + pos(positions_);
+    Tensor h = llama_ ? tok(tokens) : tok(tokens) + pos(positions_);  // llama: RoPE in the blocks
     for (auto& block : blocks) h = (*block)(h, call_);
-    return head(ln_f(h));
+    return head(llama_ ? norm(h) : ln_f(h));
   }
 
+ private:
+  bool llama_;
+
+ public:
   nn::Embedding tok, pos;
-  std::vector<std::unique_ptr<nn::DecoderBlock>> blocks;
+  std::vector<std::unique_ptr<nn::DecoderLayer>> blocks;
   nn::LayerNorm ln_f;
+  nn::RMSNorm norm;
   nn::Linear head;
 
  private:
@@ -65,7 +81,7 @@ IndexArray random_ids(const Shape& shape, std::size_t vocab, Generator& gen) {
   return IndexArray(shape, ids);
 }
 
-void run(const bench::TrainFlags& f) {
+void run(const bench::TrainFlags& f, const std::string& arch) {
   bench::validate(f);
   set_num_threads(f.threads);
   if (f.no_memory_cache) set_memory_cache_limit(0);
@@ -76,6 +92,12 @@ void run(const bench::TrainFlags& f) {
   cfg.H_q = f.heads;
   cfg.H_kv = f.kv();
   cfg.layers = f.layers;
+  if (arch == "llama") {
+    cfg.arch = nn::Architecture::llama;
+    cfg.pos = nn::PositionScheme::rope;
+    cfg.multiple_of = 32;  // llama2.c's TinyStories models
+    cfg.tie_embeddings = false;
+  }
   cfg = cfg.resolved();
 
   Generator gen(f.seed);
@@ -86,6 +108,7 @@ void run(const bench::TrainFlags& f) {
   const IndexArray targets = random_ids({f.batch, f.seq}, f.vocab, gen);
 
   bench::print_header("bench_train_step", "xgrad", f);
+  bench::print_line("arch " + arch + ", feed-forward width " + std::to_string(cfg.d_ff));
   bench::print_line("parameters: " + std::to_string(model.parameter_count()));
 
   double loss = 0;
@@ -104,7 +127,15 @@ void run(const bench::TrainFlags& f) {
 
 int main(int argc, char** argv) {
   bench::TrainFlags f;
-  return bench::run_program("bench_train_step",
-                            "One training step (forward, cross-entropy, backward, AdamW) of a small GPT, xgrad", argc,
-                            argv, f, run);
+  std::string arch = "gpt";
+  return bench::run_program(
+      "bench_train_step", "One training step (forward, cross-entropy, backward, AdamW) of a small GPT, xgrad", argc,
+      argv,
+      [&](CLI::App& app) {
+        bench::add_flags(app, f);
+        app.add_option("--arch", arch, "block: gpt (LayerNorm, GELU, biases) or llama (RMSNorm, RoPE, SwiGLU, no biases)")
+            ->check(CLI::IsMember({"gpt", "llama"}))
+            ->capture_default_str();
+      },
+      [&] { run(f, arch); });
 }

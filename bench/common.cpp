@@ -96,6 +96,49 @@ void add_flags(CLI::App& app, MatmulFlags& f) {
   size_flag(app, "--threads", f.threads, "worker threads");
 }
 
+void add_flags(CLI::App& app, GenerateFlags& f) {
+  app.add_option("--shape", f.shape,
+                 "model shape: stories15M (d 288, 6 layers, 6 heads, T 256, hidden 768) or stories42M (d 512, 8 "
+                 "layers, 8 heads, T 1024, hidden 1376); vocab 32000, tied; the flags below override it")
+      ->check(CLI::IsMember({"stories15M", "stories42M"}))
+      ->capture_default_str();
+  const auto opt = [&app](const std::string& name, std::optional<std::size_t>& v, const std::string& help) {
+    app.add_option_function<std::size_t>(name, [&v](const std::size_t& x) { v = x; }, help + " (default: the shape's)")
+        ->check(whole_number(1))
+        ->type_name("N>=1");
+  };
+  opt("--vocab", f.vocab, "vocabulary size");
+  opt("--d", f.d, "model width");
+  opt("--heads", f.heads, "query heads");
+  opt("--kv-heads", f.kv_heads, "key/value heads; must divide --heads");
+  opt("--layers", f.layers, "blocks");
+  opt("--seq", f.seq, "context length (KV cache capacity)");
+  opt("--hidden", f.hidden, "feed-forward width");
+  size_flag(app, "--prompt", f.prompt, "prefill: prompt tokens processed in one call");
+  size_flag(app, "--new", f.new_tokens, "decode: tokens generated one at a time after a 1-token prompt");
+  size_flag(app, "--reps", f.reps, "timed repetitions");
+  count_flag(app, "--warmup", f.warmup, "untimed repetitions first");
+  size_flag(app, "--threads", f.threads, "worker threads");
+  count_flag(app, "--seed", f.seed, "random seed (weights, prompt)");
+  app.add_flag("--untied", f.untied, "a separate classifier instead of the tied token embedding");
+}
+
+GenerateFlags::Sizes GenerateFlags::resolve() const {
+  const bool s42 = shape == "stories42M";
+  Sizes s{vocab.value_or(32000),          d.value_or(s42 ? 512 : 288), heads.value_or(s42 ? 8 : 6), 0,
+          layers.value_or(s42 ? 8 : 6), seq.value_or(s42 ? 1024 : 256), hidden.value_or(s42 ? 1376 : 768)};
+  s.kv_heads = kv_heads.value_or(s.heads);
+  if (s.d % s.heads != 0) throw UsageError("--heads (" + str(s.heads) + ") must divide --d (" + str(s.d) + ")");
+  if (s.heads % s.kv_heads != 0)
+    throw UsageError("--kv-heads (" + str(s.kv_heads) + ") must divide --heads (" + str(s.heads) + ")");
+  if ((s.d / s.heads) % 2 != 0)
+    throw UsageError("the head width --d / --heads (" + str(s.d / s.heads) + ") must be even (RoPE rotates pairs)");
+  if (prompt > s.seq) throw UsageError("--prompt (" + str(prompt) + ") must be at most --seq (" + str(s.seq) + ")");
+  if (new_tokens + 1 > s.seq)
+    throw UsageError("--new (" + str(new_tokens) + ") plus the 1-token prompt must fit in --seq (" + str(s.seq) + ")");
+  return s;
+}
+
 void validate(const TrainFlags& f) {
   if (f.d % f.heads != 0) throw UsageError("--heads (" + str(f.heads) + ") must divide --d (" + str(f.d) + ")");
   if (f.heads % f.kv() != 0)
@@ -237,6 +280,15 @@ void print_header(const std::string& program, const std::string& library, const 
 
 void print_header(const std::string& program, const std::string& library, const MatmulFlags& f) {
   print_line(program + " (" + library + "): n " + str(f.n) + ", float32, threads " + std::to_string(f.threads));
+}
+
+void print_header(const std::string& program, const std::string& library, const GenerateFlags& f) {
+  const GenerateFlags::Sizes s = f.resolve();
+  print_line(program + " (" + library + "): Llama, shape " + f.shape + ": vocab " + str(s.vocab) + ", d " + str(s.d) +
+             ", layers " + str(s.layers) + ", heads " + str(s.heads) + " (kv " + str(s.kv_heads) + "), hidden " +
+             str(s.hidden) + ", seq " + str(s.seq) + (f.untied ? ", untied" : ", tied") + "; prefill " +
+             str(f.prompt) + " tokens, decode " + str(f.new_tokens) + " tokens; threads " +
+             std::to_string(f.threads) + ", seed " + std::to_string(f.seed) + ", float32, greedy");
 }
 
 void report_train_step(const std::vector<double>& ms, std::size_t steps_run, double last_loss) {

@@ -52,10 +52,28 @@ struct MatmulFlags {
   int threads = 2;
 };
 
+// bench_generate (xgrad only): a Llama model of a named shape (`shape`: stories15M or
+// stories42M, llama2.c's TinyStories models), any size overridable; unset sizes come from
+// the shape (resolve()).
+struct GenerateFlags {
+  std::string shape = "stories15M";
+  std::optional<std::size_t> vocab, d, heads, kv_heads, layers, seq, hidden;
+  std::size_t prompt = 128, new_tokens = 255, reps = 5, warmup = 1;
+  int threads = 1;
+  std::uint64_t seed = 0;
+  bool untied = false;
+  // The sizes with the shape's defaults filled in; throws UsageError for an inconsistent set.
+  struct Sizes {
+    std::size_t vocab, d, heads, kv_heads, layers, seq, hidden;
+  };
+  Sizes resolve() const;
+};
+
 void add_flags(CLI::App& app, TrainFlags& f);
 void add_flags(CLI::App& app, AttentionFlags& f);
 void add_flags(CLI::App& app, OpOverheadFlags& f);
 void add_flags(CLI::App& app, MatmulFlags& f);
+void add_flags(CLI::App& app, GenerateFlags& f);
 
 // Checks across flags; throws UsageError.
 void validate(const TrainFlags& f);
@@ -111,6 +129,7 @@ void print_header(const std::string& program, const std::string& library, const 
 void print_header(const std::string& program, const std::string& library, const AttentionFlags& f);
 void print_header(const std::string& program, const std::string& library, const OpOverheadFlags& f);
 void print_header(const std::string& program, const std::string& library, const MatmulFlags& f);
+void print_header(const std::string& program, const std::string& library, const GenerateFlags& f);
 
 // The closing lines of each program, from its samples (milliseconds per rep), ending with
 // the RESULT line.

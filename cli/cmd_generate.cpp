@@ -12,9 +12,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <thread>
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/ops/join.hpp>
@@ -36,6 +38,7 @@ struct GenerateArgs {
   double temperature = 0.0;
   std::uint64_t seed = 0;
   bool no_kv_cache = false, json_attention = false;
+  std::size_t threads = 1;  // xgrad worker threads, as train's --threads (0: one per core)
 };
 
 [[noreturn]] void usage(const std::string& message) { throw UsageError(op_message("generate", message)); }
@@ -109,6 +112,7 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
     usage("--temperature " + std::to_string(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
   if (a.max_new > 1000000) usage("--max-new " + std::to_string(a.max_new) + ": must be at most 1000000");
+  if (a.threads > 1024) usage("--threads " + std::to_string(a.threads) + ": must be in [0, 1024]");
   if (a.top_k > 0 && a.temperature == 0.0)
     usage("--top-k " + std::to_string(a.top_k) + " needs --temperature > 0 (greedy decoding always takes the most "
                                                   "likely token)");
@@ -201,6 +205,9 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
          (m.gpt ? " and the prompt takes " + std::to_string(prompt.size()) : std::string(" (decoder)")) +
          ", so at most " + std::to_string(max_new) + " tokens are generated");
 
+  // One pool for everything (OpenBLAS runs single-threaded inside it), as in train.
+  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads)
+                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
   Generator gen(a.seed);
   train::SampleOptions so;
   so.temperature = a.temperature;
@@ -375,6 +382,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str()
       ->check(non_negative_integer());
   cmd->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole prefix at every step");
+  cmd->add_option("--threads", a->threads, "xgrad worker threads, 0 to 1024 (0: one per core)")->capture_default_str()
+      ->check(non_negative_integer());
   cmd->add_option("--attention-map", a->attention_map,
                   "draw this PNG: attention weights of --layer/--head over the prompt and the generated tokens "
                   "(GPT checkpoints; the gnuplot script goes beside it as .gp)")

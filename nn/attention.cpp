@@ -6,9 +6,12 @@
 // gradients in closed form (5.24)-(5.31) and the tests compare the two.
 #include <xgrad/nn/attention.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/nn/flash_attention.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/ops/matmul.hpp>
@@ -50,6 +53,13 @@ void check_input(const std::string& op, const char* name, const Tensor& X, std::
   if (X.dtype() != dtype)
     throw DTypeError(op_message(op, std::string(name) + " is " + dtype_name(X.dtype()) + ", the layer is " +
                                         dtype_name(dtype) + "; convert one of them so both are the same dtype"));
+}
+
+void check_finite_input(const Array& a, const char* name, const std::string& why) {
+  const std::size_t i = a.first_nonfinite();
+  if (i == a.size()) return;
+  throw ValueError(op_message("attention", std::string(name) + " has " + std::to_string(a.flat(i)) + " at index (" +
+                                               index_list(unravel_index(i, a.shape())) + "); " + why));
 }
 
 }  // namespace
@@ -168,6 +178,14 @@ Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
   return forward(X, call).Y;
 }
 
+bool MultiHeadAttention::one_query_step(const AttentionCall& call, std::size_t n, const Tensor& Q) const {
+  const bool scale_ok = !cfg_.scale || (std::isfinite(*cfg_.scale) && *cfg_.scale > 0.0);
+  const bool dropout = training() && cfg_.dropout > 0.0;
+  return n == 1 && !cfg_.alibi && cfg_.impl != SdpaImpl::composed && scale_ok && !dropout && !call.return_weights &&
+         call.query_valid.size() == 0 && call.visibility.unconstrained() && !(grad_enabled() && Q.requires_grad()) &&
+         (Q.dtype() == DType::float32 || Q.dtype() == DType::float64);
+}
+
 KVCache MultiHeadAttention::make_cache(std::size_t batch, std::size_t capacity) const {
   // Room for min(W, capacity) positions: a window longer than the sequence costs no memory.
   if (cfg_.window > 0) return KVCache::windowed(batch, cfg_.H_kv, cfg_.window, d_h_, d_h_, cfg_.dtype, capacity);
@@ -196,6 +214,28 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
   }
   cache.append(K.value(), V.value());
   try {  // a failed call leaves the cache as it was
+    if (one_query_step(call, n, Q)) {
+      // The decoding step: one query per sample sees every cached key from its window's start
+      // on. attention_one_query reads them in place (no copy of the cache, no visibility
+      // plan), with the fused path's arithmetic: the same output to the bit.
+      const std::size_t first = cache.first_position();
+      const std::size_t lo_pos = cfg_.window > 0 && start + 1 > cfg_.window ? std::max(first, start + 1 - cfg_.window)
+                                                                            : first;
+      const double scale = cfg_.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_h_)));
+      if (call.check_finite) {  // the new Q, K and V; the cached ones were checked as they came
+        const std::string why =
+            "attention inputs must be finite (Algorithm 5.1 step 1; check_finite = false skips this)";
+        check_finite_input(Q.value(), "Q", why);
+        check_finite_input(K.value(), "K", why);
+        check_finite_input(V.value(), "V", why);
+      }
+      const Array O = attention_one_query(Q.value(), cache.key_buffer(), cache.value_buffer(), lo_pos - first,
+                                          cache.length(), scale, call.check_finite);
+      AttentionOutput out;
+      out.Y = affine(merge_heads(Tensor(O)), W_O, b_O);
+      out.path = SdpaImpl::fused;
+      return out;
+    }
     const std::vector<std::int64_t> k_pos = cache.positions();
     const Visibility base = cfg_.window ? Visibility::sliding_window(q_pos, k_pos, static_cast<Position>(cfg_.window))
                                         : Visibility::causal(q_pos, k_pos);

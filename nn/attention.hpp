@@ -148,6 +148,10 @@ class MultiHeadAttention : public Module {
   void project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const;
   AttentionOutput finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                          const AttentionCall& call);
+  // Whether forward_cached() of n new positions with queries Q may take the decoding step
+  // (nn::attention_one_query): one query, nothing recorded for gradients, no weights, dropout,
+  // ALiBi, extra visibility or invalid queries, and not forced onto the composed path.
+  bool one_query_step(const AttentionCall& call, std::size_t n, const Tensor& Q) const;
 
   void init(Generator* gen);  // registers the parameters: random from gen, or zeros
 

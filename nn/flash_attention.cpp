@@ -318,6 +318,32 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
   }
 }
 
+// One query row of head h (batch b) over keys [0, n) of Kr / Vr: forward_block's arithmetic for
+// a block of one row that sees all n keys (block_scores, the softmax, the A V product).
+template <class T>
+void one_query_row(const T* q, const T* Kr, const T* Vr, std::size_t n, std::size_t dk, std::size_t dv, T scale,
+                   bool check_finite, std::size_t b, std::size_t h, std::size_t key0, T* row, T* o) {
+  blas::gemm(false, true, 1, n, dk, scale, q, dk, Kr, dk, T(0), row, n);
+  if (check_finite && !all_finite(row, n))
+    for (std::size_t j = 0; j < n; ++j)
+      if (!std::isfinite(row[j]))
+        throw ValueError(op_message(kOp, "score U has " + std::to_string(row[j]) + " at " + where(b, h, 0) +
+                                             ", key " + std::to_string(key0 + j) +
+                                             "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+  T m = -std::numeric_limits<T>::infinity();
+  for (std::size_t j = 0; j < n; ++j) m = std::max(m, row[j]);
+  if (!std::isfinite(m))
+    throw ValueError(op_message(kOp, "score plus bias is " + std::to_string(m) + " at " + where(b, h, 0) +
+                                         "; the additive bias overflows the scores (Algorithm 5.1 step 3)"));
+  for (std::size_t j = 0; j < n; ++j) row[j] -= m;
+  vmath::exp(row, row, n);
+  T z = 0;
+  for (std::size_t j = 0; j < n; ++j) z += row[j];
+  const T inv = T(1) / z;
+  for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
+  blas::gemm(false, false, 1, dv, n, T(1), row, n, Vr, dv, T(0), o, dv);
+}
+
 struct Saved {
   Geometry g;
   VisibilityPlan plan;
@@ -404,6 +430,35 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
     });
     return cot;
   });
+}
+
+Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::size_t lo, std::size_t hi, double scale,
+                          bool check_finite) {
+  const std::size_t B = Q.shape()[0], Hq = Q.shape()[1], dk = Q.shape()[3];
+  const std::size_t Hkv = K.shape()[1], cap = K.shape()[2], dv = V.shape()[3], r = Hq / Hkv, n = hi - lo;
+  Array O = Array::empty({B, Hq, 1, dv}, Q.dtype());
+  detail::dispatch(Q.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* q = Q.data<T>();
+    const T* k = K.data<T>();
+    const T* v = V.data<T>();
+    T* o = O.data<T>();
+    const T sc = static_cast<T>(scale);
+    // As flash_attention's forward pass: (batch, head) items split over the pool, unless the
+    // whole step is too small to be worth waking it (each row's result is the same either way).
+    const std::size_t items = B * Hq;
+    const double flops = 2.0 * double(items) * double(n) * double(dk + dv);
+    detail::parallel_for(items, flops < 131072.0 ? items : 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+      thread_local std::vector<T> s_buf;
+      T* row = scratch(s_buf, n);
+      for (std::size_t it = begin; it < end; ++it) {
+        const std::size_t b = it / Hq, h = it % Hq, g = b * Hkv + h / r;
+        one_query_row(q + it * dk, k + (g * cap + lo) * dk, v + (g * cap + lo) * dv, n, dk, dv, sc, check_finite, b,
+                      h, lo, row, o + it * dv);
+      }
+    });
+  });
+  return O;
 }
 
 }  // namespace xg::nn

@@ -53,6 +53,17 @@ struct FlashOptions {
 Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const VisibilityPlan& plan,
                        const FlashOptions& opts);
 
+/// The decoding step on a KV cache: one new query per sample, Q [B, H_q, 1, d_k], against the
+/// keys and values held in slots [lo, hi) of the cache's buffers K [B, H_kv, capacity, d_k] and
+/// V [B, H_kv, capacity, d_v] (KVCache::key_buffer, value_buffer), every one of them visible:
+/// -> O [B, H_q, 1, d_v]. Values only (nothing is recorded on a tape). The arithmetic is
+/// flash_attention()'s for a query row that sees keys [lo, hi) (the same BLAS calls, the same
+/// softmax), so O is bit-identical to flash_attention() on copies of those keys; it only reads
+/// the buffers in place instead of copying them out. `check_finite`: a non-finite score is a
+/// ValueError, as there. Requires lo < hi <= capacity and float32 or float64 (not checked).
+Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::size_t lo, std::size_t hi, double scale,
+                          bool check_finite);
+
 /// Whether element `flat` of a [B, H, T, S] attention-weight array is kept by dropout with
 /// keep probability q = 1 - p, drawn from `seed` (a counter-based hash: the same answer in the
 /// forward pass, the backward pass and the composed path).

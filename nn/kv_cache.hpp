@@ -61,6 +61,12 @@ class KVCache {
   /// Their absolute positions first_position() .. next_position()-1 (0 .. length-1 unless a
   /// windowed cache dropped keys).
   std::vector<std::int64_t> positions() const;
+  /// The storage itself, [B, H_kv, capacity(), d_k] and [.., d_v]: slots 0 .. length()-1 hold
+  /// the positions first_position() .. next_position()-1, the rest is unused. For reading the
+  /// keys in place (nn::attention_one_query); valid until the next append or truncate. @{
+  const Array& key_buffer() const { return K_; }
+  const Array& value_buffer() const { return V_; }
+  /// @}
   /// Forgets every position (length 0, next position 0; the storage is kept).
   void clear() {
     length_ = 0;

@@ -168,6 +168,53 @@ TEST_CASE("KV cache: tracks positions and sizes, and refuses to overflow", "[nn]
   CHECK_THROWS_AS(cache.truncate(4), ValueError);
 }
 
+TEST_CASE("KV cache: the one-query decoding step reads the cache in place and equals the fused path bit for bit",
+          "[nn][attention][kv_cache]") {
+  // forward_cached of one position per sample takes nn::attention_one_query on the cache's
+  // buffers; a call with query_valid set takes the general path (keys and values copied out,
+  // then the fused op). Same arithmetic, so the same bits: MHA, GQA, MQA, RoPE, a window that
+  // drops keys, a scale, both dtypes.
+  Generator g(61);
+  NoGradGuard ng;
+  for (DType dt : {DType::float32, DType::float64})
+    for (std::size_t H_kv : {4, 2, 1})
+      for (std::size_t window : {0, 3}) {
+        INFO("dtype " << dtype_name(dt) << ", H_kv " << H_kv << ", window " << window);
+        AttentionConfig c = config(16, 4, H_kv);
+        c.dtype = dt;
+        c.window = window;
+        c.rope = ops::RopeConfig{};
+        if (H_kv == 1) c.scale = 0.3;
+        MultiHeadAttention m(c, g);
+        for (auto& [name, p] : m.named_parameters())
+          if (name.rfind("b_", 0) == 0) p.set_value(rnd(p.shape(), g).astype(dt));
+        KVCache step = m.make_cache(2, 12), general = m.make_cache(2, 12);
+        const auto all_valid = [](std::size_t n) {
+          AttentionCall call;
+          call.query_valid = BoolArray::filled({2, n}, true);
+          return call;
+        };
+        const Tensor prompt(rnd({2, 4, 16}, g).astype(dt));
+        CHECK(max_abs_diff(m.forward_cached(prompt, step).Y.value(),
+                           m.forward_cached(prompt, general, all_valid(4)).Y.value()) == 0.0);
+        for (int t = 0; t < 6; ++t) {
+          const Tensor x(rnd({2, 1, 16}, g).astype(dt));
+          const AttentionOutput a = m.forward_cached(x, step), b = m.forward_cached(x, general, all_valid(1));
+          CHECK(a.path == SdpaImpl::fused);
+          CHECK(max_abs_diff(a.Y.value(), b.Y.value()) == 0.0);
+        }
+        CHECK(step.first_position() == general.first_position());
+        CHECK(step.length() == general.length());
+        // A non-finite input is refused as on the general path, and the cache is left as it was
+        // (a windowed one may have dropped keys no later query sees).
+        Array bad = rnd({2, 1, 16}, g).astype(dt);
+        bad.set_flat(3, std::nan(""));
+        const std::size_t next = step.next_position();
+        CHECK_THROWS_WITH(m.forward_cached(Tensor(bad), step), Catch::Contains("Q has nan"));
+        CHECK(step.next_position() == next);
+      }
+}
+
 TEST_CASE("attention layer: PyTorch layout export/import round-trips and matches the packed blocks",
           "[nn][attention][layout]") {
   Generator g(7);

@@ -5,6 +5,7 @@
 
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/runtime.hpp>
+#include <xgrad/train/generate.hpp>
 #include "helpers.hpp"
 
 using namespace xg;
@@ -103,4 +104,44 @@ TEST_CASE("arrays: a view shares data, reshaped copies; small arrays work like l
   CHECK_THROWS_AS(a.view({4}), ShapeError);
   const Array big = Array::full({100000}, 2.0, DType::float32);
   CHECK(big.view({1000, 100}).at({999, 99}) == 2.0);
+}
+
+TEST_CASE("pool: decoding steps give the same logits for any thread count and the prompt's agree to rounding",
+          "[core][parallel][generate]") {
+  // One-token steps: every split (matrix-vector blocks, attention heads) computes each entry
+  // with the same arithmetic, so the logits are bit-identical. The prompt's logits come from a
+  // GEMM split into column blocks, which OpenBLAS rounds a little differently by block width.
+  // Sizes large enough that the classifier's products are split (over 1M flops), for GPT-2
+  // and Llama models.
+  for (nn::Architecture arch : {nn::Architecture::gpt, nn::Architecture::llama}) {
+    INFO("arch " << nn::architecture_name(arch));
+    nn::TransformerConfig c;
+    c.arch = arch;
+    if (arch == nn::Architecture::llama) c.pos = nn::PositionScheme::rope;
+    c.V_vocab = 9000;
+    c.context = 32;
+    c.d_model = 64;
+    c.H_q = 4;
+    c.H_kv = 2;
+    c.layers = 2;
+    c.dtype = DType::float32;
+    Generator g(12);
+    nn::GPT model(c, g);
+    std::vector<std::int64_t> prompt(12);
+    for (auto& t : prompt) t = static_cast<std::int64_t>(g.below(c.V_vocab));
+    std::vector<train::Generation> runs;
+    for (int n : {1, 2, 3}) {
+      Threads t(n);
+      runs.push_back(train::generate(model, {prompt}, 6));
+    }
+    for (std::size_t r = 1; r < runs.size(); ++r) {
+      CHECK(runs[r].tokens == runs[0].tokens);
+      REQUIRE(runs[r].logits.size() == runs[0].logits.size());
+      CHECK(max_abs_diff(runs[r].logits[0], runs[0].logits[0]) < 1e-5);
+      for (std::size_t s = 1; s < runs[0].logits.size(); ++s) {
+        INFO("run " << r << ", step " << s);
+        CHECK(max_abs_diff(runs[r].logits[s], runs[0].logits[s]) == 0.0);
+      }
+    }
+  }
 }

@@ -12,18 +12,25 @@ namespace xg::train {
 
 namespace {
 
-// Logits of the last position, [B, T, V] -> [B, V].
+// Logits of the last position, [B, T, V] -> [B, V]: a view of the model's fresh output for a
+// decoding step (T = 1), of the slice otherwise (no copy of a 32000-wide row per step).
 Array last_position(const Tensor& logits) {
   const Shape& s = logits.shape();
-  const Array a = ops::slice(logits, 1, static_cast<long>(s[1]) - 1, static_cast<long>(s[1])).value();
-  return a.reshaped({s[0], s[2]});
+  if (s[1] == 1) return logits.value().view({s[0], s[2]});
+  return ops::slice(logits, 1, static_cast<long>(s[1]) - 1, static_cast<long>(s[1])).value().view({s[0], s[2]});
 }
 
-std::vector<double> row(const Array& a, std::size_t b) {
+// Row b of a [B, V] array into `r` (reusing its memory: one step's row is 32000 doubles for a
+// Llama vocabulary, and a fresh vector per step costs more than the copy).
+void row(const Array& a, std::size_t b, std::vector<double>& r) {
   const std::size_t V = a.shape()[1];
-  std::vector<double> r(V);
-  for (std::size_t v = 0; v < V; ++v) r[v] = a.flat(b * V + v);
-  return r;
+  if (a.dtype() == DType::float32) {
+    const float* p = a.data<float>() + b * V;
+    r.assign(p, p + V);
+  } else {
+    const double* p = a.data<double>() + b * V;
+    r.assign(p, p + V);
+  }
 }
 
 IndexArray as_batch(const std::vector<std::vector<std::int64_t>>& seqs) {
@@ -44,11 +51,13 @@ Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, Fi
   g.tokens.assign(B, {});
   std::vector<bool> done(B, false);
   Array logits = first();
+  std::vector<double> r;
   for (std::size_t step = 0; step < max_new; ++step) {
     g.logits.push_back(logits);
     std::vector<std::int64_t> picked(B);
     for (std::size_t b = 0; b < B; ++b) {
-      picked[b] = pick_token(row(logits, b), opts);
+      row(logits, b, r);
+      picked[b] = pick_token(r, opts);
       if (!done[b]) g.tokens[b].push_back(picked[b]);
       if (picked[b] == opts.stop_token ||
           std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), picked[b]) != opts.stop_tokens.end())

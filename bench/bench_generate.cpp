@@ -1,0 +1,122 @@
+// Generation speed of a Llama model (issue 19, "Performance"): prefill and decode tokens per
+// second through train::generate with the KV cache, the path `xgrad generate` takes.
+//
+// Model: nn::GPT with arch llama (RMSNorm, RoPE, SwiGLU, no biases, tied classifier unless
+// --untied) in the shape of llama2.c's stories15M or stories42M, random weights from --seed
+// (nn::GPT's own initialisation; speed does not depend on the values).
+//
+//   prefill: a prompt of --prompt random tokens, one logits_cached call, then one greedy pick
+//            (train::generate with max_new 1): --prompt / time tokens per second.
+//   decode:  from the 1-token prompt {1} (llama2.c's BOS), --new greedy tokens one at a time
+//            (train::generate with max_new --new: --new forward passes at positions
+//            0 .. --new - 1): --new / time tokens per second, the figure llama2.c's run.c prints
+//            as "achieved tok/s" (its forward passes at positions 1 .. n-1, one token each).
+//
+// bench/generate_vs_runc.py runs this beside run.c (docs/performance.md).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/common.hpp"
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/nn/transformer.hpp>
+#include <xgrad/train/generate.hpp>
+
+using namespace xg;
+
+namespace {
+
+std::string ids_text(const std::vector<std::int64_t>& ids, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size() && i < n; ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return ids.size() > n ? s + " ..." : s;
+}
+
+// FNV-1a over bytes: equal decodes give equal hashes (to compare builds and thread counts).
+void fnv(std::uint64_t& h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+}
+std::uint64_t ids_hash(const std::vector<std::int64_t>& ids) {
+  std::uint64_t h = 1469598103934665603ull;
+  fnv(h, ids.data(), ids.size() * sizeof(std::int64_t));
+  return h;
+}
+// Of every step's logits, bit for bit.
+std::uint64_t logits_hash(const std::vector<Array>& logits) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const Array& a : logits) fnv(h, a.data<float>(), a.size() * sizeof(float));
+  return h;
+}
+
+std::vector<double> tokens_per_second(const std::vector<double>& ms, std::size_t tokens) {
+  std::vector<double> out;
+  for (double v : ms) out.push_back(static_cast<double>(tokens) / (v * 1e-3));
+  return out;
+}
+
+void run(const bench::GenerateFlags& f) {
+  const bench::GenerateFlags::Sizes s = f.resolve();
+  set_num_threads(f.threads);
+  nn::TransformerConfig c;
+  c.arch = nn::Architecture::llama;
+  c.pos = nn::PositionScheme::rope;
+  c.V_vocab = s.vocab;
+  c.context = s.seq;
+  c.d_model = s.d;
+  c.H_q = s.heads;
+  c.H_kv = s.kv_heads;
+  c.layers = s.layers;
+  c.d_ff = s.hidden;
+  c.tie_embeddings = !f.untied;
+  c.dtype = DType::float32;
+  c = c.resolved();
+  Generator gen(f.seed);
+  nn::GPT model(c, gen);
+  model.eval();
+
+  std::vector<std::int64_t> prompt(f.prompt);
+  for (auto& t : prompt) t = static_cast<std::int64_t>(gen.below(s.vocab));
+
+  bench::print_header("bench_generate", "xgrad", f);
+  bench::print_line("parameters: " + std::to_string(model.parameter_count()));
+
+  train::SampleOptions greedy;  // temperature 0, KV cache on, no stop token
+  train::Generation last;
+  const std::vector<double> prefill_ms = bench::time_reps(f.warmup, f.reps, [&] {
+    last = train::generate(model, {prompt}, 1, greedy);
+  });
+  const std::vector<double> decode_ms = bench::time_reps(f.warmup, f.reps, [&] {
+    last = train::generate(model, {{1}}, f.new_tokens, greedy);
+  });
+  const std::vector<std::int64_t>& ids = last.tokens.at(0);
+  if (ids.size() != f.new_tokens)
+    throw std::runtime_error("decode produced " + std::to_string(ids.size()) + " tokens, expected " +
+                             std::to_string(f.new_tokens));
+
+  const std::vector<double> prefill_tps = tokens_per_second(prefill_ms, f.prompt);
+  const std::vector<double> decode_tps = tokens_per_second(decode_ms, f.new_tokens);
+  bench::print_summary("prefill (" + std::to_string(f.prompt) + " tokens in one call)", prefill_ms, "ms");
+  bench::print_summary("prefill", prefill_tps, "tokens/s");
+  bench::print_summary("decode (" + std::to_string(f.new_tokens) + " tokens one at a time)", decode_ms, "ms");
+  bench::print_summary("decode", decode_tps, "tokens/s");
+  bench::print_line("greedy ids: " + ids_text(ids, 8) + " (hash " + std::to_string(ids_hash(ids)) +
+                    "); logits of every step: hash " + std::to_string(logits_hash(last.logits)));
+  bench::print_peak_rss();
+  bench::print_line("prefill tokens/s (median): " + bench::fmt(bench::summarize(prefill_tps).median, 1));
+  bench::print_line("decode tokens/s (median): " + bench::fmt(bench::summarize(decode_tps).median, 1));
+  bench::print_result("decode_tok_s", bench::summarize(decode_tps).median, "tok/s");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::GenerateFlags f;
+  return bench::run_program("bench_generate",
+                            "Prefill and decode tokens/s of a Llama model through train::generate (KV cache), xgrad",
+                            argc, argv, f, run);
+}
