@@ -36,4 +36,6 @@
 #include <xgrad/nn/convert.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
-#include <xgrad/nn/npy.hpp>
+#include <xgrad/io/atomic_file.hpp>
+#include <xgrad/io/npy.hpp>
+#include <xgrad/io/safetensors.hpp>

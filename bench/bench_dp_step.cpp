@@ -16,8 +16,8 @@
 #include "bench/common.hpp"
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/dist/communicator.hpp>
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/communicator.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/ops/dropout.hpp>

@@ -38,7 +38,7 @@ void run_eval(const EvalArgs& a) {
   if (a.max_windows < 1 || a.max_windows > (std::size_t(1) << 30))
     throw UsageError(op_message("eval", "--max-windows " + std::to_string(a.max_windows) + ": must be in [1, 1073741824]"));
   train::LoadedModel m = train::load_model(a.checkpoint);
-  const nn::safetensors::Metadata meta = nn::safetensors::load_header(a.checkpoint).metadata;
+  const io::safetensors::Metadata meta = io::safetensors::load_header(a.checkpoint).metadata;
   if (!meta.count("tokenizer") || !m.gpt)
     throw UsageError(op_message("eval", "--checkpoint " + a.checkpoint + " is a " + m.info.task +
                                             " model without a tokenizer; xgrad eval measures models of xgrad train "

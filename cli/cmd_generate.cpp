@@ -146,7 +146,7 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   const nn::TransformerConfig& c = m.info.config;
   // The tokenizer: --tokenizer, or the one a text-task model carries; without one, prompts
   // are one token a character of the checkpoint's vocabulary.
-  const nn::safetensors::Metadata meta = nn::safetensors::load_header(a.checkpoint).metadata;
+  const io::safetensors::Metadata meta = io::safetensors::load_header(a.checkpoint).metadata;
   std::unique_ptr<train::Tokenizer> tok;
   train::Vocabulary tok_vocab;  // with --tokenizer: each id's text, in place of the checkpoint's
   if (!a.tokenizer.empty()) {

@@ -13,7 +13,7 @@
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/cost_model.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/version.hpp>
 
@@ -33,7 +33,7 @@ void run_inspect(const InspectArgs& a) {
       throw UsageError(op_message("inspect", "--json '" + a.json_path + "' is the checkpoint itself"));
     check_output_file("inspect", "--json", a.json_path);
   }
-  const nn::safetensors::File f = nn::safetensors::load(a.path);
+  const io::safetensors::File f = io::safetensors::load(a.path);
   // Everything generate would check (configuration against the tensors, shapes, finiteness).
   const train::ModelInfo info = train::load_model(a.path).info;
   const nn::TransformerConfig& c = info.config;

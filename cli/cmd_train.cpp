@@ -17,8 +17,8 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
-#include <xgrad/dist/communicator.hpp>
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/communicator.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/train/trainer.hpp>
 

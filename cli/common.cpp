@@ -16,7 +16,7 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
-#include <xgrad/dist/communicator.hpp>
+#include <xgrad/distributed/communicator.hpp>
 
 namespace xg::cli {
 

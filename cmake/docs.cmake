@@ -4,19 +4,19 @@
 find_package(Doxygen QUIET)
 find_package(Python3 QUIET COMPONENTS Interpreter)
 if(DOXYGEN_FOUND AND Python3_Interpreter_FOUND)
-  # Every installed header: the engine's core/, ops/, nn/, and checks/, dist/, train/ when
+  # Every installed header: the engine's core/, ops/, nn/, and checks/, distributed/, train/ when
   # they are built, without the internal ones (xtensor glue, kernels, BLAS, vector math, the
   # engine's own JSON, SHA-256, the checks' shared helpers), read through the build tree's include
   # folder so that the pages show <xgrad/...> include lines. Then the umbrella header and the
   # Markdown pages. The same list as the install rules (CMakeLists.txt).
   set(xgrad_doc_internal core/xt.hpp core/map.hpp core/kernels.hpp core/strided.hpp core/blas.hpp
-      core/vmath.hpp core/json.hpp core/sanitizer.hpp core/sha256.hpp checks/common.hpp)
-  set(xgrad_doc_dirs core ops nn)
+      core/vmath.hpp io/json.hpp core/sanitizer.hpp core/sha256.hpp checks/common.hpp)
+  set(xgrad_doc_dirs core io ops nn)
   if(XGRAD_BUILD_CHECKS)
     list(APPEND xgrad_doc_dirs checks)
   endif()
   if(XGRAD_BUILD_TRAIN)
-    list(APPEND xgrad_doc_dirs dist train)
+    list(APPEND xgrad_doc_dirs distributed train)
   endif()
   set(xgrad_doc_headers)
   foreach(dir IN LISTS xgrad_doc_dirs)

@@ -86,7 +86,7 @@ struct BackwardOptions {
   /// backward() only: called (on the calling thread, during the sweep) for each leaf as soon
   /// as its gradient of this pass is complete -- no op left to run feeds it -- with that
   /// gradient (not including what .grad() already held). Data-parallel training starts the
-  /// gradient all-reduce here, overlapping it with the rest of the sweep (dist/data_parallel.hpp).
+  /// gradient all-reduce here, overlapping it with the rest of the sweep (distributed/data_parallel.hpp).
   /// The gradient is committed to .grad() only when the whole sweep succeeds, as always.
   std::function<void(const Tensor& leaf, const Array& grad)> on_leaf_grad;
 };

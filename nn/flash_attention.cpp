@@ -20,6 +20,7 @@
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/vmath.hpp>
+#include <xgrad/ops/dropout.hpp>
 #include <xgrad/core/xt.hpp>
 
 namespace xg::nn {
@@ -29,18 +30,9 @@ namespace {
 const char* kOp = "attention";
 constexpr std::size_t kBlock = 128;  // query rows per block
 
-std::uint64_t mix64(std::uint64_t z) {  // splitmix64 finaliser
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-std::uint64_t keep_threshold(double p) {  // keep iff 53 random bits < q 2^53
-  return static_cast<std::uint64_t>((1.0 - p) * 9007199254740992.0);
-}
-bool keep_bits(std::uint64_t seed, std::uint64_t flat, std::uint64_t threshold) {
-  return (mix64(seed ^ mix64(flat)) >> 11) < threshold;
-}
+// Dropout of the attention weights draws ops/dropout.hpp's counter-based mask (the one hash).
+using ops::dropout_keep_bits;
+using ops::dropout_keep_threshold;
 
 struct Geometry {
   std::size_t B = 0, Hq = 0, Hkv = 0, r = 1, T = 0, S = 0, dk = 0, dv = 0;
@@ -158,7 +150,7 @@ template <class T> void weights_row(T* row, std::size_t n, std::size_t a, std::s
 template <class T> void dropout_row(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t i, std::size_t L,
                                     const T* in, T* out, std::size_t n) {
   const std::uint64_t base = (((P.row_offset + b) * P.g.Hq + h) * P.g.T + i) * P.g.S + L;
-  for (std::size_t j = 0; j < n; ++j) out[j] = keep_bits(P.seed, base + j, P.threshold) ? in[j] * P.inv_q : T(0);
+  for (std::size_t j = 0; j < n; ++j) out[j] = dropout_keep_bits(P.seed, base + j, P.threshold) ? in[j] * P.inv_q : T(0);
 }
 
 // Thread-local scratch that keeps its memory between calls (no page faults per call).
@@ -363,7 +355,7 @@ template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Arra
   P.dropout = s.opts.dropout_p > 0.0;
   P.seed = s.opts.dropout_seed;
   P.row_offset = s.opts.dropout_row_offset;
-  P.threshold = keep_threshold(s.opts.dropout_p);
+  P.threshold = dropout_keep_threshold(s.opts.dropout_p);
   P.inv_q = static_cast<T>(1.0 / (1.0 - s.opts.dropout_p));
   P.check_finite = s.opts.check_finite;
   return P;
@@ -372,20 +364,20 @@ template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Arra
 }  // namespace
 
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
-  return keep_bits(seed, flat, keep_threshold(p));
+  return dropout_keep_bits(seed, flat, dropout_keep_threshold(p));
 }
 
 Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype, std::size_t row_offset) {
   if (!(p >= 0.0 && p < 1.0))
     throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(p)));
   Array m = Array::empty(BHTS, dtype);
-  const std::uint64_t threshold = keep_threshold(p);
+  const std::uint64_t threshold = dropout_keep_threshold(p);
   detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     T* d = m.data<T>();
     const T s = static_cast<T>(1.0 / (1.0 - p));
     const std::uint64_t base = BHTS.empty() || m.size() == 0 ? 0 : row_offset * (m.size() / BHTS[0]);
-    for (std::size_t i = 0, n = m.size(); i < n; ++i) d[i] = keep_bits(seed, base + i, threshold) ? s : T(0);
+    for (std::size_t i = 0, n = m.size(); i < n; ++i) d[i] = dropout_keep_bits(seed, base + i, threshold) ? s : T(0);
   });
   return m;
 }

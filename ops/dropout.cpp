@@ -13,17 +13,6 @@ namespace {
 
 thread_local std::size_t tl_row_offset = 0;
 
-std::uint64_t mix64(std::uint64_t z) {  // splitmix64 finaliser
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t keep_threshold(double p) {  // keep iff 53 random bits < q 2^53
-  return static_cast<std::uint64_t>((1.0 - p) * 9007199254740992.0);
-}
-
 }  // namespace
 
 DropoutRowOffset::DropoutRowOffset(std::size_t offset) : prev_(tl_row_offset) { tl_row_offset = offset; }
@@ -31,7 +20,7 @@ DropoutRowOffset::~DropoutRowOffset() { tl_row_offset = prev_; }
 std::size_t dropout_row_offset() { return tl_row_offset; }
 
 bool dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
-  return (mix64(seed ^ mix64(flat)) >> 11) < keep_threshold(p);
+  return dropout_keep_bits(seed, flat, dropout_keep_threshold(p));
 }
 
 Array dropout_mask(const Shape& shape, double p, Generator& gen, DType dtype) {
@@ -42,12 +31,12 @@ Array dropout_mask(const Shape& shape, double p, Generator& gen, DType dtype) {
   const std::size_t n = m.size();
   // Position in the global batch: rows of dimension 0 start at this thread's row offset.
   const std::uint64_t base = shape.empty() || n == 0 ? 0 : dropout_row_offset() * (n / shape[0]);
-  const std::uint64_t threshold = keep_threshold(p);
+  const std::uint64_t threshold = dropout_keep_threshold(p);
   detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
     T* d = m.data<T>();
     const T s = static_cast<T>(1.0 / (1.0 - p));
-    for (std::size_t i = 0; i < n; ++i) d[i] = (mix64(seed ^ mix64(base + i)) >> 11) < threshold ? s : T(0);
+    for (std::size_t i = 0; i < n; ++i) d[i] = dropout_keep_bits(seed, base + i, threshold) ? s : T(0);
   });
   return m;
 }

@@ -20,7 +20,28 @@ Array dropout_mask(const Shape& shape, double p, Generator& gen, DType dtype);
 /// (keep probability q = 1 - `p`). The same hash as the attention-weight dropout.
 bool dropout_keep(std::uint64_t seed, std::uint64_t flat, double p);
 
-/// Data-parallel shards (dist/, docs/distributed.md): while one is alive, this thread's
+/// The counter-based hash behind every dropout mask (this op's and the attention weights',
+/// composed and fused: one definition, so both paths draw the same mask). An element is kept
+/// iff the top 53 bits of mix(seed ^ mix(flat)) are below dropout_keep_threshold(p), with
+/// mix the splitmix64 finaliser. Inline: the fused attention asks per element. @{
+inline std::uint64_t dropout_mix64(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+/// q 2^53 for keep probability q = 1 - `p`.
+inline std::uint64_t dropout_keep_threshold(double p) {
+  return static_cast<std::uint64_t>((1.0 - p) * 9007199254740992.0);
+}
+/// Whether element `flat` of the mask drawn with `seed` is kept, for `threshold` =
+/// dropout_keep_threshold(p).
+inline bool dropout_keep_bits(std::uint64_t seed, std::uint64_t flat, std::uint64_t threshold) {
+  return (dropout_mix64(seed ^ dropout_mix64(flat)) >> 11) < threshold;
+}
+/// @}
+
+/// Data-parallel shards (distributed/, docs/distributed.md): while one is alive, this thread's
 /// batches are rows [offset, offset + B) of a larger global batch, so the masks of dropout
 /// and attention dropout index elements by their position in the global batch (dimension 0
 /// is the batch). Every shard then draws exactly its rows of the mask that one process

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "helpers.hpp"
-#include <xgrad/core/json.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/json.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/compare.hpp>
 
 using namespace xg;
@@ -433,8 +433,8 @@ TEST_CASE("safetensors: load_header reads the header alone, with load's checks",
   const fs::path dir = temp_dir("st_header");
   const fs::path p = dir / "s.safetensors";
   write_file(p, safetensors_bytes({{"opt.task", "sort"}, {"a", "b"}}));
-  const nn::safetensors::Header h = nn::safetensors::load_header(p.string());
-  const nn::safetensors::File f = nn::safetensors::load(p.string());
+  const io::safetensors::Header h = io::safetensors::load_header(p.string());
+  const io::safetensors::File f = io::safetensors::load(p.string());
   CHECK(h.metadata == f.metadata);
   CHECK(h.metadata.at("opt.task") == "sort");
   REQUIRE(h.tensors.size() == 1);
@@ -444,14 +444,14 @@ TEST_CASE("safetensors: load_header reads the header alone, with load's checks",
 
   // The same refusals as load: trailing bytes, a header longer than the file, a bad header.
   write_file(p, safetensors_bytes({}, 4));
-  CHECK_THROWS_WITH(nn::safetensors::load_header(p.string()), Catch::Contains("4 trailing bytes") && Catch::Contains(p.string()));
-  CHECK_THROWS_AS(nn::safetensors::load(p.string()), FormatError);
+  CHECK_THROWS_WITH(io::safetensors::load_header(p.string()), Catch::Contains("4 trailing bytes") && Catch::Contains(p.string()));
+  CHECK_THROWS_AS(io::safetensors::load(p.string()), FormatError);
   std::string bytes = safetensors_bytes({});
   write_file(p, bytes.substr(0, 20));
-  CHECK_THROWS_WITH(nn::safetensors::load_header(p.string()), Catch::Contains("exceeds"));
+  CHECK_THROWS_WITH(io::safetensors::load_header(p.string()), Catch::Contains("exceeds"));
   write_file(p, "abc");
-  CHECK_THROWS_AS(nn::safetensors::load_header(p.string()), FormatError);
-  CHECK_THROWS_WITH(nn::safetensors::load_header((dir / "missing").string()), Catch::Contains("cannot open"));
+  CHECK_THROWS_AS(io::safetensors::load_header(p.string()), FormatError);
+  CHECK_THROWS_WITH(io::safetensors::load_header((dir / "missing").string()), Catch::Contains("cannot open"));
 
   // A 4 GiB tensor (a sparse file: no disk, no memory): the header is read, the data never.
   const std::string header = "{\"big\":{\"dtype\":\"F32\",\"shape\":[1073741824],\"data_offsets\":[0,4294967296]}}";
@@ -462,7 +462,7 @@ TEST_CASE("safetensors: load_header reads the header alone, with load's checks",
     out << header;
   }
   fs::resize_file(p, 8 + header.size() + (std::uint64_t(1) << 32));
-  const nn::safetensors::Header big = nn::safetensors::load_header(p.string());
+  const io::safetensors::Header big = io::safetensors::load_header(p.string());
   REQUIRE(big.tensors.size() == 1);
   CHECK(big.tensors[0].shape == Shape{1073741824});
   fs::remove_all(dir);

@@ -250,7 +250,7 @@ TEST_CASE("convert: a trained checkpoint converts, loads, generates and uptrains
   CHECK(m.info.task == "sort");
   const train::Generation g = train::generate(*m.gpt, {{1, 2, 3, 4, 10}}, 4);
   CHECK(g.tokens[0].size() == 4);
-  const nn::safetensors::File f = nn::safetensors::load(co.out);
+  const io::safetensors::File f = io::safetensors::load(co.out);
   CHECK(f.metadata.at("converted_from_H_kv") == "4");
   CHECK(f.metadata.count("step") == 0);
 

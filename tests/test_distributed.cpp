@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "helpers.hpp"
-#include <xgrad/dist/communicator.hpp>
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/communicator.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/nn/flash_attention.hpp>
 #include <xgrad/train/tasks.hpp>
 

@@ -108,7 +108,7 @@ TEST_CASE("llama2c import then export gives a legacy file back byte for byte (ti
     const std::string bin = write(dir / "m.bin", model_bytes(s, shared ? 1 : 2, {{0, 0x3f7fffff}, {7, 0x7fc00123}, {12, 0x80000000}}));
     const std::string ckpt = (dir / "m.safetensors").string(), back = (dir / "back.bin").string();
     l2c::import_file(bin, ckpt);
-    const auto meta = nn::safetensors::load_header(ckpt).metadata;
+    const auto meta = io::safetensors::load_header(ckpt).metadata;
     CHECK(meta.at("llama2c_format") == "legacy");
     CHECK(meta.at("llama2c_tables") == "0:3f7fffff,7:7fc00123,12:80000000");
     CHECK(meta.at("tie_embeddings") == (shared ? "true" : "false"));
@@ -122,7 +122,7 @@ TEST_CASE("llama2c tables equal to xgrad's own are not recorded", "[llama2c]") {
   const std::string bin = write(dir / "m.bin", model_bytes(Spec{}, 3));
   const std::string ckpt = (dir / "m.safetensors").string();
   l2c::import_file(bin, ckpt);
-  CHECK(nn::safetensors::load_header(ckpt).metadata.count("llama2c_tables") == 0);
+  CHECK(io::safetensors::load_header(ckpt).metadata.count("llama2c_tables") == 0);
 }
 
 TEST_CASE("llama2c version 1 and legacy files of the same weights import to the same model", "[llama2c]") {
@@ -246,7 +246,7 @@ TEST_CASE("llama2c version 2 files are dequantized as runq.c does", "[llama2c]")
   // Import, then export: a legacy file of the dequantized weights.
   const std::string ckpt = (dir / "q.safetensors").string(), back = (dir / "back.bin").string();
   l2c::import_file(dir / "q.bin", ckpt);
-  CHECK(nn::safetensors::load_header(ckpt).metadata.at("llama2c_format") == "version 2");
+  CHECK(io::safetensors::load_header(ckpt).metadata.at("llama2c_format") == "version 2");
   l2c::export_file(ckpt, back);
   const l2c::Model c = l2c::read(back);
   for (std::size_t i = 0; i < a.tensors.size(); ++i) CHECK(c.tensors[i].second.to_vector() == a.tensors[i].second.to_vector());
@@ -402,12 +402,12 @@ TEST_CASE("llama2c export refuses models run.c cannot compute and unwritable pat
   CHECK(back.rope_tables == l2c::rope_tables(4, 8));
 
   // Recorded table entries that are not index:8-hex-digits are a FormatError naming the key.
-  auto meta = nn::safetensors::load(ckpt);
+  auto meta = io::safetensors::load(ckpt);
   meta.metadata["llama2c_tables"] = "3:zz";
   const std::string broken = (dir / "broken.safetensors").string();
-  nn::safetensors::save(broken, meta.tensors, meta.metadata);
+  io::safetensors::save(broken, meta.tensors, meta.metadata);
   refuses<FormatError>([&] { l2c::export_file(broken, (dir / "o.bin").string()); }, broken, {"llama2c_tables", "3:zz"});
   meta.metadata["llama2c_tables"] = "100000:00000000";
-  nn::safetensors::save(broken, meta.tensors, meta.metadata);
+  io::safetensors::save(broken, meta.tensors, meta.metadata);
   refuses<FormatError>([&] { l2c::export_file(broken, (dir / "o.bin").string()); }, broken, {"index 100000"});
 }

@@ -1,4 +1,4 @@
-// NumPy .npy/.npz files (nn/npy.hpp): round trips, the exact bytes NumPy writes, the zip
+// NumPy .npy/.npz files (io/npy.hpp): round trips, the exact bytes NumPy writes, the zip
 // layer (CRC-32, stored and deflate members) and one bad input per error. Files written by
 // NumPy itself, and read back by NumPy, are tested in tests/interop (npy_numpy.py).
 #include <catch2/catch.hpp>
@@ -9,10 +9,10 @@
 #include <limits>
 
 #include "helpers.hpp"
-#include <xgrad/nn/npy.hpp>
+#include <xgrad/io/npy.hpp>
 
 using namespace xg;
-namespace npy = xg::nn::npy;
+namespace npy = xg::io::npy;
 
 namespace {
 

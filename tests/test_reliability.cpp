@@ -65,9 +65,9 @@ void write_raw(const fs::path& p, const std::string& header, const std::string& 
 
 // Rewrites one metadata value of a saved safetensors file (tensors unchanged).
 void set_metadata(const fs::path& p, const std::string& key, const std::string& value) {
-  nn::safetensors::File f = nn::safetensors::load(p.string());
+  io::safetensors::File f = io::safetensors::load(p.string());
   f.metadata[key] = value;
-  nn::safetensors::save(p.string(), f.tensors, f.metadata);
+  io::safetensors::save(p.string(), f.tensors, f.metadata);
 }
 
 }  // namespace
@@ -115,18 +115,18 @@ TEST_CASE("reliability 3: the checkpoint is one unit; resume refuses a model and
   o.stop_at = 3;
   train::run_training(o, log);
   // The state holds the parameters itself: a model.safetensors from another step is not used.
-  const auto state = nn::safetensors::load((dir / "train_state.safetensors").string());
+  const auto state = io::safetensors::load((dir / "train_state.safetensors").string());
   CHECK(state.metadata.at("step") == "3");
   bool has_params = false;
   for (const auto& named : state.tensors) has_params = has_params || named.first.rfind("model.", 0) == 0;
   CHECK(has_params);
   // An earlier xgrad's pair (parameters only in model.safetensors) from different steps is refused.
-  nn::safetensors::NamedArrays optim;
+  io::safetensors::NamedArrays optim;
   for (const auto& [name, a] : state.tensors)
     if (name.rfind("optim.", 0) == 0) optim.emplace_back(name.substr(6), a);
-  nn::safetensors::Metadata meta = state.metadata;
+  io::safetensors::Metadata meta = state.metadata;
   meta.erase("checkpoint");
-  nn::safetensors::save((dir / "train_state.safetensors").string(), optim, meta);
+  io::safetensors::save((dir / "train_state.safetensors").string(), optim, meta);
   set_metadata(dir / "model.safetensors", "step", "4");
   const train::TrainOptions again = resuming(dir);
   CHECK_THROWS_WITH(train::run_training(again, log),
@@ -188,11 +188,11 @@ TEST_CASE("reliability 5: sort with too few distinct problems is an error, not a
 TEST_CASE("reliability 6: huge dimensions next to a zero are refused (no stride overflow)", "[reliability][checkpoint]") {
   const fs::path dir = fresh_dir("dims");
   write_raw(dir / "z.safetensors", R"({"a":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", "");
-  CHECK_THROWS_WITH(nn::safetensors::load((dir / "z.safetensors").string()), Catch::Contains("implausibly large"));
+  CHECK_THROWS_WITH(io::safetensors::load((dir / "z.safetensors").string()), Catch::Contains("implausibly large"));
   write_raw(dir / "one.safetensors", R"({"a":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", "");
-  CHECK_THROWS_AS(nn::safetensors::load((dir / "one.safetensors").string()), FormatError);
+  CHECK_THROWS_AS(io::safetensors::load((dir / "one.safetensors").string()), FormatError);
   write_raw(dir / "ok.safetensors", R"({"a":{"dtype":"F32","shape":[0,1024,1024],"data_offsets":[0,0]}})", "");
-  CHECK(nn::safetensors::load((dir / "ok.safetensors").string()).get("a").size() == 0);
+  CHECK(io::safetensors::load((dir / "ok.safetensors").string()).get("a").size() == 0);
   fs::remove_all(dir);
 }
 
@@ -277,14 +277,14 @@ TEST_CASE("reliability 9: non-finite parameters are refused; no token from non-f
   std::ostringstream log;
   train::run_training(tiny(dir, 1), log);
   const fs::path model = dir / "model.safetensors";
-  nn::safetensors::File f = nn::safetensors::load(model.string());
+  io::safetensors::File f = io::safetensors::load(model.string());
   for (auto& [name, a] : f.tensors)
     if (name == "ln_f.gamma") {
       Array c = a.clone();
       c.set_flat(3, std::numeric_limits<double>::quiet_NaN());
       a = c;
     }
-  nn::safetensors::save(model.string(), f.tensors, f.metadata);
+  io::safetensors::save(model.string(), f.tensors, f.metadata);
   CHECK_THROWS_WITH(train::load_model(model.string()),
                     Catch::Contains("ln_f.gamma") && Catch::Contains("element 3") && Catch::Contains("finite"));
   train::SampleOptions so;
@@ -416,7 +416,7 @@ TEST_CASE("resume refuses a state without any one of its tensors or with a stray
   train::run_training(o, log);
   const fs::path state = dir / "train_state.safetensors";
   const std::string good = slurp(state);
-  const nn::safetensors::File f = nn::safetensors::load(state.string());
+  const io::safetensors::File f = io::safetensors::load(state.string());
   REQUIRE(f.tensors.size() > 6);
   std::size_t moments = 0;
   for (const auto& [name, a] : f.tensors) moments += name.rfind("optim.", 0) == 0;
@@ -424,10 +424,10 @@ TEST_CASE("resume refuses a state without any one of its tensors or with a stray
   const train::TrainOptions again = resuming(dir);
   for (std::size_t drop = 0; drop < f.tensors.size(); ++drop) {
     const std::string name = f.tensors[drop].first;
-    nn::safetensors::NamedArrays kept;
+    io::safetensors::NamedArrays kept;
     for (std::size_t i = 0; i < f.tensors.size(); ++i)
       if (i != drop) kept.push_back(f.tensors[i]);
-    nn::safetensors::save(state.string(), kept, f.metadata);
+    io::safetensors::save(state.string(), kept, f.metadata);
     const auto before = folder_bytes(dir);
     INFO("without " << name);
     CHECK_THROWS_AS(train::run_training(again, log), FormatError);
@@ -437,9 +437,9 @@ TEST_CASE("resume refuses a state without any one of its tensors or with a stray
   }
   // Stray tensors: a moment AdamW does not keep, and a tensor that is neither.
   for (const std::string stray : {"optim.ln_f.gamma.momentum", "optim.nothing.exp_avg", "stray"}) {
-    nn::safetensors::NamedArrays more = f.tensors;
+    io::safetensors::NamedArrays more = f.tensors;
     more.emplace_back(stray, f.tensors[0].second);
-    nn::safetensors::save(state.string(), more, f.metadata);
+    io::safetensors::save(state.string(), more, f.metadata);
     INFO("with " << stray);
     CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("unexpected tensor") &&
                                                            Catch::Contains("'" + stray + "'"));
@@ -462,7 +462,7 @@ TEST_CASE("resume refuses a state from another run naming both run ids and chang
   train::run_training(reverse, log);
   const std::string sort_id = first_line(dir / "sort" / "run_id.txt");
   const std::string reverse_id =
-      nn::safetensors::load((dir / "reverse" / "train_state.safetensors").string()).metadata.at("run_id");
+      io::safetensors::load((dir / "reverse" / "train_state.safetensors").string()).metadata.at("run_id");
   CHECK(sort_id.size() == 32);
   CHECK(reverse_id.size() == 32);
   CHECK(sort_id != reverse_id);
@@ -484,10 +484,10 @@ TEST_CASE("a run id is made per run and kept by --resume and model.safetensors s
   train::run_training(tiny(dir / "y", 4), log);
   const std::string x = first_line(dir / "x" / "run_id.txt"), y = first_line(dir / "y" / "run_id.txt");
   CHECK(x != y);  // the same flags, two runs
-  CHECK(nn::safetensors::load((dir / "x" / "train_state.safetensors").string()).metadata.at("run_id") == x);
+  CHECK(io::safetensors::load((dir / "x" / "train_state.safetensors").string()).metadata.at("run_id") == x);
   // The model is the same bytes for the same flags (no run id in it).
   CHECK(slurp(dir / "x" / "model.safetensors") == slurp(dir / "y" / "model.safetensors"));
-  CHECK(nn::safetensors::load((dir / "x" / "model.safetensors").string()).metadata.count("run_id") == 0);
+  CHECK(io::safetensors::load((dir / "x" / "model.safetensors").string()).metadata.count("run_id") == 0);
   // Stopped and resumed: the same id throughout, and the same end as the uninterrupted run.
   train::TrainOptions z = tiny(dir / "z", 4);
   z.stop_at = 2;
@@ -495,7 +495,7 @@ TEST_CASE("a run id is made per run and kept by --resume and model.safetensors s
   const std::string id = first_line(dir / "z" / "run_id.txt");
   CHECK(train::run_training(resuming(dir / "z"), log).steps_done == 4);
   CHECK(first_line(dir / "z" / "run_id.txt") == id);
-  CHECK(nn::safetensors::load((dir / "z" / "train_state.safetensors").string()).metadata.at("run_id") == id);
+  CHECK(io::safetensors::load((dir / "z" / "train_state.safetensors").string()).metadata.at("run_id") == id);
   CHECK(slurp(dir / "z" / "model.safetensors") == slurp(dir / "x" / "model.safetensors"));
   // Starting the same run again in its folder (allowed without --overwrite) makes a new run.
   train::run_training(tiny(dir / "x", 4), log);
@@ -511,13 +511,13 @@ TEST_CASE("a run saved before run ids (none in the state or the folder) still re
   train::TrainOptions o = tiny(dir / "old", 4);
   o.stop_at = 2;
   train::run_training(o, log);
-  nn::safetensors::File f = nn::safetensors::load((dir / "old" / "train_state.safetensors").string());
+  io::safetensors::File f = io::safetensors::load((dir / "old" / "train_state.safetensors").string());
   REQUIRE(f.metadata.erase("run_id") == 1);
-  nn::safetensors::save((dir / "old" / "train_state.safetensors").string(), f.tensors, f.metadata);
+  io::safetensors::save((dir / "old" / "train_state.safetensors").string(), f.tensors, f.metadata);
   REQUIRE(fs::remove(dir / "old" / "run_id.txt"));
   CHECK(train::run_training(resuming(dir / "old"), log).steps_done == 4);
   CHECK_FALSE(fs::exists(dir / "old" / "run_id.txt"));  // it stays a run without an id
-  CHECK(nn::safetensors::load((dir / "old" / "train_state.safetensors").string()).metadata.count("run_id") == 0);
+  CHECK(io::safetensors::load((dir / "old" / "train_state.safetensors").string()).metadata.count("run_id") == 0);
   CHECK(slurp(dir / "old" / "model.safetensors") == slurp(dir / "ref" / "model.safetensors"));
   fs::remove_all(dir);
 }

@@ -3,6 +3,8 @@
 #include <limits>
 
 #include "helpers.hpp"
+#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/ops/dropout.hpp>
 
 using namespace xg;
 using namespace xgt;
@@ -156,4 +158,29 @@ TEST_CASE("dropout: VJP agrees with central differences for a fixed mask", "[ops
   const Array mask = ops::dropout_mask({3, 4}, 0.5, g, DType::float64);
   require_gradcheck([&](const std::vector<Tensor>& in) { return ops::apply_dropout_mask(in[0], mask); },
                     {rnd({3, 4}, g)}, {"x"});
+}
+
+TEST_CASE("dropout: one counter-based hash for the op and the attention weights", "[ops][dropout]") {
+  // SplitMix64's finaliser: its first outputs from state 0 are the published sequence
+  // (Vigna's splitmix64.c: e220a8397b1dcdaf, 6e789e6aa1b965f4, 06c45d188009454f).
+  CHECK(ops::dropout_mix64(0) == 0xE220A8397B1DCDAFull);
+  CHECK(ops::dropout_mix64(0x9E3779B97F4A7C15ull) == 0x6E789E6AA1B965F4ull);
+  CHECK(ops::dropout_mix64(2 * 0x9E3779B97F4A7C15ull) == 0x06C45D188009454Full);
+  // p = 0.5: kept iff the top 53 bits of the hash are below 2^52, i.e. its top bit is 0.
+  CHECK(ops::dropout_keep_threshold(0.5) == (std::uint64_t(1) << 52));
+  for (std::uint64_t flat = 0; flat < 64; ++flat) {
+    const std::uint64_t h = ops::dropout_mix64(7 ^ ops::dropout_mix64(flat));
+    CHECK(ops::dropout_keep(7, flat, 0.5) == ((h >> 63) == 0));
+  }
+  // The op's mask and the attention weights' mask are the same draw, element by element.
+  std::size_t kept = 0;
+  for (std::uint64_t flat = 0; flat < 4096; ++flat)
+    for (double p : {0.1, 0.5, 0.9}) {
+      const bool a = ops::dropout_keep(12345, flat, p);
+      CHECK(a == nn::attention_dropout_keep(12345, flat, p));
+      kept += a;
+    }
+  // About (0.9 + 0.5 + 0.1) * 4096 kept: the hash is not constant.
+  CHECK(kept > 5800);
+  CHECK(kept < 6500);
 }

@@ -7,7 +7,7 @@
 
 #include "helpers.hpp"
 #include <xgrad/core/error.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/train/trainer.hpp>
@@ -266,6 +266,6 @@ TEST_CASE("train --arch llama: the checkpoint names the architecture and loads a
   g.stop_at = -1;
   g.out = (dir / "g").string();
   train::run_training(g, log);
-  CHECK(nn::safetensors::load_header((dir / "g" / "model.safetensors").string()).metadata.count("arch") == 0);
+  CHECK(io::safetensors::load_header((dir / "g" / "model.safetensors").string()).metadata.count("arch") == 0);
   CHECK(train::options_metadata(g).count("opt.arch") == 0);
 }

@@ -186,7 +186,7 @@ TEST_CASE("checkpoint: save and load round-trip parameters and the configuration
   CHECK(m.info.config.H_q == 4);
   CHECK(m.info.config.H_kv == 2);
   CHECK(m.info.vocab.size() == 11);
-  const auto f = nn::safetensors::load((dir / "model.safetensors").string());
+  const auto f = io::safetensors::load((dir / "model.safetensors").string());
   for (const auto& [name, p] : m.module().named_parameters()) CHECK(max_abs_diff(p.value(), f.get(name)) == 0.0);
   fs::remove_all(dir);
 }
@@ -194,8 +194,8 @@ TEST_CASE("checkpoint: save and load round-trip parameters and the configuration
 TEST_CASE("checkpoint: malformed files are rejected with a message naming the problem", "[train][checkpoint][errors]") {
   const fs::path dir = temp_dir("bad");
   const std::string good = (dir / "good.safetensors").string();
-  nn::safetensors::save(good, {{"a", Array::of({1.0, 2.0})}, {"b", Array::zeros({2, 2}, DType::float32)}}, {{"k", "v"}});
-  const auto ok = nn::safetensors::load(good);
+  io::safetensors::save(good, {{"a", Array::of({1.0, 2.0})}, {"b", Array::zeros({2, 2}, DType::float32)}}, {{"k", "v"}});
+  const auto ok = io::safetensors::load(good);
   CHECK(ok.metadata.at("k") == "v");
   CHECK(ok.get("a").to_vector() == std::vector<double>{1.0, 2.0});
 
@@ -217,34 +217,34 @@ TEST_CASE("checkpoint: malformed files are rejected with a message naming the pr
     s.replace(s.find(from), from.size(), to);
     return s;
   };
-  CHECK_THROWS_WITH(nn::safetensors::load(write("short", "abc")), Catch::Contains("fewer than the 8-byte"));
+  CHECK_THROWS_WITH(io::safetensors::load(write("short", "abc")), Catch::Contains("fewer than the 8-byte"));
   std::string huge = bytes;
   const std::uint64_t big = 1u << 30;
   std::memcpy(huge.data(), &big, 8);
-  CHECK_THROWS_WITH(nn::safetensors::load(write("len", huge)), Catch::Contains("header length"));
-  CHECK_THROWS_WITH(nn::safetensors::load(write("json", with_header("{not json"))), Catch::Contains("not valid JSON"));
+  CHECK_THROWS_WITH(io::safetensors::load(write("len", huge)), Catch::Contains("header length"));
+  CHECK_THROWS_WITH(io::safetensors::load(write("json", with_header("{not json"))), Catch::Contains("not valid JSON"));
   // A repeated key (here in the metadata) is refused, not silently resolved to one of them.
-  CHECK_THROWS_WITH(nn::safetensors::load(write("dup", with_header(replace(header, "\"k\":\"v\"", "\"k\":\"v\",\"k\":\"w\"")))),
+  CHECK_THROWS_WITH(io::safetensors::load(write("dup", with_header(replace(header, "\"k\":\"v\"", "\"k\":\"v\",\"k\":\"w\"")))),
                     Catch::Contains("duplicate key \"k\""));
-  CHECK_THROWS_WITH(nn::safetensors::load(write("dtype", with_header(replace(header, "\"F64\"", "\"I64\"")))),
+  CHECK_THROWS_WITH(io::safetensors::load(write("dtype", with_header(replace(header, "\"F64\"", "\"I64\"")))),
                     Catch::Contains("I64 is not supported"));
-  CHECK_THROWS_WITH(nn::safetensors::load(write("overlap", with_header(replace(header, "[16,32]", "[8,24]")))),
+  CHECK_THROWS_WITH(io::safetensors::load(write("overlap", with_header(replace(header, "[16,32]", "[8,24]")))),
                     Catch::Contains("overlap"));
-  CHECK_THROWS_WITH(nn::safetensors::load(write("outside", with_header(replace(header, "[16,32]", "[16,4000]")))),
+  CHECK_THROWS_WITH(io::safetensors::load(write("outside", with_header(replace(header, "[16,32]", "[16,4000]")))),
                     Catch::Contains("outside"));
-  CHECK_THROWS_WITH(nn::safetensors::load(write("size", with_header(replace(header, "[2,2]", "[2,3]")))),
+  CHECK_THROWS_WITH(io::safetensors::load(write("size", with_header(replace(header, "[2,2]", "[2,3]")))),
                     Catch::Contains("needs 24"));
-  CHECK_THROWS_WITH(nn::safetensors::load(write("trailing", bytes + "xyz")), Catch::Contains("3 trailing bytes"));
+  CHECK_THROWS_WITH(io::safetensors::load(write("trailing", bytes + "xyz")), Catch::Contains("3 trailing bytes"));
   // Tensor a shrunk to one element: bytes 8..16 then belong to no tensor.
-  CHECK_THROWS_WITH(nn::safetensors::load(write("hole", with_header(replace(
+  CHECK_THROWS_WITH(io::safetensors::load(write("hole", with_header(replace(
                         header, "[0,16],\"dtype\":\"F64\",\"shape\":[2]", "[0,8],\"dtype\":\"F64\",\"shape\":[1]")))),
                     Catch::Contains("bytes 8..16") && Catch::Contains("belong to no tensor"));
-  CHECK_THROWS_AS(nn::safetensors::load((dir / "missing").string()), FormatError);
+  CHECK_THROWS_AS(io::safetensors::load((dir / "missing").string()), FormatError);
   // Empty tensors take no bytes, wherever they stand.
   const std::string empty_mid = (dir / "empty.safetensors").string();
-  nn::safetensors::save(empty_mid, {{"a", Array::of({1.0, 2.0})}, {"z", Array::zeros({0}, DType::float64)},
+  io::safetensors::save(empty_mid, {{"a", Array::of({1.0, 2.0})}, {"z", Array::zeros({0}, DType::float64)},
                                     {"b", Array::of({3.0, 4.0})}});
-  const auto e = nn::safetensors::load(empty_mid);
+  const auto e = io::safetensors::load(empty_mid);
   CHECK(e.get("z").size() == 0);
   CHECK(e.get("b").to_vector() == std::vector<double>{3.0, 4.0});
 
@@ -416,7 +416,7 @@ TEST_CASE("charlm: validation loss in log.csv and RESULT lines and the plot and 
   CHECK(r.metric_name == "val_loss");
   CHECK(r.metric == last);
   // The best checkpoint holds the model of the step with the lowest validation loss in the log.
-  const nn::safetensors::File f = nn::safetensors::load((dir / "out" / "model_best.safetensors").string());
+  const io::safetensors::File f = io::safetensors::load((dir / "out" / "model_best.safetensors").string());
   CHECK(f.metadata.at("step") == best_step);
   CHECK(std::stod(f.metadata.at("val_loss")) == best);
   train::LoadedModel m = train::load_model((dir / "out" / "model_best.safetensors").string());
@@ -495,8 +495,8 @@ TEST_CASE("charlm: resume keeps the best validation loss of the log and reads lo
   };
   CHECK(result(resumed.str(), "best_val_loss") == result(full_log.str(), "best_val_loss"));
   CHECK_FALSE(result(full_log.str(), "best_val_loss").empty());
-  const auto best_full = nn::safetensors::load((dir / "full" / "model_best.safetensors").string());
-  const auto best_part = nn::safetensors::load((dir / "part" / "model_best.safetensors").string());
+  const auto best_full = io::safetensors::load((dir / "full" / "model_best.safetensors").string());
+  const auto best_part = io::safetensors::load((dir / "part" / "model_best.safetensors").string());
   CHECK(best_full.metadata.at("step") == best_part.metadata.at("step"));
   CHECK(best_full.tensors.size() == best_part.tensors.size());
   for (std::size_t i = 0; i < best_full.tensors.size(); ++i)

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/nn/safetensors.hpp>
 
 namespace xg::train {
 
@@ -15,7 +16,7 @@ namespace {
 
 // Sane bounds for a checkpoint's configuration (far above anything this trainer makes);
 // checked before anything is allocated.
-std::size_t get_size(const nn::safetensors::Metadata& m, const std::string& key, const std::string& path,
+std::size_t get_size(const io::safetensors::Metadata& m, const std::string& key, const std::string& path,
                      std::size_t max) {
   auto it = m.find(key);
   if (it == m.end()) throw FormatError("[checkpoint] " + path + ": metadata lacks '" + key + "'");
@@ -26,7 +27,7 @@ std::size_t get_size(const nn::safetensors::Metadata& m, const std::string& key,
   return static_cast<std::size_t>(v);
 }
 
-std::string get(const nn::safetensors::Metadata& m, const std::string& key, const std::string& path) {
+std::string get(const io::safetensors::Metadata& m, const std::string& key, const std::string& path) {
   auto it = m.find(key);
   if (it == m.end()) throw FormatError("[checkpoint] " + path + ": metadata lacks '" + key + "'");
   return it->second;
@@ -95,9 +96,9 @@ std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConf
                                                             : static_cast<std::uint64_t>(n);
 }
 
-nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
+io::safetensors::Metadata model_metadata(const ModelInfo& info) {
   const nn::TransformerConfig c = info.config.resolved();
-  nn::safetensors::Metadata m = info.task_params;
+  io::safetensors::Metadata m = info.task_params;
   // GPT-2 blocks are the default and write no key (those checkpoints keep their bytes); a
   // Llama model names its architecture and the sizes only it has.
   if (c.arch == nn::Architecture::llama) {
@@ -133,7 +134,7 @@ nn::safetensors::Metadata model_metadata(const ModelInfo& info) {
   return m;
 }
 
-ModelInfo model_info(const nn::safetensors::Metadata& m, const std::string& path) {
+ModelInfo model_info(const io::safetensors::Metadata& m, const std::string& path) {
   ModelInfo info;
   info.kind = get(m, "model", path);
   if (info.kind != "gpt" && info.kind != "encoder_decoder")
@@ -212,7 +213,7 @@ ModelInfo model_info(const nn::safetensors::Metadata& m, const std::string& path
 }
 
 LoadedModel load_model(const std::string& path) {
-  const nn::safetensors::File f = nn::safetensors::load(path);
+  const io::safetensors::File f = io::safetensors::load(path);
   LoadedModel lm;
   lm.info = model_info(f.metadata, path);
   // The configuration must describe exactly the parameters in the file before anything is

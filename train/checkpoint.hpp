@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/train/tasks.hpp>
 
@@ -21,7 +21,7 @@ struct ModelInfo {
   std::string task;  ///< "sort", "reverse", "charlm".
   nn::TransformerConfig config;  ///< The model's configuration (resolved when read by model_info).
   Vocabulary vocab;  ///< The task's vocabulary: token ids of the model's inputs and outputs.
-  nn::safetensors::Metadata task_params;  ///< The task's sizes, e.g. n_digits, min_len, max_len.
+  io::safetensors::Metadata task_params;  ///< The task's sizes, e.g. n_digits, min_len, max_len.
 };
 
 /// Checked conversion of text read from files (metadata, log.csv) to a signed integer: the
@@ -40,11 +40,11 @@ std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConf
 /// The safetensors metadata that describes `info`: the task's parameters plus the format,
 /// model kind, task, vocabulary, weight layout, the resolved configuration (sizes, heads,
 /// dtype) and, when they are not the defaults, the window and position scheme.
-nn::safetensors::Metadata model_metadata(const ModelInfo& info);
+io::safetensors::Metadata model_metadata(const ModelInfo& info);
 /// The ModelInfo that checkpoint metadata `meta` describes, checked: a missing key, a value
 /// that is not a number or exceeds a sane bound, or a configuration that does not hold
 /// together is a FormatError naming `path` and the key.
-ModelInfo model_info(const nn::safetensors::Metadata& meta, const std::string& path);
+ModelInfo model_info(const io::safetensors::Metadata& meta, const std::string& path);
 
 /// A model rebuilt from a checkpoint: exactly one of gpt and encdec is set, as info.kind says.
 struct LoadedModel {

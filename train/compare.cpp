@@ -11,8 +11,8 @@
 #include <sstream>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/core/json.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/json.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/version.hpp>
 
@@ -266,7 +266,7 @@ RunSummary read_run(const std::string& dir) {
 
   // The state's header (never its tensors: a state can hold hundreds of megabytes).
   const std::string state = (fs::path(dir) / "train_state.safetensors").string();
-  const nn::safetensors::Header header = nn::safetensors::load_header(state);
+  const io::safetensors::Header header = io::safetensors::load_header(state);
   const fs::path config = fs::path(dir) / "config.json";
   std::string source = state;
   std::error_code ec;

@@ -83,7 +83,7 @@ std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& 
     // every document when that leaves none), encoded with the checkpoint's own tokenizer, cut
     // into windows of the model's context as training's validation cuts them: at most 160
     // (10 batches of 16, as for charlm), evenly spread.
-    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(nn::safetensors::load_header(o.in).metadata, o.in);
+    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(io::safetensors::load_header(o.in).metadata, o.in);
     const std::vector<Document> docs = list_documents(o.text);
     std::vector<Document> tr, val;
     split_documents(docs, 0.1, tr, val);
@@ -199,7 +199,7 @@ HeldoutScore score_checkpoint(const std::string& path, const ConvertOptions& opt
 }
 
 ConvertReport convert_checkpoint(const ConvertOptions& o) {
-  const nn::safetensors::File file = nn::safetensors::load(o.in);
+  const io::safetensors::File file = io::safetensors::load(o.in);
   LoadedModel from = load_model(o.in);
   const nn::TransformerConfig& c = from.info.config;
   const std::size_t G = o.kv_heads;
@@ -221,7 +221,7 @@ ConvertReport convert_checkpoint(const ConvertOptions& o) {
   else
     to_build.encdec = nn::with_kv_heads(*from.encdec, G);
 
-  nn::safetensors::Metadata meta = file.metadata;
+  io::safetensors::Metadata meta = file.metadata;
   meta.erase("step");
   meta.erase("xgrad_version");
   meta["H_kv"] = std::to_string(G);

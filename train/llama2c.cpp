@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include <xgrad/io/atomic_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
@@ -358,7 +359,7 @@ void check_exportable(const nn::TransformerConfig& c, const std::string& what) {
   if (c.H_q == 0 || (c.d_model / c.H_q) % 2 != 0) refuse("its head size is odd");
 }
 
-std::string legacy_bytes(const nn::TransformerConfig& config, const nn::safetensors::NamedArrays& params,
+std::string legacy_bytes(const nn::TransformerConfig& config, const io::safetensors::NamedArrays& params,
                          const std::vector<float>& tables) {
   const nn::TransformerConfig c = config.resolved();
   check_exportable(c, "the model");
@@ -417,7 +418,7 @@ void import_file(const std::string& bin, const std::string& out) {
   info.config = m.config;
   // llama2.c models carry no vocabulary: placeholder tokens that name their ids.
   for (std::size_t i = 0; i < m.config.V_vocab; ++i) info.vocab.tokens.push_back("<" + std::to_string(i) + ">");
-  nn::safetensors::Metadata meta = model_metadata(info);
+  io::safetensors::Metadata meta = model_metadata(info);
   meta["llama2c_format"] = format_name(m.header.format);
   if (m.header.format == Format::legacy) {
     const std::vector<float> mine = rope_tables(m.config.d_model / m.config.H_q, m.config.context);
@@ -427,7 +428,7 @@ void import_file(const std::string& bin, const std::string& out) {
         exceptions += (exceptions.empty() ? "" : ",") + std::to_string(i) + ":" + hex8(bits_of(m.rope_tables[i]));
     if (!exceptions.empty()) meta["llama2c_tables"] = exceptions;
   }
-  nn::safetensors::save(out, m.tensors, meta);
+  io::safetensors::save(out, m.tensors, meta);
 }
 
 void export_file(const std::string& in, const std::string& bin) {
@@ -435,7 +436,7 @@ void export_file(const std::string& in, const std::string& bin) {
   if (!lm.gpt) throw ValueError(op_message("export llama2c", in + ": an encoder-decoder; llama2.c holds decoder-only Llama models"));
   const nn::TransformerConfig& c = lm.info.config;
   check_exportable(c, in);
-  const nn::safetensors::Metadata meta = nn::safetensors::load_header(in).metadata;
+  const io::safetensors::Metadata meta = io::safetensors::load_header(in).metadata;
   std::vector<float> tables = rope_tables(c.d_model / c.H_q, c.context);
   const auto it = meta.find("llama2c_tables");
   if (it != meta.end()) {
@@ -459,9 +460,9 @@ void export_file(const std::string& in, const std::string& bin) {
       at = comma + 1;
     }
   }
-  nn::safetensors::NamedArrays params;
+  io::safetensors::NamedArrays params;
   for (const auto& [name, t] : lm.gpt->named_parameters()) params.emplace_back(name, t.value());
-  nn::safetensors::write_atomically(bin, legacy_bytes(c, params, tables), where(bin));
+  io::write_atomically(bin, legacy_bytes(c, params, tables), where(bin));
 }
 
 }  // namespace xg::train::llama2c

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/transformer.hpp>
 
 /// llama2.c model files: reading (legacy, version 1), writing (legacy), import and export.
@@ -66,7 +66,7 @@ struct Header {
 struct Model {
   Header header;                          ///< The file's header.
   nn::TransformerConfig config;           ///< arch llama, rope interleaved base 10000, eps 1e-5, float32; resolved.
-  nn::safetensors::NamedArrays tensors;   ///< Every parameter by xgrad's name, in x out, float32.
+  io::safetensors::NamedArrays tensors;   ///< Every parameter by xgrad's name, in x out, float32.
   /// The file's RoPE tables (legacy only; empty for versions 1 and 2): freq_cis_real then
   /// freq_cis_imag, each [seq_len, head_size / 2], as stored.
   std::vector<float> rope_tables;
@@ -89,7 +89,7 @@ std::vector<float> rope_tables(std::size_t head_size, std::size_t seq_len);
 /// The legacy file's bytes for a Llama model's parameters (xgrad's names and layout, float32
 /// or float64 rounded to float32) with RoPE tables `tables` (rope_tables() layout). ValueError
 /// naming the setting when the model is not one llama2.c can run (see check_exportable).
-std::string legacy_bytes(const nn::TransformerConfig& config, const nn::safetensors::NamedArrays& params,
+std::string legacy_bytes(const nn::TransformerConfig& config, const io::safetensors::NamedArrays& params,
                          const std::vector<float>& tables);
 
 /// ValueError naming the setting when `config` is not a model llama2.c's run.c computes

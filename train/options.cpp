@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/core/json.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/json.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
 namespace xg::train {
@@ -451,7 +451,7 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
   if (!fs::exists(path, ec)) throw UsageError(op_message("train", "--init-from '" + path + "' does not exist"));
   if (fs::is_directory(path, ec))
     throw UsageError(op_message("train", "--init-from '" + path + "' is a folder; give a model.safetensors"));
-  const nn::safetensors::Metadata saved = nn::safetensors::load(path).metadata;
+  const io::safetensors::Metadata saved = io::safetensors::load(path).metadata;
   const ModelInfo info = model_info(saved, path);
   const nn::TransformerConfig& c = info.config;
   if (info.kind == "encoder_decoder" && c.encoder_layers != c.layers)
@@ -462,7 +462,7 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
                       " values; xgrad train sorts 10");
   // The checkpoint's model metadata as this trainer writes it (resolved: H_kv, d_ff), so each
   // model option compares with the value the checkpoint's model has.
-  nn::safetensors::Metadata theirs = model_metadata(info);
+  io::safetensors::Metadata theirs = model_metadata(info);
   for (const OptionSpec& s : option_schema()) {
     if (s.model_key.empty()) continue;
     bool for_task = s.tasks.empty();

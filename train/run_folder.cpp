@@ -12,7 +12,8 @@
 #include <unistd.h>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/atomic_file.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
 namespace xg::train::detail {
@@ -40,14 +41,9 @@ RunLog::~RunLog() {
 
 void RunLog::commit() {
   if (!file_) {
-    const std::string tmp = path_.string() + ".tmp." + std::to_string(::getpid());
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
-    const bool ok = write_sync(f);
-    if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path_.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      throw FormatError("[train] writing " + path_.string() + " failed: " + std::strerror(errno));
-    }
+    // The first commit replaces the file whole (the kept rows of a resumed run and the new
+    // ones), then rows are appended and synced.
+    io::write_atomically(path_.string(), pending_, "[train] " + path_.string() + ": ");
     file_ = std::fopen(path_.c_str(), "ab");
     if (!file_) throw FormatError("[train] cannot append to " + path_.string() + ": " + std::strerror(errno));
   } else if (!write_sync(file_)) {
@@ -144,7 +140,7 @@ std::string read_run_id(const fs::path& dir) {
 // Writes DIR/run_id.txt atomically (temporary file, fsync, rename).
 void write_run_id(const fs::path& dir, const std::string& id) {
   const std::string path = (dir / kRunIdFile).string();
-  nn::safetensors::write_atomically(path, id + "\n", "[train] " + path + ": ");
+  io::write_atomically(path, id + "\n", "[train] " + path + ": ");
 }
 
 std::string describe_run_id(const std::string& id) { return id.empty() ? "none (saved before run ids)" : id; }
@@ -193,9 +189,9 @@ void check_out_folder(const TrainOptions& o) {
     if (fs::exists(out / f, ec)) present.push_back(f);
   if (present.empty()) return;
   const std::string advice = "; continue it with --resume " + o.out + ", choose another --out, or pass --overwrite";
-  nn::safetensors::Metadata saved;
+  io::safetensors::Metadata saved;
   try {
-    saved = nn::safetensors::load((out / kStateFile).string()).metadata;
+    saved = io::safetensors::load((out / kStateFile).string()).metadata;
   } catch (const Error&) {
     throw UsageError(op_message("train", "--out " + o.out + " holds files of another run (" + join(present) + ")" + advice));
   }

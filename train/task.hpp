@@ -67,9 +67,9 @@ class Task {
   /// Lines describing the data, printed after the run's description line ("" : none).
   virtual std::string describe_data() const { return ""; }
   /// What the training state records about the data (e.g. the corpus's fingerprint).
-  virtual nn::safetensors::Metadata state_metadata() const { return {}; }
+  virtual io::safetensors::Metadata state_metadata() const { return {}; }
   /// On --resume: the data must be the data the run was saved with (FormatError naming `path`).
-  virtual void check_resume(const nn::safetensors::Metadata& state, const std::string& path) const;
+  virtual void check_resume(const io::safetensors::Metadata& state, const std::string& path) const;
 
  protected:
   ModelInfo info_;  ///< Set by the task's constructor.

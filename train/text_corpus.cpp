@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/io/atomic_file.hpp>
 #include <xgrad/core/tape.hpp>
 
 namespace xg::train {
@@ -247,46 +248,38 @@ std::vector<std::uint32_t> TokenFile::all() const {
 
 std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out) {
   const std::uint16_t width = tok.vocab_size() <= 256 ? 1 : tok.vocab_size() <= 65536 ? 2 : 4;
-  const std::string tmp = out + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw FormatError("[train] cannot write " + tmp + ": " + std::strerror(errno));
+  io::AtomicFile f(out, "[train] " + out + ": ");  // an exception below removes its temporary file
   std::uint64_t count = 0, bytes = 0;
-  bool ok = std::fwrite(kMagic, 1, 6, f) == 6 && std::fwrite(&width, 2, 1, f) == 1 && std::fwrite(&count, 8, 1, f) == 1 &&
-            std::fwrite(&bytes, 8, 1, f) == 1;
+  f.write(kMagic, 6);
+  f.write(&width, 2);
+  f.write(&count, 8);  // the counts, patched below
+  f.write(&bytes, 8);
   std::vector<unsigned char> packed;
-  try {
-    for (const Document& d : docs) {
-      for_each_piece(d.path, d.offset, d.size, 1 << 20, [&](const std::string& piece) {
-        const std::vector<std::int64_t> ids = tok.encode(piece);
-        packed.resize(ids.size() * width);
-        for (std::size_t i = 0; i < ids.size(); ++i) {
-          const auto v = static_cast<std::uint32_t>(ids[i]);
-          for (std::uint16_t b = 0; b < width; ++b) packed[i * width + b] = static_cast<unsigned char>(v >> (8 * b));
-        }
-        ok = ok && std::fwrite(packed.data(), 1, packed.size(), f) == packed.size();
-        count += ids.size();
-        bytes += piece.size();
-      });
-    }
-  } catch (...) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    throw;
+  for (const Document& d : docs) {
+    for_each_piece(d.path, d.offset, d.size, 1 << 20, [&](const std::string& piece) {
+      const std::vector<std::int64_t> ids = tok.encode(piece);
+      packed.resize(ids.size() * width);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const auto v = static_cast<std::uint32_t>(ids[i]);
+        for (std::uint16_t b = 0; b < width; ++b) packed[i * width + b] = static_cast<unsigned char>(v >> (8 * b));
+      }
+      f.write(packed.data(), packed.size());
+      count += ids.size();
+      bytes += piece.size();
+    });
   }
-  ok = ok && std::fseek(f, 8, SEEK_SET) == 0 && std::fwrite(&count, 8, 1, f) == 1 && std::fwrite(&bytes, 8, 1, f) == 1 &&
-       std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw FormatError("[train] writing " + out + " failed: " + std::strerror(errno));
-  }
+  if (std::fseek(f.stream(), 8, SEEK_SET) != 0) f.fail();
+  f.write(&count, 8);
+  f.write(&bytes, 8);
+  f.commit();
   return count;
 }
 
-nn::safetensors::Metadata tokenizer_metadata(const Tokenizer& tok) {
+io::safetensors::Metadata tokenizer_metadata(const Tokenizer& tok) {
   return {{"tokenizer", tok.kind()}, {"tokenizer_sha256", tok.digest()}, {"tokenizer_model", base64_encode(tok.serialized())}};
 }
 
-std::unique_ptr<Tokenizer> tokenizer_of_metadata(const nn::safetensors::Metadata& meta, const std::string& path) {
+std::unique_ptr<Tokenizer> tokenizer_of_metadata(const io::safetensors::Metadata& meta, const std::string& path) {
   auto get = [&](const char* k) {
     const auto it = meta.find(k);
     if (it == meta.end()) throw FormatError("[checkpoint] " + path + ": metadata lacks '" + k + "' (no tokenizer)");

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/train/tokenizer.hpp>
 
@@ -89,10 +89,10 @@ std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokeni
 
 /// The metadata a checkpoint carries about its tokenizer: "tokenizer" (its kind),
 /// "tokenizer_sha256" and "tokenizer_model" (the model file's bytes, base64; empty for bytes).
-nn::safetensors::Metadata tokenizer_metadata(const Tokenizer& tok);
+io::safetensors::Metadata tokenizer_metadata(const Tokenizer& tok);
 /// The tokenizer of checkpoint metadata `meta` (FormatError naming `path` if it lacks one, or
 /// its bytes do not match its digest).
-std::unique_ptr<Tokenizer> tokenizer_of_metadata(const nn::safetensors::Metadata& meta, const std::string& path);
+std::unique_ptr<Tokenizer> tokenizer_of_metadata(const io::safetensors::Metadata& meta, const std::string& path);
 
 /// The validation measure: the tokens of a text cut into windows of `context` + 1 (each window
 /// predicts its last `context` tokens from the ones before, so every token after the first is a

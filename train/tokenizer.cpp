@@ -15,10 +15,11 @@
 #include <unordered_set>
 #include <utility>
 
+#include <xgrad/io/atomic_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/sha256.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/tasks.hpp>
 
 #ifdef XGRAD_WITH_SENTENCEPIECE
@@ -752,7 +753,7 @@ std::string train_sentencepiece(const std::vector<std::string>& paths, const Tok
   if (tok.vocab_size() != o.vocab_size)  // "char" stops at the characters it has
     vocabulary_too_large(o, std::to_string(tok.vocab_size()));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nn::safetensors::write_atomically(out, model, op_message(kTrainOp, out + ": "));
+  io::write_atomically(out, model, op_message(kTrainOp, out + ": "));
 
   std::ostringstream r;
   r.precision(3);

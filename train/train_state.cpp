@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <set>
 
+#include <xgrad/io/atomic_file.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
 namespace xg::train::detail {
@@ -81,8 +83,8 @@ void check_state_tensors(const std::vector<std::string>& params, const std::stri
 }
 
 // Names and values of a state file's tensors under `prefix`, the prefix removed.
-nn::safetensors::NamedArrays with_prefix(const nn::safetensors::File& f, const std::string& prefix) {
-  nn::safetensors::NamedArrays out;
+io::safetensors::NamedArrays with_prefix(const io::safetensors::File& f, const std::string& prefix) {
+  io::safetensors::NamedArrays out;
   for (const auto& [name, a] : f.tensors)
     if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), a);
   return out;
@@ -90,8 +92,8 @@ nn::safetensors::NamedArrays with_prefix(const nn::safetensors::File& f, const s
 
 }  // namespace
 
-void save_model(Task& task, const std::string& path, std::int64_t step, const nn::safetensors::Metadata& extra) {
-  nn::safetensors::Metadata meta = model_metadata(task.info());
+void save_model(Task& task, const std::string& path, std::int64_t step, const io::safetensors::Metadata& extra) {
+  io::safetensors::Metadata meta = model_metadata(task.info());
   meta["step"] = std::to_string(step);
   for (const auto& [k, v] : extra) meta[k] = v;
   nn::safetensors::save_module(path, task.module(), meta);
@@ -106,12 +108,12 @@ void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const 
   }
   if (!run.config_on_disk) {  // runs saved before config.json existed get theirs at their next checkpoint
     const std::string path = (fs::path(o.out) / kConfigFile).string();
-    nn::safetensors::write_atomically(path, options_json(o), "[train] " + path + ": ");
+    io::write_atomically(path, options_json(o), "[train] " + path + ": ");
     run.config_on_disk = true;
   }
   log.commit();
   std::map<std::string, std::string> opts = options_metadata(o);
-  nn::safetensors::Metadata state(opts.begin(), opts.end());
+  io::safetensors::Metadata state(opts.begin(), opts.end());
   state["checkpoint"] = "xgrad-train-2";
   if (!run.id.empty()) state["run_id"] = run.id;
   state["step"] = std::to_string(step);
@@ -119,14 +121,14 @@ void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const 
   state["data_rng"] = data.state();
   state["dropout_rng"] = dropout.state();
   for (const auto& [k, v] : task.state_metadata()) state[k] = v;
-  nn::safetensors::NamedArrays tensors;
+  io::safetensors::NamedArrays tensors;
   for (const auto& [name, p] : task.module().named_parameters()) tensors.emplace_back(kParamPrefix + name, p.value());
   for (auto& [name, a] : opt.state()) tensors.emplace_back(kOptimPrefix + name, std::move(a));
-  nn::safetensors::save((fs::path(o.out) / kStateFile).string(), tensors, state);
+  io::safetensors::save((fs::path(o.out) / kStateFile).string(), tensors, state);
   save_model(task, (fs::path(o.out) / kModelFile).string(), step);
 }
 
-ResumePoint read_resume_point(const nn::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
+ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
                               bool root, std::uint64_t n_expected) {
   ResumePoint p;
   p.step = parse_int(state.metadata.count("step") ? state.metadata.at("step") : "",
@@ -144,7 +146,7 @@ ResumePoint read_resume_point(const nn::safetensors::File& state, const TrainOpt
     // Rank 0 reads it; the others receive the parameters by broadcast.
     if (root) {
       const std::string model_path = (fs::path(o.out) / kModelFile).string();
-      const nn::safetensors::File model = nn::safetensors::load(model_path);
+      const io::safetensors::File model = io::safetensors::load(model_path);
       const auto it = model.metadata.find("step");
       if (it == model.metadata.end() || it->second != std::to_string(p.step))
         throw FormatError("[train] " + model_path + " is from step " + (it == model.metadata.end() ? "?" : it->second) +
@@ -179,7 +181,7 @@ ResumePoint read_resume_point(const nn::safetensors::File& state, const TrainOpt
   return p;
 }
 
-void restore(const ResumePoint& point, const nn::safetensors::File& state, const std::string& state_path, bool root,
+void restore(const ResumePoint& point, const io::safetensors::File& state, const std::string& state_path, bool root,
              nn::NamedTensors& params, nn::Optimizer& opt, Generator& data, Generator& dropout) {
   if (root) {
     // The saved parameters' names against the model's (the moments matched them above).

@@ -24,8 +24,8 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/dist/communicator.hpp>
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/communicator.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
@@ -118,7 +118,7 @@ struct Session {
   std::ostream& progress;  // the progress line and warnings (rank 0's)
   bool tty = false;
 
-  nn::safetensors::File resume_state;  // --resume: the saved state (until restored)
+  io::safetensors::File resume_state;  // --resume: the saved state (until restored)
   std::string state_path;
   RunIdentity run;  // rank 0: the run's identity
   std::unique_ptr<Task> task;
@@ -142,12 +142,12 @@ void read_resume_state(Session& s) {
   std::string bytes;
   dist::together(s.comm, [&] {
     if (!s.root) return;
-    s.resume_state = nn::safetensors::load(s.state_path);
+    s.resume_state = io::safetensors::load(s.state_path);
     if (s.world > 1) bytes = read_bytes(s.state_path);
   });
   if (s.world > 1) s.comm.broadcast(bytes, 0);
   dist::together(s.comm, [&] {
-    if (!s.root) s.resume_state = nn::safetensors::load_bytes(bytes, s.state_path);
+    if (!s.root) s.resume_state = io::safetensors::load_bytes(bytes, s.state_path);
   });
 }
 
@@ -223,7 +223,7 @@ void agree_across_ranks(Session& s) {
 // --init-from: the checkpoint must describe exactly this model (any metadata key this trainer
 // writes), then its weights replace the initial ones.
 void load_init_from(Session& s) {
-  const nn::safetensors::Metadata saved = nn::safetensors::load(s.o.init_from).metadata;
+  const io::safetensors::Metadata saved = io::safetensors::load(s.o.init_from).metadata;
   std::vector<std::string> differ;
   for (const auto& [k, v] : model_metadata(s.task->info())) {
     auto it = saved.find(k);
@@ -243,9 +243,9 @@ void build(Session& s) {
     const TrainOptions& o = s.o;
     Task& task = *s.task;
     // Everything that will be saved must be savable before any work is done.
-    nn::safetensors::check_metadata(model_metadata(task.info()), (fs::path(o.out) / kModelFile).string());
+    io::safetensors::check_metadata(model_metadata(task.info()), (fs::path(o.out) / kModelFile).string());
     const std::map<std::string, std::string> opts = options_metadata(o);
-    nn::safetensors::check_metadata(nn::safetensors::Metadata(opts.begin(), opts.end()),
+    io::safetensors::check_metadata(io::safetensors::Metadata(opts.begin(), opts.end()),
                                     (fs::path(o.out) / kStateFile).string());
     const std::uint64_t n_expected = parameter_count(task.info().kind, task.info().config);
     if (n_expected > 1000000000)

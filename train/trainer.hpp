@@ -54,7 +54,7 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out);
 /// gradients are summed over the ranks before clipping and the optimizer step, and the run
 /// is the same as one process's up to floating-point reduction order. Rank 0 alone writes
 /// `out`, the output folder and the checkpoints. A failure every rank sees at once throws
-/// dist::CollectiveError (see dist/data_parallel.hpp); any other exception is this rank's alone.
+/// dist::CollectiveError (see distributed/data_parallel.hpp); any other exception is this rank's alone.
 TrainResult run_training(const TrainOptions& opts, std::ostream& out, dist::Communicator& comm);
 /// The same with the progress line and warnings on `progress` (rank 0's), as above.
 TrainResult run_training(const TrainOptions& opts, std::ostream& out, std::ostream& progress,

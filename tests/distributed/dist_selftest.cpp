@@ -11,8 +11,8 @@
 #include <memory>
 
 #include <xgrad/xgrad.hpp>
-#include <xgrad/dist/communicator.hpp>
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/communicator.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 
 using namespace xg;
 

@@ -28,7 +28,7 @@ for f in include/xgrad/xgrad.hpp include/xgrad/version.hpp include/xgrad/core/te
 done
 # Only namespaced headers, none of the internal ones, and no xtensor in any public header.
 [[ -z "$(ls "$prefix/include" | grep -v '^xgrad$')" ]] || fail "un-namespaced entries in include/: $(ls "$prefix/include")"
-for internal in core/xt.hpp core/kernels.hpp core/json.hpp; do
+for internal in core/xt.hpp core/kernels.hpp io/json.hpp; do
   [[ ! -e "$prefix/include/xgrad/$internal" ]] || fail "internal header $internal was installed"
 done
 if grep -rn '#include <xtensor' "$prefix/include"; then fail "a public header includes xtensor"; fi

@@ -1,15 +1,15 @@
-// libFuzzer target: the .npy and .npz readers (nn/npy.cpp: header literal parser, zip reader,
+// libFuzzer target: the .npy and .npz readers (io/npy.cpp: header literal parser, zip reader,
 // deflate decoder) on arbitrary bytes, the file readers too (npy::read, npy::load_npz). Any
 // outcome but a loaded value or an xg::Error is a finding. Run by scripts/fuzz.sh.
 #include <string>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/nn/npy.hpp>
+#include <xgrad/io/npy.hpp>
 #include "fuzz_input.hpp"
 
 namespace {
 
-double touch(const xg::nn::npy::Value& v) {  // read every loaded element
+double touch(const xg::io::npy::Value& v) {  // read every loaded element
   double sum = 0;
   if (v.is_index())
     for (const auto x : v.index.data) sum += static_cast<double>(x);
@@ -21,7 +21,7 @@ double touch(const xg::nn::npy::Value& v) {  // read every loaded element
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  namespace npy = xg::nn::npy;
+  namespace npy = xg::io::npy;
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   double sum = 0;
   try {

@@ -3,7 +3,7 @@
 // Usage: half_check FILE.safetensors
 //
 // The file (written by tools/xgrad_torch.py's safetensors writer from torch tensors) holds
-// pairs NAME (F16 or BF16) and NAME.expected (F32, torch's NAME.float()). nn::safetensors::load
+// pairs NAME (F16 or BF16) and NAME.expected (F32, torch's NAME.float()). io::safetensors::load
 // widens NAME to float32; every element must equal NAME.expected bit for bit (NaN payloads,
 // the sign of zero, subnormals included). Exit 0 if all pairs match, 1 otherwise.
 #include <cstdio>
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const xg::nn::safetensors::File f = xg::nn::safetensors::load(argv[1]);
+    const xg::io::safetensors::File f = xg::io::safetensors::load(argv[1]);
     int pairs = 0, failures = 0;
     for (const auto& named : f.tensors) {
       const std::string& name = named.first;

@@ -2,7 +2,7 @@
 //
 // Usage:
 //   npy_interop check DIR   reads every file DIR/manifest.json lists (written by NumPy) with
-//                           nn::npy and compares: arrays bit for bit with the values in the
+//                           io::npy and compares: arrays bit for bit with the values in the
 //                           manifest (exact text: NaN, +-inf, -0.0, subnormals), or the
 //                           FormatError text for files xgrad must refuse.
 //   npy_interop write DIR   writes .npy files and cpp.npz from fixed formulas for NumPy to read
@@ -28,7 +28,7 @@
 namespace {
 
 using namespace xg;
-namespace npy = xg::nn::npy;
+namespace npy = xg::io::npy;
 
 int failures = 0;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# .npy/.npz interop with NumPy (nn/npy.hpp): NumPy writes files (npy_numpy.py write), xgrad
+# .npy/.npz interop with NumPy (io/npy.hpp): NumPy writes files (npy_numpy.py write), xgrad
 # reads them and refuses the unsupported ones with the right FormatError (npy_interop check);
 # xgrad writes files (npy_interop write) and NumPy reads them back (npy_numpy.py verify).
 # Exit code 77 = skipped (no NumPy); XGRAD_REQUIRE_TORCH=1 makes that a failure (CI).

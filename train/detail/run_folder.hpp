@@ -61,7 +61,7 @@ std::vector<std::string> rows_up_to(const std::filesystem::path& path, std::int6
 // A new run's identity: 128 random bits as 32 lowercase hex digits. Random (not derived from
 // the options), so two runs with the same flags have different ids.
 std::string new_run_id();
-// Writes DIR/run_id.txt atomically (nn::safetensors::write_atomically).
+// Writes DIR/run_id.txt atomically (io::write_atomically).
 void write_run_id(const std::filesystem::path& dir, const std::string& id);
 // --resume: the state must belong to the run whose files are in the folder. Checked before
 // anything in the folder changes.

@@ -10,7 +10,7 @@
 
 #include <xgrad/core/random.hpp>
 #include <xgrad/nn/optim.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/detail/run_folder.hpp>
 #include <xgrad/train/task.hpp>
 
@@ -29,21 +29,21 @@ struct RunIdentity {
 void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const nn::Optimizer& opt, std::int64_t step,
                      const Generator& data, const Generator& dropout, RunLog& log);
 // Writes DIR/model.safetensors (or another file of the folder) at `step`, with `extra` metadata.
-void save_model(Task& task, const std::string& path, std::int64_t step, const nn::safetensors::Metadata& extra = {});
+void save_model(Task& task, const std::string& path, std::int64_t step, const io::safetensors::Metadata& extra = {});
 
 // A checkpoint read back for --resume (checked on rank 0; the others get the parameters by
 // broadcast).
 struct ResumePoint {
   std::int64_t step = 0;
-  nn::safetensors::NamedArrays params, moments;
+  io::safetensors::NamedArrays params, moments;
   bool legacy_pair = false;  // an earlier xgrad's checkpoint: parameters in model.safetensors
 };
 // The step, parameters and moments of `state` (rank 0 checks that every parameter comes with
 // both moments and that they describe a model of `n_expected` parameters).
-ResumePoint read_resume_point(const nn::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
+ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
                               bool root, std::uint64_t n_expected);
 // Sets the model's parameters, the optimizer's moments and the generators from `point`.
-void restore(const ResumePoint& point, const nn::safetensors::File& state, const std::string& state_path, bool root,
+void restore(const ResumePoint& point, const io::safetensors::File& state, const std::string& state_path, bool root,
              nn::NamedTensors& params, nn::Optimizer& opt, Generator& data, Generator& dropout);
 
 }  // namespace xg::train::detail

@@ -11,8 +11,8 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/dist/communicator.hpp>
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/communicator.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/train/generate.hpp>
 
 #include "common.hpp"
@@ -203,9 +203,9 @@ class CharLMTraining : public GPTTask {
     return out.str();
   }
 
-  nn::safetensors::Metadata state_metadata() const override { return {{"corpus", corpus_}}; }
+  io::safetensors::Metadata state_metadata() const override { return {{"corpus", corpus_}}; }
 
-  void check_resume(const nn::safetensors::Metadata& state, const std::string& path) const override {
+  void check_resume(const io::safetensors::Metadata& state, const std::string& path) const override {
     const auto it = state.find("corpus");
     if (it != state.end() && it->second != corpus_)
       throw FormatError("[train] " + path + ": the texts of " + o_.text + " changed since the run was saved (saved corpus " +

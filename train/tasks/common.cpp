@@ -3,7 +3,7 @@
 #include <ostream>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/dist/communicator.hpp>
+#include <xgrad/distributed/communicator.hpp>
 #include <xgrad/ops/dropout.hpp>
 #include <xgrad/train/generate.hpp>
 
@@ -15,7 +15,7 @@ double Task::validation_loss(dist::Communicator&) {
 
 void Task::sample(std::ostream&) {}
 
-void Task::check_resume(const nn::safetensors::Metadata&, const std::string&) const {}
+void Task::check_resume(const io::safetensors::Metadata&, const std::string&) const {}
 
 std::unique_ptr<Task> make_task(const TrainOptions& o, dist::Communicator& comm) {
   // Tasks that read files: collectives of their own.

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/train/task.hpp>
 #include <xgrad/train/tasks.hpp>

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/dist/communicator.hpp>
+#include <xgrad/distributed/communicator.hpp>
 #include <xgrad/train/generate.hpp>
 
 #include "common.hpp"

@@ -11,8 +11,8 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/dist/communicator.hpp>
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/communicator.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/text_corpus.hpp>
 
@@ -118,11 +118,11 @@ class TextTraining : public GPTTask {
     return out.str();
   }
 
-  nn::safetensors::Metadata state_metadata() const override {
+  io::safetensors::Metadata state_metadata() const override {
     return {{"corpus", corpus_}, {"tokenizer_sha256", tok_->digest()}};
   }
 
-  void check_resume(const nn::safetensors::Metadata& state, const std::string& path) const override {
+  void check_resume(const io::safetensors::Metadata& state, const std::string& path) const override {
     const auto tok = state.find("tokenizer_sha256");
     if (tok != state.end() && tok->second != tok_->digest())
       throw FormatError("[train] " + path + ": the tokenizer " + o_.tokenizer + " (sha256 " + tok_->digest() +

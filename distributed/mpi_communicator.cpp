@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/dist/communicator.hpp>
+#include <xgrad/distributed/communicator.hpp>
 
 namespace xg::dist {
 

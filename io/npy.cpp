@@ -1,6 +1,6 @@
-// NumPy .npy/.npz reading and writing (see nn/npy.hpp): the .npy header parser, a zip reader
+// NumPy .npy/.npz reading and writing (see io/npy.hpp): the .npy header parser, a zip reader
 // and writer, and a deflate decoder, all checked byte by byte.
-#include <xgrad/nn/npy.hpp>
+#include <xgrad/io/npy.hpp>
 
 #include <algorithm>
 #include <array>
@@ -14,11 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xgrad/core/json.hpp>
+#include <xgrad/io/json.hpp>
 #include <xgrad/core/xt.hpp>
-#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/io/atomic_file.hpp>
 
-namespace xg::nn::npy {
+namespace xg::io::npy {
 
 namespace {
 
@@ -921,13 +921,13 @@ void save(const std::string& path, const Array& a) {
   if (!a.defined()) throw ValueError(op_message("npy", "cannot save an undefined Array to " + path));
   Value v;
   v.array = a;
-  safetensors::write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
+  io::write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
 }
 
 void save(const std::string& path, const IndexArray& a) {
   Value v;
   v.index = a;
-  safetensors::write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
+  io::write_atomically(path, npy_bytes(v), "[npy] " + path + ": ");
 }
 
 bool Npz::contains(const std::string& name) const {
@@ -986,7 +986,7 @@ Npz load_npz(const std::string& path) {
 
 void save_npz(const std::string& path, const Npz& arrays) {
   const std::string where = "[npz] " + path + ": ";
-  safetensors::write_atomically(path, zip_bytes(arrays, where), where);
+  io::write_atomically(path, zip_bytes(arrays, where), where);
 }
 
-}  // namespace xg::nn::npy
+}  // namespace xg::io::npy

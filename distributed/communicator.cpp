@@ -1,4 +1,4 @@
-#include <xgrad/dist/communicator.hpp>
+#include <xgrad/distributed/communicator.hpp>
 
 #include <cerrno>
 #include <cstdint>
@@ -10,7 +10,7 @@
 namespace xg::dist {
 
 #ifdef XGRAD_WITH_MPI
-std::unique_ptr<Communicator> make_mpi();  // dist/mpi_communicator.cpp
+std::unique_ptr<Communicator> make_mpi();  // distributed/mpi_communicator.cpp
 #endif
 
 namespace {

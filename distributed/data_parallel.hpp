@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/dist/communicator.hpp>
+#include <xgrad/distributed/communicator.hpp>
 #include <xgrad/nn/optim.hpp>
 
 namespace xg::dist {

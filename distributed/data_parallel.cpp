@@ -1,4 +1,4 @@
-#include <xgrad/dist/data_parallel.hpp>
+#include <xgrad/distributed/data_parallel.hpp>
 
 #include <chrono>
 #include <cstring>

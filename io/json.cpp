@@ -1,4 +1,4 @@
-#include <xgrad/core/json.hpp>
+#include <xgrad/io/json.hpp>
 
 #include <cstdio>
 #include <unordered_set>

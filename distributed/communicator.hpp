@@ -5,14 +5,14 @@
 /// barrier, abort.
 ///
 /// Two implementations: a world of one process (make_local, always there) and Open MPI
-/// (dist/mpi_communicator.cpp, compiled only when the build has XGRAD_WITH_MPI). Nothing else
+/// (distributed/mpi_communicator.cpp, compiled only when the build has XGRAD_WITH_MPI). Nothing else
 /// in xgrad calls MPI; the engine (xgrad::xgrad) never depends on it. launch() picks the one
 /// the process was started for: MPI under mpirun/srun, the local one otherwise.
 ///
 /// Every rank must make the same calls in the same order with the same sizes (MPI's rule for
 /// collectives). All-reduce results are the same on every rank, bit for bit, with Open MPI's
 /// algorithms (the MPI standard recommends but does not require it; data-parallel training
-/// checks it with parameter checksums, dist/data_parallel.hpp).
+/// checks it with parameter checksums, distributed/data_parallel.hpp).
 #pragma once
 
 #include <cstddef>

@@ -44,7 +44,7 @@
 #include <xgrad/core/error.hpp>
 
 /// NumPy .npy and .npz files: reading and writing Arrays and IndexArrays.
-namespace xg::nn::npy {
+namespace xg::io::npy {
 
 /// One stored array: float32/float64 data in `array`, int64 data in `index` (array undefined).
 struct Value {
@@ -95,4 +95,4 @@ std::uint32_t crc32(const void* data, std::size_t size, std::uint32_t crc = 0);
 /// Decodes the raw deflate stream `deflated` into exactly `expected_size` bytes.
 std::string inflate(const std::string& deflated, std::size_t expected_size, const std::string& where);
 
-}  // namespace xg::nn::npy
+}  // namespace xg::io::npy
