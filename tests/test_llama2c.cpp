@@ -232,7 +232,10 @@ std::pair<std::string, std::string> q80_and_v1(std::int32_t gs) {
 
 TEST_CASE("llama2c version 2 files are dequantized as runq.c does", "[llama2c]") {
   const fs::path dir = xgt::temp_dir("llama2c_q80");
-  const auto [q2, v1] = q80_and_v1(8);
+  // Not a structured binding: the lambda below captures q2 (C++17 does not allow that).
+  const std::pair<std::string, std::string> files = q80_and_v1(8);
+  const std::string& q2 = files.first;
+  const std::string& v1 = files.second;
   const l2c::Model a = l2c::read(write(dir / "q.bin", q2));
   const l2c::Model b = l2c::read(write(dir / "v1.bin", v1));
   CHECK(a.header.format == l2c::Format::version2);
