@@ -16,7 +16,7 @@ fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made
            corpus/ folder, an empty folder empty/ and the files small.txt (a few words),
            empty.txt, binary.bin (NUL bytes), latin1.txt (Latin-1, not UTF-8) and marks.txt (only
            U+2581). In a build without SentencePiece the tok cases are skipped (and counted).
-           tbin: a llama2.c tokenizer.bin and Llama checkpoints (tests/llama2c_fixture.py).
+           tbin: a llama2.c tokenizer.bin and Llama checkpoints (tests/support/llama2c_fixture.py).
            l2c: llama2.c model files written by this script (make_l2c_fixture): model.bin
            (legacy, shared classifier), untied.bin (legacy), v1.bin (version 1), v2.bin
            (version 2, int8, group size 8) and model.safetensors (`xgrad import llama2c` of
@@ -75,13 +75,15 @@ def make_fixtures(xgrad, root):
 
 
 def make_llama2c_fixture(xgrad, root):
-    """The tbin fixture (tests/llama2c_fixture.py): tokenizer.bin (300 pieces), bigram.safetensors
+    """The tbin fixture (tests/support/llama2c_fixture.py): tokenizer.bin (300 pieces), bigram.safetensors
     (a Llama model of vocabulary 300 whose greedy output is known), byte_run/ (the vocabulary-256
     run it was made from) and corpus/. Returns {"tbin"} when it cannot be made (no numpy)."""
-    sys.path.insert(0, os.path.dirname(HERE))
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "support"))
     try:
         import llama2c_fixture
-    except ImportError:
+    except ImportError as e:
+        if e.name != "numpy":
+            raise
         return {"tbin"}
     folder = os.path.join(root, "tbin")
     shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,147 @@
+// The thread pool and the caching allocator (core/parallel.hpp, core/allocator.hpp,
+// core/runtime.hpp): errors cross threads, results are bit-identical run to run for a fixed
+// thread count and agree across thread counts to rounding, and freed blocks are reused.
+#include <stdexcept>
+
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/train/generate.hpp>
+#include "tests/support/helpers.hpp"
+
+using namespace xg;
+using namespace xgt;
+
+namespace {
+
+// Loss and every gradient of one small GPT-style step in float32.
+std::vector<Array> step(std::uint64_t seed) {
+  Generator g(seed);
+  nn::TransformerConfig c;
+  c.V_vocab = 13;
+  c.context = 70;
+  c.d_model = 32;
+  c.H_q = 4;
+  c.H_kv = 2;
+  c.layers = 2;
+  nn::GPT model(c, g);
+  std::vector<std::int64_t> ids(3 * 70);
+  for (auto& v : ids) v = static_cast<std::int64_t>(g.below(13));
+  const IndexArray tokens({3, 70}, ids);
+  Tensor loss = model.loss(tokens, tokens);
+  std::vector<Tensor> params;
+  for (const auto& [name, p] : model.named_parameters()) params.push_back(p);
+  std::vector<Array> out = grad(loss, params);
+  out.insert(out.begin(), loss.value());
+  return out;
+}
+
+struct Threads {  // restores the default thread count
+  explicit Threads(int n) { set_num_threads(n); }
+  ~Threads() { set_num_threads(default_threads); }
+  static inline int default_threads = num_threads();
+};
+
+}  // namespace
+
+TEST_CASE("pool: an exception in any chunk reaches the caller, and the pool keeps working", "[core][parallel]") {
+  Threads t(2);
+  CHECK_THROWS_WITH(detail::run_chunks(2, [](std::size_t c) {
+                      if (c == 1) throw std::runtime_error("chunk one failed");
+                    }),
+                    Catch::Contains("chunk one failed"));
+  std::vector<int> hit(2, 0);
+  detail::run_chunks(2, [&](std::size_t c) { hit[c] = 1; });
+  CHECK(hit == std::vector<int>{1, 1});
+  CHECK_THROWS_AS(set_num_threads(0), ValueError);
+}
+
+TEST_CASE("pool: a training step is bit-identical run to run for a fixed thread count", "[core][parallel]") {
+  for (int n : {1, 2, 3}) {
+    INFO("threads " << n);
+    Threads t(n);
+    const auto a = step(5), b = step(5);
+    for (std::size_t k = 0; k < a.size(); ++k) CHECK(max_abs_diff(a[k], b[k]) == 0.0);
+  }
+}
+
+TEST_CASE("pool: thread counts change only the rounding of split reductions", "[core][parallel]") {
+  std::vector<Array> one, two;
+  {
+    Threads t(1);
+    one = step(9);
+  }
+  {
+    Threads t(2);
+    two = step(9);
+  }
+  for (std::size_t k = 0; k < one.size(); ++k) CHECK(max_abs_diff(one[k], two[k]) < 1e-5);
+}
+
+TEST_CASE("allocator: freed large blocks are reused, within the cache bound", "[core][allocator]") {
+  release_cached_memory();
+  set_memory_cache_limit(std::size_t{1} << 30);  // (builds with AddressSanitizer cache nothing by default)
+  { Array a = Array::zeros({1 << 20}, DType::float32); }  // 4 MiB, freed into the cache
+  const MemoryStats s = memory_stats();
+  CHECK(s.cached >= (std::size_t{4} << 20));
+  CHECK(s.limit > 0);
+  { Array b = Array::zeros({1 << 20}, DType::float32); }  // served from the cache
+  CHECK(memory_stats().cached == s.cached);
+  set_memory_cache_limit(1);  // caches nothing: the block goes back to the system
+  { Array c = Array::zeros({1 << 20}, DType::float32); }
+  CHECK(memory_stats().cached == 0);
+  set_memory_cache_limit(std::size_t{1} << 30);
+  release_cached_memory();
+  CHECK(memory_stats().cached == 0);
+}
+
+TEST_CASE("arrays: a view shares data, reshaped copies; small arrays work like large ones", "[core][allocator]") {
+  Array a = Array::from_vector({2, 3}, {1, 2, 3, 4, 5, 6}, DType::float64);
+  const Array v = a.view({3, 2});
+  const Array r = a.reshaped({3, 2});
+  CHECK(v.data<double>() == a.data<double>());
+  CHECK(r.data<double>() != a.data<double>());
+  CHECK(v.at({2, 1}) == 6.0);
+  CHECK_THROWS_AS(a.view({4}), ShapeError);
+  const Array big = Array::full({100000}, 2.0, DType::float32);
+  CHECK(big.view({1000, 100}).at({999, 99}) == 2.0);
+}
+
+TEST_CASE("pool: decoding steps give the same logits for any thread count and the prompt's agree to rounding",
+          "[core][parallel][generate]") {
+  // One-token steps: every split (matrix-vector blocks, attention heads) computes each entry
+  // with the same arithmetic, so the logits are bit-identical. The prompt's logits come from a
+  // GEMM split into column blocks, which OpenBLAS rounds a little differently by block width.
+  // Sizes large enough that the classifier's products are split (over 1M flops), for GPT-2
+  // and Llama models.
+  for (nn::Architecture arch : {nn::Architecture::gpt, nn::Architecture::llama}) {
+    INFO("arch " << nn::architecture_name(arch));
+    nn::TransformerConfig c;
+    c.arch = arch;
+    if (arch == nn::Architecture::llama) c.pos = nn::PositionScheme::rope;
+    c.V_vocab = 9000;
+    c.context = 32;
+    c.d_model = 64;
+    c.H_q = 4;
+    c.H_kv = 2;
+    c.layers = 2;
+    c.dtype = DType::float32;
+    Generator g(12);
+    nn::GPT model(c, g);
+    std::vector<std::int64_t> prompt(12);
+    for (auto& t : prompt) t = static_cast<std::int64_t>(g.below(c.V_vocab));
+    std::vector<train::Generation> runs;
+    for (int n : {1, 2, 3}) {
+      Threads t(n);
+      runs.push_back(train::generate(model, {prompt}, 6));
+    }
+    for (std::size_t r = 1; r < runs.size(); ++r) {
+      CHECK(runs[r].tokens == runs[0].tokens);
+      REQUIRE(runs[r].logits.size() == runs[0].logits.size());
+      CHECK(max_abs_diff(runs[r].logits[0], runs[0].logits[0]) < 1e-5);
+      for (std::size_t s = 1; s < runs[0].logits.size(); ++s) {
+        INFO("run " << r << ", step " << s);
+        CHECK(max_abs_diff(runs[r].logits[s], runs[0].logits[s]) == 0.0);
+      }
+    }
+  }
+}

@@ -1,0 +1,182 @@
+// API ergonomics found while using xgrad from outside (docs/architecture.md): layers built from
+// given weights, strict set_weights, dtype mixing named at the layer, printing, and the one
+// default dtype.
+#include <sstream>
+
+#include "tests/support/helpers.hpp"
+
+using namespace xg;
+using namespace xg::nn;
+using namespace xgt;
+
+namespace {
+// Restores the default dtype when a test changes it (the suite runs with float64).
+struct DefaultDTypeGuard {
+  DType saved = default_dtype();
+  ~DefaultDTypeGuard() { set_default_dtype(saved); }
+};
+}  // namespace
+
+TEST_CASE("api: Linear, Embedding, LayerNorm and FeedForward from given weights compute with those weights",
+          "[nn][api]") {
+  const Array W = Array::of({{1.0, 2.0, 0.0}, {0.0, -1.0, 3.0}}), b = Array::of({0.5, 0.0, -0.5});
+  Linear lin(W, b);
+  const Array y = lin(Tensor(Array::of({{1.0, 1.0}}))).value();  // [1, 1] W + b = [1, 1, 3] + b
+  CHECK(y.to_vector() == std::vector<double>{1.5, 1.0, 2.5});
+  CHECK(lin.W.is_leaf());
+  CHECK(lin.W.requires_grad());
+  CHECK(Linear(W).named_parameters().size() == 1);  // no bias
+  // Copied: changing the layer leaves the caller's array alone.
+  lin.W.set_value(Array::zeros({2, 3}, DType::float64));
+  CHECK(W.at({0, 1}) == 2.0);
+
+  Embedding emb(Array::of({{1.0, 2.0}, {3.0, 4.0}, {5.0, 6.0}}));
+  CHECK(emb(IndexArray({2}, {2, 0})).value().to_vector() == std::vector<double>{5.0, 6.0, 1.0, 2.0});
+
+  LayerNorm ln(Array::of({2.0, 2.0}), Array::of({1.0, 1.0}));
+  // Row (0, 2): mean 1, variance 1 -> normalised (-1, 1) up to eps, then 2 x + 1.
+  const Array z = ln(Tensor(Array::of({{0.0, 2.0}}))).value();
+  CHECK(z.at({0, 0}) == Approx(-1.0).epsilon(1e-5));
+  CHECK(z.at({0, 1}) == Approx(3.0).epsilon(1e-5));
+
+  const Array W1 = Array::of({{1.0, 0.0, 0.0}, {0.0, 1.0, 0.0}}), W2 = Array::of({{1.0, 0.0}, {0.0, 1.0}, {0.0, 0.0}});
+  FeedForward ff(W1, Array(), W2, Array());
+  const Array x = Array::of({{2.0, -1.0}});
+  Tensor gx = ops::gelu(Tensor(x));
+  CHECK(max_abs_diff(ff(Tensor(x)).value(), gx.value()) == 0.0);  // identity projections around GELU
+}
+
+TEST_CASE("api: layers from weights refuse wrong ranks, shapes and mixed dtypes by name", "[nn][api][errors]") {
+  const Array W = Array::zeros({2, 3}, DType::float64);
+  CHECK_THROWS_WITH(Linear(Array::zeros({6}, DType::float64)), Catch::Contains("[linear] W must have 2 dimensions"));
+  CHECK_THROWS_WITH(Linear(W, Array::zeros({2}, DType::float64)),
+                    Catch::Contains("b has shape (2)") && Catch::Contains("needs b of shape (3)"));
+  CHECK_THROWS_AS(Linear(W, Array::zeros({3}, DType::float32)), DTypeError);
+  CHECK_THROWS_WITH(Linear(W, Array::zeros({3}, DType::float32)),
+                    Catch::Contains("b is float32, W is float64"));
+  CHECK_THROWS_AS(Linear(Array()), ValueError);
+  CHECK_THROWS_AS(LayerNorm(Array::zeros({3}, DType::float64), Array::zeros({4}, DType::float64)), ShapeError);
+  CHECK_THROWS_AS(FeedForward(W, Array(), Array::zeros({3, 2}, DType::float32), Array()), DTypeError);
+  CHECK_THROWS_AS(FeedForward(W, Array(), Array::zeros({2, 3}, DType::float64), Array()), ShapeError);
+}
+
+TEST_CASE("api: attention layers from named weights equal the layer they were taken from", "[nn][api][attention]") {
+  Generator g(3);
+  AttentionConfig c;
+  c.d_model = 8;
+  c.H_q = 4;
+  c.H_kv = 2;
+  c.dtype = DType::float64;
+  MultiHeadAttention a(c, g);
+  std::vector<std::pair<std::string, Array>> w;
+  for (const auto& [name, t] : a.named_parameters()) w.emplace_back(name, t.value());
+  MultiHeadAttention b(c, w);
+  const Tensor X(random_normal({2, 5, 8}, g, DType::float64));
+  CHECK(max_abs_diff(a(X, Visibility::causal(5, 5)).value(), b(X, Visibility::causal(5, 5)).value()) == 0.0);
+
+  CrossAttentionConfig cc;
+  cc.d_q = 8;
+  cc.d_m = 6;
+  cc.H_q = 2;
+  cc.H_kv = 1;
+  cc.dtype = DType::float64;
+  CrossAttention ca(cc, g);
+  std::vector<std::pair<std::string, Array>> cw;
+  for (const auto& [name, t] : ca.named_parameters()) cw.emplace_back(name, t.value());
+  CrossAttention cb(cc, cw);
+  const Tensor M(random_normal({2, 3, 6}, g, DType::float64));
+  AttentionCall call;
+  CHECK(max_abs_diff(ca.forward(X, M, call).Y.value(), cb.forward(X, M, call).Y.value()) == 0.0);
+
+  // Strict: missing, unknown, repeated, wrong shape, wrong dtype.
+  auto missing = w;
+  missing.pop_back();
+  CHECK_THROWS_WITH(MultiHeadAttention(c, missing), Catch::Contains("[set_weights] parameter 'b_O' is not given"));
+  auto unknown = w;
+  unknown.emplace_back("W_Q", w[0].second);
+  CHECK_THROWS_WITH(MultiHeadAttention(c, unknown),
+                    Catch::Contains("'W_Q' is not a parameter of this module") && Catch::Contains("W_QKV"));
+  auto twice = w;
+  twice.push_back(w[0]);
+  CHECK_THROWS_WITH(MultiHeadAttention(c, twice), Catch::Contains("'W_QKV' is given twice"));
+  auto shape = w;
+  shape[0].second = Array::zeros({8, 8}, DType::float64);
+  CHECK_THROWS_WITH(MultiHeadAttention(c, shape),
+                    Catch::Contains("'W_QKV' has shape (8, 8), the parameter has (8, 16)"));
+  auto dtype = w;
+  dtype[0].second = w[0].second.astype(DType::float32);
+  CHECK_THROWS_AS(MultiHeadAttention(c, dtype), DTypeError);
+  CHECK_THROWS_WITH(MultiHeadAttention(c, dtype), Catch::Contains("'W_QKV' is float32, the parameter is float64"));
+}
+
+TEST_CASE("api: a float64 input to a float32 layer is a DTypeError naming the layer and both dtypes",
+          "[nn][api][errors]") {
+  Generator g(1);
+  const Tensor x64(random_normal({2, 3, 4}, g, DType::float64));
+  Linear lin(4, 4, g, true, DType::float32);
+  CHECK_THROWS_AS(lin(x64), DTypeError);
+  CHECK_THROWS_WITH(lin(x64), Catch::Contains("[linear] input x is float64, the layer's W is float32"));
+  LayerNorm ln(4, DType::float32);
+  CHECK_THROWS_WITH(ln(x64), Catch::Contains("[layer_norm] input x is float64, the layer's gamma is float32"));
+  AttentionConfig c;
+  c.d_model = 4;
+  c.H_q = 2;
+  c.dtype = DType::float32;
+  MultiHeadAttention mha(c, g);
+  CHECK_THROWS_WITH(mha(x64, Visibility::all()), Catch::Contains("[attention] X is float64, the layer is float32"));
+  CrossAttentionConfig cc;
+  cc.d_q = 4;
+  cc.d_m = 4;
+  cc.dtype = DType::float32;
+  CrossAttention ca(cc, g);
+  const Tensor x32(random_normal({2, 3, 4}, g, DType::float32));
+  CHECK_THROWS_WITH(ca.forward(x32, x64, AttentionCall{}), Catch::Contains("[cross_attention] X_m is float64"));
+  // Ops name themselves and both dtypes too.
+  CHECK_THROWS_WITH(x32 + Tensor(random_normal({2, 3, 4}, g, DType::float64)),
+                    Catch::Contains("[add]") && Catch::Contains("float32") && Catch::Contains("float64"));
+  Tensor leaf(Array::zeros({2}, DType::float32), true);
+  CHECK_THROWS_AS(leaf.set_value(Array::zeros({2}, DType::float64)), DTypeError);
+}
+
+TEST_CASE("api: one default dtype for creation helpers and layers, settable", "[core][api]") {
+  DefaultDTypeGuard guard;
+  Generator g(2);
+  for (const DType d : {DType::float32, DType::float64}) {
+    set_default_dtype(d);
+    CHECK(default_dtype() == d);
+    CHECK(Array::of({1.0}).dtype() == d);
+    CHECK(Array::of({{1.0, 2.0}, {3.0, 4.0}}).dtype() == d);
+    CHECK(random_normal({2}, g).dtype() == d);
+    CHECK(random_uniform({2}, g).dtype() == d);
+    CHECK(zeros({2}).dtype() == d);
+    CHECK(ones({2}).dtype() == d);
+    CHECK(full({2}, 3.0).dtype() == d);
+    CHECK(arange(0, 3).dtype() == d);
+    CHECK(randn({2}, g).dtype() == d);
+    CHECK(Linear(2, 2, g).W.dtype() == d);
+    CHECK(Embedding(3, 2, g).weight.dtype() == d);
+    CHECK(LayerNorm(2).gamma.dtype() == d);
+    CHECK(AttentionConfig().dtype == d);
+    CHECK(CrossAttentionConfig().dtype == d);
+    CHECK(TransformerConfig().dtype == d);
+  }
+}
+
+TEST_CASE("api: operator<< prints Arrays and Tensors", "[core][api]") {
+  std::ostringstream a;
+  a << Array::of({{1.0, 2.5}, {-3.0, 4.0}});
+  CHECK(a.str() == Array::of({{1.0, 2.5}, {-3.0, 4.0}}).str());
+  CHECK(a.str().find("2.5") != std::string::npos);
+
+  std::ostringstream leaf, out, plain, undef;
+  Tensor x(Array::of({1.0, 2.0}), true);
+  x.set_name("x");
+  leaf << x;
+  CHECK(leaf.str() == "tensor(" + x.value().str() + ", dtype=float64, requires_grad=true, name=x)");
+  out << ops::sum(x);
+  CHECK(out.str() == "tensor(3, dtype=float64, grad_fn=sum)");
+  plain << Tensor(Array::of({1.0}, DType::float32));
+  CHECK(plain.str() == "tensor(" + Array::of({1.0}, DType::float32).str() + ", dtype=float32)");
+  undef << Tensor();
+  CHECK(undef.str() == "tensor(<undefined>)");
+}

@@ -1,0 +1,145 @@
+// matmul on BLAS: values against a naive triple loop, broadcasting, transpose flags, 1-d
+// operands, and gradchecks for each configuration.
+#include "tests/support/helpers.hpp"
+
+using namespace xg;
+using namespace xgt;
+
+namespace {
+
+// Reference: out[b, i, j] = sum_k A[b, i, k] B[b, k, j] on explicit broadcast copies.
+Array naive_matmul(const Array& a, const Array& b) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  const std::size_t M = sa[sa.size() - 2], K = sa.back(), N = sb.back();
+  const Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+  Shape batch = broadcast_shapes("ref", "a", ba, "b", bb);
+  Shape fa = batch, fb = batch, out = batch;
+  fa.insert(fa.end(), {M, K});
+  fb.insert(fb.end(), {K, N});
+  out.insert(out.end(), {M, N});
+  const Array A = ops::broadcast_to(Tensor(a), fa).value(), B = ops::broadcast_to(Tensor(b), fb).value();
+  Array C = Array::zeros(out, DType::float64);
+  for (std::size_t n = 0; n < numel(batch); ++n)
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (std::size_t k = 0; k < K; ++k) s += A.flat(n * M * K + i * K + k) * B.flat(n * K * N + k * N + j);
+        C.set_flat(n * M * N + i * N + j, s);
+      }
+  return C;
+}
+
+struct Case {
+  Shape a, b;
+};
+const std::vector<Case> kCases = {
+    {{2, 3}, {3, 4}},           // plain
+    {{5, 2, 3}, {3, 4}},        // stack of x, one W (single-GEMM path)
+    {{2, 3}, {5, 3, 4}},        // one a, a stack of b
+    {{2, 1, 2, 3}, {3, 3, 2}},  // both broadcast on batch axes
+    {{1, 3}, {2, 3, 1}},        // size-1 matrix dims
+};
+
+}  // namespace
+
+TEST_CASE("matmul: values match a naive loop under batch broadcasting", "[ops][matmul]") {
+  Generator g(83);
+  for (const Case& c : kCases) {
+    const Array a = rnd(c.a, g), b = rnd(c.b, g);
+    require_close(ops::matmul(Tensor(a), Tensor(b)).value(), naive_matmul(a, b), 1e-12);
+  }
+}
+
+TEST_CASE("matmul: VJPs agree with central differences under batch broadcasting",
+          "[ops][matmul][gradcheck]") {
+  Generator g(89);
+  for (const Case& c : kCases) {
+    DYNAMIC_SECTION("a " << shape_str(c.a) << ", b " << shape_str(c.b)) {
+      require_gradcheck([](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); },
+                        {rnd(c.a, g), rnd(c.b, g)}, {"a", "b"});
+    }
+  }
+}
+
+TEST_CASE("matmul: transpose flags equal explicit transposes, values and gradients",
+          "[ops][matmul][gradcheck]") {
+  Generator g(97);
+  const Array a = rnd({2, 4, 3}, g), b = rnd({2, 5, 4}, g);  // a^T: [2,3,4], b^T: [2,4,5]
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      DYNAMIC_SECTION("transpose_a " << ta << ", transpose_b " << tb) {
+        const Array A = ta ? a : ops::transpose(Tensor(a)).value();  // stored so that op(A) is [2,3,4]
+        const Array B = tb ? b : ops::transpose(Tensor(b)).value();  // op(B) is [2,4,5]
+        const Array ref = naive_matmul(ops::transpose(Tensor(a)).value(), ops::transpose(Tensor(b)).value());
+        const ops::MatmulOptions o{ta, tb};
+        require_close(ops::matmul(Tensor(A), Tensor(B), o).value(), ref, 1e-12);
+        require_gradcheck([o](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1], o); }, {A, B},
+                          {"a", "b"});
+      }
+    }
+  // The x W^T shape of a linear layer with one shared weight (single-GEMM path, b transposed).
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1], {false, true}); },
+                    {rnd({3, 2, 4}, g), rnd({5, 4}, g)}, {"x", "W"});
+}
+
+TEST_CASE("matmul: 1-d operands follow NumPy (vector-matrix, matrix-vector, dot)", "[ops][matmul][gradcheck]") {
+  Generator g(101);
+  const Array v = rnd({3}, g), m = rnd({3, 2}, g), mt = rnd({2, 3}, g);
+  CHECK(ops::matmul(Tensor(v), Tensor(m)).shape() == Shape{2});
+  CHECK(ops::matmul(Tensor(mt), Tensor(v)).shape() == Shape{2});
+  const Tensor dot = ops::matmul(Tensor(v), Tensor(v));
+  CHECK(dot.shape() == Shape{});
+  double ref = 0;
+  for (std::size_t i = 0; i < 3; ++i) ref += v.flat(i) * v.flat(i);
+  CHECK(dot.item() == Approx(ref));
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); }, {v, m});
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); }, {mt, v});
+  require_gradcheck([](const std::vector<Tensor>& in) { return ops::matmul(in[0], in[1]); }, {rnd({4, 2, 3}, g), v});
+}
+
+TEST_CASE("matmul: float32 runs sgemm and matches float64 to single precision", "[ops][matmul]") {
+  Generator g(103);
+  const Array a = rnd({4, 8, 16}, g), b = rnd({16, 8}, g);
+  const Array c32 = ops::matmul(Tensor(a.astype(DType::float32)), Tensor(b.astype(DType::float32))).value();
+  CHECK(c32.dtype() == DType::float32);
+  CHECK(max_abs_diff(c32.astype(DType::float64), naive_matmul(a, b)) < 1e-5);
+}
+
+TEST_CASE("matmul: one row or one column of output (matrix-vector products) in every transpose layout, whatever the "
+          "output memory held, the same for any thread count",
+          "[ops][matmul]") {
+  // Batch-1 decoding multiplies one row by every weight matrix: a GEMM with M = 1 (or N = 1)
+  // runs as a matrix-vector product, split over the pool when large (core/blas.cpp).
+  struct Threads {
+    explicit Threads(int n) : prev(num_threads()) { set_num_threads(n); }
+    ~Threads() { set_num_threads(prev); }
+    int prev;
+  };
+  Generator g(104);
+  for (DType dt : {DType::float32, DType::float64}) {
+    const double tol = dt == DType::float32 ? 1e-4 : 1e-12;
+    // {M, K, N}: one row (small, and large enough to be split), one column.
+    for (const auto& [M, K, N] : std::vector<std::array<std::size_t, 3>>{{1, 37, 300}, {1, 64, 20000}, {20000, 64, 1},
+                                                                          {9, 5, 1}}) {
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          INFO("dtype " << dtype_name(dt) << ", M " << M << ", K " << K << ", N " << N << ", ta " << ta << ", tb " << tb);
+          const Array a = rnd({M, K}, g), b = rnd({K, N}, g);
+          const Array a_in = (ta ? ops::transpose(Tensor(a), 0, 1).value().clone() : a).astype(dt);
+          const Array b_in = (tb ? ops::transpose(Tensor(b), 0, 1).value().clone() : b).astype(dt);
+          std::vector<Array> results;
+          for (int threads : {1, 2}) {
+            Threads t(threads);
+            // Leave a block of NaNs of the output's size in the allocator's cache: the product
+            // must not read what its output held.
+            { const Array junk = Array::full({M, N}, std::nan(""), dt); }
+            results.push_back(ops::matmul(Tensor(a_in), Tensor(b_in), {ta, tb}).value());
+          }
+          CHECK(results[0].shape() == Shape{M, N});
+          CHECK(max_abs_diff(results[0].astype(DType::float64), naive_matmul(a, b)) < tol);
+          CHECK(max_abs_diff(results[0], results[1]) == 0.0);
+        }
+    }
+  }
+}

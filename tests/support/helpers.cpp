@@ -1,0 +1,61 @@
+#include "tests/support/helpers.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <unistd.h>
+
+namespace xgt {
+
+std::filesystem::path temp_dir(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::temp_directory_path() / ("xgrad_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+Array rnd(const Shape& s, Generator& g, double lo, double hi) {
+  return random_uniform(s, g, DType::float64, lo, hi);
+}
+
+Array rnd_away_from_zero(const Shape& s, Generator& g, double margin) {
+  Array a = Array::empty(s, DType::float64);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double m = margin + (1.0 - margin) * g.uniform();
+    a.set_flat(i, g.uniform() < 0.5 ? -m : m);
+  }
+  return a;
+}
+
+Shape rnd_shape(std::size_t rank, Generator& g, std::size_t max_size) {
+  Shape s(rank);
+  for (auto& d : s) d = 1 + static_cast<std::size_t>(g.below(max_size));
+  return s;
+}
+
+GradcheckReport require_gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                                  const std::vector<std::string>& names,
+                                  const GradcheckOptions& opts) {
+  const GradcheckReport r = gradcheck(f, inputs, opts, names);
+  INFO(r.summary());
+  REQUIRE(r.passed);
+  REQUIRE(r.comparisons > 0);
+  return r;
+}
+
+void require_close(const Array& a, const Array& b, double tol) {
+  INFO("a = " << a.str() << "\nb = " << b.str());
+  REQUIRE(a.shape() == b.shape());
+  REQUIRE(max_abs_diff(a, b) <= tol);
+}
+
+double max_scaled_diff(const Array& a, const Array& b) {
+  REQUIRE(a.shape() == b.shape());
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(a.flat(i) - b.flat(i)) / std::max(1.0, std::fabs(b.flat(i))));
+  return m;
+}
+
+}  // namespace xgt

@@ -1,0 +1,245 @@
+// The text task's corpus (train/text_corpus.hpp) and the task end to end with the byte tokenizer.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tests/support/helpers.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/train/trainer.hpp>
+
+using namespace xg;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string lines(std::size_t n, const std::string& word) {
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) s += word + " number " + std::to_string(i) + " is here.\n";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("text corpus: a folder's files are documents in path order with empty files skipped", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_docs");
+  write(dir / "b.txt", "bee\n");
+  write(dir / "a" / "z.txt", "zed\n");
+  write(dir / "empty.txt", "");
+  const auto docs = train::list_documents(dir.string());
+  REQUIRE(docs.size() == 2);
+  CHECK(docs[0].name == "a/z.txt");
+  CHECK(docs[1].name == "b.txt");
+  CHECK(docs[1].size == 4);
+}
+
+TEST_CASE("text corpus: a large file is cut into documents at line ends that add up to it", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_big");
+  const std::string text = lines(60000, "line");  // about 1.6 MB: two documents or more
+  write(dir / "big.txt", text);
+  const auto docs = train::list_documents((dir / "big.txt").string());
+  REQUIRE(docs.size() >= 2);
+  std::uint64_t at = 0;
+  for (const auto& d : docs) {
+    CHECK(d.offset == at);
+    CHECK(text[d.offset + d.size - 1] == '\n');
+    at += d.size;
+  }
+  CHECK(at == text.size());
+  CHECK(docs[1].name == "big.txt#1");
+}
+
+TEST_CASE("text corpus: missing paths and folders without text are usage errors", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_bad");
+  CHECK_THROWS_AS(train::list_documents((dir / "missing").string()), UsageError);
+  fs::create_directories(dir / "none");
+  CHECK_THROWS_WITH(train::list_documents((dir / "none").string()), Catch::Contains("without files"));
+  write(dir / "empties" / "e.txt", "");
+  CHECK_THROWS_WITH(train::list_documents((dir / "empties").string()), Catch::Contains("holds no text"));
+  write(dir / "bin" / "x.bin", std::string("abc\0def", 7));
+  CHECK_THROWS_WITH(train::list_documents((dir / "bin").string()), Catch::Contains("looks binary"));
+  std::string noise;
+  for (int i = 0; i < 1000; ++i) noise += static_cast<char>(0x80 + i % 64);
+  write(dir / "noise" / "n.txt", noise);
+  CHECK_THROWS_WITH(train::list_documents((dir / "noise").string()), Catch::Contains("not UTF-8"));
+}
+
+TEST_CASE("text corpus: the split is by document and the same every time with both sides non-empty", "[text]") {
+  std::vector<train::Document> docs;
+  for (int i = 0; i < 200; ++i) docs.push_back({"p", "doc" + std::to_string(i), 0, 10});
+  std::vector<train::Document> tr, val, tr2, val2;
+  train::split_documents(docs, 0.1, tr, val);
+  train::split_documents(docs, 0.1, tr2, val2);
+  CHECK(tr.size() + val.size() == 200);
+  CHECK(val.size() >= 8);
+  CHECK(val.size() <= 35);
+  REQUIRE(val.size() == val2.size());
+  for (std::size_t i = 0; i < val.size(); ++i) CHECK(val[i].name == val2[i].name);
+  std::vector<train::Document> two = {{"p", "x", 0, 1}, {"p", "y", 0, 1}};
+  train::split_documents(two, 0.1, tr, val);
+  CHECK(tr.size() == 1);
+  CHECK(val.size() == 1);
+  CHECK_THROWS_WITH(train::split_documents({{"p", "only", 0, 5}}, 0.1, tr, val), Catch::Contains("one document"));
+}
+
+TEST_CASE("text corpus: a token file holds the ids of the text and reads back through its map", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_tokens");
+  std::string text;
+  for (int b = 0; b < 256; ++b) text += static_cast<char>(b == 0 ? 1 : b);
+  text += "\n";
+  write(dir / "t.txt", text);
+  const auto tok = train::make_byte_tokenizer();
+  std::vector<train::Document> docs = {{(dir / "t.txt").string(), "t.txt", 0, text.size()}};
+  const std::uint64_t n = train::tokenize_documents(docs, *tok, (dir / "t.bin").string());
+  CHECK(n == text.size());
+  CHECK(fs::file_size(dir / "t.bin") == 24 + text.size());  // one byte a token for 256 ids
+  const train::TokenFile f((dir / "t.bin").string());
+  REQUIRE(f.size() == text.size());
+  CHECK(f.bytes() == text.size());
+  std::vector<std::int64_t> ids;
+  for (std::uint64_t i = 0; i < f.size(); ++i) ids.push_back(f[i]);
+  CHECK(tok->decode(ids) == text);
+  write(dir / "bad.bin", "xgtok1 and then nothing that fits");
+  CHECK_THROWS_AS(train::TokenFile((dir / "bad.bin").string()), FormatError);
+  write(dir / "short.bin", "xg");
+  CHECK_THROWS_AS(train::TokenFile((dir / "short.bin").string()), FormatError);
+}
+
+TEST_CASE("text corpus: base64 matches RFC 4648 and refuses other text", "[text]") {
+  CHECK(train::base64_encode("") == "");
+  CHECK(train::base64_encode("f") == "Zg==");
+  CHECK(train::base64_encode("fo") == "Zm8=");
+  CHECK(train::base64_encode("foobar") == "Zm9vYmFy");
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  CHECK(train::base64_decode(train::base64_encode(all), "t") == all);
+  CHECK(train::base64_decode("Zm8=", "t") == "fo");
+  CHECK_THROWS_AS(train::base64_decode("Zm8", "t"), FormatError);
+  CHECK_THROWS_AS(train::base64_decode("Zm!=", "t"), FormatError);
+}
+
+TEST_CASE("text corpus: printable keeps UTF-8 and line breaks and escapes control and stray bytes", "[text]") {
+  CHECK(train::printable("plain text\n\tnext") == "plain text\n\tnext");
+  CHECK(train::printable("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  CHECK(train::printable(std::string("a\x1b[2Jb\x07\x7f", 8)) == "a\\x1B[2Jb\\x07\\x7F");
+  CHECK(train::printable(std::string("\0", 1)) == "\\x00");
+  // Stray continuation, truncated sequence, overlong form, surrogate, above U+10FFFF.
+  CHECK(train::printable("\x80x") == "\\x80x");
+  CHECK(train::printable("\xC3") == "\\xC3");
+  CHECK(train::printable("\xE2\x82") == "\\xE2\\x82");
+  CHECK(train::printable("\xC0\xAF") == "\\xC0\\xAF");
+  CHECK(train::printable("\xED\xA0\x80") == "\\xED\\xA0\\x80");
+  CHECK(train::printable("\xF4\x90\x80\x80") == "\\xF4\\x90\\x80\\x80");
+}
+
+TEST_CASE("text corpus: uncapped validation windows make every token after the first a target once", "[text]") {
+  for (std::uint64_t n : {2u, 3u, 17u, 64u, 65u, 1000u}) {
+    const auto w = train::validation_windows(n, 8, 1000000);
+    std::multiset<std::uint64_t> targets;
+    for (std::uint64_t s : w.starts)
+      for (std::uint64_t t = s + 1; t <= std::min<std::uint64_t>(s + 8, n - 1); ++t) targets.insert(t);
+    CHECK(targets.size() == n - 1);
+    CHECK(std::set<std::uint64_t>(targets.begin(), targets.end()).size() == n - 1);
+  }
+  CHECK(train::validation_windows(100000, 8, 10).starts.size() == 10);
+}
+
+TEST_CASE("text task: bytes training logs bits per byte as val_loss over ln 2 and reports it", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_train");
+  for (int i = 0; i < 12; ++i) write(dir / "corpus" / ("doc" + std::to_string(i) + ".txt"), lines(40, "word" + std::to_string(i)));
+  train::TrainOptions o;
+  o.task = "text";
+  o.text = (dir / "corpus").string();
+  o.out = (dir / "run").string();
+  o.steps = 6;
+  o.lr = 0.005;
+  o.batch = 4;
+  o.context = 16;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.eval_every = 3;
+  o.progress = o.plot = false;
+  std::ostringstream log;
+  const train::TrainResult r = train::run_training(o, log);
+  CHECK(r.metric_name == "val_bits_per_byte");
+  CHECK_THAT(log.str(), Catch::Contains("RESULT val_bits_per_byte"));
+  std::istringstream csv(read(dir / "run" / "log.csv"));
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb");
+  int evaluated = 0;
+  double last_bpb = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f(1);
+    for (char ch : line)
+      if (ch == ',')
+        f.emplace_back();
+      else
+        f.back().push_back(ch);
+    REQUIRE(f.size() == 8);
+    const std::string val = f[6], bpb = f[7];
+    CHECK(val.empty() == bpb.empty());
+    if (val.empty()) continue;
+    ++evaluated;
+    last_bpb = std::stod(bpb);
+    CHECK(std::abs(std::stod(bpb) - std::stod(val) / std::log(2.0)) < 1e-12 * std::stod(bpb));  // bytes: a token is a byte
+  }
+  CHECK(evaluated == 2);
+  CHECK(std::abs(r.metric - last_bpb) < 1e-9);
+  CHECK(fs::exists(dir / "run" / "train.bin"));
+  CHECK(fs::exists(dir / "run" / "model_best.safetensors"));
+  // Resuming a finished run's folder after its texts changed is refused, naming them.
+  train::TrainOptions again;
+  again.resume = o.out;
+  again.progress = again.plot = false;
+  write(dir / "corpus" / "doc0.txt", "changed\n");
+  CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("changed since the run was saved"));
+}
+
+TEST_CASE("text corpus: one file of a few pages still splits into documents", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_one_file");
+  write(dir / "one.txt", lines(1500, "page"));  // about 40 KB
+  const auto docs = train::list_documents((dir / "one.txt").string());
+  CHECK(docs.size() >= 8);
+  std::vector<train::Document> tr, val;
+  train::split_documents(docs, 0.1, tr, val);
+  CHECK(!tr.empty());
+  CHECK(!val.empty());
+}
+
+TEST_CASE("text task: a corpus smaller than one training window is a usage error naming --context", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_tiny");
+  write(dir / "corpus" / "a.txt", "tiny text\n");
+  write(dir / "corpus" / "b.txt", "more tiny\n");
+  train::TrainOptions o;
+  o.task = "text";
+  o.text = (dir / "corpus").string();
+  o.out = (dir / "run").string();
+  o.steps = 2;
+  o.lr = 0.005;
+  o.context = 64;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.progress = o.plot = false;
+  std::ostringstream log;
+  CHECK_THROWS_AS(train::run_training(o, log), UsageError);
+  CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context"));
+}
