@@ -5,6 +5,9 @@
 // positive numbers, divisors away from zero.
 #include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include <xgrad/checks/builtin.hpp>
 #include <xgrad/checks/common.hpp>
@@ -48,6 +51,60 @@ Array away_from(const Shape& shape, CheckContext& ctx, double lo, double hi, con
   return ctx.cast(a);
 }
 
+// One part of a sweep: a configuration's label, its inputs (any dtype; converted to the run's)
+// and the function differentiated.
+struct Part {
+  std::string label;
+  std::vector<Array> inputs;
+  GradcheckFn f;
+  std::vector<std::string> names;
+};
+
+// A check over several configurations of one op with one verdict (CheckResult::combine): the
+// worst element and the message name the configuration they come from.
+void sweep(GradcheckSuite& s, const std::string& name, const std::string& config,
+           std::function<std::vector<Part>(CheckContext&)> parts) {
+  s.add("ops/" + name, "gradient", config, [parts = std::move(parts)](CheckContext& ctx) {
+    std::vector<CheckResult> results;
+    for (const Part& p : parts(ctx)) {
+      CheckResult r = ctx.gradcheck(p.f, p.inputs, p.names);
+      r.worst = p.label + ": " + r.worst;
+      if (!r.message.empty()) r.message = p.label + ": " + r.message;
+      results.push_back(std::move(r));
+    }
+    return CheckResult::combine(results);
+  });
+}
+
+std::string shape_text(const Shape& s) {
+  std::string t = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + ")";
+}
+
+// Shape pairs that exercise NumPy broadcasting: equal, size-1 axes, missing leading axes,
+// scalars, and both operands broadcasting at once.
+const std::vector<std::pair<Shape, Shape>>& broadcast_pairs() {
+  static const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{2, 3}, {2, 3}}, {{2, 3}, {1, 3}}, {{2, 3}, {3}},   {{4, 1, 3}, {2, 1}},
+      {{2, 3}, {}},     {{}, {2, 2}},     {{3, 1}, {1, 4}}, {{1, 2, 1}, {3, 1, 2}},
+  };
+  return pairs;
+}
+
+// The axis sets of the reduction sweeps: none (all axes), one, negative, several.
+const std::vector<Axes>& axis_sets() {
+  static const std::vector<Axes> sets = {{}, {0}, {-1}, {0, 2}, {1}, {-3, -1}};
+  return sets;
+}
+
+std::string axes_text(const Axes& a) {
+  if (a.empty()) return "all axes";
+  std::string t = "axes {";
+  for (std::size_t i = 0; i < a.size(); ++i) t += (i ? ", " : "") + std::to_string(a[i]);
+  return t + "}";
+}
+
 void elementwise(GradcheckSuite& s) {
   op(s, "add", "a (2, 3, 4) + b (3, 1): both broadcast",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 3, 4}), c.uniform({3, 1})}; },
@@ -67,6 +124,26 @@ void elementwise(GradcheckSuite& s) {
   op(s, "scalar-operators", "2.5 x - 3 / x + x / 4 + 1 - (-x) 0.5, x (3, 4), |x| in [0.5, 1.5]",
      [](CheckContext& c) { return std::vector<Array>{c.away_from_zero({3, 4}, 0.5, 1.5)}; },
      [](const Inputs& in) { return 2.5 * in[0] - 3.0 / in[0] + in[0] / 4.0 + 1.0 - (-in[0]) * 0.5; }, {"x"});
+  using Binary = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::tuple<const char*, const char*, Binary>> binary = {
+      {"add", "+", &ops::add}, {"sub", "-", &ops::sub}, {"mul", "*", &ops::mul}, {"div", "/", &ops::div}};
+  for (const auto& b : binary) {
+    const std::string name = std::get<0>(b), sign = std::get<1>(b);
+    const Binary fn = std::get<2>(b);
+    const bool divide = name == "div";
+    sweep(s, name + "-broadcasting",
+          "a " + sign + " b over 8 shape pairs: equal, size-1 axes, missing axes, scalars, both broadcast" +
+              (divide ? "; |b| in [0.5, 1.5]" : ""),
+          [divide, fn, sign](CheckContext& c) {
+            std::vector<Part> parts;
+            for (const auto& [sa, sb] : broadcast_pairs())
+              parts.push_back({"a " + shape_text(sa) + " " + sign + " b " + shape_text(sb),
+                               {c.uniform(sa), divide ? c.away_from_zero(sb, 0.5, 1.5) : c.uniform(sb)},
+                               [fn](const Inputs& in) { return fn(in[0], in[1]); },
+                               {"a", "b"}});
+            return parts;
+          });
+  }
 }
 
 void unary(GradcheckSuite& s) {
@@ -110,6 +187,23 @@ void unary(GradcheckSuite& s) {
     op(s, u.name, u.config, [x](CheckContext& c) { return std::vector<Array>{x(c)}; },
        [f](const Inputs& in) { return f(in[0]); }, {"x"});
   }
+  sweep(s, "unary-edge-shapes", "neg, exp, tanh, sigmoid on x () (1) (2, 3) (2, 1, 3) in [-2, 2]; x^-1 on (3, 4) in [0.3, 2]",
+        [](CheckContext& c) {
+          const std::vector<std::pair<const char*, Tensor (*)(const Tensor&)>> fs = {
+              {"neg", &ops::neg}, {"exp", &ops::exp}, {"tanh", &ops::tanh}, {"sigmoid", &ops::sigmoid}};
+          std::vector<Part> parts;
+          for (const Shape& sh : {Shape{}, Shape{1}, Shape{2, 3}, Shape{2, 1, 3}}) {
+            const Array x = c.uniform(sh, -2, 2);
+            for (const auto& nf : fs) {
+              const auto fn = nf.second;
+              parts.push_back({std::string(nf.first) + " x " + shape_text(sh), {x},
+                               [fn](const Inputs& in) { return fn(in[0]); }, {"x"}});
+            }
+          }
+          parts.push_back({"x^-1 x (3, 4)", {c.uniform({3, 4}, 0.3, 2.0)},
+                           [](const Inputs& in) { return ops::pow(in[0], -1.0); }, {"x"}});
+          return parts;
+        });
 }
 
 void reduce(GradcheckSuite& s) {
@@ -127,6 +221,35 @@ void reduce(GradcheckSuite& s) {
   op(s, "var-population", "x (2, 3, 4), axes {0, 2}, correction 0, keepdims",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 3, 4})}; },
      [](const Inputs& in) { return ops::var(in[0], {0, 2}, 0, true); }, {"x"});
+  sweep(s, "sum-mean-axes", "sum and mean of x (2, 1, 3) over 6 axis sets (all, one, negative, several), keepdims or not",
+        [](CheckContext& c) {
+          const Array x = c.uniform({2, 1, 3});
+          std::vector<Part> parts;
+          for (const Axes& ax : axis_sets())
+            for (bool keep : {false, true}) {
+              const std::string where = axes_text(ax) + (keep ? ", keepdims" : "");
+              parts.push_back({"sum " + where, {x}, [ax, keep](const Inputs& in) { return ops::sum(in[0], ax, keep); }, {"x"}});
+              parts.push_back({"mean " + where, {x}, [ax, keep](const Inputs& in) { return ops::mean(in[0], ax, keep); }, {"x"}});
+            }
+          return parts;
+        });
+  sweep(s, "var-axes", "var of x (3, 4) over all axes, axis 0 and axis 1, correction 0 and 1, keepdims",
+        [](CheckContext& c) {
+          const Array x = c.uniform({3, 4});
+          std::vector<Part> parts;
+          for (const Axes& ax : {Axes{}, Axes{0}, Axes{1}})
+            for (int corr : {0, 1})
+              parts.push_back({axes_text(ax) + ", correction " + std::to_string(corr), {x},
+                               [ax, corr](const Inputs& in) { return ops::var(in[0], ax, corr, true); }, {"x"}});
+          return parts;
+        });
+  sweep(s, "max-axes", "max of x (2, 3, 4) over 6 axis sets, distinct values 0.1 apart (no ties)", [](CheckContext& c) {
+    const Array x = distinct({2, 3, 4}, c);
+    std::vector<Part> parts;
+    for (const Axes& ax : axis_sets())
+      parts.push_back({axes_text(ax), {x}, [ax](const Inputs& in) { return ops::max(in[0], ax); }, {"x"}});
+    return parts;
+  });
 }
 
 void shape_ops(GradcheckSuite& s) {
@@ -148,6 +271,9 @@ void join(GradcheckSuite& s) {
   op(s, "concat", "a (2, 1, 3), b (2, 2, 3), c (2, 3, 3) along axis 1",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 1, 3}), c.uniform({2, 2, 3}), c.uniform({2, 3, 3})}; },
      [](const Inputs& in) { return ops::concat({in[0], in[1], in[2]}, 1); }, {"a", "b", "c"});
+  op(s, "concat-last-axis", "a (2, 2), b (2, 3) along axis -1",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 2}), c.uniform({2, 3})}; },
+     [](const Inputs& in) { return ops::concat({in[0], in[1]}, -1); }, {"a", "b"});
   op(s, "slice", "x (4, 7)[:, -6:7:2]", [](CheckContext& c) { return std::vector<Array>{c.uniform({4, 7})}; },
      [](const Inputs& in) { return ops::slice(in[0], 1, -6, 7, 2); }, {"x"});
   op(s, "split", "x (2, 6) into sizes {1, 3, 2} on axis 1, pieces reordered and one squared",
@@ -170,6 +296,9 @@ void index(GradcheckSuite& s) {
   op(s, "index_select", "x (5, 3), axis 0, idx {4, 0, 4, 2} (a repeat accumulates)",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({5, 3})}; },
      [](const Inputs& in) { return ops::index_select(in[0], 0, IndexArray{4, 0, 4, 2}); }, {"x"});
+  op(s, "index_select-axis1", "x (4, 3), axis 1, idx {2, 2} (one column twice)",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({4, 3})}; },
+     [](const Inputs& in) { return ops::index_select(in[0], 1, IndexArray{2, 2}); }, {"x"});
   op(s, "gather", "x (3, 4), axis 1, idx (3, 5) with repeats",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 4})}; },
      [](const Inputs& in) {
@@ -196,6 +325,34 @@ void matmul(GradcheckSuite& s) {
      },
      [](const Inputs& in) { return ops::concat({ops::matmul(in[0], in[1]), ops::matmul(in[2], in[3])}, 0); },
      {"v", "M", "N", "w"});
+  sweep(s, "matmul-broadcasting", "a @ b over 6 shape pairs: plain, a stack of x and one W, one a and a stack of b, both "
+        "broadcast, size-1 matrix dims, a stack of matrices times a vector",
+        [](CheckContext& c) {
+          const std::vector<std::pair<Shape, Shape>> pairs = {{{2, 3}, {3, 4}},       {{5, 2, 3}, {3, 4}},
+                                                              {{2, 3}, {5, 3, 4}},    {{2, 1, 2, 3}, {3, 3, 2}},
+                                                              {{1, 3}, {2, 3, 1}},    {{4, 2, 3}, {3}}};
+          std::vector<Part> parts;
+          for (const auto& ab : pairs)
+            parts.push_back({"a " + shape_text(ab.first) + " b " + shape_text(ab.second),
+                             {c.uniform(ab.first), c.uniform(ab.second)},
+                             [](const Inputs& in) { return ops::matmul(in[0], in[1]); }, {"a", "b"}});
+          return parts;
+        });
+  sweep(s, "matmul-transpose-flags", "op(a) (2, 3, 4) @ op(b) (2, 4, 5) for each pair of transpose flags; x (3, 2, 4) "
+        "W^T with one W (5, 4)",
+        [](CheckContext& c) {
+          std::vector<Part> parts;
+          for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+              const ops::MatmulOptions o{ta, tb};
+              parts.push_back({std::string("transpose_a ") + (ta ? "1" : "0") + " transpose_b " + (tb ? "1" : "0"),
+                               {c.uniform(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}), c.uniform(tb ? Shape{2, 5, 4} : Shape{2, 4, 5})},
+                               [o](const Inputs& in) { return ops::matmul(in[0], in[1], o); }, {"a", "b"}});
+            }
+          parts.push_back({"x W^T", {c.uniform({3, 2, 4}), c.uniform({5, 4})},
+                           [](const Inputs& in) { return ops::matmul(in[0], in[1], {false, true}); }, {"x", "W"}});
+          return parts;
+        });
 }
 
 void softmax_mask(GradcheckSuite& s) {
@@ -203,6 +360,18 @@ void softmax_mask(GradcheckSuite& s) {
      [](const Inputs& in) { return ops::softmax(in[0], 1); }, {"u"});
   op(s, "log_softmax", "u (3, 5), axis -1", [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 5}, -2, 2)}; },
      [](const Inputs& in) { return ops::log_softmax(in[0], -1); }, {"u"});
+  sweep(s, "softmax-axes", "softmax of u (2, 3, 4) in [-2, 2] along axes 0, 1 and -1, of a single score u (1), and "
+        "log_softmax along axis 0",
+        [](CheckContext& c) {
+          const Array u = c.uniform({2, 3, 4}, -2, 2);
+          std::vector<Part> parts;
+          for (int axis : {0, 1, -1})
+            parts.push_back({"softmax axis " + std::to_string(axis), {u},
+                             [axis](const Inputs& in) { return ops::softmax(in[0], axis); }, {"u"}});
+          parts.push_back({"softmax u (1)", {c.uniform({1})}, [](const Inputs& in) { return ops::softmax(in[0]); }, {"u"}});
+          parts.push_back({"log_softmax axis 0", {u}, [](const Inputs& in) { return ops::log_softmax(in[0], 0); }, {"u"}});
+          return parts;
+        });
   op(s, "add_mask", "softmax(x (3, 5) + bias): -inf and soft biases, each row keeps a finite entry",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 5}, -2, 2)}; },
      [](const Inputs& in) {

@@ -4,22 +4,11 @@
 using namespace xg;
 using namespace xgt;
 
-TEST_CASE("index_select, gather, embedding: values and scatter-add VJPs", "[ops][index][gradcheck]") {
+TEST_CASE("index_select/gather/embedding: values", "[ops][index]") {
   const Tensor w(Array::of({{0.0, 0.5}, {1.0, 1.5}, {2.0, 2.5}}));
   const Tensor e = ops::embedding(w, IndexArray({2, 2}, {2, 0, 2, 1}));
   CHECK(e.shape() == Shape{2, 2, 2});
   CHECK(e.value().to_vector() == std::vector<double>{2, 2.5, 0, 0.5, 2, 2.5, 1, 1.5});
   const Tensor gth = ops::gather(w, 1, IndexArray({3, 1}, {1, 0, 1}));
   CHECK(gth.value().to_vector() == std::vector<double>{0.5, 1.0, 2.5});
-  Generator g(79);
-  const Array x = rnd({4, 3}, g);
-  // Repeated indices check that gradients are summed, not overwritten.
-  require_gradcheck([](const std::vector<Tensor>& in) { return ops::index_select(in[0], 0, IndexArray{3, 1, 3}); }, {x});
-  require_gradcheck([](const std::vector<Tensor>& in) { return ops::index_select(in[0], 1, IndexArray{2, 2}); }, {x});
-  require_gradcheck([](const std::vector<Tensor>& in) {
-    return ops::gather(in[0], 1, IndexArray({4, 2}, {0, 2, 1, 1, 2, 0, 0, 0}));
-  }, {x});
-  require_gradcheck([](const std::vector<Tensor>& in) {
-    return ops::embedding(in[0], IndexArray({2, 3}, {0, 3, 3, 1, 2, 0}));
-  }, {x});
 }

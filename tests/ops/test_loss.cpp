@@ -21,8 +21,8 @@ TEST_CASE("cross_entropy: equals -log softmax at the target, averaged", "[ops][l
   CHECK(ops::cross_entropy(Tensor(z), IndexArray{0, 2}, o).item() == Approx((l0 + 3 * l1) / 4));
 }
 
-TEST_CASE("cross_entropy: gradient is (softmax - onehot) / N and agrees with central differences",
-          "[ops][loss][gradcheck]") {
+TEST_CASE("cross_entropy: the gradient is (softmax - onehot) / N",
+          "[ops][loss]") {
   Generator g(167);
   const Array z = rnd({2, 3, 4}, g, -2, 2);
   const IndexArray t({2, 3}, {0, 3, 1, 2, 2, 0});
@@ -34,16 +34,8 @@ TEST_CASE("cross_entropy: gradient is (softmax - onehot) / N and agrees with cen
       const double expect = (p.flat(r * 4 + c) - (static_cast<std::int64_t>(c) == t.data[r] ? 1.0 : 0.0)) / 6.0;
       CHECK(zt.grad().flat(r * 4 + c) == Approx(expect).margin(1e-15));
     }
-  ops::CrossEntropyOptions o;
-  o.ignore_index = 7;
-  o.weights = rnd({2, 3}, g, 0.5, 2.0);
-  const IndexArray t2({2, 3}, {0, 7, 1, 2, 7, 3});
-  require_gradcheck([&](const std::vector<Tensor>& in) { return ops::cross_entropy(in[0], t2, o); }, {z}, {"logits"});
 }
 
-TEST_CASE("mse: value and VJP", "[ops][loss][gradcheck]") {
+TEST_CASE("mse: value", "[ops][loss]") {
   CHECK(ops::mse(Tensor(Array::of({1.0, 2.0})), Tensor(Array::of({0.0, 4.0}))).item() == Approx(2.5));
-  Generator g(173);
-  require_gradcheck([](const std::vector<Tensor>& in) { return ops::mse(in[0], in[1]); },
-                    {rnd({3, 2}, g), rnd({3, 2}, g)}, {"a", "b"});
 }
