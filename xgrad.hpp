@@ -24,7 +24,6 @@
 #include <xgrad/ops/softmax.hpp>
 #include <xgrad/ops/unary.hpp>
 #include <xgrad/nn/attention.hpp>
-#include <xgrad/nn/attention_reference.hpp>
 #include <xgrad/nn/cost_model.hpp>
 #include <xgrad/nn/kv_cache.hpp>
 #include <xgrad/nn/module.hpp>
@@ -33,7 +32,7 @@
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/nn/layers.hpp>
 #include <xgrad/nn/transformer.hpp>
-#include <xgrad/nn/convert.hpp>
+#include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/io/atomic_file.hpp>

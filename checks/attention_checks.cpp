@@ -6,8 +6,8 @@
 #include <limits>
 
 #include <xgrad/checks/builtin.hpp>
-#include <xgrad/checks/common.hpp>
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/checks/detail/common.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 
 namespace xg::checks {
 
@@ -53,8 +53,8 @@ CheckResult compare_with_reference(CheckContext& ctx, const Tensor& O, const std
                                    const Array& G, const Array& drop, const std::string& what) {
   const auto f64 = [](const Array& a) { return a.astype(DType::float64); };
   // The reference's allowed sets come from the definitions (c.allowed), not from c.vis.
-  const auto allowed = nn::reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S);
-  const auto ref = nn::reference::sdpa(f64(Q.value()), f64(K.value()), f64(V.value()), allowed,
+  const auto allowed = reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S);
+  const auto ref = reference::sdpa(f64(Q.value()), f64(K.value()), f64(V.value()), allowed,
                                        c.valid, c.soft, 1.0 / std::sqrt(double(Q.shape()[3])),
                                        drop.defined() ? f64(drop) : drop, f64(G));
   Diff d = max_diff(f64(O.value()), ref.O, "O");

@@ -49,7 +49,7 @@ using AttentionFn = std::function<Tensor(const Tensor& Q, const Tensor& K, const
 /// cross shapes, and a larger case in random-projection mode. checks/attention_checks.cpp.
 void register_attention_gradient_checks(GradcheckSuite& suite, const std::string& prefix, AttentionFn attn);
 /// "<prefix>/reference-closed-form": output and Q, K, V gradients of random configurations
-/// against SPEC 9's closed form (nn/attention_reference.hpp), 1e-10 in float64.
+/// against SPEC 9's closed form (checks/attention_reference.hpp), 1e-10 in float64.
 void register_attention_reference_checks(GradcheckSuite& suite, const std::string& prefix, AttentionFn attn);
 /// "<prefix>/invariant-...": score-gradient rows sum to zero, forbidden positions and invalid
 /// rows get exactly zero gradient, a row with one visible key, equal values, prefix

@@ -1,4 +1,4 @@
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 
 #include <cmath>
 #include <limits>
@@ -129,7 +129,7 @@ RefConfig random_ref_config(Generator& g, bool self_attention) {
     }
   }
   // A valid query with an empty allowed set is a VisibilityError by design: declare it invalid.
-  const auto allowed = nn::reference::allowed_sets(c.allowed, d.B, d.H_q, d.T, d.S);
+  const auto allowed = reference::allowed_sets(c.allowed, d.B, d.H_q, d.T, d.S);
   for (std::size_t b = 0; b < d.B; ++b)
     for (std::size_t h = 0; h < d.H_q; ++h)
       for (std::size_t i = 0; i < d.T; ++i) {
@@ -168,10 +168,10 @@ Array f64_columns(const Tensor& t, std::size_t start, std::size_t n) {
 Array f64_or_none(const Tensor& t) { return t.defined() ? t.value().astype(DType::float64) : Array(); }
 }  // namespace
 
-nn::reference::Layer reference_layer(const nn::MultiHeadAttention& m) {
+reference::Layer reference_layer(const nn::MultiHeadAttention& m) {
   const auto& c = m.config();
   const std::size_t d_h = m.d_head(), q = c.H_q * d_h, kv = c.H_kv * d_h;
-  nn::reference::Layer p;
+  reference::Layer p;
   p.W_Q = f64_columns(m.W_QKV, 0, q);  // columns [Q heads | K heads | V heads] (5.22)
   p.W_K = f64_columns(m.W_QKV, q, kv);
   p.W_V = f64_columns(m.W_QKV, q + kv, kv);
@@ -186,10 +186,10 @@ nn::reference::Layer reference_layer(const nn::MultiHeadAttention& m) {
   return p;
 }
 
-nn::reference::Layer reference_layer(const nn::CrossAttention& m) {
+reference::Layer reference_layer(const nn::CrossAttention& m) {
   const auto& c = m.config();
   const std::size_t d_h = m.d_head(), kv = c.H_kv * d_h;
-  nn::reference::Layer p;
+  reference::Layer p;
   p.W_Q = f64_or_none(m.W_Q);
   p.W_K = f64_columns(m.W_KV, 0, kv);  // columns [K heads | V heads] (the text after (5.22))
   p.W_V = f64_columns(m.W_KV, kv, kv);

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include <xgrad/checks/builtin.hpp>
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 
 namespace xg::checks {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include <xgrad/checks/builtin.hpp>
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 #include <xgrad/checks/kv_cache_check.hpp>
 
 namespace xg::checks {
@@ -70,9 +70,9 @@ CheckResult mha_reference(CheckContext& ctx) {
     const Tensor Y = m.forward(X, call).Y;
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {X, m.W_QKV, m.W_O, m.b_QKV, m.b_O}, Y_bar);
-    const nn::reference::Layer p = reference_layer(m);
-    const auto ref = nn::reference::layer(p, f64(X.value()), f64(X.value()), 
-                                          nn::reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
+    const reference::Layer p = reference_layer(m);
+    const auto ref = reference::layer(p, f64(X.value()), f64(X.value()), 
+                                          reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
                                           c.valid, c.soft, 1.0 / std::sqrt(double(d_h)), Array(),
                                           f64(Y_bar));
     Diff d = max_diff(f64(Y.value()), ref.Y, "Y");
@@ -112,9 +112,9 @@ CheckResult cross_reference(CheckContext& ctx) {
     const Tensor Y = m.forward(Xq, Xm, make_call(c.vis, c.valid)).Y;
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {Xq, Xm, m.W_Q, m.W_KV, m.W_O, m.b_Q, m.b_KV, m.b_O}, Y_bar);
-    const nn::reference::Layer p = reference_layer(m);
-    const auto ref = nn::reference::layer(p, f64(Xq.value()), f64(Xm.value()), 
-                                          nn::reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
+    const reference::Layer p = reference_layer(m);
+    const auto ref = reference::layer(p, f64(Xq.value()), f64(Xm.value()), 
+                                          reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
                                           c.valid, c.soft, 1.0 / std::sqrt(double(d_h)), Array(),
                                           f64(Y_bar));
     Diff d = max_diff(f64(Y.value()), ref.Y, "Y");

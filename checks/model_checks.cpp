@@ -7,7 +7,7 @@
 // (checks/kv_cache_check.hpp), the same one users point at their own decoders. The Llama
 // model (arch llama) gets the same two checks: its loss gradient and its (windowed) KV cache.
 #include <xgrad/checks/builtin.hpp>
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 #include <xgrad/checks/kv_cache_check.hpp>
 #include <xgrad/nn/layers.hpp>
 #include <xgrad/nn/transformer.hpp>

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include <xgrad/checks/builtin.hpp>
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 
 namespace xg::checks {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include <xgrad/checks/builtin.hpp>
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/ops/shape_ops.hpp>
 

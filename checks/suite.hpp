@@ -23,11 +23,6 @@
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/tensor.hpp>
 
-/// CLI11, the command-line parser that add_gradcheck_options and gradcheck_main fill (only
-/// CLI::App is declared here; include <CLI/CLI.hpp> to use it).
-namespace CLI {
-class App;
-}
 
 namespace xg {
 
@@ -228,16 +223,11 @@ void list_checks(const GradcheckSuite& suite, const RunOptions& opts, std::ostre
 /// `--json` path that cannot be opened throws UsageError before any check runs.
 int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out);
 
-/// The flags `--json`, `--list`, `--filter`, `--seed`, `--dtype`, `--full` on a CLI11 app, writing into
-/// opts (which must outlive parsing). Shared by `xgrad gradcheck` and gradcheck_main.
-void add_gradcheck_options(CLI::App& app, RunOptions& opts);
-
-/// main() for a program of your own checks: parses the flags above (plus any that `extra`
-/// adds; `description` heads `--help`), runs the suite and returns the exit status (2 for a
-/// bad flag, reported as one line "<program>: <message>" on stderr).
-int gradcheck_main(const GradcheckSuite& suite, int argc, char** argv,
-                   const std::function<void(CLI::App&)>& extra = {},
-                   const std::string& description = "Gradient checks");
+/// main() for a program of your own checks: parses the flags of `xgrad gradcheck` (`--json`,
+/// `--list`, `--filter`, `--seed`, `--dtype`, `--full`), runs the suite and returns the exit
+/// status (2 for a bad flag, reported as one line "<program>: <message>" on stderr). To add
+/// flags of your own, use the overload in <xgrad/checks/suite_cli.hpp> (CLI11).
+int gradcheck_main(const GradcheckSuite& suite, int argc, char** argv);
 
 /// A process-wide suite that XG_GRADCHECK registers into; gradcheck_main(argc, argv) runs it.
 GradcheckSuite& default_gradcheck_suite();

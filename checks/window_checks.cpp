@@ -11,8 +11,8 @@
 #include <cmath>
 
 #include <xgrad/checks/builtin.hpp>
-#include <xgrad/checks/common.hpp>
-#include <xgrad/nn/attention_reference.hpp>
+#include <xgrad/checks/detail/common.hpp>
+#include <xgrad/checks/attention_reference.hpp>
 #include <xgrad/nn/transformer.hpp>
 
 namespace xg::checks {
@@ -90,7 +90,7 @@ void register_impl(GradcheckSuite& s, const std::string& prefix, nn::SdpaImpl im
             const Tensor O = nn::attention(Q, K, V, c.vis(), o);
             const auto g = grad(O, {Q, K, V}, G);
             const auto f64 = [](const Array& a) { return a.astype(DType::float64); };
-            const auto ref = nn::reference::sdpa(f64(Q.value()), f64(K.value()), f64(V.value()),
+            const auto ref = reference::sdpa(f64(Q.value()), f64(K.value()), f64(V.value()),
                                                  window_allowed(d, c.W, c.len), BoolArray(), Array(),
                                                  1.0 / std::sqrt(double(d.d_k)), Array(), f64(G));
             Diff e = max_diff(f64(O.value()), ref.O, "O");

@@ -9,7 +9,7 @@
 #include <xgrad/checks/builtin.hpp>
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
-#include <xgrad/checks/suite.hpp>
+#include <xgrad/checks/suite_cli.hpp>
 
 namespace xg::cli {
 

@@ -4,13 +4,11 @@
 find_package(Doxygen QUIET)
 find_package(Python3 QUIET COMPONENTS Interpreter)
 if(DOXYGEN_FOUND AND Python3_Interpreter_FOUND)
-  # Every installed header: the engine's core/, ops/, nn/, and checks/, distributed/, train/ when
-  # they are built, without the internal ones (xtensor glue, kernels, BLAS, vector math, the
-  # engine's own JSON, SHA-256, the checks' shared helpers), read through the build tree's include
-  # folder so that the pages show <xgrad/...> include lines. Then the umbrella header and the
-  # Markdown pages. The same list as the install rules (CMakeLists.txt).
-  set(xgrad_doc_internal core/xt.hpp core/map.hpp core/kernels.hpp core/strided.hpp core/blas.hpp
-      core/vmath.hpp io/json.hpp core/sanitizer.hpp core/sha256.hpp checks/common.hpp)
+  # Every installed header: the .hpp files directly in the engine's core/, io/, ops/, nn/, and
+  # checks/, distributed/, train/ when they are built (internal headers live in subfolders such
+  # as detail/ and are never read), through the build tree's include folder so that the pages
+  # show <xgrad/...> include lines. Then the umbrella header and the Markdown pages. The same
+  # rule as the install rules (CMakeLists.txt).
   set(xgrad_doc_dirs core io ops nn)
   if(XGRAD_BUILD_CHECKS)
     list(APPEND xgrad_doc_dirs checks)
@@ -21,7 +19,6 @@ if(DOXYGEN_FOUND AND Python3_Interpreter_FOUND)
   set(xgrad_doc_headers)
   foreach(dir IN LISTS xgrad_doc_dirs)
     file(GLOB headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${dir}/*.hpp)
-    list(REMOVE_ITEM headers ${xgrad_doc_internal})
     list(SORT headers)
     list(APPEND xgrad_doc_headers ${headers})
   endforeach()

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <xgrad/core/runtime.hpp>
-#include <xgrad/core/sanitizer.hpp>
+#include <xgrad/core/detail/sanitizer.hpp>
 
 namespace xg {
 

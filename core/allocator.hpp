@@ -1,6 +1,6 @@
 /// \file
 /// Internal: the caching allocator behind every Array's storage (xtensor's default allocator
-/// in core/xt.hpp). A training step frees and allocates the same large blocks every step;
+/// in core/detail/xt.hpp). A training step frees and allocates the same large blocks every step;
 /// glibc serves those by fresh mmap and returns them on free, so each step page-faulted its
 /// whole working set in again. Blocks of 64 KiB and more are kept on free in size classes
 /// (eight per power of two: at most 12.5% rounding) and handed out again, so a steady-state

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include <xgrad/core/allocator.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg {
 namespace detail {

@@ -1,4 +1,4 @@
-#include <xgrad/core/blas.hpp>
+#include <xgrad/core/detail/blas.hpp>
 
 #include <cblas.h>
 

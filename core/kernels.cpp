@@ -1,11 +1,11 @@
-#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/detail/kernels.hpp>
 
 #include <algorithm>
 #include <limits>
 
 #include <xgrad/core/parallel.hpp>
-#include <xgrad/core/strided.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/strided.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg::kernels {
 

@@ -1,6 +1,6 @@
 // SHA-256 as FIPS 180-4 section 6.2 states it: 64-byte blocks, the message padded with a 1
 // bit, zeros and its length in bits (big-endian, 64 bits).
-#include <xgrad/core/sha256.hpp>
+#include <xgrad/core/detail/sha256.hpp>
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include <xgrad/core/vmath.hpp>
+#include <xgrad/core/detail/vmath.hpp>
 
 #include <cmath>
 

@@ -11,7 +11,7 @@
 // `xgrad gradcheck` (--filter, --dtype float32, --json, ...) and returns the exit status.
 #include <CLI/CLI.hpp>
 
-#include <xgrad/checks/suite.hpp>
+#include <xgrad/checks/suite_cli.hpp>
 #include <xgrad/xgrad.hpp>
 
 using namespace xg;

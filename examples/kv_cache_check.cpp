@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include <xgrad/checks/kv_cache_check.hpp>
+#include <xgrad/checks/suite_cli.hpp>
 #include <xgrad/xgrad.hpp>
 
 using namespace xg;

@@ -1,4 +1,4 @@
-#include <xgrad/io/json.hpp>
+#include <xgrad/io/detail/json.hpp>
 
 #include <cstdio>
 #include <unordered_set>

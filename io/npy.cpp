@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xgrad/io/json.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/io/detail/json.hpp>
+#include <xgrad/core/detail/xt.hpp>
 #include <xgrad/io/atomic_file.hpp>
 
 namespace xg::io::npy {

@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include <xgrad/io/atomic_file.hpp>
-#include <xgrad/io/json.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/io/detail/json.hpp>
+#include <xgrad/core/detail/xt.hpp>
 #include <xgrad/version.hpp>
 
 namespace xg::io::safetensors {

@@ -2,7 +2,7 @@
 //   P = X W_QKV + b_QKV = [X W_Q, X W_K, X W_V]                 (5.22)
 //   Q, K, V = split_heads(P slices); O = attention(Q, K, V)      (5.3, 5.36)
 //   C = merge_heads(O) = concat_h O^(h);  Y = C W_O + b_O        (5.20), (5.21)
-// Backward is the tape's, by composition; nn/attention_reference.cpp derives the same
+// Backward is the tape's, by composition; checks/attention_reference.cpp derives the same
 // gradients in closed form (5.24)-(5.31) and the tests compare the two.
 #include <xgrad/nn/attention.hpp>
 
@@ -11,7 +11,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/ops/matmul.hpp>

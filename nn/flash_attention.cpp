@@ -1,4 +1,4 @@
-// The fused attention op: see nn/flash_attention.hpp for the equations. Work is split into
+// The fused attention op: see nn/detail/flash_attention.hpp for the equations. Work is split into
 // blocks of kBlock query rows of one head; each block reads only the key range its rows can
 // see (VisibilityPlan::range), through two GEMMs forward and four backward.
 //
@@ -7,7 +7,7 @@
 // fewer groups than threads, splits a group's blocks with per-chunk dK/dV summed in chunk
 // order. Either way the partition depends only on the thread count: bit-identical results run
 // to run for a fixed count.
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -15,13 +15,13 @@
 #include <memory>
 #include <vector>
 
-#include <xgrad/core/blas.hpp>
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/vmath.hpp>
+#include <xgrad/core/detail/vmath.hpp>
 #include <xgrad/ops/dropout.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg::nn {
 

@@ -16,8 +16,8 @@
 #include <limits>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/core/kernels.hpp>
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/core/detail/kernels.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/ops/dropout.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/mask.hpp>

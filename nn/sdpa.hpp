@@ -1,7 +1,7 @@
 /// \file
 /// Scaled dot-product attention, the one attention core (SPEC 1-4, Algorithm 5.1, (5.36)).
 /// Composed from the engine's ops (matmul, add_mask, softmax, dropout, where), so the tape
-/// derives its backward; nn/attention_reference.hpp holds the closed-form backward of SPEC 9
+/// derives its backward; checks/attention_reference.hpp holds the closed-form backward of SPEC 9
 /// that the tests compare with it.
 ///
 /// \verbatim
@@ -32,7 +32,7 @@ enum class SdpaImpl { automatic, composed, fused };
 /// The chapter's composition of engine ops (matmul, add_mask, softmax, dropout); the tape
 /// derives its backward. The reference the closed-form gradients check.
 /// \var SdpaImpl::fused
-/// One tiled op with its own VJP (nn/flash_attention.hpp): never materialises the
+/// One tiled op with its own VJP (nn/detail/flash_attention.hpp): never materialises the
 /// [B, H, T, S] scores; forward keeps O and the per-row log-sum-exp, backward recomputes the
 /// weights block by block.
 

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/core/kernels.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/kernels.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg::nn::torch_layout {
 

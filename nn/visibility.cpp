@@ -7,8 +7,8 @@
 #include <mutex>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/core/kernels.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/kernels.hpp>
+#include <xgrad/core/detail/xt.hpp>
 #include <xgrad/ops/mask.hpp>
 
 namespace xg::nn {

@@ -10,8 +10,8 @@
 #include <cmath>
 
 #include <xgrad/core/check.hpp>
-#include <xgrad/core/kernels.hpp>
-#include <xgrad/core/map.hpp>
+#include <xgrad/core/detail/kernels.hpp>
+#include <xgrad/core/detail/map.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/ops/unary.hpp>
 

@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include <xgrad/core/check.hpp>
-#include <xgrad/core/strided.hpp>
+#include <xgrad/core/detail/strided.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 #include <xgrad/ops/shape_ops.hpp>
 
 namespace xg::ops {

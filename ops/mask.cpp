@@ -7,9 +7,9 @@
 #include <limits>
 
 #include <xgrad/core/check.hpp>
-#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg::ops {
 

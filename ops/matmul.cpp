@@ -5,12 +5,12 @@
 // (BLAS beta = 1 accumulates straight into the input's matrix, no temporary copies).
 #include <xgrad/ops/matmul.hpp>
 
-#include <xgrad/core/blas.hpp>
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/parallel.hpp>
-#include <xgrad/core/strided.hpp>
+#include <xgrad/core/detail/strided.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg::ops {
 

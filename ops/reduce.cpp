@@ -8,10 +8,10 @@
 #include <limits>
 
 #include <xgrad/core/check.hpp>
-#include <xgrad/core/kernels.hpp>
-#include <xgrad/core/strided.hpp>
+#include <xgrad/core/detail/kernels.hpp>
+#include <xgrad/core/detail/strided.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 #include <xgrad/ops/elementwise.hpp>
 
 namespace xg::ops {

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include <xgrad/core/check.hpp>
-#include <xgrad/core/kernels.hpp>
+#include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/tape.hpp>
 
 namespace xg::ops {

@@ -11,7 +11,7 @@
 
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg::ops {
 

@@ -21,11 +21,11 @@
 #include <memory>
 
 #include <xgrad/core/check.hpp>
-#include <xgrad/core/kernels.hpp>
-#include <xgrad/core/map.hpp>
+#include <xgrad/core/detail/kernels.hpp>
+#include <xgrad/core/detail/map.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/vmath.hpp>
+#include <xgrad/core/detail/vmath.hpp>
 #include <xgrad/ops/elementwise.hpp>
 
 namespace xg::ops {
@@ -156,7 +156,7 @@ Tensor relu(const Tensor& x) {
 namespace {
 
 // Exact GELU in float32: y = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2, with erf from the
-// vectorised float kernels (core/vmath.hpp); Phi is kept for the VJP, which then needs only
+// vectorised float kernels (core/detail/vmath.hpp); Phi is kept for the VJP, which then needs only
 // phi(x) = exp(-x^2 / 2) / sqrt(2 pi):  x_bar = g (Phi + x phi).
 constexpr std::size_t kTile = 256;
 

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/io/json.hpp>
+#include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/version.hpp>

@@ -5,7 +5,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/nn/convert.hpp>
+#include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>

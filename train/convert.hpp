@@ -1,6 +1,6 @@
 /// \file
 /// `xgrad convert`: a checkpoint with fewer key/value heads (MHA -> GQA/MQA, or GQA -> fewer
-/// groups), made by mean-pooling each group's key and value heads (nn/convert.hpp), written as
+/// groups), made by mean-pooling each group's key and value heads (nn/kv_head_pooling.hpp), written as
 /// a model.safetensors with the new H_kv, then compared with the original on the task's
 /// held-out data: logit distance, KL, teacher-forced cross-entropy and exact match (sort,
 /// reverse) of both models. `xgrad train --init-from OUT` uptrains the result.

@@ -18,7 +18,7 @@
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/random.hpp>
-#include <xgrad/core/sha256.hpp>
+#include <xgrad/core/detail/sha256.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/tasks.hpp>
 

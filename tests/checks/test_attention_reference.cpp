@@ -1,4 +1,4 @@
-// The spec's hand-derived backward (SPEC 9, (5.24)-(5.31); nn/attention_reference.cpp, no
+// The spec's hand-derived backward (SPEC 9, (5.24)-(5.31); checks/attention_reference.cpp, no
 // tape) against the tape's gradients of the attention core and layers, on randomised
 // configurations: masks (random per head, causal with offsets, documents, key lengths,
 // streaming availability, soft biases), GQA and MQA, cross attention, invalid rows, dropout.
@@ -10,12 +10,13 @@
 #include <limits>
 #include <sstream>
 
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 #include "tests/support/helpers.hpp"
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 
 using namespace xg;
 using namespace xg::nn;
+using namespace xg::checks;
 using namespace xgt;
 
 namespace {
@@ -39,7 +40,7 @@ std::vector<std::int64_t> random_ids(Generator& g, std::size_t n, std::size_t ra
 }
 
 // A random configuration. The allowed sets of the reference come from the definitions
-// (positions, lengths, document ids, arrival times; nn::reference::allowed_sets), never from
+// (positions, lengths, document ids, arrival times; checks::reference::allowed_sets), never from
 // the Visibility, so a mask bug cannot hide on both sides; dense user masks and additive
 // biases are data and go to both sides as given. A valid query whose allowed set is empty is
 // declared invalid (a VisibilityError by design otherwise; the left-padded case of SPEC 3.8).

@@ -1,10 +1,10 @@
-// SHA-256 (core/sha256.hpp, internal): the FIPS 180-4 example messages (NIST's "Cryptographic
+// SHA-256 (core/detail/sha256.hpp, internal): the FIPS 180-4 example messages (NIST's "Cryptographic
 // Standards and Guidelines" examples for SHA-256), and messages whose lengths sit at the
 // padding's boundaries, with digests from Python's hashlib (an independent implementation).
 #include <catch2/catch.hpp>
 #include <string>
 
-#include <xgrad/core/sha256.hpp>
+#include <xgrad/core/detail/sha256.hpp>
 
 using xg::detail::Sha256;
 using xg::detail::sha256_hex;

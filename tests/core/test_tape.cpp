@@ -2,8 +2,8 @@
 #include <fstream>
 #include <unistd.h>
 
-#include <xgrad/core/sanitizer.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/sanitizer.hpp>
+#include <xgrad/core/detail/xt.hpp>
 #include "tests/support/helpers.hpp"
 
 using namespace xg;

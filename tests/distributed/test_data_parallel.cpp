@@ -9,7 +9,7 @@
 #include "tests/support/helpers.hpp"
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/train/tasks.hpp>
 
 using namespace xg;

@@ -13,9 +13,14 @@
 
 #include <xgrad/version.hpp>
 #include <xgrad/xgrad.hpp>
+// Renamed in 0.3; the old name still compiles for one release (deprecated).
+#include <xgrad/nn/convert.hpp>
 #ifdef CONSUMER_WITH_CHECKS
+#include <xgrad/checks/attention_reference.hpp>
 #include <xgrad/checks/kv_cache_check.hpp>
 #include <xgrad/checks/suite.hpp>
+// Moved to checks/ in 0.3; the old header and the name xg::nn::reference still work (deprecated).
+#include <xgrad/nn/attention_reference.hpp>
 #endif
 
 using namespace xg;
@@ -153,6 +158,16 @@ int main() {
   RunOptions opts;
   const SuiteReport rep = run_suite(suite, opts, std::cout);
   expect(rep.all_passed() && rep.passed == 1, "the suite runner passes the custom op's check");
+
+  // The closed-form reference from xgrad::checks, by its new name and its deprecated one.
+  {
+    checks::reference::Mat m(1, 2);
+    m(0, 1) = 2.0;
+    const checks::reference::Mat a = checks::reference::transpose(m);
+    const nn::reference::Mat b = nn::reference::transpose(a);
+    expect(a.rows == 2 && a(1, 0) == 2.0 && b.rows == 1 && b(0, 1) == 2.0,
+           "checks::reference (and its old name nn::reference) transposes");
+  }
 
   // The KV-cache checker on the model: cached decoding in every schedule equals the full
   // forward; a cache dropped between calls is caught, on the token-by-token schedule.

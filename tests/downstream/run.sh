@@ -28,8 +28,12 @@ for f in include/xgrad/xgrad.hpp include/xgrad/version.hpp include/xgrad/core/te
 done
 # Only namespaced headers, none of the internal ones, and no xtensor in any public header.
 [[ -z "$(ls "$prefix/include" | grep -v '^xgrad$')" ]] || fail "un-namespaced entries in include/: $(ls "$prefix/include")"
-for internal in core/xt.hpp core/kernels.hpp io/json.hpp; do
-  [[ ! -e "$prefix/include/xgrad/$internal" ]] || fail "internal header $internal was installed"
+# Internal is a folder: nothing under a subfolder of a layer (detail/, train/tasks/) is installed.
+internal=$(cd "$prefix/include/xgrad" && find . -mindepth 3 -name '*.hpp' | sort)
+[[ -z "$internal" ]] || fail "internal headers were installed: $internal"
+# The headers renamed in 0.3 still exist under their old names for one release (deprecated).
+for old in nn/convert.hpp nn/attention_reference.hpp; do
+  [[ -e "$prefix/include/xgrad/$old" ]] || fail "the deprecated header $old is missing"
 done
 if grep -rn '#include <xtensor' "$prefix/include"; then fail "a public header includes xtensor"; fi
 "$prefix/bin/xgrad" --version | grep -qx "xgrad $version" || fail "xgrad --version does not say 'xgrad $version'"

@@ -1,4 +1,4 @@
-// MHA -> GQA/MQA conversion (nn/convert.hpp, train/convert.hpp): the mean-pooling of key and
+// MHA -> GQA/MQA conversion (nn/kv_head_pooling.hpp, train/convert.hpp): the mean-pooling of key and
 // value heads element by element on hand-made weights, queries and outputs untouched, the
 // group mapping g(h) = floor(h / r) agreeing with how the layer shares key/value heads,
 // identity at G = H_kv, every attention layer of both models, the converted checkpoint
@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "tests/support/helpers.hpp"
-#include <xgrad/nn/convert.hpp>
+#include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/convert.hpp>
 #include <xgrad/train/generate.hpp>

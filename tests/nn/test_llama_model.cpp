@@ -10,7 +10,7 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/checks/kv_cache_check.hpp>
-#include <xgrad/nn/convert.hpp>
+#include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
 using namespace xg;

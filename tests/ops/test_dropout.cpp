@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "tests/support/helpers.hpp"
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/ops/dropout.hpp>
 
 using namespace xg;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tests/support/helpers.hpp"
-#include <xgrad/io/json.hpp>
+#include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/compare.hpp>
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "tests/support/helpers.hpp"
-#include <xgrad/core/sha256.hpp>
+#include <xgrad/core/detail/sha256.hpp>
 #include <xgrad/train/tokenizer.hpp>
 
 namespace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/support/helpers.hpp"
+#include <xgrad/checks/attention_reference.hpp>
 
 using namespace xg;
 using namespace xg::nn;
@@ -372,16 +373,16 @@ TEST_CASE("claims: availability mask bad input names available(arrival, query_ti
 
 TEST_CASE("claims: the reference's allowed sets from definitions, and their size errors", "[attention][claims][reference]") {
   // (5.12) bottom-right causal with T = 2, S = 3 (queries at 1, 2), key padding 2 for sample 1.
-  reference::AllowedSets a;
+  checks::reference::AllowedSets a;
   a.causal = true;
   a.key_lengths = {3, 2};
-  const auto got = reference::allowed_sets(a, 2, 1, 2, 3);
+  const auto got = checks::reference::allowed_sets(a, 2, 1, 2, 3);
   CHECK(got == std::vector<unsigned char>{1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 1, 0});
   CHECK(got == (Visibility::causal(2, 3) & Visibility::key_lengths({3, 2}, 3)).expand_allowed("test", {2, 1, 2, 3}));
-  reference::AllowedSets bad;
+  checks::reference::AllowedSets bad;
   bad.key_lengths = {1, 2, 3};
-  CHECK_THROWS_WITH(reference::allowed_sets(bad, 2, 1, 2, 3), Catch::Contains("key_lengths") && Catch::Contains("3 entries"));
-  reference::AllowedSets half;
+  CHECK_THROWS_WITH(checks::reference::allowed_sets(bad, 2, 1, 2, 3), Catch::Contains("key_lengths") && Catch::Contains("3 entries"));
+  checks::reference::AllowedSets half;
   half.q_doc = {0, 0};
-  CHECK_THROWS_AS(reference::allowed_sets(half, 1, 1, 2, 3), ShapeError);
+  CHECK_THROWS_AS(checks::reference::allowed_sets(half, 1, 1, 2, 3), ShapeError);
 }

@@ -1,14 +1,14 @@
-// The fused attention path (nn/flash_attention.hpp) against the composed path, in float64 to
+// The fused attention path (nn/detail/flash_attention.hpp) against the composed path, in float64 to
 // 1e-12, on every visibility kind, with invalid queries, GQA/MQA, dropout, several query
 // blocks (T > 128, the block height), and against the closed-form reference (5.24)-(5.31). Also: the same
 // errors as the composed path, and bit-identical results run to run.
 #include <cmath>
 #include <limits>
 
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 #include "tests/support/helpers.hpp"
-#include <xgrad/nn/attention_reference.hpp>
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/checks/attention_reference.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 
 using namespace xg;
 using namespace xg::nn;
@@ -157,7 +157,7 @@ TEST_CASE("fused attention agrees with the closed-form backward (5.24)-(5.31)", 
     const Array G = rnd(r.output.shape(), g);
     const auto tape = grad(r.output, {Q, K, V}, G);
     const Shape full{d.B, d.H_q, d.T, d.S};
-    const auto ref = reference::sdpa(Q.value(), K.value(), V.value(), c.vis.expand_allowed("test", full), c.valid,
+    const auto ref = checks::reference::sdpa(Q.value(), K.value(), V.value(), c.vis.expand_allowed("test", full), c.valid,
                                      checks::soft_part(c.vis, full), 1.0 / std::sqrt(double(d.d_k)), Array(), G);
     require_close(r.output.value(), ref.O, kTol);
     require_close(tape[0], ref.Q_bar, kTol);

@@ -1,7 +1,7 @@
 // Attention layers (SPEC 6-8, 11): MHA/GQA/MQA in one module, cross attention, the KV cache,
 // PyTorch layout conversion, dropout modes, configuration errors.
 #include "tests/support/helpers.hpp"
-#include <xgrad/nn/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 
 using namespace xg;
 using namespace xg::nn;

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include <xgrad/checks/common.hpp>
+#include <xgrad/checks/detail/common.hpp>
 #include "tests/support/helpers.hpp"
 
 using namespace xg;

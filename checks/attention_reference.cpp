@@ -1,4 +1,4 @@
-#include <xgrad/nn/attention_reference.hpp>
+#include <xgrad/checks/attention_reference.hpp>
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include <xgrad/core/error.hpp>
 
-namespace xg::nn::reference {
+namespace xg::checks::reference {
 
 Mat matmul(const Mat& x, const Mat& y) {
   Mat z(x.rows, y.cols);
@@ -274,4 +274,4 @@ LayerGrads layer(const Layer& w, const Array& X_q, const Array& X_m, const std::
   return out;
 }
 
-}  // namespace xg::nn::reference
+}  // namespace xg::checks::reference

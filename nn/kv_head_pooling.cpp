@@ -1,4 +1,4 @@
-#include <xgrad/nn/convert.hpp>
+#include <xgrad/nn/kv_head_pooling.hpp>
 
 #include <map>
 

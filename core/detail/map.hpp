@@ -2,7 +2,7 @@
 #pragma once
 
 #include <xgrad/core/parallel.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/xt.hpp>
 
 namespace xg::detail {
 

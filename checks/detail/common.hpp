@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/checks/attention_reference.hpp>
 #include <xgrad/checks/suite.hpp>
 #include <xgrad/xgrad.hpp>
 
@@ -55,7 +56,7 @@ struct Dims {
 struct RefConfig {
   Dims d;
   nn::Visibility vis;                // the library side
-  nn::reference::AllowedSets allowed;  // the same constraints as definitions, for the reference
+  reference::AllowedSets allowed;  // the same constraints as definitions, for the reference
   Array soft;                        // [B, H_q, T, S] soft bias for the reference, or undefined
   BoolArray valid;  // [B, T] or empty
   std::string text;
@@ -69,10 +70,10 @@ nn::AttentionCall make_call(const nn::Visibility& vis, const BoolArray& query_va
 // nn::reference takes it.
 Array soft_part(const nn::Visibility& v, const Shape& full);
 
-// The closed-form reference's parameters (nn/attention_reference.hpp) of a layer, in float64:
+// The closed-form reference's parameters (checks/attention_reference.hpp) of a layer, in float64:
 // the packed W_QKV / b_QKV (self) or W_KV / b_KV (cross) cut into W_Q, W_K, W_V and biases
 // (undefined where the layer has none).
-nn::reference::Layer reference_layer(const nn::MultiHeadAttention& m);
-nn::reference::Layer reference_layer(const nn::CrossAttention& m);
+reference::Layer reference_layer(const nn::MultiHeadAttention& m);
+reference::Layer reference_layer(const nn::CrossAttention& m);
 
 }  // namespace xg::checks
