@@ -164,7 +164,7 @@ struct PoolGuard {
   }
 };
 
-PoolList* pool_list(std::size_t bytes) noexcept {
+[[maybe_unused]] PoolList* pool_list(std::size_t bytes) noexcept {
   for (PoolList& l : tl_pool.lists) {
     if (l.bytes == bytes) return &l;
     if (l.bytes == 0) {
