@@ -126,6 +126,94 @@ void cached_free(void* p, std::size_t bytes) noexcept {
 
 }  // namespace detail
 
+namespace detail {
+
+namespace {
+
+// The pool of small blocks (allocator.hpp). The state is plain data (constant-initialised,
+// never destroyed), so a block freed while this thread's other thread_local objects are being
+// destroyed is still handled: PoolGuard, made at the first use, frees the lists at thread exit
+// and marks the pool dead; after that every block goes straight to the heap.
+struct PoolList {
+  std::size_t bytes;
+  void* head;
+  std::size_t count;
+};
+constexpr int kPoolLists = 4;  // block sizes kept per thread (xgrad uses two)
+struct PoolState {
+  PoolList lists[kPoolLists];
+  bool armed;
+  bool dead;
+};
+thread_local PoolState tl_pool{};
+
+void free_pool_lists() noexcept {
+  for (PoolList& l : tl_pool.lists)
+    while (l.head) {
+      void* next = *static_cast<void**>(l.head);
+      ::operator delete(l.head);
+      l.head = next;
+      --l.count;
+    }
+}
+
+struct PoolGuard {
+  ~PoolGuard() {
+    tl_pool.dead = true;
+    free_pool_lists();
+  }
+};
+
+[[maybe_unused]] PoolList* pool_list(std::size_t bytes) noexcept {
+  for (PoolList& l : tl_pool.lists) {
+    if (l.bytes == bytes) return &l;
+    if (l.bytes == 0) {
+      l.bytes = bytes;
+      return &l;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void* pool_alloc(std::size_t bytes) {
+#if !XG_UNDER_ASAN
+  if (!tl_pool.dead)
+    if (PoolList* l = pool_list(bytes); l && l->head) {
+      void* p = l->head;
+      l->head = *static_cast<void**>(p);
+      --l->count;
+      return p;
+    }
+#endif
+  return ::operator new(bytes < sizeof(void*) ? sizeof(void*) : bytes);
+}
+
+void pool_free(void* p, std::size_t bytes) noexcept {
+#if !XG_UNDER_ASAN
+  if (!tl_pool.dead) {
+    if (!tl_pool.armed) {
+      tl_pool.armed = true;
+      static thread_local PoolGuard guard;  // frees the lists when this thread ends
+      (void)guard;
+    }
+    PoolList* l = pool_list(bytes);
+    if (l && l->count < kPoolBlocks) {
+      *static_cast<void**>(p) = l->head;
+      l->head = p;
+      ++l->count;
+      return;
+    }
+  }
+#else
+  (void)bytes;
+#endif
+  ::operator delete(p);
+}
+
+}  // namespace detail
+
 void set_memory_cache_limit(std::size_t bytes) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.m);

@@ -17,7 +17,7 @@ Array Storage::make(const Shape& shape, DType dtype) {
   if (n > static_cast<std::size_t>(-1) / width)
     throw ShapeError(op_message("array", "shape " + shape_str(shape) + " needs more bytes than size_t counts"));
   const std::size_t bytes = n * width;
-  auto s = std::make_shared<Storage>();
+  auto s = std::allocate_shared<Storage>(PoolAllocator<Storage>());
   s->shape = shape;
   s->dtype = dtype;
   s->size = n;
@@ -35,7 +35,7 @@ Storage::~Storage() {
 }
 
 Array Storage::view(const Array& a, const Shape& shape) {
-  auto s = std::make_shared<Storage>();
+  auto s = std::allocate_shared<Storage>(PoolAllocator<Storage>());
   s->shape = shape;
   s->dtype = a.s_->dtype;
   s->size = a.s_->size;

@@ -52,7 +52,10 @@ Bcast classify(const Shape& sx, const Shape& out, std::size_t& inner) {
 template <class F> Array binary(const Array& a, const Array& b, F f) {
   const Shape& sa = a.shape();
   const Shape& sb = b.shape();
-  const Shape out_shape = sa == sb ? sa : broadcast_shapes("broadcast", "a", sa, "b", sb);
+  Shape broadcast;  // made only when neither operand's shape is the result's
+  const Shape& out_shape = sa == sb || sb.empty() ? sa
+                           : sa.empty()           ? sb
+                                                  : (broadcast = broadcast_shapes("broadcast", "a", sa, "b", sb));
   Array out = Array::empty(out_shape, a.dtype());
   std::size_t ia = 0, ib = 0;
   const Bcast ka = classify(sa, out_shape, ia), kb = classify(sb, out_shape, ib);

@@ -55,6 +55,16 @@ Shape broadcast_shapes(const std::string& op, const std::string& a_name, const S
   return out;
 }
 
+void check_broadcastable(const std::string& op, const Shape& a, const Shape& b) {
+  if (a == b || a.empty() || b.empty()) return;  // the common cases, without a new shape
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const std::size_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1) broadcast_shapes(op, "a", a, "b", b);  // throws its ShapeError
+  }
+}
+
 std::size_t normalize_axis(const std::string& op, const std::string& arg, int axis,
                            std::size_t ndim) {
   const long n = static_cast<long>(ndim);

@@ -45,6 +45,10 @@ std::string shape_str(const Shape& s);
 Shape broadcast_shapes(const std::string& op, const std::string& a_name, const Shape& a,
                        const std::string& b_name, const Shape& b);
 
+/// broadcast_shapes(op, "a", a, "b", b) without making the shape: throws the same ShapeError
+/// when `a` and `b` do not broadcast, and allocates nothing when they do.
+void check_broadcastable(const std::string& op, const Shape& a, const Shape& b);
+
 /// Maps a possibly negative `axis` of an array with `ndim` dimensions into [0, ndim); throws
 /// AxisError naming `op` and the argument `arg` otherwise.
 std::size_t normalize_axis(const std::string& op, const std::string& arg, int axis,

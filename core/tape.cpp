@@ -6,6 +6,7 @@
 #include <ostream>
 #include <unordered_map>
 
+#include <xgrad/core/allocator.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/detail/xt.hpp>
@@ -37,14 +38,42 @@ struct Node {
   std::vector<Edge> edges;
   std::vector<bool> needs;
   VjpFn vjp;
+
+  // Drops what the node holds (values, leaves, the VJP) but keeps the lists' capacity.
+  void reset() {
+    op.clear();
+    inputs.clear();
+    output = Array();
+    edges.clear();
+    needs.clear();
+    vjp = nullptr;
+  }
 };
 
+// The node arena: slots [0, count) hold the recorded nodes. clear() resets them and keeps
+// the slots, so the next step's record() reuses their lists instead of allocating new ones
+// (a training loop records the same graph every step). The slots go with the tape.
 struct TapeImpl {
-  std::vector<Node> nodes;
+  std::vector<Node> slots;
+  std::size_t count = 0;
   std::uint64_t generation = 0;
 
+  std::size_t size() const { return count; }
+  Node& operator[](std::size_t i) { return slots[i]; }
+  const Node& operator[](std::size_t i) const { return slots[i]; }
+  // The slot the next node is built in (recorded only when commit() is called).
+  Node& next_slot() {
+    if (count == slots.size()) slots.emplace_back();
+    Node& n = slots[count];
+    n.reset();  // empty unless a record() threw halfway
+    return n;
+  }
+  void commit() { ++count; }
+
   void clear() {
-    nodes.clear();
+    for (std::size_t i = 0; i < count; ++i) slots[i].reset();
+    if (count < slots.size()) slots[count].reset();  // a half-built node
+    count = 0;
     ++generation;
   }
 };
@@ -100,7 +129,7 @@ std::shared_ptr<TapeImpl> live_tape_of(const TensorImpl& t, const std::string& o
 // ---------------------------------------------------------------------------------------
 // Tensor
 
-Tensor::Tensor(Array value, bool requires_grad) : impl_(std::make_shared<TensorImpl>()) {
+Tensor::Tensor(Array value, bool requires_grad) : impl_(std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>())) {
   if (!value.defined()) throw ValueError(op_message("tensor", "value is an undefined Array"));
   impl_->value = std::move(value);
   impl_->requires_grad = requires_grad;
@@ -146,8 +175,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   os << "tensor(" << impl.value.str() << ", dtype=" << dtype_name(impl.value.dtype());
   if (impl.is_leaf) {
     if (impl.requires_grad) os << ", requires_grad=true";
-  } else if (const auto tape = impl.tape.lock(); tape && tape->generation == impl.generation && impl.node < tape->nodes.size()) {
-    os << ", grad_fn=" << tape->nodes[impl.node].op;
+  } else if (const auto tape = impl.tape.lock(); tape && tape->generation == impl.generation && impl.node < tape->size()) {
+    os << ", grad_fn=" << (*tape)[impl.node].op;
   }
   if (!impl.name.empty()) os << ", name=" << impl.name;
   return os << ")";
@@ -203,52 +232,78 @@ Tensor arange(double start, double stop, double step, DType d) {
 // ---------------------------------------------------------------------------------------
 // Recording
 
-Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs,
-              VjpFn vjp) {
+namespace {
+
+// Whether the recorded tensor `in` is of `tape` (the current tape, alive) and its current
+// generation; otherwise the TapeError that says why (input `i` of `op`). The common case
+// compares owners only: no reference count is touched.
+void check_recorded_input(const TensorImpl& in, const std::shared_ptr<TapeImpl>& tape, const std::string& op,
+                          std::size_t i) {
+  const bool same_tape = !in.tape.owner_before(tape) && !tape.owner_before(in.tape);
+  if (same_tape && in.generation == tape->generation) return;
+  const std::string what = "input " + std::to_string(i);
+  auto in_tape = live_tape_of(in, op, what);  // throws for a dead tape or an old generation
+  if (in_tape != tape)
+    throw TapeError(op_message(op, what + " was recorded on another tape than the current "
+                                          "one; detach() it or record on its tape"));
+}
+
+Tensor record_list(const std::string& op, Array output, const Tensor* inputs, std::size_t n_inputs, VjpFn& vjp) {
   const bool anomaly = tl_anomaly;
   const auto& tape = current_tape();
-  if (anomaly) check_finite_or_throw(output, op, tape->nodes.size(), "forward output");
+  if (anomaly) check_finite_or_throw(output, op, tape->size(), "forward output");
 
   bool any = false;
   if (tl_grad_enabled)
-    for (const Tensor& t : inputs) any = any || t.requires_grad();
+    for (std::size_t i = 0; i < n_inputs; ++i) any = any || inputs[i].requires_grad();
   if (!any) return Tensor(std::move(output));
 
-  detail::Node node;
-  node.op = op;
-  node.inputs.reserve(inputs.size());
-  node.edges.resize(inputs.size());
-  node.needs.resize(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const auto& in = inputs[i].impl();
-    node.inputs.push_back(in->value);
-    if (!in->requires_grad) continue;
-    node.needs[i] = true;
-    if (in->is_leaf) {
-      node.edges[i].kind = detail::Edge::leaf;
-      node.edges[i].leaf_impl = in;
-    } else {
-      const std::string what = "input " + std::to_string(i);
-      auto in_tape = live_tape_of(*in, op, what);
-      if (in_tape != tape)
-        throw TapeError(op_message(op, what + " was recorded on another tape than the current "
-                                              "one; detach() it or record on its tape"));
-      node.edges[i].kind = detail::Edge::node;
-      node.edges[i].node_index = in->node;
+  detail::Node& node = tape->next_slot();
+  try {
+    node.op = op;
+    node.inputs.reserve(n_inputs);
+    node.edges.resize(n_inputs);
+    node.needs.resize(n_inputs);
+    for (std::size_t i = 0; i < n_inputs; ++i) {
+      const auto& in = inputs[i].impl();
+      node.inputs.push_back(in->value);
+      if (!in->requires_grad) continue;
+      node.needs[i] = true;
+      if (in->is_leaf) {
+        node.edges[i].kind = detail::Edge::leaf;
+        node.edges[i].leaf_impl = in;
+      } else {
+        check_recorded_input(*in, tape, op, i);
+        node.edges[i].kind = detail::Edge::node;
+        node.edges[i].node_index = in->node;
+      }
     }
+  } catch (...) {
+    node.reset();  // nothing of a refused op stays on the tape
+    throw;
   }
   node.output = output;
   node.vjp = std::move(vjp);
 
-  auto out = std::make_shared<TensorImpl>();
+  auto out = std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>());
   out->value = std::move(output);
   out->requires_grad = true;
   out->is_leaf = false;
   out->tape = tape;
   out->generation = tape->generation;
-  out->node = tape->nodes.size();
-  tape->nodes.push_back(std::move(node));
-  return Tensor(out);
+  out->node = tape->size();
+  tape->commit();
+  return Tensor(std::move(out));
+}
+
+}  // namespace
+
+Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs, VjpFn vjp) {
+  return record_list(op, std::move(output), inputs.data(), inputs.size(), vjp);
+}
+
+Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp) {
+  return record_list(op, std::move(output), inputs.begin(), inputs.size(), vjp);
 }
 
 Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
@@ -351,7 +406,7 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
   if (opts.on_leaf_grad) {
     std::unordered_map<const TensorImpl*, std::size_t> seen;
     for (std::size_t i = 0; i <= yi->node; ++i)
-      for (const detail::Edge& e : tape->nodes[i].edges)
+      for (const detail::Edge& e : (*tape)[i].edges)
         if (e.kind == detail::Edge::leaf && seen.emplace(e.leaf_impl.get(), i).second)
           first_use.emplace_back(i, e.leaf_impl.get());
   }
@@ -371,7 +426,7 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
         leaves_done_at(i);
         continue;
       }
-      detail::Node& n = tape->nodes[i];
+      detail::Node& n = (*tape)[i];
       if (cap) {
         auto it = cap->nodes.find(i);
         if (it != cap->nodes.end())
@@ -460,16 +515,16 @@ Tape::~Tape() {
   if (it != tl_tape_stack.rend()) tl_tape_stack.erase(std::next(it).base());
 }
 
-std::size_t Tape::size() const { return impl_->nodes.size(); }
+std::size_t Tape::size() const { return impl_->size(); }
 std::uint64_t Tape::generation() const { return impl_->generation; }
 void Tape::clear() { impl_->clear(); }
 std::string Tape::op_at(std::size_t p) const {
-  if (p >= impl_->nodes.size())
+  if (p >= impl_->size())
     throw ValueError(op_message("tape", "position " + std::to_string(p) + " is past the end (" +
-                                            std::to_string(impl_->nodes.size()) + " nodes)"));
-  return impl_->nodes[p].op;
+                                            std::to_string(impl_->size()) + " nodes)"));
+  return (*impl_)[p].op;
 }
-std::size_t Tape::current_size() { return current_tape()->nodes.size(); }
+std::size_t Tape::current_size() { return current_tape()->size(); }
 
 bool grad_enabled() { return tl_grad_enabled; }
 NoGradGuard::NoGradGuard() : prev_(tl_grad_enabled) { tl_grad_enabled = false; }

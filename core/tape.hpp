@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,9 @@ using VjpFn = std::function<Cotangents(const VjpContext&)>;
 /// (see custom_op below).
 Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs,
               VjpFn vjp);
+/// record() of a braced list of inputs (`record("mul", out, {a, b}, vjp)`): the same, without
+/// building a vector.
+Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp);
 
 /// The forward function of a custom op: input values to the output value.
 using ForwardFn = std::function<Array(const std::vector<Array>&)>;

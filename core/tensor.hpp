@@ -70,7 +70,7 @@ class Tensor {
   Tensor& set_name(std::string name);
 
   /// Internal: the shared state this handle refers to.
-  std::shared_ptr<detail::TensorImpl> impl() const { return impl_; }
+  const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
   /// Internal: a handle to the shared state `impl`.
   explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
 

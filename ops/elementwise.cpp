@@ -24,10 +24,16 @@ Shape checked_broadcast(const std::string& op, const Tensor& a, const Tensor& b)
   return broadcast_shapes(op, "a", a.shape(), "b", b.shape());
 }
 
+// checked_broadcast for ops that do not need the shape (the kernel makes it).
+void check_binary(const std::string& op, const Tensor& a, const Tensor& b) {
+  check::same_dtype(op, "a", a, "b", b);
+  check_broadcastable(op, a.shape(), b.shape());
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  checked_broadcast("add", a, b);
+  check_binary("add", a, b);
   return record("add", kernels::add(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
     return Cotangents{c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
                       c.needs(1) ? kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()) : Array()};
@@ -35,7 +41,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  checked_broadcast("sub", a, b);
+  check_binary("sub", a, b);
   return record("sub", kernels::sub(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
     return Cotangents{
         c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
@@ -45,7 +51,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  checked_broadcast("mul", a, b);
+  check_binary("mul", a, b);
   return record("mul", kernels::mul(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
     const Array& A = c.inputs[0];
     const Array& B = c.inputs[1];
@@ -56,7 +62,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  checked_broadcast("div", a, b);
+  check_binary("div", a, b);
   Array out = kernels::div(a.value(), b.value());
   // 0/0 is the one finite-input case that makes NaN: refuse it rather than hide it.
   const std::size_t bad = out.first_nonfinite();

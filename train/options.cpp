@@ -188,7 +188,8 @@ std::vector<OptionSpec> make_schema() {
                 {"reverse"}),
       row("seed", "--seed", &O::seed, "random seed (initialisation, data, dropout)"),
       role(range(row("threads", "--threads", &O::threads,
-                     "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine)"),
+                     "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine; "
+                     "with --resume: the count the run was saved with)"),
                  0, 1024),
            R::session, false),
       range(row("eval_every", "--eval-every", &O::eval_every, "evaluate every N steps (0: only at the end)"), 0, kBig),

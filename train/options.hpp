@@ -60,7 +60,10 @@ struct TrainOptions {
   /// @}
 
   std::uint64_t seed = 1;  ///< Random seed of initialisation, data and dropout (`--seed`).
-  int threads = 1;  ///< xgrad worker threads (per rank); 0: the cores, divided among the ranks on this machine.
+  /// xgrad worker threads (per rank). 0 (the default): a new run takes the cores, divided among
+  /// the ranks on this machine; a resumed run takes the count its checkpoint saved (so that it
+  /// continues bit for bit). Another count given to a resumed run is used, with a warning.
+  int threads = 0;
   std::int64_t eval_every = 0;        ///< Evaluate every N steps; 0: only at the end (`--eval-every`).
   std::int64_t checkpoint_every = 500;  ///< Checkpoint every N steps; 0: only at the end (and at stop_at).
   std::size_t heldout = 500;  ///< Held-out problems (sort, reverse) for the exact-match metric.

@@ -99,8 +99,8 @@ void save_model(Task& task, const std::string& path, std::int64_t step, const io
   nn::safetensors::save_module(path, task.module(), meta);
 }
 
-void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const nn::Optimizer& opt, std::int64_t step,
-                     const Generator& data, const Generator& dropout, RunLog& log) {
+void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity& run, const nn::Optimizer& opt,
+                     std::int64_t step, const Generator& data, const Generator& dropout, RunLog& log) {
   // A new run's first checkpoint names the run in the folder before any of its files lands.
   if (!run.id.empty() && !run.on_disk) {
     write_run_id(o.out, run.id);
@@ -120,12 +120,23 @@ void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const 
   state["optimizer"] = opt.kind();
   state["data_rng"] = data.state();
   state["dropout_rng"] = dropout.state();
+  if (threads != 1) state["threads"] = std::to_string(threads);
   for (const auto& [k, v] : task.state_metadata()) state[k] = v;
   io::safetensors::NamedArrays tensors;
   for (const auto& [name, p] : task.module().named_parameters()) tensors.emplace_back(kParamPrefix + name, p.value());
   for (auto& [name, a] : opt.state()) tensors.emplace_back(kOptimPrefix + name, std::move(a));
   io::safetensors::save((fs::path(o.out) / kStateFile).string(), tensors, state);
   save_model(task, (fs::path(o.out) / kModelFile).string(), step);
+}
+
+int saved_threads(const io::safetensors::Metadata& state, const std::string& state_path) {
+  const auto it = state.find("threads");
+  if (it == state.end()) return 1;
+  const std::int64_t n = parse_int(it->second, "[train] " + state_path + ": metadata 'threads'");
+  if (n < 1 || n > 1024)
+    throw FormatError("[train] " + state_path + ": metadata 'threads' is " + it->second +
+                      ", not a thread count in [1, 1024]");
+  return static_cast<int>(n);
 }
 
 ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,

@@ -197,6 +197,26 @@ void resolve_options(Session& s) {
   s.run.config_on_disk = !s.o.resume.empty() && fs::exists(fs::path(s.o.out) / kConfigFile, ec);
 }
 
+// The worker threads per rank. A new run: --threads, or 0 for the cores. A resumed run: the
+// count its checkpoint saved (1 for a run saved before the count was: the default then), so
+// that it continues bit for bit on a machine with another number of cores; a --threads that
+// differs is used, with a warning (reductions split by the thread count may round otherwise).
+void choose_threads(Session& s) {
+  dist::together(s.comm, [&] {
+    if (s.o.resume.empty()) {
+      s.threads = s.o.threads > 0 ? s.o.threads : default_threads(s.comm.local_size());
+      return;
+    }
+    const int saved = saved_threads(s.resume_state.metadata, s.state_path);
+    s.threads = s.o.threads > 0 ? s.o.threads : saved;
+    if (s.threads != saved)
+      s.progress << "xgrad: warning: --threads " << s.threads << ": the run was saved with " << saved
+                 << (saved == 1 ? " thread" : " threads") << "; it continues, but its results may differ in the last "
+                 << "bits from an uninterrupted run (leave out --threads to keep the saved count)\n"
+                 << std::flush;
+  });
+}
+
 // Every rank must run the same loop: the same run and the same session options that decide
 // which collectives run when (a rank that stopped earlier would leave the others waiting).
 // The table says which (--threads, --no-progress, --no-plot and --dist-overlap may differ).
@@ -304,7 +324,8 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
         << "/" << info.config.H_kv << " (q/kv), layers " << o.layers << ", " << s.task->module().parameter_count()
         << " parameters; " << o.steps << " steps of batch " << o.batch << ", lr " << o.lr << ", seed " << o.seed
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
-        << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "\n";
+        << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
+        << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
   s.out << s.task->describe_data();
   if (s.start == 0 && !o.init_from.empty()) {
     const double m = s.task->evaluate(s.comm, nullptr);
@@ -415,7 +436,7 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
     const int sig = s.world > 1 ? agreed_signal : o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
     if (s.csv &&
         ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == o.steps || step == o.stop_at || sig != 0))
-      save_checkpoint(task, o, s.run, *s.opt, step, s.data, s.dropout, *s.csv);
+      save_checkpoint(task, o, s.threads, s.run, *s.opt, step, s.data, s.dropout, *s.csv);
     result.steps_done = step;
     if (sig != 0) {
       result.signal = sig;
@@ -508,7 +529,7 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   Session s(opts, comm, out_root, progress_root);
   resolve_options(s);
   agree_across_ranks(s);
-  s.threads = s.o.threads > 0 ? s.o.threads : default_threads(comm.local_size());
+  choose_threads(s);
   set_num_threads(s.threads);
   build(s);
   open_run_folder(s);
@@ -522,6 +543,7 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
 
   TrainResult result;
   result.ranks = s.world;
+  result.threads = s.threads;
   train_loop(s, reducer, shard, result);
   result.allreduce_seconds = reducer.total_seconds();
   dist::check_parameters_agree(comm, s.params, "at the end");

@@ -34,6 +34,7 @@ struct TrainResult {
   double seconds = 0.0;  ///< Wall time of the training steps of this call.
   int signal = 0;              ///< The signal that stopped the run (0: not stopped by one).
   int ranks = 1;               ///< World size of the run.
+  int threads = 1;             ///< xgrad worker threads per rank this call ran with (saved in the checkpoint).
   double allreduce_seconds = 0.0;  ///< Time in the gradient all-reduce (packing, communication, unpacking).
 };
 

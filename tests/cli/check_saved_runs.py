@@ -9,9 +9,11 @@ usage: check_saved_runs.py XGRAD WORKDIR
 - Each saved model.safetensors (as saved, and after the resume) loads in `generate` and
   `inspect`.
 - The default job with --steps 3 writes the checkpoint headers of the saved one byte for byte
-  (the random run id aside) and the same numbers (to float32 rounding across CPUs).
+  (the random run id and the thread count aside: the default job now runs on the cores) and the
+  same numbers (to float32 rounding across CPUs and thread counts).
 """
 import json
+import re
 import math
 import shutil
 import struct
@@ -60,6 +62,8 @@ for name in ("sort", "reverse", "charlm"):
     r = run(["train", "--resume", name, "--no-progress", "--no-plot"], WORK)
     check(r.returncode == 0, f"{name}: resumes ({r.stderr.strip()})")
     check("resumed at step 3" in r.stdout, f"{name}: resumed at the saved step 3")
+    # 0.2.0 saved no thread count; its default was 1 thread, and the resumed run keeps it.
+    check("resumed at step 3; 1 thread\n" in r.stdout, f"{name}: resumed with 1 thread, 0.2.0's default")
     check("RESULT " in r.stdout, f"{name}: prints its RESULT line")
     log = (folder / "log.csv").read_text().splitlines()
     check(log[:4] == saved_log[:4], f"{name}: the log keeps the header and saved rows byte for byte")
@@ -85,8 +89,18 @@ saved_state_header = (FIXTURES / "default_steps3" / "train_state.header.json").r
 mine, theirs = json.loads(state_header), json.loads(saved_state_header)
 run_id = mine["__metadata__"]["run_id"]
 check(len(run_id) == 32 and run_id != theirs["__metadata__"]["run_id"], "default job: a new run id of 32 hex digits")
-check(state_header.replace(run_id.encode(), theirs["__metadata__"]["run_id"].encode()) == saved_state_header,
-      "default job: train_state.safetensors header identical but for the run id")
+# The default job now runs on the cores and saves their count ("threads", absent for 1 thread,
+# as 0.2.0 wrote it); the header is 0.2.0's byte for byte but for that entry and the run id
+# (and the padding to 8 bytes, which the entry's length moves).
+used = re.search(r"; (\d+) threads?\n", r.stdout)
+check(used is not None, "default job: the record names its thread count")
+threads = int(used.group(1)) if used else 1
+check(mine["__metadata__"].get("threads") == (None if threads == 1 else str(threads)),
+      f"default job: the state records its {threads} thread(s)")
+entry = b'"threads":"%d",' % threads if threads != 1 else b""
+check(state_header.replace(run_id.encode(), theirs["__metadata__"]["run_id"].encode()).replace(entry, b"").rstrip(b" ")
+      == saved_state_header.rstrip(b" "),
+      "default job: train_state.safetensors header identical but for the run id and thread count")
 log_now = (out / "log.csv").read_text().splitlines()
 log_then = (FIXTURES / "default_steps3" / "log.csv").read_text().splitlines()
 check(log_now[0] == log_then[0], "default job: log.csv header identical")

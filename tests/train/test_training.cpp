@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tests/support/helpers.hpp"
+#include <xgrad/core/runtime.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/plots.hpp>
@@ -101,6 +102,109 @@ TEST_CASE("train: resume continues the exact loss trajectory of an uninterrupted
   CHECK(after.metric == uninterrupted.metric);
   fs::remove_all(whole);
   fs::remove_all(parts);
+}
+
+namespace {
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A run of small_sort stopped at `stop` with `threads` worker threads, and its resumption
+// with `resume_threads` (0: the default); returns the resumed call's result and its record.
+struct Resumed {
+  train::TrainResult before, after;
+  std::string record;
+};
+Resumed stop_and_resume(const fs::path& dir, std::int64_t steps, std::int64_t stop, int threads, int resume_threads) {
+  Resumed r;
+  std::ostringstream log;
+  train::TrainOptions first = small_sort(dir, steps);
+  first.threads = threads;
+  first.stop_at = stop;
+  first.checkpoint_every = 1000;
+  r.before = train::run_training(first, log);
+  train::TrainOptions again;
+  again.resume = dir.string();
+  again.threads = resume_threads;
+  again.progress = false;
+  again.plot = false;
+  std::ostringstream record;
+  r.after = train::run_training(again, record);
+  r.record = record.str();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("train: a resumed run takes the thread count its checkpoint saved and ends as the uninterrupted run",
+          "[train][checkpoint][threads]") {
+  // 3 threads: not this machine's default (the cores) on the 1-, 2- and 4-core machines xgrad
+  // is tested on, so the default would pick another count.
+  const fs::path whole = temp_dir("threads_whole"), parts = temp_dir("threads_parts");
+  std::ostringstream log;
+  train::TrainOptions o = small_sort(whole, 30);
+  o.threads = 3;
+  o.checkpoint_every = 1000;  // as the stopped run's (a run option, saved)
+  const auto uninterrupted = train::run_training(o, log);
+  CHECK(uninterrupted.threads == 3);
+  CHECK(io::safetensors::load((whole / "train_state.safetensors").string()).metadata.at("threads") == "3");
+
+  set_num_threads(1);  // what the process runs with before the resume does not matter
+  const Resumed r = stop_and_resume(parts, 30, 12, 3, /*resume_threads=*/0);
+  INFO(r.record);
+  CHECK(r.after.threads == 3);
+  CHECK(num_threads() == 3);
+  CHECK_THAT(r.record, Catch::Contains("resumed at step 12; 3 threads"));
+  CHECK_THAT(r.record, !Catch::Contains("warning"));
+  std::vector<double> joined = r.before.losses;
+  joined.insert(joined.end(), r.after.losses.begin(), r.after.losses.end());
+  CHECK(joined == uninterrupted.losses);  // bit for bit
+  // The final model file, byte for byte; the state too but for its run id.
+  CHECK(file_bytes(parts / "model.safetensors") == file_bytes(whole / "model.safetensors"));
+  auto s_whole = io::safetensors::load((whole / "train_state.safetensors").string());
+  auto s_parts = io::safetensors::load((parts / "train_state.safetensors").string());
+  s_whole.metadata.erase("run_id");
+  s_parts.metadata.erase("run_id");
+  CHECK(s_parts.metadata == s_whole.metadata);
+  REQUIRE(s_parts.tensors.size() == s_whole.tensors.size());
+  for (std::size_t i = 0; i < s_whole.tensors.size(); ++i) {
+    CHECK(s_parts.tensors[i].first == s_whole.tensors[i].first);
+    CHECK(max_abs_diff(s_parts.tensors[i].second, s_whole.tensors[i].second) == 0.0);
+  }
+  fs::remove_all(whole);
+  fs::remove_all(parts);
+}
+
+TEST_CASE("train: a checkpoint without a thread count (1 thread, or saved by xgrad 0.2.0) resumes with 1 thread",
+          "[train][checkpoint][threads]") {
+  const fs::path dir = temp_dir("threads_legacy");
+  set_num_threads(3);
+  const Resumed r = stop_and_resume(dir, 10, 4, 1, /*resume_threads=*/0);
+  INFO(r.record);
+  CHECK(r.after.threads == 1);
+  CHECK(num_threads() == 1);
+  CHECK_THAT(r.record, Catch::Contains("resumed at step 4; 1 thread"));
+  // 1 thread is what the key's absence means: the bytes earlier versions wrote.
+  CHECK(io::safetensors::load((dir / "train_state.safetensors").string()).metadata.count("threads") == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("train: a --threads that differs from the saved count is used on resume with a warning",
+          "[train][checkpoint][threads]") {
+  const fs::path dir = temp_dir("threads_other");
+  const Resumed r = stop_and_resume(dir, 10, 4, 1, /*resume_threads=*/2);
+  INFO(r.record);
+  CHECK(r.after.threads == 2);
+  CHECK_THAT(r.record, Catch::Contains("xgrad: warning: --threads 2: the run was saved with 1 thread") &&
+                           Catch::Contains("may differ in the last bits"));
+  CHECK_THAT(r.record, Catch::Contains("resumed at step 4; 2 threads"));
+  // The checkpoint records the count the run continued with.
+  CHECK(io::safetensors::load((dir / "train_state.safetensors").string()).metadata.at("threads") == "2");
+  fs::remove_all(dir);
 }
 
 TEST_CASE("generate: each of stop_tokens ends a sample after that token as stop_token does", "[train][generate]") {

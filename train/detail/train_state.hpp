@@ -26,8 +26,14 @@ struct RunIdentity {
 // One checkpoint: the log first (so it holds every step the checkpoint holds), then the
 // state, which holds everything resume needs and is replaced atomically (the commit point),
 // then the model alone for generate/inspect.
-void save_checkpoint(Task& task, const TrainOptions& o, RunIdentity& run, const nn::Optimizer& opt, std::int64_t step,
-                     const Generator& data, const Generator& dropout, RunLog& log);
+// `threads`: the worker threads per rank the run ran with (metadata "threads", written when
+// not 1: checkpoints of earlier versions lack the key, and their runs had 1 by default).
+void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity& run, const nn::Optimizer& opt,
+                     std::int64_t step, const Generator& data, const Generator& dropout, RunLog& log);
+// The worker threads per rank a checkpoint's run ran with ("threads"; 1 when it lacks the key,
+// the default of the versions that did not save it). FormatError naming `state_path` for a
+// value that is not a count in [1, 1024].
+int saved_threads(const io::safetensors::Metadata& state, const std::string& state_path);
 // Writes DIR/model.safetensors (or another file of the folder) at `step`, with `extra` metadata.
 void save_model(Task& task, const std::string& path, std::int64_t step, const io::safetensors::Metadata& extra = {});
 
