@@ -5,7 +5,8 @@
 
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/strided.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 
 namespace xg::kernels {
 

@@ -21,7 +21,7 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/vmath.hpp>
 #include <xgrad/ops/dropout.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg::nn {
 

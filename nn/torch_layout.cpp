@@ -4,7 +4,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/kernels.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg::nn::torch_layout {
 

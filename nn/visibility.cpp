@@ -10,7 +10,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/kernels.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 #include <xgrad/ops/mask.hpp>
 
 namespace xg::nn {

@@ -5,7 +5,8 @@
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/kernels.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 
 namespace xg::ops {
 

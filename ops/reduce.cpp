@@ -11,7 +11,8 @@
 #include <xgrad/core/kernels.hpp>
 #include <xgrad/core/strided.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 #include <xgrad/ops/elementwise.hpp>
 
 namespace xg::ops {

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <xgrad/core/sanitizer.hpp>
-#include <xgrad/core/xt.hpp>
 #include "helpers.hpp"
 
 using namespace xg;
@@ -357,16 +356,4 @@ TEST_CASE("tape: a VJP that throws leaves every leaf gradient as it was", "[core
   CHECK_THROWS_WITH(y.backward(), Catch::Contains("deliberate"));
   CHECK(a.grad().to_vector() == std::vector<double>{2});
   CHECK(b.grad().to_vector() == std::vector<double>{1});
-}
-
-TEST_CASE("tensor: xtensor interop, from_xarray and xarray share the layout both ways", "[core]") {
-  xt::xarray<double> a = {{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}};
-  const Array arr = from_xarray<double>(a);
-  CHECK(arr.shape() == Shape{2, 3});
-  CHECK(arr.at({1, 2}) == 6.0);
-  Tensor t(arr, true);
-  ops::sum(t * t).backward();
-  const xt::xarray<double>& g = xarray<double>(t.grad());
-  CHECK(g(1, 0) == 8.0);
-  CHECK(g.shape()[1] == 3);
 }
