@@ -13,6 +13,8 @@
 
 #include <xgrad/version.hpp>
 #include <xgrad/xgrad.hpp>
+
+#include "expect.hpp"
 #ifdef CONSUMER_WITH_CHECKS
 #include <xgrad/checks/kv_cache_check.hpp>
 #include <xgrad/checks/suite.hpp>
@@ -20,14 +22,10 @@
 
 using namespace xg;
 
+using consumer::expect;
+using consumer::failures;
+
 namespace {
-
-int failures = 0;
-
-void expect(bool ok, const std::string& what) {
-  std::cout << (ok ? "ok   " : "FAIL ") << what << "\n";
-  if (!ok) ++failures;
-}
 
 // softsign(x) = x / (1 + |x|); d/dx = 1 / (1 + |x|)^2.
 Tensor softsign(const Tensor& x) {

@@ -12,15 +12,12 @@
 #include <xgrad/xgrad.hpp>
 #include <xgrad/xtensor.hpp>
 
+#include "expect.hpp"
+
 using namespace xg;
 
-namespace {
-int failures = 0;
-void expect(bool ok, const std::string& what) {
-  std::cout << (ok ? "ok   " : "FAIL ") << what << "\n";
-  if (!ok) ++failures;
-}
-}  // namespace
+using consumer::expect;
+using consumer::failures;
 
 int main() {
   const xt::xarray<double> a = {{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}};
