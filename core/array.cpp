@@ -6,7 +6,8 @@
 #include <sstream>
 
 #include <xgrad/core/allocator.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 
 namespace xg {
 namespace detail {

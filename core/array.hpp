@@ -4,8 +4,8 @@
 /// core/allocator.hpp) held behind a shared pointer: copying an Array shares the data. xgrad
 /// never writes into an Array that an op has produced or recorded; ops allocate their results.
 ///
-/// xtensor itself stays out of this header (compile time); core/detail/xt.hpp (internal, not
-/// installed) gives xgrad's kernels and tests the underlying `xt::xarray<T>`.
+/// xtensor itself stays out of this header (compile time); the optional <xgrad/xtensor.hpp>
+/// views an Array as an xtensor expression and builds Arrays from xtensor expressions.
 #pragma once
 
 #include <iosfwd>
@@ -102,7 +102,8 @@ class Array {
   /// undefined array).
   std::string str() const;
 
-  /// Internal: the storage descriptor (shape, dtype, buffer), for xgrad's kernels (core/detail/xt.hpp).
+  /// Internal: the storage descriptor (shape, dtype, buffer), for xgrad's kernels
+  /// (core/detail/storage.hpp).
   detail::Storage& storage();
   /// Internal: the storage descriptor, read-only.
   const detail::Storage& storage() const;

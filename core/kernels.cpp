@@ -5,7 +5,8 @@
 
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/detail/strided.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 
 namespace xg::kernels {
 

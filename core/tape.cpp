@@ -9,7 +9,7 @@
 #include <xgrad/core/allocator.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/detail/kernels.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg {
 namespace detail {

@@ -15,7 +15,8 @@
 #include <unistd.h>
 
 #include <xgrad/io/detail/json.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 #include <xgrad/io/atomic_file.hpp>
 
 namespace xg::io::npy {

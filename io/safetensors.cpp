@@ -9,7 +9,8 @@
 
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/detail/json.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 #include <xgrad/version.hpp>
 
 namespace xg::io::safetensors {

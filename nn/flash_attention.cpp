@@ -21,7 +21,7 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/detail/vmath.hpp>
 #include <xgrad/ops/dropout.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg::nn {
 
@@ -31,7 +31,6 @@ const char* kOp = "attention";
 constexpr std::size_t kBlock = 128;  // query rows per block
 
 // Dropout of the attention weights draws ops/dropout.hpp's counter-based mask (the one hash).
-using ops::dropout_keep_bits;
 using ops::dropout_keep_threshold;
 
 struct Geometry {
@@ -150,7 +149,7 @@ template <class T> void weights_row(T* row, std::size_t n, std::size_t a, std::s
 template <class T> void dropout_row(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t i, std::size_t L,
                                     const T* in, T* out, std::size_t n) {
   const std::uint64_t base = (((P.row_offset + b) * P.g.Hq + h) * P.g.T + i) * P.g.S + L;
-  for (std::size_t j = 0; j < n; ++j) out[j] = dropout_keep_bits(P.seed, base + j, P.threshold) ? in[j] * P.inv_q : T(0);
+  ops::dropout_draw<T>(P.seed, base, P.threshold, P.inv_q, in, out, n);
 }
 
 // Thread-local scratch that keeps its memory between calls (no page faults per call).
@@ -364,22 +363,11 @@ template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Arra
 }  // namespace
 
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
-  return dropout_keep_bits(seed, flat, dropout_keep_threshold(p));
+  return ops::dropout_keep(seed, flat, p);
 }
 
 Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype, std::size_t row_offset) {
-  if (!(p >= 0.0 && p < 1.0))
-    throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(p)));
-  Array m = Array::empty(BHTS, dtype);
-  const std::uint64_t threshold = dropout_keep_threshold(p);
-  detail::dispatch(dtype, [&](auto t) {
-    using T = decltype(t);
-    T* d = m.data<T>();
-    const T s = static_cast<T>(1.0 / (1.0 - p));
-    const std::uint64_t base = BHTS.empty() || m.size() == 0 ? 0 : row_offset * (m.size() / BHTS[0]);
-    for (std::size_t i = 0, n = m.size(); i < n; ++i) d[i] = dropout_keep_bits(seed, base + i, threshold) ? s : T(0);
-  });
-  return m;
+  return ops::dropout_mask_from_seed(kOp, "dropout_p", BHTS, p, seed, dtype, row_offset);
 }
 
 Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const VisibilityPlan& plan,

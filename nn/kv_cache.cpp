@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg::nn {
 

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg::nn {
 

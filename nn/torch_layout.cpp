@@ -4,7 +4,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/detail/kernels.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg::nn::torch_layout {
 

@@ -5,191 +5,46 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <type_traits>
+#include <variant>
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/detail/kernels.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 #include <xgrad/ops/mask.hpp>
 
 namespace xg::nn {
 
 namespace vis_detail {
 
-// One rule of a Visibility. shape is rank 4 and broadcasts against [B, H, T, S]; a "row" is
-// one (b, h, i) of that shape (axes of size 1 are shared by every b, h or i).
-struct VisRule {
-  enum class Kind { dense, soft, causal, documents, window, alibi, available } kind = Kind::dense;
-  Shape shape;  // [r0, r1, r2, r3]
+// A "row" of a rule is one (b, h, i) of the rule's rank-4 shape [r0, r1, r2, S]; axes of size 1
+// are shared by every b, h or i of the scores. Where a rule reads row (b, h, i) of the scores:
+struct Row {
+  std::size_t b, h, i;  // the indices into the rule's own axes (0 on a broadcast axis)
+  std::size_t r;        // the flat row (b * r1 + h) * r2 + i
+  std::size_t S;        // keys per row in the rule (1: one value for every key)
+};
 
-  // dense: allowed bytes in `shape`; per row the first and last+1 allowed key and whether
-  // every key between them is allowed (r3 == 1: one flag for every key).
-  std::vector<unsigned char> allowed;
-  std::vector<std::size_t> row_lo, row_hi;
-  std::vector<unsigned char> row_exact;
-  // soft: finite additive bias in `shape`.
-  std::vector<double> soft;
-  // causal: key j visible to query i iff k_pos[j] <= q_pos[i]. With k_pos ascending the
-  // allowed keys of a row are a prefix, found by binary search.
-  std::vector<std::int64_t> q_pos, k_pos;
-  bool k_sorted = false;
-  // documents: query ids [r0, T], key ids [r0, S], absolute positions q_pos [T], k_pos [S];
-  // key j visible to query i iff k_doc[j] == q_doc[i] and (when doc_causal) k_pos[j] <= q_pos[i].
-  // Per (b, i): the bounding key range (row_lo, row_hi) and whether every key in it is visible.
-  std::vector<std::int64_t> q_doc, k_doc;
-  bool doc_causal = true;
-  // window (sliding-window causal): key j visible to query i iff
-  // q_pos[i] - window < k_pos[j] <= q_pos[i]. Uses q_pos, k_pos, k_sorted and, when k_pos is
-  // not ascending, the per-query bounding range row_lo / row_hi / row_exact.
-  std::int64_t window = 0;
-  // (q - k computed unsigned: exact for k <= q, so extreme positions cannot overflow.)
-  bool in_window(std::int64_t q, std::int64_t k) const {
-    return k <= q && static_cast<std::uint64_t>(q) - static_cast<std::uint64_t>(k) < static_cast<std::uint64_t>(window);
+// Per-row bounding key ranges, precomputed once when a rule is built for the kinds whose
+// visible keys are not a run found by binary search: [lo[r], hi[r]) holds every visible key
+// of row r ([0, 0) when none) and exact[r] says whether every key in it is visible.
+struct RowRanges {
+  std::vector<std::size_t> lo, hi;
+  std::vector<unsigned char> exact;
+
+  RowRanges() = default;
+  explicit RowRanges(std::size_t rows) : lo(rows, 0), hi(rows, 0), exact(rows, 1) {}
+
+  // Row r has `count` visible keys, the first at `first` and the last at `end` - 1.
+  void set(std::size_t r, std::size_t first, std::size_t end, std::size_t count) {
+    if (count == 0) return;  // no visible key: the empty range [0, 0)
+    lo[r] = first;
+    hi[r] = end;
+    exact[r] = count == end - first;
   }
-  // alibi (soft, shape [1, H, T, S]): adds -slopes[h] * |q_pos[i] - k_pos[j]|; hides nothing.
-  std::vector<double> slopes;
-  // available (SPEC 8, streaming sources): arrival times [r0, S] and query times [r0, T];
-  // key j visible to query i of sample b iff arrival[b, j] <= query_time[b, i]. Per (b, i):
-  // the bounding key range (row_lo, row_hi) and whether every key in it is visible.
-  std::vector<std::int64_t> arrival, query_time;
-
-  std::size_t row_of(std::size_t b, std::size_t h, std::size_t i) const {
-    const std::size_t rb = shape[0] == 1 ? 0 : b, rh = shape[1] == 1 ? 0 : h, ri = shape[2] == 1 ? 0 : i;
-    return (rb * shape[1] + rh) * shape[2] + ri;
-  }
-  bool hard() const { return kind != Kind::soft && kind != Kind::alibi; }
-
-  // Narrows [lo, hi) to this rule's bounding range for the row; returns whether every key in
-  // the rule's range is allowed by it.
-  bool narrow(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const {
-    switch (kind) {
-      case Kind::soft:
-      case Kind::alibi:
-        return true;
-      case Kind::dense:
-      case Kind::documents:
-      case Kind::available: {
-        const std::size_t r = row_of(b, h, i);
-        lo = std::max(lo, row_lo[r]);
-        hi = std::min(hi, row_hi[r]);
-        return row_exact[r] != 0;
-      }
-      case Kind::causal: {
-        const std::size_t ri = shape[2] == 1 ? 0 : i;
-        if (k_sorted) {
-          const auto end = std::upper_bound(k_pos.begin(), k_pos.end(), q_pos[ri]);
-          hi = std::min(hi, static_cast<std::size_t>(end - k_pos.begin()));
-          return true;
-        }
-        lo = std::max(lo, row_lo[ri]);
-        hi = std::min(hi, row_hi[ri]);
-        return row_exact[ri] != 0;
-      }
-      case Kind::window: {
-        const std::size_t ri = shape[2] == 1 ? 0 : i;
-        if (k_sorted) {  // the visible keys are one contiguous run: (q - W, q]
-          const std::int64_t q = q_pos[ri];
-          const bool unbounded = q < std::numeric_limits<std::int64_t>::min() + window;  // q - W underflows
-          const auto first = unbounded ? k_pos.begin() : std::upper_bound(k_pos.begin(), k_pos.end(), q - window);
-          const auto end = std::upper_bound(first, k_pos.end(), q);
-          lo = std::max(lo, static_cast<std::size_t>(first - k_pos.begin()));
-          hi = std::min(hi, static_cast<std::size_t>(end - k_pos.begin()));
-          return true;
-        }
-        lo = std::max(lo, row_lo[ri]);
-        hi = std::min(hi, row_hi[ri]);
-        return row_exact[ri] != 0;
-      }
-    }
-    return true;
-  }
-
-  template <class T>
-  void apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, T* row) const {
-    constexpr T ninf = -std::numeric_limits<T>::infinity();
-    const std::size_t r = row_of(b, h, i);
-    switch (kind) {
-      case Kind::dense: {
-        if (shape[3] == 1) {
-          if (!allowed[r])
-            for (std::size_t j = lo; j < hi; ++j) row[j - lo] = ninf;
-          return;
-        }
-        const unsigned char* a = allowed.data() + r * shape[3];
-        for (std::size_t j = lo; j < hi; ++j)
-          if (!a[j]) row[j - lo] = ninf;
-        return;
-      }
-      case Kind::soft: {
-        if (shape[3] == 1) {
-          const T v = static_cast<T>(soft[r]);
-          for (std::size_t j = lo; j < hi; ++j) row[j - lo] += v;
-          return;
-        }
-        const double* v = soft.data() + r * shape[3];
-        for (std::size_t j = lo; j < hi; ++j) row[j - lo] += static_cast<T>(v[j]);
-        return;
-      }
-      case Kind::causal: {
-        const std::int64_t q = q_pos[shape[2] == 1 ? 0 : i];
-        for (std::size_t j = lo; j < hi; ++j)
-          if (k_pos[j] > q) row[j - lo] = ninf;
-        return;
-      }
-      case Kind::documents: {
-        const std::size_t rb = shape[0] == 1 ? 0 : b;
-        const std::int64_t qd = q_doc[rb * shape[2] + i], qp = q_pos[i];
-        const std::int64_t* kd = k_doc.data() + rb * shape[3];
-        for (std::size_t j = lo; j < hi; ++j)
-          if (kd[j] != qd || (doc_causal && k_pos[j] > qp)) row[j - lo] = ninf;
-        return;
-      }
-      case Kind::window: {
-        const std::int64_t q = q_pos[shape[2] == 1 ? 0 : i];
-        for (std::size_t j = lo; j < hi; ++j)
-          if (!in_window(q, k_pos[j])) row[j - lo] = ninf;
-        return;
-      }
-      case Kind::alibi: {
-        const double m = slopes[shape[1] == 1 ? 0 : h];
-        const std::int64_t q = q_pos[shape[2] == 1 ? 0 : i];
-        for (std::size_t j = lo; j < hi; ++j) {
-          const std::int64_t dist = q >= k_pos[j] ? q - k_pos[j] : k_pos[j] - q;
-          row[j - lo] += static_cast<T>(-m * static_cast<double>(dist));
-        }
-        return;
-      }
-      case Kind::available: {
-        const std::size_t rb = shape[0] == 1 ? 0 : b;
-        const std::int64_t t = query_time[rb * shape[2] + i];
-        const std::int64_t* a = arrival.data() + rb * shape[3];
-        for (std::size_t j = lo; j < hi; ++j)
-          if (a[j] > t) row[j - lo] = ninf;
-        return;
-      }
-    }
-  }
-
-  // Fills row_lo / row_hi / row_exact of a dense rule from `allowed`.
-  void index_dense() {
-    const std::size_t rows = shape[0] * shape[1] * shape[2], S = shape[3];
-    if (S == 1) {  // one flag for every key
-      row_lo.assign(rows, 0);
-      row_hi.assign(rows, 0);
-      row_exact.assign(rows, 1);
-      for (std::size_t r = 0; r < rows; ++r) row_hi[r] = allowed[r] ? std::numeric_limits<std::size_t>::max() : 0;
-      return;
-    }
-    index_rows(rows, S, [&](std::size_t r, std::size_t j) { return allowed[r * S + j] != 0; });
-  }
-
-  // Fills row_lo / row_hi / row_exact for `rows` rows of S keys from the predicate
-  // visible(row, j): each row's bounding range [lo, hi) of visible keys ([0, 0) when none) and
-  // whether every key in it is visible.
-  template <class Visible>
-  void index_rows(std::size_t rows, std::size_t S, Visible visible) {
-    row_lo.assign(rows, 0);
-    row_hi.assign(rows, 0);
-    row_exact.assign(rows, 1);
+  // The ranges of `rows` rows of S keys from the predicate visible(row, j), by a full scan.
+  template <class Visible> static RowRanges scan(std::size_t rows, std::size_t S, Visible visible) {
+    RowRanges out(rows);
     for (std::size_t r = 0; r < rows; ++r) {
       std::size_t lo = 0, hi = 0, count = 0;
       for (std::size_t j = 0; j < S; ++j)
@@ -197,10 +52,189 @@ struct VisRule {
           if (count++ == 0) lo = j;
           hi = j + 1;
         }
-      row_lo[r] = lo;
-      row_hi[r] = hi;
-      row_exact[r] = count == hi - lo;
+      out.set(r, lo, hi, count);
     }
+    return out;
+  }
+  bool narrow(std::size_t r, std::size_t& l, std::size_t& h) const {
+    l = std::max(l, lo[r]);
+    h = std::min(h, hi[r]);
+    return exact[r] != 0;
+  }
+};
+
+// The kinds of rule, a closed set: each is one struct with
+//   hard               whether it only allows or forbids keys (false: a soft bias, hiding none)
+//   narrow(row, l, h)  narrows [l, h) to the row's bounding range of visible keys and returns
+//                      whether every key of that range is visible (the per-row key range)
+//   apply(row, l, h, p) for keys l .. h-1 of the row (p[0] is key l): forbidden keys become
+//                      -inf, soft biases are added
+// and a new kind is one more struct here and in VisRule::Kind.
+constexpr std::size_t kEveryKey = std::numeric_limits<std::size_t>::max();
+
+// allowed / forbidden masks: allowed bytes in the rule's shape.
+struct Dense {
+  static constexpr bool hard = true;
+  std::vector<unsigned char> allowed;
+  RowRanges rows;
+
+  Dense(const Shape& shape, std::vector<unsigned char> a) : allowed(std::move(a)) {
+    const std::size_t n = shape[0] * shape[1] * shape[2], S = shape[3];
+    if (S == 1) {  // one flag for every key of the scores' row
+      rows = RowRanges(n);
+      for (std::size_t r = 0; r < n; ++r) rows.hi[r] = allowed[r] ? kEveryKey : 0;
+    } else {
+      rows = RowRanges::scan(n, S, [&](std::size_t r, std::size_t j) { return allowed[r * S + j] != 0; });
+    }
+  }
+  bool narrow(const Row& at, std::size_t& lo, std::size_t& hi) const { return rows.narrow(at.r, lo, hi); }
+  template <class T> void apply(const Row& at, std::size_t lo, std::size_t hi, T* row) const {
+    constexpr T ninf = -std::numeric_limits<T>::infinity();
+    if (at.S == 1) {
+      if (!allowed[at.r])
+        for (std::size_t j = lo; j < hi; ++j) row[j - lo] = ninf;
+      return;
+    }
+    const unsigned char* a = allowed.data() + at.r * at.S;
+    for (std::size_t j = lo; j < hi; ++j)
+      if (!a[j]) row[j - lo] = ninf;
+  }
+};
+
+// additive: the finite part of an additive bias, in the rule's shape.
+struct Soft {
+  static constexpr bool hard = false;
+  std::vector<double> bias;
+
+  bool narrow(const Row&, std::size_t&, std::size_t&) const { return true; }
+  template <class T> void apply(const Row& at, std::size_t lo, std::size_t hi, T* row) const {
+    if (at.S == 1) {
+      const T v = static_cast<T>(bias[at.r]);
+      for (std::size_t j = lo; j < hi; ++j) row[j - lo] += v;
+      return;
+    }
+    const double* v = bias.data() + at.r * at.S;
+    for (std::size_t j = lo; j < hi; ++j) row[j - lo] += static_cast<T>(v[j]);
+  }
+};
+
+// causal and sliding_window by absolute positions: key j visible to query i iff
+// k_pos[j] <= q_pos[i] and, with a window W, q_pos[i] - W < k_pos[j]. With k_pos ascending the
+// visible keys of a row are one run, found by binary search; otherwise each query row's
+// bounding range is precomputed.
+struct Causal {
+  static constexpr bool hard = true;
+  std::vector<std::int64_t> q_pos, k_pos;
+  std::int64_t window = 0;  // 0: no window (plain causal)
+  bool k_sorted = false;
+  RowRanges rows;  // per query row, when !k_sorted
+
+  Causal(std::vector<std::int64_t> q, std::vector<std::int64_t> k, std::int64_t W)
+      : q_pos(std::move(q)), k_pos(std::move(k)), window(W), k_sorted(std::is_sorted(k_pos.begin(), k_pos.end())) {
+    if (!k_sorted)
+      rows = RowRanges::scan(q_pos.size(), k_pos.size(),
+                             [&](std::size_t i, std::size_t j) { return visible(q_pos[i], k_pos[j]); });
+  }
+  // (q - k computed unsigned: exact for k <= q, so extreme positions cannot overflow.)
+  bool visible(std::int64_t q, std::int64_t k) const {
+    return k <= q && (window == 0 || static_cast<std::uint64_t>(q) - static_cast<std::uint64_t>(k) <
+                                         static_cast<std::uint64_t>(window));
+  }
+  bool narrow(const Row& at, std::size_t& lo, std::size_t& hi) const {
+    if (!k_sorted) return rows.narrow(at.i, lo, hi);
+    const std::int64_t q = q_pos[at.i];
+    auto first = k_pos.begin();  // the run (q - W, q]
+    if (window != 0 && q >= std::numeric_limits<std::int64_t>::min() + window)  // else q - W underflows: unbounded
+      first = std::upper_bound(k_pos.begin(), k_pos.end(), q - window);
+    const auto end = std::upper_bound(first, k_pos.end(), q);
+    lo = std::max(lo, static_cast<std::size_t>(first - k_pos.begin()));
+    hi = std::min(hi, static_cast<std::size_t>(end - k_pos.begin()));
+    return true;
+  }
+  template <class T> void apply(const Row& at, std::size_t lo, std::size_t hi, T* row) const {
+    const std::int64_t q = q_pos[at.i];
+    for (std::size_t j = lo; j < hi; ++j)
+      if (!visible(q, k_pos[j])) row[j - lo] = -std::numeric_limits<T>::infinity();
+  }
+};
+
+// documents: query ids [r0, T], key ids [r0, S] (both spread to the rule's batch), absolute
+// positions q_pos [T], k_pos [S]; key j visible to query i iff k_doc[j] == q_doc[i] and (when
+// causal) k_pos[j] <= q_pos[i]. Per (b, i): the bounding key range.
+struct Documents {
+  static constexpr bool hard = true;
+  std::vector<std::int64_t> q_doc, k_doc, q_pos, k_pos;
+  bool causal = true;
+  RowRanges rows;
+
+  bool narrow(const Row& at, std::size_t& lo, std::size_t& hi) const { return rows.narrow(at.r, lo, hi); }
+  template <class T> void apply(const Row& at, std::size_t lo, std::size_t hi, T* row) const {
+    const std::int64_t qd = q_doc[at.r], qp = q_pos[at.i];
+    const std::int64_t* kd = k_doc.data() + at.b * at.S;
+    for (std::size_t j = lo; j < hi; ++j)
+      if (kd[j] != qd || (causal && k_pos[j] > qp)) row[j - lo] = -std::numeric_limits<T>::infinity();
+  }
+};
+
+// alibi (soft, shape [1, H, T, S]): adds -slopes[h] * |q_pos[i] - k_pos[j]|; hides nothing.
+struct Alibi {
+  static constexpr bool hard = false;
+  std::vector<double> slopes;
+  std::vector<std::int64_t> q_pos, k_pos;
+
+  bool narrow(const Row&, std::size_t&, std::size_t&) const { return true; }
+  template <class T> void apply(const Row& at, std::size_t lo, std::size_t hi, T* row) const {
+    const double m = slopes[at.h];
+    const std::int64_t q = q_pos[at.i];
+    for (std::size_t j = lo; j < hi; ++j) {
+      const std::int64_t dist = q >= k_pos[j] ? q - k_pos[j] : k_pos[j] - q;
+      row[j - lo] += static_cast<T>(-m * static_cast<double>(dist));
+    }
+  }
+};
+
+// available (SPEC 8, streaming sources): arrival times [r0, S] and query times [r0, T]; key j
+// visible to query i of sample b iff arrival[b, j] <= query_time[b, i]. Per (b, i): the
+// bounding key range.
+struct Available {
+  static constexpr bool hard = true;
+  std::vector<std::int64_t> arrival, query_time;
+  RowRanges rows;
+
+  bool narrow(const Row& at, std::size_t& lo, std::size_t& hi) const { return rows.narrow(at.r, lo, hi); }
+  template <class T> void apply(const Row& at, std::size_t lo, std::size_t hi, T* row) const {
+    const std::int64_t t = query_time[at.r];
+    const std::int64_t* a = arrival.data() + at.b * at.S;
+    for (std::size_t j = lo; j < hi; ++j)
+      if (a[j] > t) row[j - lo] = -std::numeric_limits<T>::infinity();
+  }
+};
+
+// One rule of a Visibility: a kind and its rank-4 shape, which broadcasts against [B, H, T, S].
+struct VisRule {
+  using Kind = std::variant<Dense, Soft, Causal, Documents, Alibi, Available>;
+  Shape shape;  // [r0, r1, r2, r3]
+  Kind kind;
+
+  VisRule(Shape s, Kind k) : shape(std::move(s)), kind(std::move(k)) {}
+
+  Row row(std::size_t b, std::size_t h, std::size_t i) const {
+    const std::size_t rb = shape[0] == 1 ? 0 : b, rh = shape[1] == 1 ? 0 : h, ri = shape[2] == 1 ? 0 : i;
+    return {rb, rh, ri, (rb * shape[1] + rh) * shape[2] + ri, shape[3]};
+  }
+  bool hard() const {
+    return std::visit([](const auto& k) { return std::decay_t<decltype(k)>::hard; }, kind);
+  }
+  // Narrows [lo, hi) to this rule's bounding range for the row; returns whether every key in
+  // the rule's range is allowed by it.
+  bool narrow(std::size_t b, std::size_t h, std::size_t i, std::size_t& lo, std::size_t& hi) const {
+    const Row at = row(b, h, i);
+    return std::visit([&](const auto& k) { return k.narrow(at, lo, hi); }, kind);
+  }
+  template <class T>
+  void apply(std::size_t b, std::size_t h, std::size_t i, std::size_t lo, std::size_t hi, T* p) const {
+    const Row at = row(b, h, i);
+    std::visit([&](const auto& k) { k.apply(at, lo, hi, p); }, kind);
   }
 };
 
@@ -233,12 +267,7 @@ std::size_t non_negative(Position v, const std::string& what) {
 std::string positions_str(std::size_t n) { return std::to_string(n) + (n == 1 ? " entry" : " entries"); }
 
 std::shared_ptr<VisRule> dense_rule(const Shape& shape, std::vector<unsigned char> allowed) {
-  auto r = std::make_shared<VisRule>();
-  r->kind = VisRule::Kind::dense;
-  r->shape = shape;
-  r->allowed = std::move(allowed);
-  r->index_dense();
-  return r;
+  return std::make_shared<VisRule>(shape, vis_detail::Dense(shape, std::move(allowed)));
 }
 
 std::shared_ptr<VisRule> from_bools(const BoolArray& m, bool true_means_allowed, const std::string& what) {
@@ -264,33 +293,24 @@ Visibility Visibility::additive(const Array& bias) {
   const Shape s = to_rank4(bias.shape(), "additive bias");
   ops::check_additive_bias(kOp, bias);
   const auto b = bias.to_vector();
-  auto soft = std::make_shared<VisRule>();
-  soft->kind = VisRule::Kind::soft;
-  soft->shape = s;
-  soft->soft.resize(b.size());
+  vis_detail::Soft soft;
+  soft.bias.resize(b.size());
   std::vector<unsigned char> a(b.size());
   bool any_forbidden = false;
   for (std::size_t i = 0; i < b.size(); ++i) {
     const bool forbid = std::isinf(b[i]);
     any_forbidden = any_forbidden || forbid;
     a[i] = !forbid;
-    soft->soft[i] = forbid ? 0.0 : b[i];
+    soft.bias[i] = forbid ? 0.0 : b[i];
   }
-  Visibility v(soft);
+  Visibility v(std::make_shared<VisRule>(s, std::move(soft)));
   if (any_forbidden) v.rules_.insert(v.rules_.begin(), dense_rule(s, std::move(a)));
   return v;
 }
 
 Visibility Visibility::causal(const std::vector<std::int64_t>& q_pos, const std::vector<std::int64_t>& k_pos) {
-  auto r = std::make_shared<VisRule>();
-  r->kind = VisRule::Kind::causal;
-  r->shape = {1, 1, q_pos.size(), k_pos.size()};
-  r->q_pos = q_pos;
-  r->k_pos = k_pos;
-  r->k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
-  if (!r->k_sorted)  // bounding range per query row
-    r->index_rows(q_pos.size(), k_pos.size(), [&](std::size_t i, std::size_t j) { return k_pos[j] <= q_pos[i]; });
-  return Visibility(r);
+  return Visibility(std::make_shared<VisRule>(Shape{1, 1, q_pos.size(), k_pos.size()},
+                                             vis_detail::Causal(q_pos, k_pos, 0)));
 }
 
 Visibility Visibility::causal(Position T_, Position S_) {
@@ -310,19 +330,8 @@ Visibility Visibility::sliding_window(const std::vector<Position>& q_pos, const 
   if (W < 1)
     throw ValueError(op_message(kOp, "sliding_window: the window W must be >= 1 (W = 1: each query sees only its own "
                                      "position), got W = " + std::to_string(W)));
-  auto r = std::make_shared<VisRule>();
-  r->kind = VisRule::Kind::window;
-  r->shape = {1, 1, q_pos.size(), k_pos.size()};
-  r->q_pos = q_pos;
-  r->k_pos = k_pos;
-  r->window = W;
-  r->k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
-  if (!r->k_sorted) {  // bounding range per query row
-    const VisRule& rule = *r;
-    r->index_rows(q_pos.size(), k_pos.size(),
-                  [&](std::size_t i, std::size_t j) { return rule.in_window(q_pos[i], k_pos[j]); });
-  }
-  return Visibility(r);
+  return Visibility(std::make_shared<VisRule>(Shape{1, 1, q_pos.size(), k_pos.size()},
+                                             vis_detail::Causal(q_pos, k_pos, W)));
 }
 
 Visibility Visibility::sliding_window(Position T_, Position S_, Position W) {
@@ -390,32 +399,28 @@ Visibility Visibility::documents(const IndexArray& q_doc, const IndexArray& k_do
     throw ShapeError(op_message(kOp, "documents: k_pos has " + positions_str(k_pos.size()) +
                                          ", the key document ids " + shape_str(ks) + " have S = " + std::to_string(S)));
   const std::size_t B = std::max(Bq, Bk);
-  auto r = std::make_shared<VisRule>();
-  r->kind = VisRule::Kind::documents;
-  r->shape = {B, 1, T, S};
-  r->doc_causal = causal;
-  r->q_pos = q_pos;
-  r->k_pos = k_pos;
+  vis_detail::Documents d;
+  d.causal = causal;
+  d.q_pos = q_pos;
+  d.k_pos = k_pos;
   // Both id arrays spread to B rows, so a rule row needs no broadcasting logic.
-  r->q_doc.resize(B * T);
-  r->k_doc.resize(B * S);
+  d.q_doc.resize(B * T);
+  d.k_doc.resize(B * S);
   for (std::size_t b = 0; b < B; ++b) {
-    std::copy_n(q_doc.data.begin() + static_cast<std::ptrdiff_t>((Bq == 1 ? 0 : b) * T), T, r->q_doc.begin() + b * T);
-    std::copy_n(k_doc.data.begin() + static_cast<std::ptrdiff_t>((Bk == 1 ? 0 : b) * S), S, r->k_doc.begin() + b * S);
+    std::copy_n(q_doc.data.begin() + static_cast<std::ptrdiff_t>((Bq == 1 ? 0 : b) * T), T, d.q_doc.begin() + b * T);
+    std::copy_n(k_doc.data.begin() + static_cast<std::ptrdiff_t>((Bk == 1 ? 0 : b) * S), S, d.k_doc.begin() + b * S);
   }
   // Per row: the visible keys are those of the query's document (with k_pos <= q_pos when
   // causal). Keys of each document are listed in index order; with ascending k_pos the
   // causal ones are a prefix of that list (binary search), otherwise the list is scanned.
   const bool k_sorted = std::is_sorted(k_pos.begin(), k_pos.end());
-  r->row_lo.assign(B * T, 0);
-  r->row_hi.assign(B * T, 0);
-  r->row_exact.assign(B * T, 1);
+  d.rows = vis_detail::RowRanges(B * T);
   for (std::size_t b = 0; b < B; ++b) {
     std::map<std::int64_t, std::vector<std::size_t>> keys_of;
-    for (std::size_t j = 0; j < S; ++j) keys_of[r->k_doc[b * S + j]].push_back(j);
+    for (std::size_t j = 0; j < S; ++j) keys_of[d.k_doc[b * S + j]].push_back(j);
     for (std::size_t i = 0; i < T; ++i) {
       const std::size_t row = b * T + i;
-      const auto it = keys_of.find(r->q_doc[row]);
+      const auto it = keys_of.find(d.q_doc[row]);
       if (it == keys_of.end()) continue;  // no key of this document: empty row
       const std::vector<std::size_t>& js = it->second;
       std::size_t lo = S, hi = 0, count = 0;
@@ -437,13 +442,10 @@ Visibility Visibility::documents(const IndexArray& q_doc, const IndexArray& k_do
             ++count;
           }
       }
-      if (count == 0) continue;
-      r->row_lo[row] = lo;
-      r->row_hi[row] = hi;
-      r->row_exact[row] = count == hi - lo;
+      d.rows.set(row, lo, hi, count);
     }
   }
-  return Visibility(r);
+  return Visibility(std::make_shared<VisRule>(Shape{B, 1, T, S}, std::move(d)));
 }
 
 Visibility Visibility::alibi(const std::vector<double>& slopes, const std::vector<Position>& q_pos,
@@ -458,13 +460,8 @@ Visibility Visibility::alibi(const std::vector<double>& slopes, const std::vecto
       if (p < 0)
         throw ValueError(op_message(kOp, std::string("alibi: ") + (ps == &q_pos ? "q_pos" : "k_pos") +
                                              " has the position " + std::to_string(p) + "; positions must be >= 0"));
-  auto r = std::make_shared<VisRule>();
-  r->kind = VisRule::Kind::alibi;
-  r->shape = {1, slopes.size(), q_pos.size(), k_pos.size()};
-  r->slopes = slopes;
-  r->q_pos = q_pos;
-  r->k_pos = k_pos;
-  return Visibility(r);
+  return Visibility(std::make_shared<VisRule>(Shape{1, slopes.size(), q_pos.size(), k_pos.size()},
+                                             vis_detail::Alibi{slopes, q_pos, k_pos}));
 }
 
 std::vector<double> alibi_slopes(std::size_t H) {
@@ -506,27 +503,23 @@ Visibility Visibility::available(const IndexArray& arrival, const IndexArray& qu
       throw ValueError(op_message(kOp, op + ": query times must be >= 0, got " + std::to_string(query_time.data[k]) +
                                            " at index (" + index_list(unravel_index(k, ts)) + ")"));
   const std::size_t B = std::max(Ba, Bt);
-  auto r = std::make_shared<VisRule>();
-  r->kind = VisRule::Kind::available;
-  r->shape = {B, 1, T, S};
-  r->arrival.resize(B * S);
-  r->query_time.resize(B * T);
+  vis_detail::Available r;
+  r.arrival.resize(B * S);
+  r.query_time.resize(B * T);
   for (std::size_t b = 0; b < B; ++b) {
-    std::copy_n(arrival.data.begin() + static_cast<std::ptrdiff_t>((Ba == 1 ? 0 : b) * S), S, r->arrival.begin() + b * S);
+    std::copy_n(arrival.data.begin() + static_cast<std::ptrdiff_t>((Ba == 1 ? 0 : b) * S), S, r.arrival.begin() + b * S);
     std::copy_n(query_time.data.begin() + static_cast<std::ptrdiff_t>((Bt == 1 ? 0 : b) * T), T,
-                r->query_time.begin() + b * T);
+                r.query_time.begin() + b * T);
   }
   // Per row the bounding range of the visible keys; with arrival times ascending in the
   // source position (the usual stream) the visible keys are a prefix, found by binary search.
-  r->row_lo.assign(B * T, 0);
-  r->row_hi.assign(B * T, 0);
-  r->row_exact.assign(B * T, 1);
+  r.rows = vis_detail::RowRanges(B * T);
   for (std::size_t b = 0; b < B; ++b) {
-    const auto first = r->arrival.begin() + static_cast<std::ptrdiff_t>(b * S);
+    const auto first = r.arrival.begin() + static_cast<std::ptrdiff_t>(b * S);
     const bool sorted = std::is_sorted(first, first + static_cast<std::ptrdiff_t>(S));
     for (std::size_t i = 0; i < T; ++i) {
       const std::size_t row = b * T + i;
-      const std::int64_t t = r->query_time[row];
+      const std::int64_t t = r.query_time[row];
       std::size_t lo = S, hi = 0, count = 0;
       if (sorted) {
         count = static_cast<std::size_t>(std::upper_bound(first, first + static_cast<std::ptrdiff_t>(S), t) - first);
@@ -536,19 +529,16 @@ Visibility Visibility::available(const IndexArray& arrival, const IndexArray& qu
         }
       } else {
         for (std::size_t j = 0; j < S; ++j)
-          if (r->arrival[b * S + j] <= t) {
+          if (r.arrival[b * S + j] <= t) {
             lo = std::min(lo, j);
             hi = j + 1;
             ++count;
           }
       }
-      if (count == 0) continue;
-      r->row_lo[row] = lo;
-      r->row_hi[row] = hi;
-      r->row_exact[row] = count == hi - lo;
+      r.rows.set(row, lo, hi, count);
     }
   }
-  return Visibility(r);
+  return Visibility(std::make_shared<VisRule>(Shape{B, 1, T, S}, std::move(r)));
 }
 
 Visibility Visibility::operator&(const Visibility& o) const {

@@ -5,7 +5,8 @@
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 
 namespace xg::ops {
 
@@ -23,22 +24,25 @@ bool dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
   return dropout_keep_bits(seed, flat, dropout_keep_threshold(p));
 }
 
-Array dropout_mask(const Shape& shape, double p, Generator& gen, DType dtype) {
+Array dropout_mask_from_seed(const std::string& op, const std::string& p_name, const Shape& shape, double p,
+                             std::uint64_t seed, DType dtype, std::size_t row_offset) {
   if (!(p >= 0.0 && p < 1.0))  // p = 1: everything zeroed, scaled by 1 / (1 - p) = inf
-    throw ValueError(op_message("dropout", "p must be in [0, 1), got " + std::to_string(p)));
-  const std::uint64_t seed = gen.next_u64();
+    throw ValueError(op_message(op, p_name + " must be in [0, 1), got " + std::to_string(p)));
   Array m = Array::empty(shape, dtype);
   const std::size_t n = m.size();
-  // Position in the global batch: rows of dimension 0 start at this thread's row offset.
-  const std::uint64_t base = shape.empty() || n == 0 ? 0 : dropout_row_offset() * (n / shape[0]);
-  const std::uint64_t threshold = dropout_keep_threshold(p);
+  // Position in the global batch: rows of dimension 0 start at the row offset.
+  const std::uint64_t base = shape.empty() || n == 0 ? 0 : row_offset * (n / shape[0]);
   detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
-    T* d = m.data<T>();
-    const T s = static_cast<T>(1.0 / (1.0 - p));
-    for (std::size_t i = 0; i < n; ++i) d[i] = dropout_keep_bits(seed, base + i, threshold) ? s : T(0);
+    dropout_draw<T>(seed, base, dropout_keep_threshold(p), static_cast<T>(1.0 / (1.0 - p)), nullptr, m.data<T>(), n);
   });
   return m;
+}
+
+Array dropout_mask(const Shape& shape, double p, Generator& gen, DType dtype) {
+  if (!(p >= 0.0 && p < 1.0))  // checked before drawing the seed: a refused call leaves gen alone
+    throw ValueError(op_message("dropout", "p must be in [0, 1), got " + std::to_string(p)));
+  return dropout_mask_from_seed("dropout", "p", shape, p, gen.next_u64(), dtype, dropout_row_offset());
 }
 
 Tensor apply_dropout_mask(const Tensor& x, const Array& scaled_mask) {

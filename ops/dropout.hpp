@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/tensor.hpp>
@@ -39,7 +40,29 @@ inline std::uint64_t dropout_keep_threshold(double p) {
 inline bool dropout_keep_bits(std::uint64_t seed, std::uint64_t flat, std::uint64_t threshold) {
   return (dropout_mix64(seed ^ dropout_mix64(flat)) >> 11) < threshold;
 }
+/// The one place a dropout mask is drawn, for the n elements at global flat positions
+/// `first` .. `first` + n - 1 of the mask drawn with `seed` (`threshold` =
+/// dropout_keep_threshold(p), `scale` = 1 / (1 - p) in T): out[j] = in[j] * scale where the
+/// element is kept, else 0; with `in` null, out[j] = scale or 0 (the scaled mask itself).
+/// dropout_mask, attention_dropout_mask (the composed attention path) and the fused attention
+/// kernel all call it, so every path draws the same mask.
+template <class T>
+inline void dropout_draw(std::uint64_t seed, std::uint64_t first, std::uint64_t threshold, T scale, const T* in,
+                         T* out, std::size_t n) {
+  if (in == nullptr) {
+    for (std::size_t j = 0; j < n; ++j) out[j] = dropout_keep_bits(seed, first + j, threshold) ? scale : T(0);
+  } else {
+    for (std::size_t j = 0; j < n; ++j) out[j] = dropout_keep_bits(seed, first + j, threshold) ? in[j] * scale : T(0);
+  }
+}
 /// @}
+
+/// The scaled keep mask m / q of `shape` and `dtype` drawn with `seed` (as dropout_mask,
+/// without a generator), whose rows of dimension 0 are rows `row_offset` .. of the global
+/// batch (DropoutRowOffset). `op` names the caller in the error for p outside [0, 1)
+/// (ValueError naming `p_name`).
+Array dropout_mask_from_seed(const std::string& op, const std::string& p_name, const Shape& shape, double p,
+                             std::uint64_t seed, DType dtype, std::size_t row_offset);
 
 /// Data-parallel shards (distributed/, docs/distributed.md): while one is alive, this thread's
 /// batches are rows [offset, offset + B) of a larger global batch, so the masks of dropout

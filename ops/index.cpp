@@ -9,7 +9,8 @@
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/detail/strided.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 #include <xgrad/ops/shape_ops.hpp>
 
 namespace xg::ops {

@@ -16,7 +16,8 @@
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/unary.hpp>

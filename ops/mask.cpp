@@ -9,7 +9,8 @@
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 
 namespace xg::ops {
 

@@ -11,7 +11,8 @@
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/detail/strided.hpp>
 #include <xgrad/core/tape.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/error.hpp>
 #include <xgrad/ops/elementwise.hpp>
 
 namespace xg::ops {

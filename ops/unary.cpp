@@ -26,6 +26,7 @@
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/detail/vmath.hpp>
+#include <xgrad/core/detail/xt.hpp>
 #include <xgrad/ops/elementwise.hpp>
 
 namespace xg::ops {

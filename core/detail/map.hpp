@@ -2,7 +2,7 @@
 #pragma once
 
 #include <xgrad/core/parallel.hpp>
-#include <xgrad/core/detail/xt.hpp>
+#include <xgrad/core/detail/storage.hpp>
 
 namespace xg::detail {
 

@@ -5,8 +5,7 @@
 #include <unistd.h>
 
 #include <xgrad/core/detail/sanitizer.hpp>
-#include <xgrad/core/detail/xt.hpp>
-#include "tests/support/helpers.hpp"
+#include "helpers.hpp"
 
 using namespace xg;
 using namespace xgt;
@@ -359,105 +358,4 @@ TEST_CASE("tape: a VJP that throws leaves every leaf gradient as it was", "[core
   CHECK_THROWS_WITH(y.backward(), Catch::Contains("deliberate"));
   CHECK(a.grad().to_vector() == std::vector<double>{2});
   CHECK(b.grad().to_vector() == std::vector<double>{1});
-}
-
-TEST_CASE("tensor: xtensor interop, from_xarray and xarray share the layout both ways", "[core]") {
-  xt::xarray<double> a = {{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}};
-  const Array arr = from_xarray<double>(a);
-  CHECK(arr.shape() == Shape{2, 3});
-  CHECK(arr.at({1, 2}) == 6.0);
-  Tensor t(arr, true);
-  ops::sum(t * t).backward();
-  const xt::xarray<double>& g = xarray<double>(t.grad());
-  CHECK(g(1, 0) == 8.0);
-  CHECK(g.shape()[1] == 3);
-}
-
-// The node arena (core/tape.cpp): a tape keeps its node slots across clear() and backward()
-// and reuses them; what the nodes held is released at once all the same.
-
-TEST_CASE("tape: a tape reused for graphs of changing sizes gives each graph's own gradients", "[core][tape][arena]") {
-  Tape tape;
-  Tensor x(Array::of({0.5, -1.25, 2.0}), true);
-  for (int round = 0; round < 60; ++round) {
-    const int k = round % 7 == 0 ? 40 : 1 + round % 5;  // grows, shrinks, grows again
-    Tensor y = x;
-    for (int i = 0; i < k; ++i) y = i % 2 == 0 ? y * 1.5 : y + 0.25;
-    REQUIRE(tape.size() == static_cast<std::size_t>(k));  // the constants are not recorded
-    CHECK(tape.op_at(0) == "mul");
-    CHECK_THROWS_WITH(tape.op_at(tape.size()), Catch::Contains("past the end (" + std::to_string(tape.size()) + " nodes)"));
-    x.zero_grad();
-    ops::sum(y).backward();
-    CHECK(tape.size() == 0);
-    const double want = std::pow(1.5, (k + 1) / 2);  // d y / d x per element
-    for (double g : x.grad().to_vector()) CHECK(g == want);
-  }
-}
-
-TEST_CASE("tape: clear() releases what the nodes held and leaves the recorded results readable",
-          "[core][tape][arena]") {
-  Tape tape;
-  auto sentinel = std::make_shared<int>(7);
-  std::weak_ptr<int> watch = sentinel;
-  Tensor x(Array::of({1.0, 2.0}), true);
-  Tensor y = custom_op(
-      "keep", {x}, [](const std::vector<Array>& v) { return (Tensor(v[0]) * 3.0).value(); },
-      [sentinel](const VjpContext& c) { return Cotangents{(Tensor(c.grad_output) * 3.0).value()}; });
-  sentinel.reset();
-  REQUIRE(!watch.expired());  // the node's VJP holds it
-  tape.clear();
-  CHECK(watch.expired());  // the slot is kept, its VJP is gone
-  CHECK(y.value().to_vector() == std::vector<double>{3.0, 6.0});  // the result outlives the node
-  CHECK_THROWS_AS(y * 2.0, TapeError);  // but it is stale on the tape
-  // The slot serves the next graph.
-  Tensor z = x * 2.0;
-  CHECK(tape.size() == 1);
-  ops::sum(z).backward();
-  CHECK(x.grad().to_vector() == std::vector<double>{2.0, 2.0});
-}
-
-TEST_CASE("tape: an op refused halfway through recording leaves nothing on the tape and holds nothing",
-          "[core][tape][arena]") {
-  Tape tape;
-  Tensor a(Array::of({1.0}), true);
-  Tensor stale = a * 2.0;
-  tape.clear();  // `stale` is of the previous generation
-  std::weak_ptr<detail::TensorImpl> watch;
-  {
-    Tensor w(Array::of({3.0}), true);  // a leaf: input 0, recorded before input 1 is refused
-    watch = w.impl();
-    CHECK_THROWS_WITH(w * stale, Catch::Contains("input 1") && Catch::Contains("already consumed"));
-  }
-  CHECK(watch.expired());  // the half-built node let go of the leaf
-  CHECK(tape.size() == 0);
-  Tensor ok = a * 3.0;
-  CHECK(tape.size() == 1);
-  CHECK(tape.op_at(0) == "mul");
-  ops::sum(ok).backward();
-  CHECK(a.grad().item() == 3.0);
-}
-
-TEST_CASE("tape: arrays and tensors made on one thread and freed on another keep their values", "[core][arena]") {
-  // Storage and TensorImpl blocks come from per-thread pools (core/allocator.hpp); a block
-  // freed on another thread joins that thread's pool, and a thread's pool goes when it ends.
-  std::vector<Array> made;
-  std::vector<Tensor> tensors;
-  for (int round = 0; round < 20; ++round) {
-    std::thread t([&] {
-      for (int i = 0; i < 200; ++i) {
-        made.push_back(Array::full({3}, round * 1000 + i, DType::float64));
-        tensors.emplace_back(Array::scalar(i, DType::float32), true);
-      }
-      // and some made and freed here before the thread ends
-      for (int i = 0; i < 300; ++i) (void)Array::full({2}, i, DType::float32);
-    });
-    t.join();
-    for (int i = 0; i < 200; ++i) {
-      CHECK(made[i].to_vector() == std::vector<double>(3, round * 1000 + i));
-      CHECK(tensors[i].value().item() == i);
-    }
-    std::thread f([&] { made.clear(); });  // freed on yet another thread
-    f.join();
-    tensors.clear();  // freed on this one
-  }
 }

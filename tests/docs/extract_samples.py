@@ -101,6 +101,8 @@ def scan(source_dir, docs):
                 libs.append("xgrad::checks")
             if "<xgrad/train/" in text:
                 libs.append("xgrad::train")
+            if "<xgrad/xtensor.hpp>" in text:
+                libs.append("xtensor")  # the optional door: its users link xtensor themselves
             args = " ".join(v for k, v, _ in markers if k == "args").split()
             expects = [v for k, v, _ in markers if k == "expect"]
             for e in expects:

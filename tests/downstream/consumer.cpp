@@ -13,8 +13,8 @@
 
 #include <xgrad/version.hpp>
 #include <xgrad/xgrad.hpp>
-// Renamed in 0.3; the old name still compiles for one release (deprecated).
-#include <xgrad/nn/convert.hpp>
+
+#include "expect.hpp"
 #ifdef CONSUMER_WITH_CHECKS
 #include <xgrad/checks/attention_reference.hpp>
 #include <xgrad/checks/kv_cache_check.hpp>
@@ -25,14 +25,10 @@
 
 using namespace xg;
 
+using consumer::expect;
+using consumer::failures;
+
 namespace {
-
-int failures = 0;
-
-void expect(bool ok, const std::string& what) {
-  std::cout << (ok ? "ok   " : "FAIL ") << what << "\n";
-  if (!ok) ++failures;
-}
 
 // softsign(x) = x / (1 + |x|); d/dx = 1 / (1 + |x|)^2.
 Tensor softsign(const Tensor& x) {

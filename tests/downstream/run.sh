@@ -20,13 +20,14 @@ fail() { echo "downstream: $*" >&2; exit 1; }
 
 step "install into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
-for f in include/xgrad/xgrad.hpp include/xgrad/version.hpp include/xgrad/core/tensor.hpp \
+for f in include/xgrad/xgrad.hpp include/xgrad/xtensor.hpp include/xgrad/version.hpp include/xgrad/core/tensor.hpp \
          include/xgrad/nn/attention.hpp include/xgrad/checks/suite.hpp include/xgrad/train/trainer.hpp \
          lib/cmake/xgrad/xgradConfig.cmake lib/cmake/xgrad/xgradConfigVersion.cmake lib/pkgconfig/xgrad.pc \
          lib/libxgrad.a bin/xgrad share/xgrad/tools/xgrad_torch.py; do
   [[ -e "$prefix/$f" ]] || fail "the install has no $f"
 done
-# Only namespaced headers, none of the internal ones, and no xtensor in any public header.
+# Only namespaced headers, none of the internal ones, and xtensor only in the optional
+# xgrad/xtensor.hpp (a consumer that does not include it never needs xtensor).
 [[ -z "$(ls "$prefix/include" | grep -v '^xgrad$')" ]] || fail "un-namespaced entries in include/: $(ls "$prefix/include")"
 # Internal is a folder: nothing under a subfolder of a layer (detail/, train/tasks/) is installed.
 internal=$(cd "$prefix/include/xgrad" && find . -mindepth 3 -name '*.hpp' | sort)
@@ -35,7 +36,8 @@ internal=$(cd "$prefix/include/xgrad" && find . -mindepth 3 -name '*.hpp' | sort
 for old in nn/convert.hpp nn/attention_reference.hpp; do
   [[ -e "$prefix/include/xgrad/$old" ]] || fail "the deprecated header $old is missing"
 done
-if grep -rn '#include <xtensor' "$prefix/include"; then fail "a public header includes xtensor"; fi
+if grep -rn --exclude=xtensor.hpp '#include <xtensor' "$prefix/include"; then fail "a public header other than xgrad/xtensor.hpp includes xtensor"; fi
+grep -q '#include <xtensor' "$prefix/include/xgrad/xtensor.hpp" || fail "xgrad/xtensor.hpp does not include xtensor"
 "$prefix/bin/xgrad" --version | grep -qx "xgrad $version" || fail "xgrad --version does not say 'xgrad $version'"
 
 step "1. find_package"
@@ -43,6 +45,8 @@ cmake -S "$src/tests/downstream" -B "$work/package" -DCMAKE_PREFIX_PATH="$prefix
       -DCONSUMER_MODE=package -DCONSUMER_EXPECT_VERSION="$version" >"$work/package.log"
 cmake --build "$work/package" -j "$jobs" >>"$work/package.log" || { tail -30 "$work/package.log"; fail "find_package build failed"; }
 "$work/package/consumer"
+[[ -x "$work/package/consumer_xtensor" ]] || fail "the consumer of <xgrad/xtensor.hpp> was not built (xtensor not found?)"
+"$work/package/consumer_xtensor"
 # A version the package does not satisfy is refused.
 if cmake -S "$src/tests/downstream" -B "$work/too-new" -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_MODE=package \
          -DCONSUMER_EXPECT_VERSION=99.0 >"$work/too-new.log" 2>&1; then

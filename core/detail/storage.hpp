@@ -1,0 +1,43 @@
+// Internal: an Array's storage descriptor and the dtype dispatch every kernel uses. No
+// xtensor here: most of the engine's translation units need only this (core/detail/xt.hpp adds the
+// xtensor adaptors for the few kernels that use xtensor; docs/architecture.md).
+#pragma once
+
+#include <memory>
+
+#include <xgrad/core/array.hpp>
+
+namespace xg::detail {
+
+// An Array's storage: a shape and a contiguous row-major buffer from the caching allocator
+// (core/allocator.hpp). Several Storages may share one buffer (Array::view): reshapes cost
+// no copy. Nothing writes into a buffer once an op has produced it.
+struct Storage {
+  Shape shape;
+  DType dtype = DType::float32;
+  std::size_t size = 0;
+  void* ptr = nullptr;
+  std::size_t bytes = 0;               // of the buffer this Storage owns (0 for a view)
+  std::shared_ptr<const Storage> base;  // a view: the Storage whose buffer ptr points into
+  alignas(16) unsigned char small[64];  // arrays of up to 64 bytes live here: no allocation
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+
+  static Array make(const Shape& shape, DType dtype);  // uninitialised
+  static Array view(const Array& a, const Shape& shape);
+};
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::float32; }
+template <> constexpr DType dtype_of<double>() { return DType::float64; }
+
+// Calls f(T{}) with T = float or double according to dtype.
+template <class F> decltype(auto) dispatch(DType dtype, F&& f) {
+  if (dtype == DType::float32) return f(float{});
+  return f(double{});
+}
+
+}  // namespace xg::detail
