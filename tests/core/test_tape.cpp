@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <xgrad/core/detail/sanitizer.hpp>
-#include "helpers.hpp"
+#include "tests/support/helpers.hpp"
 
 using namespace xg;
 using namespace xgt;
