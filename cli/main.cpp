@@ -62,6 +62,7 @@ int run(int argc, char** argv) {
     xg::cli::add_convert(app);
     xg::cli::add_compare(app);
     xg::cli::add_eval(app);
+    xg::cli::add_report(app);
     xg::cli::add_tokenizer(app);
     xg::cli::add_import(app);
     xg::cli::add_export(app);
