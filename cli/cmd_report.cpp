@@ -29,9 +29,11 @@ std::string renamed(const std::string& what) {
   return what.rfind(from, 0) == 0 ? "[report]" + what.substr(from.size()) : what;
 }
 
-std::vector<train::RunSummary> read_report_runs(const std::vector<std::string>& dirs) {
+// Runs f(), renaming compare's failures as this command's.
+template <class F>
+auto as_report(F f) -> decltype(f()) {
   try {
-    return train::read_runs(dirs);
+    return f();
   } catch (const UsageError& e) {
     throw UsageError(renamed(e.what()));
   } catch (const FormatError& e) {
@@ -53,18 +55,24 @@ void run_report(const ReportArgs& a, const CLI::App& cmd) {
   // The page may replace no file it reads.
   std::vector<FileRole> files{{"--out", a.out, true}};
   for (const std::string& run : a.runs) {
-    train::check_run_folder(run);
+    as_report([&] { train::check_run_folder(run); });
     for (const std::string& f : train::kRunFolderFiles)
       files.push_back({"RUN's " + f, (std::filesystem::path(run) / f).string(), false});
   }
   if (!a.checkpoint.empty()) files.push_back({"--checkpoint", a.checkpoint, false});
   if (!a.gradcheck.empty()) files.push_back({"--gradcheck", a.gradcheck, false});
   check_distinct_files(c, files);
+  if (!a.gradcheck.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(a.gradcheck, ec)) usage("--gradcheck '" + a.gradcheck + "' does not exist");
+    if (std::filesystem::is_directory(a.gradcheck, ec))
+      usage("--gradcheck '" + a.gradcheck + "' is a folder, not an xgrad gradcheck --json report");
+  }
 
   train::ReportInput in;
   in.title = a.title;
   in.library = train::load_dygraphs();  // before any work: a missing package is the first thing said
-  in.runs = read_report_runs(a.runs);
+  in.runs = as_report([&] { return train::read_runs(a.runs); });
   for (const train::RunSummary& r : in.runs) in.outputs.push_back(train::read_run_output(r));
   if (!a.gradcheck.empty()) in.gradcheck = train::read_gradcheck(a.gradcheck);
   if (!a.checkpoint.empty()) in.attention = train::attention_report(a.checkpoint, a.prompt);
