@@ -17,7 +17,8 @@ pixels; one table row per run and per gradient check, the failed check first; bo
 on the page; clicking a heatmap opens it large, clicking a column sorts the checks, the x-axis
 switch and the log-scale box redraw the charts, all without errors. Then `chromium
 --screenshot` of the first page must not be blank (pixel statistics of the PNG, decoded here
-with zlib); it is kept as WORKDIR/report.png.
+with zlib); it is kept as WORKDIR/report.png. Without its plotting library (XGRAD_DYGRAPHS_JS
+naming a missing file) report refuses in one line naming the package.
 
 Exit 77 (skipped) when chromium is not installed, unless XGRAD_REQUIRE_CHROMIUM=1 (CI, which
 installs it with scripts/setup.sh --test): then a failure.
@@ -453,6 +454,15 @@ def main():
         json.dump(report, f)
     names = [c["check"] for c in report["checks"]]
     want_checks = [names[-1]] + names[:-1]
+
+    # Without the plotting library: one line naming the package, exit 2, nothing written.
+    env = dict(os.environ, XGRAD_DYGRAPHS_JS=os.path.join(work, "no", "dygraph.min.js"))
+    r = subprocess.run([xgrad, "report", "run_a", "--out", "nolib.html"], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=60)
+    lines = r.stderr.splitlines()
+    if r.returncode != 2 or len(lines) != 1 or "libjs-dygraphs" not in lines[0] or \
+            os.path.exists(os.path.join(work, "nolib.html")):
+        fail(f"report without its library: exit {r.returncode}, stderr {r.stderr!r}")
 
     page = os.path.join(work, "report.html")
     run([xgrad, "report", "run_a", "run_b", "--checkpoint", "run_a/model.safetensors", "--prompt",
