@@ -1,5 +1,7 @@
 #include <xgrad/train/report.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
