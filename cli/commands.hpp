@@ -24,6 +24,7 @@ void add_visibility(CLI::App& app); // cli/cmd_visibility.cpp
 void add_convert(CLI::App& app);    // cli/cmd_convert.cpp
 void add_compare(CLI::App& app);    // cli/cmd_compare.cpp
 void add_eval(CLI::App& app);       // cli/cmd_eval.cpp
+void add_report(CLI::App& app);     // cli/cmd_report.cpp
 void add_tokenizer(CLI::App& app);  // cli/cmd_tokenizer.cpp
 void add_import(CLI::App& app);     // cli/cmd_llama2c.cpp
 void add_export(CLI::App& app);     // cli/cmd_llama2c.cpp

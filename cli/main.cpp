@@ -17,7 +17,7 @@
 namespace {
 
 const char* const kCommands[] = {"demo",    "gradcheck", "train",   "generate", "inspect",  "visibility",
-                                 "convert", "compare",   "eval",    "tokenizer", "import", "export"};
+                                 "convert", "compare",   "eval",    "report",   "tokenizer", "import", "export"};
 
 // Under mpirun/srun every rank runs the same command line and would print the same error:
 // rank 0 alone reports it (docs/distributed.md); the others exit with the same status.
@@ -62,6 +62,7 @@ int run(int argc, char** argv) {
     xg::cli::add_convert(app);
     xg::cli::add_compare(app);
     xg::cli::add_eval(app);
+    xg::cli::add_report(app);
     xg::cli::add_tokenizer(app);
     xg::cli::add_import(app);
     xg::cli::add_export(app);
@@ -76,7 +77,7 @@ int run(int argc, char** argv) {
       }
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
-                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, tokenizer, import, export; see 'xgrad --help')");
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, report, tokenizer, import, export; see 'xgrad --help')");
       return fail(2, std::string(e.what()) + xg::cli::help_pointer(command));
     }
   } catch (...) {

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kRunFolderFiles = {
     "log.csv", "train_state.safetensors", "model.safetensors", "model_best.safetensors", "run_id.txt", "config.json",
-    "loss.png", "loss.gp"};
+    "loss.png", "loss.gp", "result.txt"};
 
 namespace {
 

@@ -76,7 +76,7 @@ struct RunSummary {
 
 /// The files of a run folder that `xgrad compare` reads or that belong to the run
 /// (log.csv, train_state.safetensors, model.safetensors, model_best.safetensors, run_id.txt,
-/// config.json, loss.png, loss.gp): outputs of compare must not replace any of them.
+/// config.json, loss.png, loss.gp, result.txt): outputs of compare must not replace any of them.
 extern const std::vector<std::string> kRunFolderFiles;
 
 /// Checks that `dir` names a run folder: it exists, is a folder, and holds log.csv and

@@ -25,6 +25,7 @@
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/distributed/communicator.hpp>
+#include <xgrad/io/atomic_file.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
@@ -502,11 +503,22 @@ void report(Session& s, TrainResult& result) {
     timing << " on " << s.world << " ranks (gradient all-reduce " << std::setprecision(2) << result.allreduce_seconds
            << " s)";
   s.out << timing.str() << "\n";
+  std::ostringstream results;  // the RESULT lines, also kept in the run folder's result.txt
   if (task.has_validation()) {
-    if (!result.losses.empty()) s.out << "RESULT train_loss " << train_loss << "\n";
-    s.out << "RESULT best_val_loss " << s.best_val << " step " << s.best_step << "\n";
+    if (!result.losses.empty()) results << "RESULT train_loss " << train_loss << "\n";
+    results << "RESULT best_val_loss " << s.best_val << " step " << s.best_step << "\n";
   }
-  s.out << "RESULT " << result.metric_name << " " << result.metric << "\n";
+  results << "RESULT " << result.metric_name << " " << result.metric << "\n";
+  s.out << results.str();
+  // result.txt: what the run printed at its end, for xgrad report (samples, RESULT lines).
+  if (s.root) {
+    const std::string path = (fs::path(s.o.out) / kResultFile).string();
+    try {
+      io::write_atomically(path, "samples:\n" + samples.str() + results.str(), "[train] " + path + ": ");
+    } catch (const Error& e) {
+      s.progress << "xgrad: warning: " << e.what() << "\n" << std::flush;
+    }
+  }
 }
 
 }  // namespace
@@ -544,6 +556,10 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   TrainResult result;
   result.ranks = s.world;
   result.threads = s.threads;
+  if (s.root) {  // a resumed run is unfinished again until report() writes its new result.txt
+    std::error_code ec;
+    fs::remove(fs::path(s.o.out) / kResultFile, ec);
+  }
   train_loop(s, reducer, shard, result);
   result.allreduce_seconds = reducer.total_seconds();
   dist::check_parameters_agree(comm, s.params, "at the end");

@@ -18,6 +18,7 @@ inline const char* const kModelFile = "model.safetensors";
 inline const char* const kBestFile = "model_best.safetensors";  // the model at the lowest validation loss
 inline const char* const kLogFile = "log.csv";
 inline const char* const kRunIdFile = "run_id.txt";  // the folder's run: the id of the run its files belong to
+inline const char* const kResultFile = "result.txt";  // the samples and RESULT lines of a finished run
 inline const char* const kConfigFile = "config.json";  // the run's options (xgrad train --config repeats the run)
 
 // log.csv, written so that it never runs ahead of nor lags behind the checkpoint: rows are

@@ -1,0 +1,103 @@
+// xgrad report's readers and page (train/report.hpp): the gradcheck JSON, a run's result.txt,
+// and text from run folders that must stay text inside the page's <script> (a sample or a
+// label holding "</script>" may not end the data block).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "../helpers.hpp"
+#include <xgrad/core/error.hpp>
+#include <xgrad/train/report.hpp>
+
+using namespace xg;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+  REQUIRE(f.good());
+}
+
+}  // namespace
+
+TEST_CASE("report: a gradcheck JSON report is read with its nulls and a foreign JSON is refused naming the file",
+          "[report]") {
+  const fs::path dir = xgt::temp_dir("report_gradcheck");
+  const fs::path good = dir / "g.json";
+  write_text(good, R"JSON({"tool": "xgrad gradcheck", "dtype": "float64",
+    "tolerances": {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3},
+    "checks": [{"check": "ops/add", "kind": "gradient", "configuration": "a (2)", "max_abs_error": 1.5e-10,
+                "max_rel_error": null, "worst_element": "a[1]", "status": "passed", "message": ""},
+               {"check": "ops/div", "kind": "gradient", "configuration": "", "max_abs_error": null,
+                "max_rel_error": 0.5, "worst_element": "b[0]", "status": "failed", "message": "too far"}]})JSON");
+  const train::GradcheckReport r = train::read_gradcheck(good.string());
+  REQUIRE(r.checks.size() == 2);
+  CHECK(r.dtype == "float64");
+  CHECK(r.atol == 1e-5);
+  CHECK(r.rtol == 1e-3);
+  CHECK(r.checks[0].check == "ops/add");
+  CHECK(r.checks[0].max_abs_error == 1.5e-10);
+  CHECK_FALSE(r.checks[0].max_rel_error.has_value());
+  CHECK(r.checks[1].status == "failed");
+  CHECK_FALSE(r.checks[1].max_abs_error.has_value());
+  CHECK(r.checks[1].worst_element == "b[0]");
+
+  const fs::path not_json = dir / "n.json";
+  write_text(not_json, "step,lr\n");
+  CHECK_THROWS_WITH(train::read_gradcheck(not_json.string()),
+                    Catch::Contains("n.json") && Catch::Contains("not JSON"));
+  const fs::path foreign = dir / "f.json";
+  write_text(foreign, R"({"lr": 0.01})");
+  CHECK_THROWS_AS(train::read_gradcheck(foreign.string()), FormatError);
+  const fs::path bad_status = dir / "s.json";
+  write_text(bad_status, R"({"tool": "xgrad gradcheck", "checks": [{"check": "x", "status": "maybe"}]})");
+  CHECK_THROWS_WITH(train::read_gradcheck(bad_status.string()), Catch::Contains("checks[0]") && Catch::Contains("maybe"));
+}
+
+TEST_CASE("report: result.txt gives the samples and the RESULT lines and a run without it has none", "[report]") {
+  const fs::path dir = xgt::temp_dir("report_result");
+  train::RunSummary run;
+  run.dir = dir.string();
+  run.options = {{"lr", "0.01"}, {"task", "sort"}};
+  train::RunOutput none = train::read_run_output(run);
+  CHECK_FALSE(none.samples.has_value());
+  CHECK(none.result_lines.empty());
+  CHECK(none.config_json.find("\"lr\": \"0.01\"") != std::string::npos);  // the options (text), as JSON
+  write_text(dir / "result.txt", "samples:\n  1234| -> 1234  (right)\n  4321| -> 1234  (right)\n"
+                                 "RESULT best_val_loss 0.5 step 10\nRESULT heldout_exact_match 1\n");
+  const train::RunOutput out = train::read_run_output(run);
+  REQUIRE(out.samples.has_value());
+  CHECK(*out.samples == "  1234| -> 1234  (right)\n  4321| -> 1234  (right)\n");
+  CHECK(out.result_lines ==
+        std::vector<std::string>{"RESULT best_val_loss 0.5 step 10", "RESULT heldout_exact_match 1"});
+}
+
+TEST_CASE("report: text from a run folder cannot end the page's data script", "[report]") {
+  train::ReportInput in;
+  train::RunSummary run;
+  run.dir = "x";
+  run.label = "a</script><b>run";
+  train::LogRow row;
+  row.step = 1;
+  row.loss = 2.0;
+  run.log.rows = {row};
+  run.steps = 1;
+  run.sessions = 1;
+  in.runs = {run};
+  train::RunOutput out;
+  out.samples = std::string("</script><script>document.title='x'</script>\n");
+  out.config_json = "{}";
+  in.outputs = {out};
+  in.library = {"/* Dygraph */", "/* css */"};
+  const std::string page = train::report_html(in);
+  // The page's own tags: 3 scripts (data, library, page). The run's text is escaped inside.
+  std::size_t scripts = 0;
+  for (std::size_t at = page.find("</script"); at != std::string::npos; at = page.find("</script", at + 1)) ++scripts;
+  CHECK(scripts == 3);
+  CHECK(page.find("a\\u003c/script\\u003e\\u003cb\\u003erun") != std::string::npos);
+  CHECK(page.find("<script src") == std::string::npos);
+}

@@ -1,0 +1,103 @@
+/// \file
+/// `xgrad report`: one self-contained HTML page about training runs (docs/cli.md, "xgrad
+/// report"): their curves (dygraphs, inlined from the Debian package libjs-dygraphs), a table
+/// of the runs and their options, every layer's and head's attention weights of a checkpoint
+/// for a prompt, an `xgrad gradcheck --json` report as a sortable table, the samples and the
+/// RESULT lines the runs printed, and their configuration as JSON. The runs are read as
+/// `xgrad compare` reads them (compare.hpp); the page needs no network and no server.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <xgrad/train/compare.hpp>
+
+namespace xg::train {
+
+/// Where libjs-dygraphs installs the minified library (Debian 12: 2.2.1); its style sheet is
+/// beside it (dygraph.min.css).
+extern const char* const kDygraphsPath;
+
+/// The plotting library, as inlined into the page.
+struct PlotLibrary {
+  std::string js;   ///< dygraph.min.js, without its source-map comment (the page loads nothing).
+  std::string css;  ///< dygraph.min.css, the same.
+};
+
+/// Reads the plotting library: the file named by the environment variable XGRAD_DYGRAPHS_JS
+/// when set, else kDygraphsPath, and the .css beside it. UsageError naming the file and the
+/// package (`apt-get install libjs-dygraphs`, or scripts/setup.sh) when either cannot be read
+/// or is not the library (the script must define Dygraph; neither may hold `</script` or
+/// `</style`).
+PlotLibrary load_dygraphs();
+
+/// Every layer's and head's attention weights of a GPT checkpoint over a prompt.
+struct AttentionReport {
+  std::string checkpoint;           ///< The checkpoint file.
+  std::string prompt;               ///< The prompt as given.
+  std::vector<std::string> tokens;  ///< Each prompt token's label (tick_label of its text).
+  std::size_t layers = 0;           ///< The model's layers.
+  std::size_t heads = 0;            ///< Query heads per layer.
+  std::size_t kv_heads = 0;         ///< Key/value heads per layer.
+  /// weights[layer * heads + head]: the T x T weights, row-major (query rows, key columns).
+  std::vector<std::vector<double>> weights;
+  /// allowed[layer]: the T x T cells the layer lets a query see (causal, and its sliding window).
+  std::vector<std::vector<unsigned char>> allowed;
+  std::vector<std::size_t> windows;  ///< Each layer's sliding window (0: none).
+};
+
+/// Loads the checkpoint (a model file, or a run folder: its model.safetensors), encodes the
+/// prompt with the checkpoint's tokenizer (the text task's, from its metadata) or one token a
+/// character of its vocabulary, and runs the model once over the prompt with weights
+/// returned. UsageError (one line) for an encoder-decoder checkpoint, an empty prompt, a prompt
+/// the checkpoint's vocabulary cannot encode, and a prompt longer than the context;
+/// FormatError for a file that is not an xgrad model.
+AttentionReport attention_report(const std::string& checkpoint, const std::string& prompt);
+
+/// One check of an `xgrad gradcheck --json` report.
+struct GradcheckRow {
+  std::string check, kind, configuration, status, message, worst_element, mode;
+  std::optional<double> max_abs_error, max_rel_error;  ///< Empty: null in the report (NaN, inf or not applicable).
+};
+
+/// An `xgrad gradcheck --json` report (checks/suite.cpp, report_json).
+struct GradcheckReport {
+  std::string path;
+  std::string dtype;
+  double atol = 0, rtol = 0, eps = 0;  ///< The tolerances the checks were run with.
+  std::vector<GradcheckRow> checks;    ///< In the report's order.
+};
+
+/// Reads an `xgrad gradcheck --json` report. FormatError naming the file for text that is not
+/// JSON, or JSON without the report's members (tool, tolerances, checks with check and status).
+GradcheckReport read_gradcheck(const std::string& path);
+
+/// What a run printed at its end (its samples and RESULT lines), from the run folder's
+/// result.txt (written by xgrad train when a run finishes, since this command exists); empty for a run that has
+/// none (older, or still training).
+struct RunOutput {
+  std::optional<std::string> samples;      ///< The text after "samples:" up to the next report line.
+  std::vector<std::string> result_lines;   ///< The lines starting "RESULT ".
+  std::string config_json;                 ///< config.json's text, or the options as a JSON object.
+};
+
+/// Reads a run's result.txt (when it has one) and config.json (or renders its options).
+RunOutput read_run_output(const RunSummary& run);
+
+/// Everything the page shows.
+struct ReportInput {
+  std::vector<RunSummary> runs;
+  std::vector<RunOutput> outputs;              ///< One per run.
+  std::optional<AttentionReport> attention;    ///< With --checkpoint and --prompt.
+  std::optional<GradcheckReport> gradcheck;    ///< With --gradcheck.
+  PlotLibrary library;                         ///< load_dygraphs()'s text.
+  std::string title = "xgrad report";
+};
+
+/// The HTML page: one file, the data inlined as JSON, the library and the page's own script
+/// and style inline.
+std::string report_html(const ReportInput& input);
+
+}  // namespace xg::train
