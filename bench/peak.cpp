@@ -139,4 +139,8 @@ void print_peak_share(const Peak& peak, double achieved_gflops) {
   print_line("achieved: " + fmt(achieved_gflops, 1) + " GFLOP/s = " + fmt(share, 1) + "% of peak");
 }
 
+void measure_and_print_peak_share(int threads, double achieved_gflops, const RunThreads& run, const std::string& isa) {
+  print_peak_share(measure_peak(threads, 0.05, run, isa), achieved_gflops);
+}
+
 }  // namespace bench

@@ -33,5 +33,8 @@ Peak measure_peak(int threads, double seconds = 0.05, const RunThreads& run = {}
 // "peak (fp32 FMA, avx512, 2 threads, measured now): X GFLOP/s" and then
 // "achieved: Y GFLOP/s = Z% of peak" for `achieved_gflops`.
 void print_peak_share(const Peak& peak, double achieved_gflops);
+// Measures the peak briefly (0.05 s slices) on `threads` threads and prints both lines.
+void measure_and_print_peak_share(int threads, double achieved_gflops, const RunThreads& run = {},
+                                  const std::string& isa = {});
 
 }  // namespace bench
