@@ -4,6 +4,8 @@
 // minus the RSS right after the inputs were allocated), which the fused path's memory
 // target is stated in.
 #include "bench/common.hpp"
+#include "bench/xgrad_pool.hpp"
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/nn/sdpa.hpp>
@@ -54,6 +56,16 @@ void run(const bench::AttentionFlags& f) {
     ops::sum(nn::attention(Q, K, V, vis, opts) * G).backward();
   };
   const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, fwd_bwd);
+  // FLOPs (docs/performance.md): forward 4 B H T^2 d_h and backward 10 B H T^2 d_h over the
+  // visible pairs; causal counts half the pairs: 7 B H T^2 d_h, no mask 14 B H T^2 d_h.
+  if (f.mask == "causal" || f.mask == "none") {
+    const double flop = (f.mask == "causal" ? 7.0 : 14.0) * double(f.batch) * double(f.heads) * double(f.seq) *
+                        double(f.seq) * double(f.dh);
+    bench::measure_and_print_peak_share(f.threads, flop * 1e-9 / (bench::summarize(ms).median * 1e-3),
+                                        bench::xgrad_pool(), blas::sgemm_isa() == "avx2" ? "avx2" : "");
+  } else {
+    bench::print_line("% of peak: FLOP formula only for --mask causal and none");
+  }
   bench::report_attention(ms, rss_inputs);
 }
 

@@ -1,10 +1,18 @@
-// n x n float32 matrix product through xgrad's matmul op, forward only (issue 8,
-// "Benchmarks"), and beside it one raw cblas_sgemm call on the same matrices with
-// OpenBLAS's own threads set to --threads: the ceiling xgrad's op is measured against.
+// Float32 matrix product through xgrad's matmul op, forward only (issue 8, "Benchmarks"), and
+// beside it, on the same matrices in the same run: each float32 GEMM backend of xgrad's BLAS
+// doorway (core/detail/blas.hpp: OpenBLAS and oneDNN, single-threaded inside xgrad's pool), and one
+// raw cblas_sgemm call with OpenBLAS's own threads set to --threads. Square n x n by default;
+// --m and --k give [m, k] x [k, n] (the tall-skinny projections). GFLOP/s are 2 m n k / time,
+// also shown as a share of the fp32 FMA peak measured in the same run (bench/peak.hpp).
+#include <CLI/CLI.hpp>
+#include <optional>
 #include <vector>
 
 #include "bench/common.hpp"
 #include "bench/openblas.hpp"
+#include "bench/xgrad_pool.hpp"
+#include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/parallel.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/matmul.hpp>
@@ -13,24 +21,79 @@ using namespace xg;
 
 namespace {
 
-void run(const bench::MatmulFlags& f) {
+struct Extra {
+  std::optional<std::size_t> m, k;
+};
+
+std::vector<double> gflops(const std::vector<double>& ms, double flop) {
+  std::vector<double> out;
+  for (double v : ms) out.push_back(flop * 1e-9 / (v * 1e-3));
+  return out;
+}
+
+void run(const bench::MatmulFlags& f, const Extra& x) {
   set_num_threads(f.threads);
-  bench::print_header("bench_matmul", "xgrad", f);
+  const std::size_t M = x.m.value_or(f.n), K = x.k.value_or(f.n), N = f.n;
+  const bool square = M == N && K == N;
+  if (square)
+    bench::print_header("bench_matmul", "xgrad", f);
+  else
+    bench::print_line("bench_matmul (xgrad): [" + std::to_string(M) + ", " + std::to_string(K) + "] x [" +
+                      std::to_string(K) + ", " + std::to_string(N) + "], float32, threads " +
+                      std::to_string(f.threads));
+  bench::print_line("float32 GEMM kernels: " + float32_gemm_kernels() + " (CPU: " + blas::cpu_isa() + ")");
   Generator gen(0);
-  const Tensor A = randn({f.n, f.n}, gen);
-  const Tensor B = randn({f.n, f.n}, gen);
+  const Tensor A = randn({M, K}, gen);
+  const Tensor B = randn({K, N}, gen);
+  const double flop = 2.0 * double(M) * double(N) * double(K);
   const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, [&] { ops::matmul(A, B); });
-  // xgrad keeps OpenBLAS at one thread and splits GEMMs over its own pool; the raw call runs
-  // on OpenBLAS's own threads instead.
-  const std::vector<double> raw_ms =
-      bench::time_raw_sgemm(f.n, A.value().data<float>(), B.value().data<float>(), f.warmup, f.reps, f.threads);
-  bench::report_matmul("xgrad", f.n, f.threads, ms, raw_ms);
+  // Each backend of the doorway on the same matrices (as the op calls it, minus the op).
+  std::vector<float> C(M * N);
+  const float* a = A.value().data<float>();
+  const float* b = B.value().data<float>();
+  std::vector<blas::Backend> backends{blas::Backend::openblas};
+  if (blas::onednn_available()) backends.push_back(blas::Backend::onednn);
+  for (blas::Backend be : backends) {
+    const std::vector<double> t = bench::time_reps(f.warmup, f.reps, [&] {
+      blas::sgemm_on(be, false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, C.data(), N);
+    });
+    bench::print_summary(std::string("doorway ") + blas::backend_name(be) + " (xgrad pool)", gflops(t, flop),
+                         "GFLOPS");
+  }
+  const bench::RunThreads pool = bench::xgrad_pool();
+  // The peak of the vectors the GEMM kernels use (XGRAD_ISA=avx2 on an AVX-512 CPU: the AVX2 peak).
+  const bench::Peak peak = bench::measure_peak(f.threads, 0.05, pool, blas::sgemm_isa() == "avx2" ? "avx2" : "");
+  const double achieved = bench::summarize(gflops(ms, flop)).median;
+  bench::print_peak_share(peak, achieved);
+  if (square) {
+    // xgrad keeps OpenBLAS at one thread and splits GEMMs over its own pool; the raw call runs
+    // on OpenBLAS's own threads instead.
+    const std::vector<double> raw_ms = bench::time_raw_sgemm(f.n, a, b, f.warmup, f.reps, f.threads);
+    bench::report_matmul("xgrad", f.n, f.threads, ms, raw_ms);
+  } else {
+    bench::print_summary("xgrad matmul", ms, "ms");
+    bench::print_summary("xgrad matmul", gflops(ms, flop), "GFLOPS");
+    bench::print_peak_rss();
+    bench::print_result("matmul_gflops", achieved, "GFLOPS");
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bench::MatmulFlags f;
-  return bench::run_program("bench_matmul", "n x n float32 matmul through xgrad's op, beside raw OpenBLAS sgemm", argc,
-                            argv, f, run);
+  Extra x;
+  return bench::run_program(
+      "bench_matmul", "float32 matmul through xgrad's op and each GEMM backend, beside raw OpenBLAS sgemm", argc,
+      argv,
+      [&](CLI::App& app) {
+        bench::add_flags(app, f);
+        app.add_option_function<std::size_t>(
+               "--m", [&x](const std::size_t& v) { x.m = v; }, "rows of the left matrix (default: n)")
+            ->check(CLI::PositiveNumber);
+        app.add_option_function<std::size_t>(
+               "--k", [&x](const std::size_t& v) { x.k = v; }, "inner dimension (default: n)")
+            ->check(CLI::PositiveNumber);
+      },
+      [&] { run(f, x); });
 }

@@ -15,6 +15,8 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/common.hpp"
+#include "bench/xgrad_pool.hpp"
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/nn/layers.hpp>
@@ -120,6 +122,15 @@ void run(const bench::TrainFlags& f, const std::string& arch) {
     opt.step();
   };
   const std::vector<double> ms = bench::time_reps(f.warmup, f.steps, step);
+  // FLOPs per step (docs/performance.md): 6 x parameters x tokens (forward 2, backward 4 per
+  // parameter and token) + causal attention 6 B H T^2 d_head per layer.
+  const double tokens_per_step = double(f.batch) * double(f.seq);
+  const double attn = 6.0 * double(f.batch) * double(f.heads) * double(f.seq) * double(f.seq) *
+                      double(f.d / f.heads) * double(f.layers);
+  const double flop = 6.0 * double(model.parameter_count()) * tokens_per_step + attn;
+  bench::print_line("FLOP per step: " + bench::fmt(flop * 1e-9, 3) + " G");
+  bench::measure_and_print_peak_share(f.threads, flop * 1e-9 / (bench::summarize(ms).median * 1e-3),
+                                      bench::xgrad_pool(), blas::sgemm_isa() == "avx2" ? "avx2" : "");
   bench::report_train_step(ms, f.warmup + f.steps, loss);
 }
 

@@ -3,9 +3,24 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
+#include <string>
+#include <type_traits>
 
+#include <xgrad/core/error.hpp>
 #include <xgrad/core/parallel.hpp>
+
+#ifndef XGRAD_HAVE_ONEDNN
+#define XGRAD_HAVE_ONEDNN 0
+#endif
+#if XGRAD_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+// libgomp's (Debian's oneDNN runs on OpenMP). Declared here rather than through <omp.h>, which
+// clang finds only with its own OpenMP headers; the symbol is the one libdnnl itself uses.
+extern "C" void omp_set_num_threads(int);
+#endif
 
 namespace xg::blas {
 
@@ -84,10 +99,48 @@ void split_gemv(bool trans, std::size_t rows, std::size_t cols, T alpha, const T
 // chunk (the fused attention blocks) run as one call.
 constexpr std::size_t kAlignRows = 16;
 
-template <class T>
-void split_gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
-                std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+std::atomic<std::uint64_t> g_calls[2];
+void count(Backend b) { g_calls[static_cast<int>(b)].fetch_add(1, std::memory_order_relaxed); }
+
+#if XGRAD_HAVE_ONEDNN
+// oneDNN runs single-threaded too: its OpenMP thread count is set to 1 on each thread that calls
+// it (an OpenMP setting is per calling thread), so no OpenMP team ever spins beside the pool.
+void raw_onednn(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  thread_local bool omp_single = false;
+  if (!omp_single) {
+    omp_set_num_threads(1);
+    omp_single = true;
+  }
+  const auto d = [](std::size_t v) { return static_cast<dnnl_dim_t>(v); };
+  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', d(M), d(N), d(K), alpha, A, d(lda), B, d(ldb), beta, C, d(ldc)) ==
+      dnnl_success) {
+    count(Backend::onednn);
+    return;
+  }
+  // Arguments oneDNN refuses (a leading dimension below its minimum for an empty or one-row
+  // operand, which BLAS accepts): OpenBLAS computes the same product.
+  count(Backend::openblas);
+  raw(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#endif
+
+struct OpenBlasKernel {
+  template <class T>
+  void operator()(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
+                  std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) const {
+    if (std::is_same<T, float>::value) count(Backend::openblas);
+    raw(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+};
+
+// `kernel` computes each block (OpenBlasKernel, or raw_onednn for float32).
+template <class T, class Kernel>
+void split_gemm(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha,
+                const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
   single_threaded();
+  if (std::is_same<T, float>::value && ((M == 1 && N > 1 && K > 0) || (N == 1 && M > 1 && K > 0)))
+    count(Backend::openblas);  // matrix-vector products: OpenBLAS's sgemv
   if (M == 1 && N > 1 && K > 0) {  // C [1, N] = row x of op(A) times op(B) [K, N]
     const std::size_t incx = ta ? lda : 1;
     if (tb)  // B is [N, K]: C^T = B x
@@ -111,7 +164,7 @@ void split_gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T
   const std::size_t blocks = (extent + kAlignRows - 1) / kAlignRows;
   const std::size_t chunks = std::min(threads, blocks);
   if (chunks <= 1) {
-    raw(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    kernel(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   detail::run_chunks(chunks, [&](std::size_t c) {
@@ -119,10 +172,77 @@ void split_gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T
     const std::size_t lo = b0 * kAlignRows, hi = std::min(extent, b1 * kAlignRows);
     if (lo >= hi) return;
     if (by_rows)  // rows lo..hi of C = rows of op(A)
-      raw(ta, tb, hi - lo, N, K, alpha, ta ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc);
+      kernel(ta, tb, hi - lo, N, K, alpha, ta ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc);
     else  // columns lo..hi of C = columns of op(B)
-      raw(ta, tb, M, hi - lo, K, alpha, A, lda, tb ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc);
+      kernel(ta, tb, M, hi - lo, K, alpha, A, lda, tb ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc);
   });
+}
+
+// --- which float32 kernels: chosen once, at the first float32 GEMM ---
+
+std::mutex g_setup_mutex;
+std::atomic<bool> g_ready{false};
+std::string g_requested;  // set_max_isa's ceiling ("" = none)
+std::string g_ceiling;    // the ceiling in effect once ready (the request, at most the CPU's)
+Backend g_backend = Backend::openblas;
+std::string g_isa = "openblas";
+
+void check_isa_name(const std::string& isa, const std::string& where) {
+  if (isa != "avx2" && isa != "avx512")
+    throw ValueError(op_message(where, "unknown ISA '" + isa + "' (avx2 or avx512)"));
+}
+
+// The ceiling `requested` resolves to on this CPU (a ceiling above the CPU's widest is the CPU's).
+std::string resolve_ceiling(const std::string& requested) {
+  const std::string cpu = cpu_isa();
+  if (requested.empty() || cpu == "none" || (requested == "avx512" && cpu != "avx512")) return cpu;
+  return requested;
+}
+
+void setup() {
+  if (g_ready.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lk(g_setup_mutex);
+  if (g_ready.load(std::memory_order_relaxed)) return;
+  std::string requested = g_requested;
+  if (requested.empty()) {
+    const char* env = std::getenv("XGRAD_ISA");
+    if (env && *env) {
+      requested = env;
+      check_isa_name(requested, "XGRAD_ISA");
+    }
+  }
+  g_ceiling = resolve_ceiling(requested);
+#if XGRAD_HAVE_ONEDNN
+  if (g_ceiling != "none") {
+    // Fails only if the process's oneDNN already ran (another user of it): its ISA is then
+    // whatever it chose, read back below.
+    dnnl_set_max_cpu_isa(g_ceiling == "avx2" ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_all);
+    const unsigned eff = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const auto has = [eff](dnnl_cpu_isa_t isa) { return (eff & unsigned(isa)) == unsigned(isa); };
+    if (has(dnnl_cpu_isa_avx512_core)) {
+      g_backend = Backend::onednn;
+      g_isa = "avx512";
+    } else if (has(dnnl_cpu_isa_avx2)) {
+      g_backend = Backend::onednn;
+      g_isa = "avx2";
+    }
+  }
+#endif
+  g_ready.store(true, std::memory_order_release);
+}
+
+template <class F>
+void on_backend(Backend b, F&& f) {
+  if (b == Backend::onednn) {
+#if XGRAD_HAVE_ONEDNN
+    setup();
+    f(raw_onednn);
+    return;
+#else
+    throw Error(op_message("blas::sgemm_on", "xgrad was built without oneDNN (XGRAD_WITH_ONEDNN)"));
+#endif
+  }
+  f(OpenBlasKernel{});
 }
 
 }  // namespace
@@ -130,13 +250,60 @@ void split_gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
           const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
           std::size_t ldc) {
-  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  sgemm_on(sgemm_backend(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+void sgemm_on(Backend b, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+              std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  if (M == 0 || N == 0 || K == 0) b = Backend::openblas;  // nothing to multiply: C = beta C as BLAS does it
+  on_backend(b, [&](const auto& kernel) { split_gemm(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+}
+
+Backend sgemm_backend() {
+  setup();
+  return g_backend;
+}
+
+const char* backend_name(Backend b) { return b == Backend::onednn ? "oneDNN" : "OpenBLAS"; }
+
+bool onednn_available() { return XGRAD_HAVE_ONEDNN != 0; }
+
+std::string sgemm_isa() {
+  setup();
+  return g_isa;
+}
+
+std::string cpu_isa() {
+#if defined(__x86_64__)
+  // oneDNN's AVX-512 kernels (avx512_core) need the F, BW, VL and DQ subsets.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
+    return "avx512";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
+#endif
+  return "none";
+}
+
+void set_max_isa(const std::string& isa) {
+  check_isa_name(isa, "set_max_isa");
+  std::lock_guard<std::mutex> lk(g_setup_mutex);
+  if (!g_ready.load(std::memory_order_relaxed)) {
+    g_requested = isa;
+    return;
+  }
+  if (resolve_ceiling(isa) != g_ceiling && g_backend == Backend::onednn)
+    throw Error(op_message("set_max_isa", "the float32 GEMM kernels are already fixed at " + g_ceiling +
+                                              " (oneDNN fixes its ISA at the first float32 GEMM); call set_max_isa('" +
+                                              isa + "') before the first matmul"));
+  g_requested = isa;
+}
+
+std::uint64_t sgemm_calls(Backend b) { return g_calls[static_cast<int>(b)].load(std::memory_order_relaxed); }
 
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta,
           double* C, std::size_t ldc) {
-  split_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  split_gemm(OpenBlasKernel{}, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 int num_threads() {

@@ -4,6 +4,7 @@
 
 #include <xgrad/core/error.hpp>
 
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/parallel.hpp>
 
 namespace xg::detail {
@@ -19,6 +20,14 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return detail::configured_pool_threads(); }
+
+void set_max_isa(const std::string& isa) { blas::set_max_isa(isa); }
+
+std::string float32_gemm_kernels() {
+  const blas::Backend b = blas::sgemm_backend();
+  return b == blas::Backend::onednn ? std::string(blas::backend_name(b)) + " " + blas::sgemm_isa()
+                                    : std::string(blas::backend_name(b));
+}
 
 void set_blas_threads(int n) { set_num_threads(n); }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace xg {
 
@@ -14,6 +15,16 @@ namespace xg {
 void set_num_threads(int n);
 /// The number of worker threads set_num_threads() configured (default: one per core).
 int num_threads();
+
+/// Ceiling for the vector instructions of the float32 matrix-product kernels: "avx2" or
+/// "avx512". Default: the widest the CPU has (found at run time, whatever the build flags);
+/// the environment variable XGRAD_ISA sets the same. Call it before the first float32 matmul:
+/// the kernels (oneDNN's) fix their ISA then, and a different ceiling afterwards throws Error.
+/// An unknown name throws ValueError. docs/performance.md, "GEMM".
+void set_max_isa(const std::string& isa);
+/// What float32 matrix products run on, e.g. "oneDNN avx512", "oneDNN avx2" or "OpenBLAS"
+/// (float64 always runs on OpenBLAS).
+std::string float32_gemm_kernels();
 
 /// Kept for programs written against earlier versions: same as set_num_threads(n).
 void set_blas_threads(int n);

@@ -14,7 +14,7 @@ set -euo pipefail
 
 packages=(cmake g++ make xtensor-dev xtl-dev libxsimd-dev libopenblas-dev catch2
           libcli11-dev nlohmann-json3-dev gnuplot-nox libopenmpi-dev openmpi-bin libsentencepiece-dev
-          pkgconf libjs-dygraphs)
+          pkgconf libjs-dygraphs libdnnl-dev)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-torch python3-numpy python3-sentencepiece clang-14 libclang-rt-14-dev doxygen chromium)
 fi

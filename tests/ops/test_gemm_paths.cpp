@@ -1,0 +1,168 @@
+// The float32 GEMM paths of the BLAS doorway (core/detail/blas.hpp; issue 21): each backend this
+// build has (OpenBLAS, oneDNN) against the float64 path (OpenBLAS dgemm) on odd shapes,
+// transposed operands, padded leading dimensions, alpha and beta, and which kernels and ISA
+// ran. ctest runs these tests twice: as built (the CPU's widest ISA) and with XGRAD_ISA=avx2
+// (tests/CMakeLists.txt: gemm_paths_avx2), so both oneDNN ISA paths run on an AVX-512 machine.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/runtime.hpp>
+
+using namespace xg;
+
+namespace {
+
+std::vector<blas::Backend> backends() {
+  std::vector<blas::Backend> out{blas::Backend::openblas};
+  if (blas::onednn_available()) out.push_back(blas::Backend::onednn);
+  return out;
+}
+
+// The ISA the float32 kernels must use here: the CPU's widest, lowered by XGRAD_ISA=avx2.
+std::string expected_isa() {
+  if (!blas::onednn_available() || blas::cpu_isa() == "none") return "openblas";
+  const char* env = std::getenv("XGRAD_ISA");
+  if (env && std::string(env) == "avx2") return "avx2";
+  return blas::cpu_isa();
+}
+
+struct Case {
+  std::size_t M, N, K;
+  bool ta, tb;
+  float alpha, beta;
+  std::size_t pad;  // added to each leading dimension
+};
+
+// C = alpha op(A) op(B) + beta C through backend `be` in float32 and through the float64 GEMM
+// on the same values; every entry within the float32 rounding bound of a K-term dot product,
+// and the padding columns of C (ldc > N) untouched. beta 0: C starts as NaN, which must not be
+// read (BLAS semantics).
+void check_case(blas::Backend be, const Case& c, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::size_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+  const std::size_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+  const std::size_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.N + c.pad;
+  std::vector<float> A(a_rows * lda), B(b_rows * ldb), C(c.M * ldc);
+  for (float& v : A) v = dist(rng);
+  for (float& v : B) v = dist(rng);
+  const float sentinel = 12345.0f;
+  for (std::size_t i = 0; i < c.M; ++i)
+    for (std::size_t j = 0; j < ldc; ++j)
+      C[i * ldc + j] = j >= c.N ? sentinel : c.beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : dist(rng);
+  const std::vector<double> A64(A.begin(), A.end()), B64(B.begin(), B.end());
+  std::vector<double> C64(C.begin(), C.end()), absA(A64.size()), absB(B64.size());
+  for (std::size_t i = 0; i < A64.size(); ++i) absA[i] = std::fabs(A64[i]);
+  for (std::size_t i = 0; i < B64.size(); ++i) absB[i] = std::fabs(B64[i]);
+  std::vector<double> absAB(c.M * ldc, 0.0);
+  const double beta64 = c.beta;
+  blas::gemm(c.ta, c.tb, c.M, c.N, c.K, double(c.alpha), A64.data(), lda, B64.data(), ldb, beta64, C64.data(), ldc);
+  blas::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0, absA.data(), lda, absB.data(), ldb, 0.0, absAB.data(), ldc);
+  const std::vector<float> C0(C);
+  blas::sgemm_on(be, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
+  // Rounding of a K-term float32 dot product (any summation order), of alpha, beta and the sum.
+  const double eps = std::numeric_limits<float>::epsilon();
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < c.M; ++i)
+    for (std::size_t j = 0; j < ldc; ++j) {
+      const float got = C[i * ldc + j];
+      if (j >= c.N) {
+        bad += got != sentinel;
+        continue;
+      }
+      const double c0 = c.beta == 0.0f ? 0.0 : std::fabs(double(C0[i * ldc + j]));
+      const double tol = double(c.K + 3) * eps * (std::fabs(c.alpha) * absAB[i * ldc + j] + std::fabs(c.beta) * c0) +
+                         std::numeric_limits<float>::min();
+      const bool ok = std::isfinite(got) && std::fabs(double(got) - C64[i * ldc + j]) <= tol;
+      if (!ok && bad < 3)
+        UNSCOPED_INFO("C[" << i << ", " << j << "] = " << got << ", float64 " << C64[i * ldc + j] << ", bound " << tol);
+      bad += !ok;
+    }
+  INFO(blas::backend_name(be) << " (" << blas::sgemm_isa() << "): M " << c.M << ", N " << c.N << ", K " << c.K
+                              << ", trans_a " << c.ta << ", trans_b " << c.tb << ", alpha " << c.alpha << ", beta "
+                              << c.beta << ", pad " << c.pad);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("float32 GEMM kernels use the CPU's widest ISA unless XGRAD_ISA lowers the ceiling", "[gemm_paths]") {
+  const std::string want = expected_isa();
+  CHECK(blas::sgemm_isa() == want);
+  if (want == "openblas") {
+    CHECK(blas::sgemm_backend() == blas::Backend::openblas);
+    CHECK(float32_gemm_kernels() == "OpenBLAS");
+  } else {
+    CHECK(blas::sgemm_backend() == blas::Backend::onednn);
+    CHECK(float32_gemm_kernels() == "oneDNN " + want);
+  }
+  // The oneDNN path runs when asked for (its call counter moves); float64 never counts.
+  std::vector<float> a(64 * 64, 1.0f), c(64 * 64);
+  for (blas::Backend be : backends()) {
+    const std::uint64_t before = blas::sgemm_calls(be);
+    blas::sgemm_on(be, false, false, 64, 64, 64, 1.0f, a.data(), 64, a.data(), 64, 0.0f, c.data(), 64);
+    CHECK(blas::sgemm_calls(be) > before);
+    CHECK(c[0] == 64.0f);
+  }
+  const std::uint64_t f32_before = blas::sgemm_calls(blas::Backend::openblas) + blas::sgemm_calls(blas::Backend::onednn);
+  std::vector<double> a64(64 * 64, 1.0), c64(64 * 64);
+  blas::gemm(false, false, 64, 64, 64, 1.0, a64.data(), 64, a64.data(), 64, 0.0, c64.data(), 64);
+  CHECK(blas::sgemm_calls(blas::Backend::openblas) + blas::sgemm_calls(blas::Backend::onednn) == f32_before);
+  CHECK(c64[0] == 64.0);
+}
+
+TEST_CASE("set_max_isa refuses an unknown ISA and a different ceiling once the kernels are fixed", "[gemm_paths]") {
+  CHECK_THROWS_AS(set_max_isa("sse2"), ValueError);
+  CHECK_THROWS_WITH(set_max_isa("avx1024"), Catch::Contains("unknown ISA 'avx1024' (avx2 or avx512)"));
+  const std::string now = blas::sgemm_isa();  // fixes the kernels
+  if (now == "avx512") {
+    CHECK_THROWS_WITH(set_max_isa("avx2"), Catch::Contains("already fixed at avx512"));
+    CHECK_NOTHROW(set_max_isa("avx512"));
+  } else if (now == "avx2") {
+    CHECK_NOTHROW(set_max_isa("avx2"));
+    if (blas::cpu_isa() == "avx512") CHECK_THROWS_WITH(set_max_isa("avx512"), Catch::Contains("already fixed at avx2"));
+  }
+  CHECK(blas::sgemm_isa() == now);
+}
+
+TEST_CASE("float32 GEMM on each backend matches float64 on odd shapes transposes strides alpha and beta",
+          "[gemm_paths]") {
+  std::mt19937 rng(21);
+  const std::size_t dims[] = {1, 7, 13, 127, 129};
+  for (blas::Backend be : backends())
+    for (std::size_t M : dims)
+      for (std::size_t N : dims)
+        for (std::size_t K : dims)
+          for (int t = 0; t < 4; ++t) {
+            const bool ta = t & 1, tb = t & 2;
+            const bool scaled = (M + N + K + t) % 2 == 1;
+            check_case(be, {M, N, K, ta, tb, scaled ? -0.5f : 1.0f, scaled ? 1.5f : 0.0f, (M * 7 + K) % 3}, rng);
+          }
+}
+
+TEST_CASE("float32 GEMM on each backend matches float64 with a dimension of 1023", "[gemm_paths]") {
+  std::mt19937 rng(1023);
+  const Case cases[] = {{1023, 129, 127, false, false, 1.0f, 0.0f, 0}, {127, 1023, 129, false, true, 1.0f, 0.0f, 1},
+                        {129, 127, 1023, true, false, 2.0f, 0.5f, 3},  {1023, 13, 1023, true, true, 1.0f, 0.0f, 5},
+                        {1023, 1023, 7, false, false, 1.0f, 1.0f, 0},  {1, 1023, 1023, false, false, 1.0f, 0.0f, 2},
+                        {1023, 1, 129, false, true, 1.0f, 0.0f, 0}};
+  for (blas::Backend be : backends())
+    for (const Case& c : cases) check_case(be, c, rng);
+}
+
+TEST_CASE("float32 GEMM with an empty dimension sets C to beta C on each backend", "[gemm_paths]") {
+  for (blas::Backend be : backends()) {
+    std::vector<float> a(16, 1.0f), c(16, 2.0f);
+    blas::sgemm_on(be, false, false, 4, 4, 0, 1.0f, a.data(), 1, a.data(), 4, 0.5f, c.data(), 4);
+    for (float v : c) CHECK(v == 1.0f);
+    blas::sgemm_on(be, false, false, 0, 4, 4, 1.0f, a.data(), 4, a.data(), 4, 0.5f, c.data(), 4);
+    for (float v : c) CHECK(v == 1.0f);
+  }
+}
