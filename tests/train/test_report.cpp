@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "../helpers.hpp"
+#include "tests/support/helpers.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/train/report.hpp>
 
