@@ -1,4 +1,6 @@
 /// \file
+/// Installed as <xgrad/nn/attention_reference.hpp> (with xgrad::checks only), never included by
+/// xgrad itself: it lives under checks/ so that nn/ includes nothing above it.
 /// Deprecated: SPEC 9's closed-form attention reference moved to the gradient-check suite,
 /// <xgrad/checks/attention_reference.hpp> (namespace xg::checks::reference, library
 /// xgrad::checks), since only checks use it. This header includes that one and keeps the old
