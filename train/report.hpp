@@ -58,15 +58,24 @@ AttentionReport attention_report(const std::string& checkpoint, const std::strin
 
 /// One check of an `xgrad gradcheck --json` report.
 struct GradcheckRow {
-  std::string check, kind, configuration, status, message, worst_element, mode;
-  std::optional<double> max_abs_error, max_rel_error;  ///< Empty: null in the report (NaN, inf or not applicable).
+  std::string check;          ///< The check's name, e.g. "ops/softmax".
+  std::string kind;           ///< "gradient", "reference", "invariant", ...
+  std::string configuration;  ///< Its one-line configuration.
+  std::string status;         ///< "passed" or "failed".
+  std::string message;        ///< Details (empty when it passed).
+  std::string worst_element;  ///< Where the error is largest, e.g. "x[1, 2]".
+  std::string mode;           ///< "full", "projection", "property", "mixed" or "error".
+  std::optional<double> max_abs_error;  ///< Empty: null in the report (NaN, inf or not applicable).
+  std::optional<double> max_rel_error;  ///< Empty: null in the report (NaN, inf or not applicable).
 };
 
 /// An `xgrad gradcheck --json` report (checks/suite.cpp, report_json).
 struct GradcheckReport {
-  std::string path;
-  std::string dtype;
-  double atol = 0, rtol = 0, eps = 0;  ///< The tolerances the checks were run with.
+  std::string path;   ///< The file it was read from.
+  std::string dtype;  ///< The precision of the run: "float64" or "float32".
+  double atol = 0;    ///< The absolute tolerance the checks were run with.
+  double rtol = 0;    ///< The relative tolerance the checks were run with.
+  double eps = 0;     ///< The relative finite-difference step.
   std::vector<GradcheckRow> checks;    ///< In the report's order.
 };
 
@@ -88,12 +97,12 @@ RunOutput read_run_output(const RunSummary& run);
 
 /// Everything the page shows.
 struct ReportInput {
-  std::vector<RunSummary> runs;
+  std::vector<RunSummary> runs;                ///< The runs, in the order given.
   std::vector<RunOutput> outputs;              ///< One per run.
   std::optional<AttentionReport> attention;    ///< With --checkpoint and --prompt.
   std::optional<GradcheckReport> gradcheck;    ///< With --gradcheck.
   PlotLibrary library;                         ///< load_dygraphs()'s text.
-  std::string title = "xgrad report";
+  std::string title = "xgrad report";          ///< The page's title.
 };
 
 /// The HTML page: one file, the data inlined as JSON, the library and the page's own script

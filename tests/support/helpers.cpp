@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include <unistd.h>
 
@@ -48,6 +49,12 @@ void require_close(const Array& a, const Array& b, double tol) {
   INFO("a = " << a.str() << "\nb = " << b.str());
   REQUIRE(a.shape() == b.shape());
   REQUIRE(max_abs_diff(a, b) <= tol);
+}
+
+void write_file(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << bytes;
+  REQUIRE(f.good());
 }
 
 double max_scaled_diff(const Array& a, const Array& b) {

@@ -26,6 +26,9 @@ GradcheckReport require_gradcheck(const GradcheckFn& f, const std::vector<Array>
 // A fresh, empty folder under the temporary directory, unique to this process.
 std::filesystem::path temp_dir(const std::string& name);
 
+// Writes `bytes` to the file `p` (replacing it) and requires the write to succeed.
+void write_file(const std::filesystem::path& p, const std::string& bytes);
+
 // Asserts two arrays have equal shapes and max |a - b| <= tol.
 void require_close(const Array& a, const Array& b, double tol);
 

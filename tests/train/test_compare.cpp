@@ -25,11 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-  REQUIRE(f.good());
-}
 
 std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -16,11 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-  REQUIRE(f.good());
-}
 
 }  // namespace
 
@@ -28,7 +23,7 @@ TEST_CASE("report: a gradcheck JSON report is read with its nulls and a foreign 
           "[report]") {
   const fs::path dir = xgt::temp_dir("report_gradcheck");
   const fs::path good = dir / "g.json";
-  write_text(good, R"JSON({"tool": "xgrad gradcheck", "dtype": "float64",
+  xgt::write_file(good, R"JSON({"tool": "xgrad gradcheck", "dtype": "float64",
     "tolerances": {"eps": 1e-6, "atol": 1e-5, "rtol": 1e-3},
     "checks": [{"check": "ops/add", "kind": "gradient", "configuration": "a (2)", "max_abs_error": 1.5e-10,
                 "max_rel_error": null, "worst_element": "a[1]", "status": "passed", "message": ""},
@@ -47,14 +42,14 @@ TEST_CASE("report: a gradcheck JSON report is read with its nulls and a foreign 
   CHECK(r.checks[1].worst_element == "b[0]");
 
   const fs::path not_json = dir / "n.json";
-  write_text(not_json, "step,lr\n");
+  xgt::write_file(not_json, "step,lr\n");
   CHECK_THROWS_WITH(train::read_gradcheck(not_json.string()),
                     Catch::Contains("n.json") && Catch::Contains("not JSON"));
   const fs::path foreign = dir / "f.json";
-  write_text(foreign, R"({"lr": 0.01})");
+  xgt::write_file(foreign, R"({"lr": 0.01})");
   CHECK_THROWS_AS(train::read_gradcheck(foreign.string()), FormatError);
   const fs::path bad_status = dir / "s.json";
-  write_text(bad_status, R"({"tool": "xgrad gradcheck", "checks": [{"check": "x", "status": "maybe"}]})");
+  xgt::write_file(bad_status, R"({"tool": "xgrad gradcheck", "checks": [{"check": "x", "status": "maybe"}]})");
   CHECK_THROWS_WITH(train::read_gradcheck(bad_status.string()), Catch::Contains("checks[0]") && Catch::Contains("maybe"));
 }
 
@@ -67,7 +62,7 @@ TEST_CASE("report: result.txt gives the samples and the RESULT lines and a run w
   CHECK_FALSE(none.samples.has_value());
   CHECK(none.result_lines.empty());
   CHECK(none.config_json.find("\"lr\": \"0.01\"") != std::string::npos);  // the options (text), as JSON
-  write_text(dir / "result.txt", "samples:\n  1234| -> 1234  (right)\n  4321| -> 1234  (right)\n"
+  xgt::write_file(dir / "result.txt", "samples:\n  1234| -> 1234  (right)\n  4321| -> 1234  (right)\n"
                                  "RESULT best_val_loss 0.5 step 10\nRESULT heldout_exact_match 1\n");
   const train::RunOutput out = train::read_run_output(run);
   REQUIRE(out.samples.has_value());

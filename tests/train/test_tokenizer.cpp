@@ -27,10 +27,6 @@ std::string read_file(const std::filesystem::path& p) {
   return s.str();
 }
 
-void write_file(const std::filesystem::path& p, const std::string& bytes) {
-  std::ofstream f(p, std::ios::binary);
-  f << bytes;
-}
 
 
 // A mixed corpus: lines drawn from several scripts and kinds of text, about 60 KB.
@@ -76,8 +72,8 @@ const Trained& trained(const std::string& model_type = "bpe") {
   t.dir = xgt::temp_dir("tokenizer_" + model_type);
   t.corpus = t.dir / "corpus";
   std::filesystem::create_directories(t.corpus);
-  write_file(t.corpus / "a.txt", mixed_corpus(1));
-  write_file(t.corpus / "b.txt", mixed_corpus(2));
+  xgt::write_file(t.corpus / "a.txt", mixed_corpus(1));
+  xgt::write_file(t.corpus / "b.txt", mixed_corpus(2));
   t.model = t.dir / "tok.model";
   train::TokenizerTrainOptions o;
   o.model_type = model_type;
@@ -319,7 +315,7 @@ TEST_CASE("loading a tokenizer refuses files that are missing or empty or trunca
   const auto dir = xgt::temp_dir("tokenizer_bad_files");
   const std::string good = read_file(trained().model);
   const auto format_error = [&](const std::string& name, const std::string& bytes) {
-    write_file(dir / name, bytes);
+    xgt::write_file(dir / name, bytes);
     const std::string path = (dir / name).string();
     const std::string m = error_of<FormatError>([&] { train::load_tokenizer(path); });
     CHECK(m.find(path) != std::string::npos);
@@ -338,7 +334,7 @@ TEST_CASE("loading a tokenizer refuses files that are missing or empty or trunca
   for (int i = 0; i < 200; ++i) {
     std::string bad = good;
     for (int k = 0; k < 3; ++k) bad[g.below(bad.size())] = static_cast<char>(g.below(256));
-    write_file(dir / "flip.model", bad);
+    xgt::write_file(dir / "flip.model", bad);
     try {
       const auto t = train::load_tokenizer((dir / "flip.model").string());
       for (const std::string& s : hard_cases()) require_round_trip(*t, s);
@@ -388,7 +384,7 @@ TEST_CASE("sentencepiece training refuses bad options and corpora before writing
   std::filesystem::create_directories(dir / "empty_folder");
   CHECK(usage({(dir / "empty_folder").string()}, o).find("holds no files") != std::string::npos);
   // More pieces than the corpus has: a UsageError naming the largest that works.
-  write_file(dir / "small.txt", "abc abc abd\n");
+  xgt::write_file(dir / "small.txt", "abc abc abd\n");
   o.vocab_size = 400;
   const std::string high = usage({(dir / "small.txt").string()}, o);
   CHECK(high.find("--vocab-size 400") != std::string::npos);
@@ -422,21 +418,21 @@ TEST_CASE("sentencepiece training refuses bad options and corpora before writing
   const auto value = [&](const std::vector<std::string>& paths) {
     return error_of<ValueError>([&] { train::train_sentencepiece(paths, {}, out); });
   };
-  write_file(dir / "empty.txt", "");
+  xgt::write_file(dir / "empty.txt", "");
   CHECK(value({(dir / "empty.txt").string()}).find("no text") != std::string::npos);
-  write_file(dir / "marks.txt", "\xE2\x96\x81\xE2\x96\x81");  // only what the pre-split takes out
+  xgt::write_file(dir / "marks.txt", "\xE2\x96\x81\xE2\x96\x81");  // only what the pre-split takes out
   CHECK(value({(dir / "marks.txt").string()}).find("no text") != std::string::npos);
-  write_file(dir / "nul.bin", std::string("text\0more text", 14));
+  xgt::write_file(dir / "nul.bin", std::string("text\0more text", 14));
   CHECK(value({(dir / "nul.bin").string()}).find("nul.bin' looks binary, not text: a NUL byte at offset 4") !=
         std::string::npos);
   std::string latin1;
   for (int i = 0; i < 1000; ++i) latin1 += i % 3 ? "a" : "\xE9";  // a third of the bytes not UTF-8
-  write_file(dir / "latin1.txt", latin1);
+  xgt::write_file(dir / "latin1.txt", latin1);
   CHECK(value({(dir / "latin1.txt").string()}).find("334 of its first 1000 bytes are not UTF-8") != std::string::npos);
   // A binary file inside a corpus folder is named with its folder.
   std::filesystem::create_directories(dir / "with_binary");
-  write_file(dir / "with_binary" / "a.txt", "text\n");
-  write_file(dir / "with_binary" / "b.bin", std::string("\x7f" "ELF\0\0", 6));
+  xgt::write_file(dir / "with_binary" / "a.txt", "text\n");
+  xgt::write_file(dir / "with_binary" / "b.bin", std::string("\x7f" "ELF\0\0", 6));
   CHECK(value({(dir / "with_binary").string()}).find((dir / "with_binary" / "b.bin").string()) != std::string::npos);
   CHECK(!std::filesystem::exists(out));
 }
