@@ -4,6 +4,7 @@
 // decode(encode(s)) == s for any bytes (train/tokenizer.hpp has the rule).
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -31,6 +32,7 @@ struct TrainArgs {
 struct CodeArgs {
   std::string tokenizer;
   std::string text, ids;
+  std::vector<std::string> files;  // encode: each file on its own
   CLI::Option* text_given = nullptr;
   CLI::Option* ids_given = nullptr;
   bool json = false;
@@ -64,10 +66,22 @@ json tokenizer_json(const train::Tokenizer& t, const std::string& spec) {
           {"sha256", t.digest()}};
 }
 
-void run_encode(const CodeArgs& a) {
-  const std::unique_ptr<train::Tokenizer> t = train::load_tokenizer(a.tokenizer);
-  const std::string text = a.text_given->count() > 0 ? a.text : read_stdin();
-  const std::vector<std::int64_t> ids = t->encode(text);
+// A FILES operand of `encode`, whole (any bytes).
+std::string read_operand(const std::string& path) {
+  const std::string what = "tokenizer encode: FILES '" + path + "'";
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw UsageError(what + " is a folder, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(what + (fs::exists(path, ec) ? " cannot be read" : " does not exist"));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw ValueError(what + ": reading it failed");
+  return s.str();
+}
+
+// One text's line: the ids, or with --json one object (with "file" for a FILES operand).
+void print_encoded(const train::Tokenizer& t, const CodeArgs& a, const std::string& text, const std::string* file) {
+  const std::vector<std::int64_t> ids = t.encode(text);
   if (!a.json) {
     std::string line;
     for (std::size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
@@ -75,15 +89,29 @@ void run_encode(const CodeArgs& a) {
     return;
   }
   json pieces = json::array();
-  for (std::int64_t id : ids) pieces.push_back(t->piece(id));
+  for (std::int64_t id : ids) pieces.push_back(t.piece(id));
   json j;
-  j["tokenizer"] = tokenizer_json(*t, a.tokenizer);
+  j["tokenizer"] = tokenizer_json(t, a.tokenizer);
+  if (file) j["file"] = *file;
   j["ids"] = ids;
   j["pieces"] = pieces;
   j["bytes"] = text.size();
   j["tokens"] = ids.size();
   // A llama2.c piece need not be UTF-8: such bytes are written as U+FFFD.
   std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+void run_encode(const CodeArgs& a) {
+  const std::unique_ptr<train::Tokenizer> t = train::load_tokenizer(a.tokenizer);
+  if (a.files.empty()) {
+    print_encoded(*t, a, a.text_given->count() > 0 ? a.text : read_stdin(), nullptr);
+    return;
+  }
+  // Every operand is read before anything is printed: a bad one prints nothing.
+  std::vector<std::string> texts;
+  texts.reserve(a.files.size());
+  for (const std::string& f : a.files) texts.push_back(read_operand(f));
+  for (std::size_t i = 0; i < texts.size(); ++i) print_encoded(*t, a, texts[i], &a.files[i]);
 }
 
 void run_decode(const CodeArgs& a) {
@@ -133,10 +161,15 @@ void add_tokenizer(CLI::App& app) {
   tr->callback([t] { run_train(*t); });
 
   auto e = std::make_shared<CodeArgs>();
-  CLI::App* en = cmd->add_subcommand("encode", "Text (--text, or stdin) to ids: one line, or JSON with --json");
+  CLI::App* en = cmd->add_subcommand(
+      "encode", "Text (--text, stdin, or each of FILES on its own) to ids: one line per text, or JSON with --json");
   add_tokenizer_flag(en, e->tokenizer);
   e->text_given = en->add_option("--text", e->text, "the text to encode (default: all of stdin)");
-  en->add_flag("--json", e->json, "print {\"tokenizer\", \"ids\", \"pieces\", \"bytes\", \"tokens\"} as JSON");
+  en->add_flag("--json", e->json,
+               "print {\"tokenizer\", \"ids\", \"pieces\", \"bytes\", \"tokens\"} as JSON (and \"file\" for FILES)");
+  en->add_option("files", e->files, "FILES: encode each file's whole bytes on its own, one output line per file, in order")
+      ->check(non_empty_path())
+      ->excludes(e->text_given);
   en->callback([e] { run_encode(*e); });
 
   auto d = std::make_shared<CodeArgs>();

@@ -6,11 +6,11 @@
 # and takes minutes under ASan (so does its 2-rank twin, distributed_heldout_default, which
 # would pull it back in as a fixture); so are the kill, signal and memory tests (timing- and
 # RSS-based: ASan's shadow memory and quarantine would swamp the memory bound), and the stress
-# test that repeats every distributed refusal 20 times (a flakiness test of process teardown:
+# test that repeats every distributed refusal 10 times (a flakiness test of process teardown:
 # distributed_usage runs each refusal once here). The robustness
 # catalogue runs here against the ASan build. The downstream consumer test (an install and
 # three consumer builds) is a packaging test, not a memory one: it runs in the Release suite only.
-# The SentencePiece cross-check (thousands of lines, each through the xgrad program) compares
+# The SentencePiece cross-check (thousands of lines through the xgrad program) compares
 # encodings with Python's, not memory: the Release suite runs it, and so its llama2.c twin and
 # the PyTorch checkpoint cross-check (the same loaders run here through the catalogue and the
 # unit tests); the tokenizer's own unit tests (random byte strings, every invalid UTF-8 form)

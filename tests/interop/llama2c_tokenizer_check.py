@@ -131,6 +131,30 @@ def xgrad_encode(xgrad, tok, text):
     return json.loads(r.stdout)["ids"]
 
 
+def xgrad_encode_all(xgrad, tok, texts):
+    """`xgrad tokenizer encode --json FILES...` in one process: each text a file of its own.
+    The first two texts also go through stdin, one process each, and must give the same ids."""
+    folder = tok + ".lines"
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    paths = [os.path.join(folder, f"{i:04d}.txt") for i in range(len(texts))]
+    for path, text in zip(paths, texts):
+        with open(path, "wb") as f:
+            f.write(text)
+    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", tok, "--json"] + paths, capture_output=True,
+                       timeout=300)
+    if r.returncode != 0:
+        sys.exit(f"FAILED: encode FILES with {tok}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
+    out = [json.loads(line) for line in r.stdout.splitlines()]
+    if [o.get("file") for o in out] != paths:
+        sys.exit(f"FAILED: encode FILES with {tok}: {len(out)} objects for {len(paths)} files, or out of order")
+    ids = [o["ids"] for o in out]
+    for text, got in list(zip(texts, ids))[:2]:
+        if xgrad_encode(xgrad, tok, text) != got:
+            fail(f"{os.path.basename(tok)} {text!r}: stdin and FILES give different ids")
+    return ids
+
+
 def xgrad_decode(xgrad, tok, ids):
     r = subprocess.run([xgrad, "tokenizer", "decode", "--tokenizer", tok, "--ids", " ".join(map(str, ids))],
                        capture_output=True, timeout=60)
@@ -140,9 +164,11 @@ def xgrad_decode(xgrad, tok, ids):
     return r.stdout
 
 
-def check_line(xgrad, tok, pieces, scores, text, sp=None, decode=True, lossy=False):
+def check_line(xgrad, tok, pieces, scores, text, sp=None, decode=True, lossy=False, got=None):
+    """got: xgrad's ids when already encoded (xgrad_encode_all); else encoded here through stdin."""
     want = ref_encode(pieces, scores, text)
-    got = xgrad_encode(xgrad, tok, text)
+    if got is None:
+        got = xgrad_encode(xgrad, tok, text)
     if got is None:
         return
     if got != want:
@@ -202,8 +228,9 @@ def part1(xgrad, work, rng):
     fixed = [b"", b"a", b" ", b"ab", b"abc", b" ab", b"cab", b"ccc", b"cccc", b"\xc3\xa9a", b"a\xff", b"\xff",
              b"\x80\x80\x80\x80\x80", b"a\x00b", b"\n\n\n", b"<0x41>b", b"xy", b"yxy", b"veryunlikely", b"  a  b   c"]
     for path, pieces, scores in hand_vocabularies(work):
-        for text in fixed + [random_bytes(rng) for _ in range(60)]:
-            check_line(xgrad, path, pieces, scores, text, decode=len(text) % 3 == 0)
+        texts = fixed + [random_bytes(rng) for _ in range(60)]
+        for text, got in zip(texts, xgrad_encode_all(xgrad, path, texts)):
+            check_line(xgrad, path, pieces, scores, text, decode=len(text) % 3 == 0, got=got)
     path, pieces, scores = hand_vocabularies(work)[0]
     check_line(xgrad, path, pieces, scores, b"Ab", lossy=True)
     if ref_decode(pieces, ref_encode(pieces, scores, b"Ab")) != b"<0x41>b":
@@ -269,12 +296,13 @@ def part2(xgrad, work, rng, compare=True):
         return
     lines = ["Once upon a time", "", " ", "a", "Lily and Tom played.", "café 😀 日本語", "x\ny", "  two  spaces  "]
     lines += [test_line(rng) for _ in range(120)]
-    for i, line in enumerate(lines):
-        check_line(xgrad, path, pieces, scores, line.encode(), sp=sp, decode=i % 4 == 0)
+    texts = [line.encode() for line in lines]
+    for i, (text, got) in enumerate(zip(texts, xgrad_encode_all(xgrad, path, texts))):
+        check_line(xgrad, path, pieces, scores, text, sp=sp, decode=i % 4 == 0, got=got)
     # Bytes that are not UTF-8 (sentencepiece cannot take them): the reference alone.
-    for _ in range(30):
-        text = test_line(rng).encode() + bytes([rng.choice([0x80, 0xC3, 0xFF, 0xE2])]) + b"the"
-        check_line(xgrad, path, pieces, scores, text, decode=True)
+    texts = [test_line(rng).encode() + bytes([rng.choice([0x80, 0xC3, 0xFF, 0xE2])]) + b"the" for _ in range(30)]
+    for text, got in zip(texts, xgrad_encode_all(xgrad, path, texts)):
+        check_line(xgrad, path, pieces, scores, text, decode=True, got=got)
 
 
 # --- 3. generate decodes with a dummy-prefix SentencePiece model's own rule ------------------------

@@ -11,7 +11,8 @@ Usage: sentencepiece_check.py XGRAD WORKDIR
    character, so no separator).
 3. Thousands of generated lines (ASCII, accented Latin, CJK, emoji, control bytes, tabs, CR/LF,
    NUL; a share with invalid UTF-8, U+2581 and U+FFFD) go through `xgrad tokenizer encode
-   --json` (stdin). A line of valid UTF-8 without U+2581 must give exactly sp.encode(line)
+   --json FILES...` (each line a file of its own; the first 20 also through stdin, which must
+   give the same ids). A line of valid UTF-8 without U+2581 must give exactly sp.encode(line)
    (for the models whose normaliser keeps the line as it is); any other line must give what
    reference_encode() below computes: xgrad's documented rule (train/tokenizer.hpp, docs/cli.md)
    written again here on Python's sentencepiece and Python's own UTF-8 decoder. Every line
@@ -219,6 +220,37 @@ def xgrad_encode(xgrad, model, data):
     return json.loads(r.stdout)
 
 
+def xgrad_encode_files(xgrad, model, paths):
+    """`xgrad tokenizer encode --json FILES...`: one object per file, in order."""
+    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--json"] + paths,
+                       capture_output=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"xgrad tokenizer encode FILES failed ({r.returncode}): {r.stderr.decode(errors='replace')}")
+    out = [json.loads(line) for line in r.stdout.splitlines()]
+    if [o.get("file") for o in out] != paths:
+        raise RuntimeError(f"xgrad tokenizer encode FILES: {len(out)} objects for {len(paths)} files, or out of order")
+    return out
+
+
+def xgrad_encode_many(xgrad, model, lines, folder, chunk=250):
+    """Each line as a file of its own, encoded by a few xgrad processes (FILES), two at a time;
+    a sample of lines also goes through stdin, one process each, and must give the same."""
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for i, data in enumerate(lines):
+        paths.append(os.path.join(folder, f"{i:05d}.txt"))
+        with open(paths[-1], "wb") as f:
+            f.write(data)
+    chunks = [paths[i:i + chunk] for i in range(0, len(paths), chunk)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = [o for part in pool.map(lambda c: xgrad_encode_files(xgrad, model, c), chunks) for o in part]
+    for data, res in list(zip(lines, results))[:20]:
+        via_stdin = xgrad_encode(xgrad, model, data)
+        if via_stdin["ids"] != res["ids"]:
+            fail(f"{folder}: line {data!r}: ids through stdin {via_stdin['ids']} != through FILES {res['ids']}")
+    return results
+
+
 def xgrad_decode(xgrad, model, ids):
     r = subprocess.run([xgrad, "tokenizer", "decode", "--tokenizer", model], input=" ".join(map(str, ids)).encode(),
                        capture_output=True, timeout=60)
@@ -234,8 +266,7 @@ def check_model(xgrad, name, model, lines, exact_clean, decode_sample, dummy, fa
     whether the model allows cutting text into lines (no piece joins a newline to what follows)."""
     ref = Reference(model)
     sp = ref.sp
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda b: xgrad_encode(xgrad, model, b), lines))
+    results = xgrad_encode_many(xgrad, model, lines, os.path.join(os.path.dirname(model), "lines", name.replace(" ", "_")))
     same_as_sp = by_rule = with_newlines = 0
     for data, res in zip(lines, results):
         ids = res["ids"]
