@@ -213,7 +213,7 @@ TEST_CASE("dist: a dropout mask drawn for a shard is the shard's rows of the who
   for (std::size_t i = 0; i < a_part.size(); ++i) CHECK(a_part.flat(i) == a_whole.flat(2 * 18 + i));
 }
 
-TEST_CASE("dist: attention dropout in a shard matches the whole batch, fused and composed", "[dist][dropout][attention]") {
+TEST_CASE("dist: attention dropout in a shard matches the whole batch on the fused and composed paths", "[dist][dropout][attention]") {
   Generator g(43);
   const Array Q = rnd({4, 2, 5, 4}, g), K = rnd({4, 2, 5, 4}, g), V = rnd({4, 2, 5, 4}, g);
   for (nn::SdpaImpl impl : {nn::SdpaImpl::fused, nn::SdpaImpl::composed}) {
