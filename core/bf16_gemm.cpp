@@ -4,8 +4,9 @@
 // Layout. op(B) is packed, one K block at a time, into panels of 32 columns: for each pair of
 // rows (k, k+1) of the block, 32 32-bit words, word j holding the bfloat16 pair
 // (op(B)[k][j], op(B)[k+1][j]) -- the operand layout of VDPBF16PS, which adds a[2i] b[2i] +
-// a[2i+1] b[2i+1] to float32 lane i. op(A) is packed in groups of kMR rows: for each pair of
-// columns (k, k+1), kMR words (op(A)[i][k], op(A)[i][k+1]). The micro-kernel keeps a kMR x 32
+// a[2i+1] b[2i+1] to float32 lane i. op(A) is packed in groups of kMR rows of words
+// (op(A)[i][k], op(A)[i][k+1]), pair-major or row-major, whichever is a plain conversion of
+// A's memory (pack_a). The micro-kernel keeps a kMR x 32
 // tile of C in 2 kMR zmm accumulators and, per pair of k, broadcasts one word of A against the
 // two zmm of B. Odd K and the edges are zero-padded in the packed copies; C's edges are
 // written with masked stores.
@@ -82,12 +83,15 @@ XGRAD_BF16_TARGET inline __m512i interleave(__m512 lo, __m512 hi) {
   return _mm512_permutexvar_epi16(idx, bits);
 }
 
-// 32 consecutive floats x[0..n) (zeros beyond n, n <= 32) as 16 words of pairs (x[2q], x[2q+1]).
+// 32 consecutive floats x[0..n) (zeros beyond n, n <= 32) as words of pairs (x[2q], x[2q+1]):
+// the first ceil(n / 2) of the 16 are stored.
 XGRAD_BF16_TARGET inline void pairs_of_row(const float* x, std::size_t n, std::uint32_t* out) {
   const __m512 lo = _mm512_maskz_loadu_ps(lanes(n), x);
   const __m512 hi = _mm512_maskz_loadu_ps(lanes(n > 16 ? n - 16 : 0), x + 16);
   const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);  // bf16 of x[0..32) in order
-  std::memcpy(out, &v, 64);
+  __m512i w;
+  std::memcpy(&w, &v, sizeof w);
+  _mm512_mask_storeu_epi32(out, lanes((n + 1) / 2), w);
 }
 
 // Rows (2p, 2p+1) of a row-major block where the pairs run down the columns: words
@@ -134,7 +138,10 @@ XGRAD_BF16_TARGET void pack_b(bool tb, const float* B, std::size_t ldb, std::siz
   }
 }
 
-// op(A)[i0 .. i0+mc) x [k0 .. k0+kc) into groups of kMR rows (layout above; rows past mc zero).
+// op(A)[i0 .. i0+mc) x [k0 .. k0+kc) into groups of kMR rows, rows past mc zero. Word (ii, p) of
+// a group, the pair (op(A)[ii][k0+2p], op(A)[ii][k0+2p+1]), is at ii * a_row + p * a_pair:
+// ta: (a_row, a_pair) = (1, kMR), a row of A gives kMR rows' pairs side by side; otherwise
+// (kc2, 1), each row of op(A) converted in place. The micro-kernel reads either.
 XGRAD_BF16_TARGET void pack_a(bool ta, const float* A, std::size_t lda, std::size_t i0, std::size_t mc,
                               std::size_t k0, std::size_t kc, std::uint32_t* out) {
   const std::size_t kc2 = (kc + 1) / 2, groups = (mc + kMR - 1) / kMR;
@@ -150,18 +157,14 @@ XGRAD_BF16_TARGET void pack_a(bool ta, const float* A, std::size_t lda, std::siz
         std::memcpy(grp + p * kMR, w, kMR * sizeof(std::uint32_t));
       }
     } else {  // op(A)[i][k] = A[i lda + k]: row i of op(A) is contiguous
-      alignas(64) std::uint32_t w[16];
       for (std::size_t ii = 0; ii < kMR; ++ii) {
+        std::uint32_t* dst = grp + ii * kc2;
         if (ii >= ng) {
-          for (std::size_t p = 0; p < kc2; ++p) grp[p * kMR + ii] = 0;
+          std::memset(dst, 0, kc2 * sizeof(std::uint32_t));
           continue;
         }
         const float* row = A + (i0 + r0 + ii) * lda + k0;
-        for (std::size_t p = 0; p < kc2; p += 16) {
-          pairs_of_row(row + 2 * p, std::min<std::size_t>(32, kc - 2 * p), w);
-          const std::size_t np = std::min<std::size_t>(16, kc2 - p);
-          for (std::size_t t = 0; t < np; ++t) grp[(p + t) * kMR + ii] = w[t];
-        }
+        for (std::size_t p = 0; p < kc2; p += 16) pairs_of_row(row + 2 * p, std::min<std::size_t>(32, kc - 2 * p), dst + p);
       }
     }
   }
@@ -169,8 +172,9 @@ XGRAD_BF16_TARGET void pack_a(bool ta, const float* A, std::size_t lda, std::siz
 
 // C[0..m) x [0..n) (m <= kMR, n <= kNR) = alpha * (packed A group) (packed B panel) + beta C on
 // the first K block (`first`; beta 0 never reads C), += alpha * (...) on later blocks.
-XGRAD_BF16_TARGET void micro(const std::uint32_t* ap, const std::uint32_t* bp, std::size_t kc2, float* C,
-                             std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta, bool first) {
+XGRAD_BF16_TARGET void micro(const std::uint32_t* ap, std::size_t a_row, std::size_t a_pair, const std::uint32_t* bp,
+                             std::size_t kc2, float* C, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                             float beta, bool first) {
   __m512 c0[kMR], c1[kMR];
   for (std::size_t i = 0; i < kMR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
   for (std::size_t p = 0; p < kc2; ++p) {
@@ -179,13 +183,13 @@ XGRAD_BF16_TARGET void micro(const std::uint32_t* ap, const std::uint32_t* bp, s
     std::memcpy(&b0, &w0, 64);
     std::memcpy(&b1, &w1, 64);
     for (std::size_t i = 0; i < kMR; ++i) {
-      const __m512i wa = _mm512_set1_epi32(static_cast<int>(ap[i]));
+      const __m512i wa = _mm512_set1_epi32(static_cast<int>(ap[i * a_row]));
       __m512bh a;
       std::memcpy(&a, &wa, 64);
       c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
       c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
     }
-    ap += kMR;
+    ap += a_pair;
     bp += kNR;
   }
   const __mmask16 m0 = lanes(n), m1 = lanes(n > 16 ? n - 16 : 0);
@@ -231,7 +235,8 @@ void gemm_block(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, f
       pack_a(ta, A, lda, i0, mc, k0, kc, abuf.data());
       for (std::size_t q = 0; q < panels; ++q)
         for (std::size_t g = 0; g < groups; ++g)
-          micro(abuf.data() + g * kc2 * kMR, bbuf.data() + q * kc2 * kNR, kc2, C + (i0 + g * kMR) * ldc + q * kNR,
+          micro(abuf.data() + g * kc2 * kMR, ta ? 1 : kc2, ta ? kMR : 1, bbuf.data() + q * kc2 * kNR, kc2,
+                C + (i0 + g * kMR) * ldc + q * kNR,
                 ldc, std::min(kMR, mc - g * kMR), std::min(kNR, N - q * kNR), alpha, beta, k0 == 0);
     }
   }
