@@ -31,7 +31,8 @@
 
 namespace xg::blas::bf16 {
 
-bool cpu_supported() {
+namespace {
+bool detect() {
 #if XGRAD_BF16_X86
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
       !__builtin_cpu_supports("avx512vl"))
@@ -42,6 +43,12 @@ bool cpu_supported() {
 #else
   return false;
 #endif
+}
+}  // namespace
+
+bool cpu_supported() {
+  static const bool supported = detect();  // cpuid once (it traps to the hypervisor in a VM)
+  return supported;
 }
 
 std::uint16_t round_bits(float x) {
