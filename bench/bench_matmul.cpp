@@ -60,6 +60,12 @@ void run(const bench::MatmulFlags& f, const Extra& x) {
     bench::print_summary(std::string("doorway ") + blas::backend_name(be) + " (xgrad pool)", gflops(t, flop),
                          "GFLOPS");
   }
+  if (blas::bf16_available()) {  // bfloat16 inputs, float32 accumulation (xg::set_matmul_dtype)
+    const std::vector<double> t = bench::time_reps(f.warmup, f.reps, [&] {
+      blas::gemm_bf16(false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, C.data(), N);
+    });
+    bench::print_summary("doorway bfloat16 (xgrad pool)", gflops(t, flop), "GFLOPS");
+  }
   const bench::RunThreads pool = bench::xgrad_pool();
   // The peak of the vectors the GEMM kernels use (XGRAD_ISA=avx2 on an AVX-512 CPU: the AVX2 peak).
   const bench::Peak peak = bench::measure_peak(f.threads, 0.05, pool, blas::sgemm_isa() == "avx2" ? "avx2" : "");

@@ -17,6 +17,7 @@
 #include "bench/common.hpp"
 #include "bench/xgrad_pool.hpp"
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/nn/layers.hpp>
@@ -83,9 +84,11 @@ IndexArray random_ids(const Shape& shape, std::size_t vocab, Generator& gen) {
   return IndexArray(shape, ids);
 }
 
-void run(const bench::TrainFlags& f, const std::string& arch) {
+void run(const bench::TrainFlags& f, const std::string& arch, const std::string& dtype) {
   bench::validate(f);
   set_num_threads(f.threads);
+  // --dtype bfloat16: float32 parameters, matmul inputs rounded to bfloat16 (core/matmul_dtype.hpp).
+  const MatmulDtypeScope matmul_dtype_scope(dtype == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32);
   if (f.no_memory_cache) set_memory_cache_limit(0);
   nn::TransformerConfig cfg;
   cfg.V_vocab = f.vocab;
@@ -112,6 +115,9 @@ void run(const bench::TrainFlags& f, const std::string& arch) {
   bench::print_header("bench_train_step", "xgrad", f);
   bench::print_line("arch " + arch + ", feed-forward width " + std::to_string(cfg.d_ff));
   bench::print_line("parameters: " + std::to_string(model.parameter_count()));
+  const std::string why_not = bfloat16_matmul_unavailable_reason();
+  bench::print_line("matmul dtype: " + matmul_dtype_name(effective_matmul_dtype()) +
+                    (dtype == "bfloat16" && !why_not.empty() ? " (bfloat16 asked for: " + why_not + ")" : ""));
 
   double loss = 0;
   const auto step = [&] {
@@ -138,7 +144,7 @@ void run(const bench::TrainFlags& f, const std::string& arch) {
 
 int main(int argc, char** argv) {
   bench::TrainFlags f;
-  std::string arch = "gpt";
+  std::string arch = "gpt", dtype = "float32";
   return bench::run_program(
       "bench_train_step", "One training step (forward, cross-entropy, backward, AdamW) of a small GPT, xgrad", argc,
       argv,
@@ -147,6 +153,10 @@ int main(int argc, char** argv) {
         app.add_option("--arch", arch, "block: gpt (LayerNorm, GELU, biases) or llama (RMSNorm, RoPE, SwiGLU, no biases)")
             ->check(CLI::IsMember({"gpt", "llama"}))
             ->capture_default_str();
+        app.add_option("--dtype", dtype,
+                       "matmul inputs: float32, or bfloat16 (fp32 parameters and accumulation; needs AVX512_BF16)")
+            ->check(CLI::IsMember({"float32", "bfloat16"}))
+            ->capture_default_str();
       },
-      [&] { run(f, arch); });
+      [&] { run(f, arch, dtype); });
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/parallel.hpp>
 
@@ -100,6 +101,7 @@ void split_gemv(bool trans, std::size_t rows, std::size_t cols, T alpha, const T
 constexpr std::size_t kAlignRows = 16;
 
 std::atomic<std::uint64_t> g_calls[2];
+std::atomic<std::uint64_t> g_bf16_calls{0};
 void count(Backend b) { g_calls[static_cast<int>(b)].fetch_add(1, std::memory_order_relaxed); }
 
 #if XGRAD_HAVE_ONEDNN
@@ -134,6 +136,10 @@ struct OpenBlasKernel {
   }
 };
 
+template <class T, class Kernel>
+void split_blocks(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha,
+                  const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
+
 // `kernel` computes each block (OpenBlasKernel, or raw_onednn for float32).
 template <class T, class Kernel>
 void split_gemm(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha,
@@ -157,6 +163,13 @@ void split_gemm(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size
       split_gemv(false, M, K, alpha, A, lda, B, incx, beta, C, ldc);
     return;
   }
+  split_blocks(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The blocks of split_gemm (every product, matrix-vector ones included, through `kernel`).
+template <class T, class Kernel>
+void split_blocks(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha,
+                  const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
   const double flops = 2.0 * double(M) * double(N) * double(K);
   const std::size_t threads = flops < kSplitFlops ? 1 : static_cast<std::size_t>(detail::pool_threads());
   const bool by_rows = M >= N;
@@ -305,6 +318,26 @@ void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double 
           double* C, std::size_t ldc) {
   split_gemm(OpenBlasKernel{}, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+
+// --- bfloat16 products (core/detail/bf16_gemm.hpp, xg::set_matmul_dtype) ---
+
+std::string bf16_unavailable_reason() {
+  if (!bf16::cpu_supported()) return "this CPU has no AVX512_BF16 instructions";
+  setup();
+  if (g_ceiling != "avx512")
+    return "the float32 kernels are capped at " + g_ceiling + " (XGRAD_ISA or set_max_isa)";
+  return "";
+}
+
+bool bf16_available() { return bf16_unavailable_reason().empty(); }
+
+void gemm_bf16(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+               std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  g_bf16_calls.fetch_add(1, std::memory_order_relaxed);
+  split_blocks(bf16::gemm_block, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+std::uint64_t bf16_calls() { return g_bf16_calls.load(std::memory_order_relaxed); }
 
 int num_threads() {
   single_threaded();

@@ -12,6 +12,9 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
+
+#include <type_traits>
 
 namespace xg::ops {
 
@@ -26,7 +29,19 @@ struct Plan {
   Shape out;            // result shape (1-d operands' dimension dropped)
   std::vector<std::size_t> a_mat, b_mat;  // per batch element: matrix index in a and b
   bool a_single = false, b_single = false;  // operand has exactly one matrix
+  // float32 products with bfloat16 inputs (xg::set_matmul_dtype, as in effect when the forward
+  // ran; the backward products use the same).
+  bool bf16 = false;
 };
+
+// blas::gemm, or the bfloat16 product where the plan says so (float32 only).
+template <class T>
+void mm(const Plan& p, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha, const T* A,
+        std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+  if constexpr (std::is_same<T, float>::value)
+    if (p.bf16) return blas::gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  blas::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 std::size_t lda_of(const Plan& p) { return p.ta ? p.M : p.K; }
 std::size_t ldb_of(const Plan& p) { return p.tb ? p.K : p.N; }
@@ -83,6 +98,7 @@ Plan make_plan(const Tensor& a, const Tensor& b, MatmulOptions o) {
     p.a_mat[i] = static_cast<std::size_t>(ia);
     p.b_mat[i] = static_cast<std::size_t>(ib);
   });
+  p.bf16 = a.dtype() == DType::float32 && effective_matmul_dtype() == MatmulDtype::bfloat16;
   p.a_single = numel(ba) == 1;
   p.b_single = numel(bb) == 1;
   return p;
@@ -92,13 +108,13 @@ template <class T> void forward(const Plan& p, const T* A, const T* B, T* C) {
   const std::size_t nbatch = p.a_mat.size();
   if (p.b_single && !p.ta && !p.a_single && nbatch > 0 && p.a_mat.back() == nbatch - 1) {
     // x W with a stack of x and one W: a single GEMM over all rows of a.
-    blas::gemm(false, p.tb, nbatch * p.M, p.N, p.K, T(1), A, lda_of(p), B, ldb_of(p), T(0), C, p.N);
+    mm(p, false, p.tb, nbatch * p.M, p.N, p.K, T(1), A, lda_of(p), B, ldb_of(p), T(0), C, p.N);
     return;
   }
   // One GEMM per batch element, spread over the pool (each writes its own C).
   detail::parallel_for(nbatch, 1, [&](std::size_t lo, std::size_t hi, std::size_t) {
     for (std::size_t i = lo; i < hi; ++i)
-      blas::gemm(p.ta, p.tb, p.M, p.N, p.K, T(1), A + p.a_mat[i] * p.M * p.K, lda_of(p),
+      mm(p, p.ta, p.tb, p.M, p.N, p.K, T(1), A + p.a_mat[i] * p.M * p.K, lda_of(p),
                  B + p.b_mat[i] * p.K * p.N, ldb_of(p), T(0), C + i * p.M * p.N, p.N);
   });
 }
@@ -119,7 +135,7 @@ template <class T> void grad_a(const Plan& p, const T* G, const T* B, T* Ab) {
   const T beta = once ? T(0) : T(1);
   if (p.b_single && !p.ta && once && nbatch > 1) {
     // A stack of x against one W: every row of a at once, A_bar = G op(B)^T as one GEMM.
-    blas::gemm(false, !p.tb, nbatch * p.M, p.K, p.N, T(1), G, p.N, B, ldb_of(p), T(0), Ab, p.K);
+    mm(p, false, !p.tb, nbatch * p.M, p.K, p.N, T(1), G, p.N, B, ldb_of(p), T(0), Ab, p.K);
     return;
   }
   detail::parallel_for(nbatch, once ? 1 : nbatch, [&](std::size_t lo, std::size_t hi, std::size_t) {
@@ -128,9 +144,9 @@ template <class T> void grad_a(const Plan& p, const T* G, const T* B, T* Ab) {
     const T* Bi = B + p.b_mat[i] * p.K * p.N;
     T* Ai = Ab + p.a_mat[i] * p.M * p.K;
     if (!p.ta)  // A [M,K]: A_bar = G op(B)^T
-      blas::gemm(false, !p.tb, p.M, p.K, p.N, T(1), Gi, p.N, Bi, ldb_of(p), beta, Ai, p.K);
+      mm(p, false, !p.tb, p.M, p.K, p.N, T(1), Gi, p.N, Bi, ldb_of(p), beta, Ai, p.K);
     else        // A [K,M]: A_bar = op(B) G^T
-      blas::gemm(p.tb, true, p.K, p.M, p.N, T(1), Bi, ldb_of(p), Gi, p.N, beta, Ai, p.M);
+      mm(p, p.tb, true, p.K, p.M, p.N, T(1), Bi, ldb_of(p), Gi, p.N, beta, Ai, p.M);
   }
   });
 }
@@ -140,9 +156,9 @@ template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
   if (p.b_single && !p.ta && !p.a_single && nbatch > 0 && p.a_mat.back() == nbatch - 1) {
     const std::size_t rows = nbatch * p.M;  // all rows of a at once
     if (!p.tb)
-      blas::gemm(true, false, p.K, p.N, rows, T(1), A, p.K, G, p.N, T(0), Bb, p.N);
+      mm(p, true, false, p.K, p.N, rows, T(1), A, p.K, G, p.N, T(0), Bb, p.N);
     else
-      blas::gemm(true, false, p.N, p.K, rows, T(1), G, p.N, A, p.K, T(0), Bb, p.K);
+      mm(p, true, false, p.N, p.K, rows, T(1), G, p.N, A, p.K, T(0), Bb, p.K);
     return;
   }
   const bool once = one_to_one(p.b_mat);
@@ -153,9 +169,9 @@ template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
     const T* Ai = A + p.a_mat[i] * p.M * p.K;
     T* Bi = Bb + p.b_mat[i] * p.K * p.N;
     if (!p.tb)  // B [K,N]: B_bar = op(A)^T G
-      blas::gemm(!p.ta, false, p.K, p.N, p.M, T(1), Ai, lda_of(p), Gi, p.N, beta, Bi, p.N);
+      mm(p, !p.ta, false, p.K, p.N, p.M, T(1), Ai, lda_of(p), Gi, p.N, beta, Bi, p.N);
     else        // B [N,K]: B_bar = G^T op(A)
-      blas::gemm(true, p.ta, p.N, p.K, p.M, T(1), Gi, p.N, Ai, lda_of(p), beta, Bi, p.K);
+      mm(p, true, p.ta, p.N, p.K, p.M, T(1), Gi, p.N, Ai, lda_of(p), beta, Bi, p.K);
   }
   });
 }

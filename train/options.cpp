@@ -119,8 +119,10 @@ std::vector<OptionSpec> make_schema() {
       range(row("warmup", "--warmup", &O::warmup, "warmup steps"), 0, kBig),
       range(row("weight_decay", "--weight-decay", &O::weight_decay, "AdamW weight decay"), 0, 10),
       range(row("clip", "--clip", &O::clip, "gradient clipping by global norm"), 0, 1e6, true),
-      since(model(choices(row("dtype", "--dtype", &O::dtype, "parameter and arithmetic precision: float32 or float64"),
-                          {"float32", "float64"}),
+      since(model(choices(row("dtype", "--dtype", &O::dtype,
+                              "parameter and arithmetic precision: float32, float64, or bfloat16 (float32 "
+                              "parameters, matmul inputs rounded to bfloat16; needs AVX512_BF16, else float32)"),
+                          {"float32", "float64", "bfloat16"}),
                   "dtype"),
             "float32"),
       for_tasks(added(model(choices(row("arch", "--arch", &O::arch,
@@ -492,6 +494,8 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
     if (s.name == "d_ff" && o.d_ff == 0)
       mine = std::to_string(o.arch == "llama" ? nn::llama_hidden_size(o.d_model, o.multiple_of) : 4 * o.d_model);
     const std::string shown_theirs = option_text(probe, s);
+    // --dtype bfloat16 trains float32 parameters (bfloat16 only in the matmuls): a float32 model's.
+    if (s.name == "dtype" && given.count(s.name) && mine == "bfloat16" && shown_theirs == "float32") continue;
     if (given.count(s.name) && mine != shown_theirs)
       throw UsageError(op_message("train", s.flag + " " + mine + " conflicts with --init-from " + path + " (" +
                                                s.model_key + " " + shown_theirs + "); leave " + s.flag + " out"));

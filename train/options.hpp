@@ -37,7 +37,9 @@ struct TrainOptions {
   double weight_decay = 0.01;  ///< AdamW weight decay (`--weight-decay`).
   double clip = 1.0;  ///< Gradient clipping: the largest global gradient norm (`--clip`).
 
-  std::string dtype = "float32";  ///< float32 | float64 (parameters and arithmetic) (`--dtype`).
+  /// float32 | float64 (parameters and arithmetic) | bfloat16 (float32 parameters, optimizer
+  /// state and reductions; matmul inputs rounded to bfloat16, xg::set_matmul_dtype) (`--dtype`).
+  std::string dtype = "float32";
   /// Model width (`--d-model`), query heads H_q (`--heads`), key/value heads H_kv (`--kv-heads`;
   /// 0: = heads), transformer layers (`--layers`) and feed-forward width (`--d-ff`; 0: 4 d_model). @{
   std::size_t d_model = 64, heads = 4, kv_heads = 0, layers = 2, d_ff = 0;

@@ -22,6 +22,7 @@
 #endif
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/distributed/communicator.hpp>
@@ -328,6 +329,8 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
   s.out << s.task->describe_data();
+  if (o.dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16)
+    s.out << "note: --dtype bfloat16 runs in float32 here: " << bfloat16_matmul_unavailable_reason() << "\n";
   if (s.start == 0 && !o.init_from.empty()) {
     const double m = s.task->evaluate(s.comm, nullptr);
     s.out << "initialised from " << o.init_from << ": " << s.task->metric_name() << " " << m << " before training\n";
@@ -543,6 +546,8 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   agree_across_ranks(s);
   choose_threads(s);
   set_num_threads(s.threads);
+  // --dtype bfloat16: the run's float32 matmuls take bfloat16 inputs (restored when the run ends).
+  const MatmulDtypeScope matmul_dtype(s.o.dtype == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32);
   build(s);
   open_run_folder(s);
 

@@ -47,6 +47,18 @@ void set_max_isa(const std::string& isa);
 // float32 GEMM calls (matrix-vector ones included) that ran on each backend so far, process-wide.
 std::uint64_t sgemm_calls(Backend b);
 
+// bfloat16 products (xg::set_matmul_dtype): C = alpha op(A) op(B) + beta C with A and B
+// rounded to bfloat16 and float32 accumulation (core/detail/bf16_gemm.hpp), split over the pool
+// like the float32 GEMM. Only where bf16_available(): the CPU has AVX512_BF16 and the ISA
+// ceiling (XGRAD_ISA, set_max_isa) is avx512; otherwise the reason, "" when available.
+void gemm_bf16(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha,
+               const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
+               std::size_t ldc);
+bool bf16_available();
+std::string bf16_unavailable_reason();
+// gemm_bf16 calls so far, process-wide.
+std::uint64_t bf16_calls();
+
 // OpenBLAS's own thread count: always 1 (set before the first GEMM). xgrad splits work itself.
 int num_threads();
 

@@ -1,0 +1,27 @@
+// Internal: the bfloat16 GEMM kernel behind xg::set_matmul_dtype(MatmulDtype::bfloat16).
+// Row-major C = alpha * op(A) op(B) + beta * C with float32 A, B and C: the inputs are rounded to
+// bfloat16 (round to nearest even, as VCVTNE2PS2BF16 does it: denormal inputs become signed
+// zeros, NaN stays NaN) and multiplied with float32 accumulation (VDPBF16PS, AVX512_BF16). The
+// functions carry their own target attributes: callers must check cpu_supported() first.
+// blas::gemm_bf16 (core/detail/blas.hpp) splits a product over xgrad's pool and calls
+// gemm_block once per block, single-threaded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xg::blas::bf16 {
+
+// The CPU has AVX512_BF16 (with the F, BW and VL subsets the kernel uses), from cpuid at run time.
+bool cpu_supported();
+
+// x rounded to bfloat16 as the kernel rounds it (its bits), and back to float32 (exact).
+std::uint16_t round_bits(float x);
+float widen(std::uint16_t bits);
+inline float round(float x) { return widen(round_bits(x)); }
+
+// One single-threaded block of the product (beta 0 never reads C: it may hold anything).
+void gemm_block(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc);
+
+}  // namespace xg::blas::bf16

@@ -1,0 +1,231 @@
+// bfloat16 mixed precision for float32 matmuls (core/matmul_dtype.hpp, issue 21).
+// - The kernel (core/detail/bf16_gemm.hpp) against a float64 product of the bfloat16-rounded
+//   inputs on odd shapes, transposed operands, padded leading dimensions, alpha and beta: only
+//   float32 accumulation error is allowed, so a kernel that did not round its inputs fails.
+// - The matmul op with the switch on, forward and backward, against the float64 op, within the
+//   bound bfloat16's unit roundoff u = 2^-8 gives: each product of two rounded inputs is off by
+//   at most (2u + u^2) |a||b|, plus float32 accumulation, gamma_K = K 2^-24.
+// - The switch itself: the scope guard, float64 untouched, and the float32 fallback where the CPU
+//   has no AVX512_BF16 or the kernels are capped at AVX2 (ctest runs the [gemm_paths] tests
+//   again with XGRAD_ISA=avx2: gemm_paths_avx2).
+#include "tests/support/helpers.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <xgrad/core/detail/bf16_gemm.hpp>
+#include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
+
+using namespace xg;
+using namespace xgt;
+
+namespace {
+
+constexpr double kU = 1.0 / 256;                 // bfloat16 unit roundoff, 2^-8
+constexpr double kU32 = 1.0 / (1 << 24);         // float32 unit roundoff, 2^-24
+
+std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+bool xisa_avx2() {
+  const char* env = std::getenv("XGRAD_ISA");
+  return env && std::string(env) == "avx2";
+}
+
+// C = alpha op(A) op(B) + beta C through `f` (gemm_block or gemm_bf16) against float64 on the
+// rounded inputs: each entry within (K + 2) 2^-24 (|alpha| sum |a~||b~| + |beta c|), the
+// padding columns of C untouched, beta 0 never reading C (NaN there).
+template <class F>
+void check_kernel(F&& f, std::size_t M, std::size_t N, std::size_t K, bool ta, bool tb, float alpha, float beta,
+                  std::size_t pad, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::size_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+  const std::size_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+  std::vector<float> A(a_rows * lda), B(b_rows * ldb), C(M * ldc);
+  for (float& v : A) v = dist(rng);
+  for (float& v : B) v = dist(rng);
+  const float sentinel = 12345.0f;
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < ldc; ++j)
+      C[i * ldc + j] = j >= N ? sentinel : beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : dist(rng);
+  const std::vector<float> C0 = C;
+  f(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  // op(A) and op(B)^T rounded, row-major [M, K] and [N, K].
+  std::vector<double> ar(M * K), br(N * K);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t k = 0; k < K; ++k) ar[i * K + k] = blas::bf16::round(ta ? A[k * lda + i] : A[i * lda + k]);
+  for (std::size_t j = 0; j < N; ++j)
+    for (std::size_t k = 0; k < K; ++k) br[j * K + k] = blas::bf16::round(tb ? B[j * ldb + k] : B[k * ldb + j]);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < ldc; ++j) {
+      const float got = C[i * ldc + j];
+      if (j >= N) {
+        if (bits_of(got) != bits_of(sentinel)) ++bad;
+        continue;
+      }
+      double s = 0, mag = 0;
+      const double *x = ar.data() + i * K, *y = br.data() + j * K;
+      for (std::size_t k = 0; k < K; ++k) {
+        s += x[k] * y[k];
+        mag += std::fabs(x[k] * y[k]);
+      }
+      const double c0 = beta == 0.0f ? 0.0 : double(C0[i * ldc + j]);
+      const double want = double(alpha) * s + double(beta) * c0;
+      const double tol = double(K + 2) * kU32 * (std::fabs(alpha) * mag + std::fabs(double(beta) * c0)) + 1e-30;
+      if (!(std::fabs(double(got) - want) <= tol)) {
+        if (bad < 3)
+          UNSCOPED_INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " C[" << i << "," << j
+                             << "] = " << got << ", want " << want << " +- " << tol);
+        ++bad;
+      }
+    }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("bf16 rounding is to nearest with ties to even and keeps NaN and infinities", "[ops][matmul_bf16]") {
+  CHECK(blas::bf16::round_bits(1.0f) == 0x3f80);
+  CHECK(blas::bf16::round_bits(1.0f + 1.0f / 256) == 0x3f80);      // tie: down to the even 1.0
+  CHECK(blas::bf16::round_bits(1.0f + 3.0f / 256) == 0x3f82);      // tie: up to the even 1 + 2^-6
+  CHECK(blas::bf16::round_bits(1.0f + 1.0f / 256 + 1.0f / 4096) == 0x3f81);  // above the tie: up
+  CHECK(blas::bf16::round_bits(-2.0f) == 0xc000);
+  CHECK(blas::bf16::round_bits(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(blas::bf16::round_bits(std::numeric_limits<float>::max()) == 0x7f80);  // overflows to infinity
+  CHECK(std::isnan(blas::bf16::round(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isnan(blas::bf16::round(std::numeric_limits<float>::signaling_NaN())));
+  CHECK(blas::bf16::round_bits(-std::numeric_limits<float>::denorm_min()) == 0x8000);  // denormals: signed zero
+  CHECK(blas::bf16::round(3.0f) == 3.0f);
+}
+
+TEST_CASE("bf16 kernel matches float64 of the rounded inputs on odd shapes", "[ops][matmul_bf16]") {
+  if (!blas::bf16::cpu_supported()) {
+    CHECK_THROWS_AS(blas::bf16::gemm_block(false, false, 2, 2, 2, 1.0f, nullptr, 2, nullptr, 2, 0.0f, nullptr, 2),
+                    Error);
+    return;  // nothing else to run on this CPU (the fallback is tested below)
+  }
+  std::mt19937 rng(1201);
+  const std::size_t dims[] = {1, 7, 13, 127, 129};
+  const std::size_t ks[] = {1, 13, 129, 300};  // 300: two K blocks of the kernel, the second odd-sized
+  int n = 0;
+  for (std::size_t M : dims)
+    for (std::size_t N : dims)
+      for (std::size_t K : ks) {
+        const bool ta = n & 1, tb = (n >> 1) & 1;
+        const float alpha = n % 3 == 0 ? 1.0f : -0.75f, beta = n % 5 == 0 ? 0.5f : 0.0f;
+        check_kernel(blas::bf16::gemm_block, M, N, K, ta, tb, alpha, beta, n % 7 == 0 ? 3 : 0, rng);
+        ++n;
+      }
+  // Every transpose combination on one odd shape with padded leading dimensions.
+  for (int t = 0; t < 4; ++t) check_kernel(blas::bf16::gemm_block, 37, 45, 263, t & 1, t & 2, 1.0f, 1.0f, 5, rng);
+}
+
+TEST_CASE("bf16 products split over the pool match float64 of the rounded inputs", "[ops][matmul_bf16]") {
+  if (!blas::bf16::cpu_supported()) return;  // gemm_bf16 needs the instructions (callers check bf16_available)
+  std::mt19937 rng(1202);
+  const auto split = [](auto&&... args) { blas::gemm_bf16(args...); };
+  check_kernel(split, 300, 129, 257, false, true, 1.0f, 0.0f, 0, rng);  // row blocks over the pool
+  check_kernel(split, 7, 1023, 129, true, false, 1.0f, 1.0f, 2, rng);    // column blocks
+  check_kernel(split, 1, 513, 64, false, false, 1.0f, 0.0f, 0, rng);     // one row: no matrix-vector shortcut
+}
+
+TEST_CASE("matmul in bf16 is within the bf16 bound of float64 forward and backward", "[ops][matmul_bf16][gemm_paths]") {
+  const std::string reason = bfloat16_matmul_unavailable_reason();
+  if (xisa_avx2()) CHECK(reason.find("capped at avx2") != std::string::npos);
+  CHECK(reason.empty() == blas::bf16_available());
+  // Plain, transposed and batched (head matmul: [B, H, T, d] x [B, H, d, T]) products.
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  const std::vector<Case> cases = {{{13, 129}, {129, 7}, false, false},
+                                   {{2, 3, 7, 16}, {2, 3, 13, 16}, false, true},
+                                   {{127, 5}, {127, 9}, true, false},
+                                   {{4, 9, 33}, {33, 12}, false, false}};
+  Generator g(1203);
+  for (const Case& c : cases) {
+    const Array a64 = rnd(c.a, g), b64 = rnd(c.b, g);
+    const ops::MatmulOptions o{c.ta, c.tb};
+    Tensor a(a64, true), b(b64, true);
+    Tensor out = ops::matmul(a, b, o);
+    const Array gout = rnd(out.shape(), g);
+    out.backward(gout);
+
+    Tensor a32(a64.astype(DType::float32), true), b32(b64.astype(DType::float32), true);
+    const std::uint64_t calls0 = blas::bf16_calls();
+    Array f32_out;
+    {
+      MatmulDtypeScope scope(MatmulDtype::bfloat16);
+      CHECK(matmul_dtype() == MatmulDtype::bfloat16);
+      Tensor out32 = ops::matmul(a32, b32, o);
+      out32.backward(gout.astype(DType::float32));
+      f32_out = out32.value();
+    }
+    CHECK(matmul_dtype() == MatmulDtype::float32);  // the scope restored it
+    const std::uint64_t calls = blas::bf16_calls() - calls0;
+    if (blas::bf16_available()) {
+      CHECK(calls >= 3);  // forward, a's and b's gradient (one per batch element when batched)
+    } else {
+      CHECK(calls == 0);  // float32 instead, as if the switch were off
+      Tensor a2(a64.astype(DType::float32), true), b2(b64.astype(DType::float32), true);
+      const Array plain = ops::matmul(a2, b2, o).value();
+      CHECK(max_abs_diff(plain, f32_out) == 0.0);
+    }
+    // Each entry: |x - x64| <= (2u + u^2 + (K + 2) 2^-24) sum_k |.||.| over its dot product:
+    // the magnitudes are the same products on |a|, |b|, |g| in float64.
+    const auto bound = [&](const Tensor& l, const Tensor& r, bool tl, bool tr, std::size_t K) {
+      const Array m = ops::matmul(Tensor(ops::abs(Tensor(l.value())).value()),
+                                  Tensor(ops::abs(Tensor(r.value())).value()), ops::MatmulOptions{tl, tr})
+                          .value();
+      return std::make_pair(m, 2 * kU + kU * kU + double(K + 2) * kU32);
+    };
+    const auto within = [&](const Array& got32, const Array& want, const std::pair<Array, double>& mb,
+                            const char* what) {
+      const std::vector<double> x = got32.astype(DType::float64).to_vector(), y = want.to_vector(),
+                                m = mb.first.to_vector();
+      REQUIRE(x.size() == y.size());
+      REQUIRE(m.size() == y.size());
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (!(std::fabs(x[i] - y[i]) <= mb.second * m[i] + 1e-30)) ++bad;
+      INFO(what << " of a " << shape_str(c.a) << " x b " << shape_str(c.b));
+      CHECK(bad == 0);
+    };
+    const std::size_t K = c.ta ? c.a[c.a.size() - 2] : c.a.back();
+    const std::size_t N = c.tb ? c.b[c.b.size() - 2] : c.b.back();
+    const std::size_t rows = out.value().size() / N;  // all rows of C: the most terms b's gradient sums
+    // A bound's magnitudes summed over the batch axes an operand was broadcast along.
+    const auto to_shape = [](std::pair<Array, double> mb, const Shape& s) {
+      while (mb.first.shape().size() > s.size()) mb.first = ops::sum(Tensor(mb.first), {0}).value();
+      return mb;
+    };
+    Tensor ga(gout), ta64(a64), tb64(b64);
+    within(f32_out, out.value(), bound(ta64, tb64, c.ta, c.tb, K), "forward");
+    // a_bar = G op(B)^T, or op(B) G^T when a is transposed: N terms.
+    within(a32.grad(), a.grad(),
+           to_shape(c.ta ? bound(tb64, ga, c.tb, true, N) : bound(ga, tb64, false, !c.tb, N), c.a), "a's gradient");
+    // b_bar = op(A)^T G, or G^T op(A) when b is transposed: M terms per batch element.
+    within(b32.grad(), b.grad(),
+           to_shape(c.tb ? bound(ga, ta64, true, c.ta, rows) : bound(ta64, ga, !c.ta, false, rows), c.b),
+           "b's gradient");
+  }
+}
+
+TEST_CASE("the bf16 switch leaves float64 matmuls bit-identical", "[ops][matmul_bf16]") {
+  Generator g(1204);
+  const Array a = rnd({17, 33}, g), b = rnd({33, 9}, g);
+  const Array off = ops::matmul(Tensor(a), Tensor(b)).value();
+  const std::uint64_t calls0 = blas::bf16_calls();
+  MatmulDtypeScope scope(MatmulDtype::bfloat16);
+  CHECK(max_abs_diff(ops::matmul(Tensor(a), Tensor(b)).value(), off) == 0.0);
+  CHECK(blas::bf16_calls() == calls0);
+}
