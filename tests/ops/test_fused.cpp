@@ -2,6 +2,7 @@
 // their compositions, the run-time-dispatched float32 kernels (LayerNorm rows, the multi-tensor
 // Adam(W) update) on every ISA build this CPU runs against the float64 path, on odd shapes.
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -222,4 +223,14 @@ TEST_CASE("gradcheck suite: the bias_gelu and one-op cross_entropy checks are bu
     CHECK(r.passed == 3);
     CHECK(r.failed == 0);
   }
+}
+
+// Also run by ctest's gemm_paths_avx2 (XGRAD_ISA=avx2): the ceiling caps these kernels too.
+TEST_CASE("the fused float32 kernels run the CPU's widest build unless XGRAD_ISA caps them at avx2",
+          "[ops][fused][gemm_paths]") {
+  const char* env = std::getenv("XGRAD_ISA");
+  const std::string cpu = blas::cpu_isa();
+  const std::string want = env && std::string(env) == "avx2" && cpu != "none" ? "avx2" : (cpu == "none" ? "sse2" : cpu);
+  CHECK(std::string(fused::kernel_isa()) == want);
+  CHECK_THROWS_AS(fused::force_kernel_isa("avx1024"), ValueError);
 }
