@@ -9,6 +9,9 @@
 // RoPE, no biases, SwiGLU of llama2.c's width rule with multiple_of 32), no position embedding,
 // a final RMSNorm and a head without bias: the block's cost against the GPT block's at the
 // same width and depth (docs/performance.md compares time per step per parameter).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -18,6 +21,7 @@
 #include "bench/xgrad_pool.hpp"
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
+#include <xgrad/core/detail/profile.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/nn/layers.hpp>
@@ -84,7 +88,39 @@ IndexArray random_ids(const Shape& shape, std::size_t vocab, Generator& gen) {
   return IndexArray(shape, ids);
 }
 
-void run(const bench::TrainFlags& f, const std::string& arch, const std::string& dtype) {
+// --profile: `steps` more steps with the op and GEMM timers on (core/detail/profile.hpp), after
+// the timed ones (which run without them). Prints the phases of a step, the time inside the
+// GEMM doorway and per op its forward and backward time, in ms per step.
+void print_profile(std::size_t steps, const std::function<void(double*)>& phased_step) {
+  detail::reset_profile();
+  detail::set_profiling(true);
+  double phases[4] = {0, 0, 0, 0};  // zero_grad, forward + loss, backward, optimizer
+  for (std::size_t i = 0; i < steps; ++i) phased_step(phases);
+  detail::set_profiling(false);
+  const double n = double(steps);
+  const double total = (phases[0] + phases[1] + phases[2] + phases[3]) / n;
+  const auto pct = [total](double ms) { return bench::fmt(100.0 * ms / total, 1) + "%"; };
+  bench::print_line("profile over " + std::to_string(steps) + " steps, ms per step (share of " + bench::fmt(total, 2) +
+                    " ms):");
+  const char* names[4] = {"zero_grad", "forward+loss", "backward", "optimizer"};
+  for (int k = 0; k < 4; ++k)
+    bench::print_line(std::string("  phase ") + names[k] + ": " + bench::fmt(phases[k] / n, 3) + " (" +
+                      pct(phases[k] / n) + ")");
+  const double gemm = detail::gemm_profile_ms() / n;
+  bench::print_line("  inside the GEMM doorway: " + bench::fmt(gemm, 3) + " (" + pct(gemm) + "), " +
+                    std::to_string(detail::gemm_profile_calls() / steps) + " calls; everything else " +
+                    bench::fmt(total - gemm, 3) + " (" + pct(total - gemm) + ")");
+  for (const auto& t : detail::op_profile()) {
+    char line[200];
+    std::snprintf(line, sizeof line, "  op %-22s fwd %8.3f (%3llu)  bwd %8.3f (%3llu)  %s", t.op.c_str(),
+                  t.forward_ms / n, static_cast<unsigned long long>(t.forward_calls / steps), t.backward_ms / n,
+                  static_cast<unsigned long long>(t.backward_calls / steps),
+                  pct((t.forward_ms + t.backward_ms) / n).c_str());
+    bench::print_line(line);
+  }
+}
+
+void run(const bench::TrainFlags& f, const std::string& arch, const std::string& dtype, bool profile) {
   bench::validate(f);
   set_num_threads(f.threads);
   // --dtype bfloat16: float32 parameters, matmul inputs rounded to bfloat16 (core/matmul_dtype.hpp).
@@ -137,7 +173,30 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
   bench::print_line("FLOP per step: " + bench::fmt(flop * 1e-9, 3) + " G");
   bench::measure_and_print_peak_share(f.threads, flop * 1e-9 / (bench::summarize(ms).median * 1e-3),
                                       bench::xgrad_pool(), blas::sgemm_isa() == "avx2" ? "avx2" : "");
-  bench::report_train_step(ms, f.warmup + f.steps, loss);
+  const double timed_loss = loss;  // the loss line reports the timed run, not the profiled steps after it
+  if (profile)
+    print_profile(f.steps, [&](double* phases) {
+      using clock = std::chrono::steady_clock;
+      const auto ms_between = [](clock::time_point a, clock::time_point b) {
+        return std::chrono::duration<double, std::milli>(b - a).count();
+      };
+      const auto t0 = clock::now();
+      opt.zero_grad();
+      const auto t1 = clock::now();
+      detail::profile_mark();
+      const Tensor L = ops::cross_entropy(model(tokens), targets);
+      (void)L.item();
+      const auto t2 = clock::now();
+      L.backward();
+      const auto t3 = clock::now();
+      opt.step();
+      const auto t4 = clock::now();
+      phases[0] += ms_between(t0, t1);
+      phases[1] += ms_between(t1, t2);
+      phases[2] += ms_between(t2, t3);
+      phases[3] += ms_between(t3, t4);
+    });
+  bench::report_train_step(ms, f.warmup + f.steps, timed_loss);
 }
 
 }  // namespace
@@ -145,6 +204,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
 int main(int argc, char** argv) {
   bench::TrainFlags f;
   std::string arch = "gpt", dtype = "float32";
+  bool profile = false;
   return bench::run_program(
       "bench_train_step", "One training step (forward, cross-entropy, backward, AdamW) of a small GPT, xgrad", argc,
       argv,
@@ -157,6 +217,8 @@ int main(int argc, char** argv) {
                        "matmul inputs: float32, or bfloat16 (fp32 parameters and accumulation; needs AVX512_BF16)")
             ->check(CLI::IsMember({"float32", "bfloat16"}))
             ->capture_default_str();
+        app.add_flag("--profile", profile,
+                     "after the timed steps, as many again with timers on: phases, GEMM doorway, time per op");
       },
-      [&] { run(f, arch, dtype); });
+      [&] { run(f, arch, dtype, profile); });
 }

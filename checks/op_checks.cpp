@@ -444,6 +444,9 @@ void nn_ops(GradcheckSuite& s) {
        return ops::cross_entropy(in[0], IndexArray({2, 3}, {4, 0, -100, 2, 2, 1}), o);
      },
      {"logits"});
+  op(s, "bias_gelu", "gelu(x + b), one fused op; x (3, 5) in [-3, 3], b (5)",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 5}, -3, 3), c.uniform({5})}; },
+     [](const Inputs& in) { return ops::bias_gelu(in[0], in[1]); }, {"x", "b"});
   op(s, "cross_entropy-plain", "logits (4, 6), targets (4)", [](CheckContext& c) { return std::vector<Array>{c.uniform({4, 6}, -2, 2)}; },
      [](const Inputs& in) { return ops::cross_entropy(in[0], IndexArray{5, 0, 3, 3}); }, {"logits"});
   op(s, "mse", "a (3, 4), b (3, 4)", [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 4}), c.uniform({3, 4})}; },

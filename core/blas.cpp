@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -12,6 +13,7 @@
 #include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/parallel.hpp>
+#include <xgrad/core/detail/profile.hpp>
 
 #ifndef XGRAD_HAVE_ONEDNN
 #define XGRAD_HAVE_ONEDNN 0
@@ -244,6 +246,20 @@ void setup() {
   g_ready.store(true, std::memory_order_release);
 }
 
+// bench_train_step --profile (core/detail/profile.hpp): the time of the calls made outside the pool.
+struct ProfileTimer {
+  bool on = detail::profiling() && !detail::in_parallel_region();
+  std::chrono::steady_clock::time_point t0 = on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  ProfileTimer() = default;
+  ProfileTimer(const ProfileTimer&) = delete;
+  ProfileTimer& operator=(const ProfileTimer&) = delete;
+  ~ProfileTimer() {
+    if (on)
+      detail::add_gemm_time(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
+  }
+};
+
 template <class F>
 void on_backend(Backend b, F&& f) {
   if (b == Backend::onednn) {
@@ -263,6 +279,7 @@ void on_backend(Backend b, F&& f) {
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
           const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
           std::size_t ldc) {
+  const ProfileTimer timer;
   sgemm_on(sgemm_backend(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -311,11 +328,24 @@ void set_max_isa(const std::string& isa) {
   g_requested = isa;
 }
 
+std::string isa_ceiling() {
+  if (g_ready.load(std::memory_order_acquire)) return g_ceiling;
+  std::lock_guard<std::mutex> lk(g_setup_mutex);
+  if (!g_requested.empty()) return resolve_ceiling(g_requested);
+  const char* env = std::getenv("XGRAD_ISA");
+  if (env && *env) {
+    check_isa_name(env, "XGRAD_ISA");
+    return resolve_ceiling(env);
+  }
+  return resolve_ceiling("");
+}
+
 std::uint64_t sgemm_calls(Backend b) { return g_calls[static_cast<int>(b)].load(std::memory_order_relaxed); }
 
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta,
           double* C, std::size_t ldc) {
+  const ProfileTimer timer;
   split_gemm(OpenBlasKernel{}, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

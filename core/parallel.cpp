@@ -144,6 +144,8 @@ int configured_pool_threads() { return pool()->threads(); }
 
 int pool_threads() { return tl_in_pool ? 1 : pool()->threads(); }
 
+bool in_parallel_region() { return tl_in_pool; }
+
 std::size_t parallel_chunks(std::size_t n, std::size_t grain) {
   if (grain == 0 || n < 2 * grain) return 1;  // before touching the pool: tiny ops stay cheap
   const std::size_t nt = static_cast<std::size_t>(pool_threads());

@@ -21,6 +21,9 @@ namespace xg::detail {
 /// holds the pool).
 int pool_threads();
 
+/// True on a thread while it runs a chunk of a parallel_for / run_chunks.
+bool in_parallel_region();
+
 /// Number of chunks parallel_for(n, grain) uses.
 std::size_t parallel_chunks(std::size_t n, std::size_t grain);
 

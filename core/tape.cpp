@@ -3,16 +3,72 @@
 #include <xgrad/core/tape.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <ostream>
 #include <unordered_map>
 
 #include <xgrad/core/allocator.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/detail/kernels.hpp>
+#include <xgrad/core/detail/profile.hpp>
 #include <xgrad/core/detail/storage.hpp>
 
 namespace xg {
 namespace detail {
+
+// --- the opt-in step profile (core/detail/profile.hpp) ---
+namespace {
+std::atomic<bool> g_profiling{false};
+std::mutex g_profile_mutex;
+std::map<std::string, OpTime> g_op_times;  // guarded by g_profile_mutex
+std::atomic<std::uint64_t> g_gemm_ns{0}, g_gemm_calls{0};
+thread_local std::chrono::steady_clock::time_point tl_last_record{};
+
+std::uint64_t ns_since(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+}
+
+void add_op_time(const std::string& op, std::uint64_t ns, bool forward) {
+  std::lock_guard<std::mutex> lk(g_profile_mutex);
+  OpTime& t = g_op_times[op];
+  t.op = op;
+  (forward ? t.forward_ms : t.backward_ms) += static_cast<double>(ns) * 1e-6;
+  ++(forward ? t.forward_calls : t.backward_calls);
+}
+}  // namespace
+
+void set_profiling(bool on) {
+  g_profiling.store(on, std::memory_order_relaxed);
+  profile_mark();
+}
+bool profiling() { return g_profiling.load(std::memory_order_relaxed); }
+void profile_mark() { tl_last_record = std::chrono::steady_clock::now(); }
+void reset_profile() {
+  std::lock_guard<std::mutex> lk(g_profile_mutex);
+  g_op_times.clear();
+  g_gemm_ns = 0;
+  g_gemm_calls = 0;
+}
+std::vector<OpTime> op_profile() {
+  std::vector<OpTime> out;
+  {
+    std::lock_guard<std::mutex> lk(g_profile_mutex);
+    for (const auto& [name, t] : g_op_times) out.push_back(t);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) {
+    return a.forward_ms + a.backward_ms > b.forward_ms + b.backward_ms;
+  });
+  return out;
+}
+double gemm_profile_ms() { return static_cast<double>(g_gemm_ns.load()) * 1e-6; }
+std::uint64_t gemm_profile_calls() { return g_gemm_calls.load(); }
+void add_gemm_time(std::uint64_t ns) {
+  g_gemm_ns.fetch_add(ns, std::memory_order_relaxed);
+  g_gemm_calls.fetch_add(1, std::memory_order_relaxed);
+}
 
 struct TensorImpl {
   Array value;
@@ -249,6 +305,11 @@ void check_recorded_input(const TensorImpl& in, const std::shared_ptr<TapeImpl>&
 }
 
 Tensor record_list(const std::string& op, Array output, const Tensor* inputs, std::size_t n_inputs, VjpFn& vjp) {
+  if (detail::profiling()) {
+    const auto now = std::chrono::steady_clock::now();
+    detail::add_op_time(op, detail::ns_since(detail::tl_last_record, now), true);
+    detail::tl_last_record = now;
+  }
   const bool anomaly = tl_anomaly;
   const auto& tape = current_tape();
   if (anomaly) check_finite_or_throw(output, op, tape->size(), "forward output");
@@ -432,6 +493,8 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
         if (it != cap->nodes.end())
           for (std::size_t k : it->second) (*cap->out)[k] = grads[i];
       }
+      const bool timed = detail::profiling();
+      const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       const VjpContext ctx{n.inputs, n.output, grads[i], n.needs};
       Cotangents cot = n.vjp(ctx);
       if (cot.size() != n.inputs.size())
@@ -449,6 +512,7 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
           leaves.add(e.leaf_impl, cot[j]);
       }
       grads[i] = Array();  // this cotangent has been passed on
+      if (timed) detail::add_op_time(n.op, detail::ns_since(t0, std::chrono::steady_clock::now()), false);
       if (!opts.retain_graph) {  // free the node's saved values early
         n.vjp = nullptr;
         n.inputs.clear();

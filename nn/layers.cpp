@@ -57,12 +57,16 @@ Linear::Linear(const Array& W_, const Array& b_) {
 }
 
 Tensor Linear::operator()(const Tensor& x) const {
+  const Tensor y = product(x);
+  return b.defined() ? y + b : y;
+}
+
+Tensor Linear::product(const Tensor& x) const {
   if (!x.defined() || x.ndim() == 0 || x.shape().back() != W.shape()[0])
     throw ShapeError(op_message("linear", "x must be [..., " + std::to_string(W.shape()[0]) + "], has shape " +
                                               (x.defined() ? shape_str(x.shape()) : "undefined")));
   check_input_dtype("linear", x, W, "W");
-  const Tensor y = ops::matmul(x, W);
-  return b.defined() ? y + b : y;
+  return ops::matmul(x, W);
 }
 
 Embedding::Embedding(std::size_t V_vocab, std::size_t d, Generator& gen, DType dtype, double init_std) {
@@ -131,7 +135,8 @@ FeedForward::FeedForward(const Array& W1, const Array& b1, const Array& W2, cons
 }
 
 Tensor FeedForward::operator()(const Tensor& x, Generator* dropout_gen) const {
-  Tensor h = ops::gelu(fc1(x));
+  // bias + GELU as one op (ops::bias_gelu; the same function as gelu(fc1(x)))
+  Tensor h = fc1.b.defined() ? ops::bias_gelu(fc1.product(x), fc1.b) : ops::gelu(fc1(x));
   if (training() && dropout_ > 0) {
     if (!dropout_gen) throw ValueError(op_message("feed_forward", "dropout in training needs a generator"));
     h = ops::dropout(h, dropout_, *dropout_gen, true);

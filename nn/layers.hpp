@@ -20,6 +20,8 @@ class Linear : public Module {
   explicit Linear(const Array& W, const Array& b = Array());
   /// x [..., d_in] -> [..., d_out].
   Tensor operator()(const Tensor& x) const;
+  /// x W alone, with operator()'s checks: for fused ops that add the bias themselves.
+  Tensor product(const Tensor& x) const;
   /// Parameters: W [d_in, d_out] and b [d_out] (b undefined without bias). @{
   Tensor W, b;
   /// @}

@@ -5,10 +5,13 @@
 // Values are replaced (Tensor::set_value), never written in place.
 #include <xgrad/nn/optim.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/detail/fused_kernels.hpp>
 #include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/parallel.hpp>
 
 namespace xg::nn {
 
@@ -17,11 +20,15 @@ void Optimizer::step() {
     throw ValueError(op_message("optimizer", kind() + " learning rate must be finite and >= 0, got " + std::to_string(lr)));
   if (buffers_.size() != params_.size()) buffers_.resize(params_.size());
   ++step_;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i].second;
-    if (!p.has_grad()) continue;
-    update(i, p, p.grad());
-  }
+  std::vector<std::size_t> which;
+  which.reserve(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].second.has_grad()) which.push_back(i);
+  update_all(which);
+}
+
+void Optimizer::update_all(const std::vector<std::size_t>& which) {
+  for (std::size_t i : which) update(i, params_[i].second, params_[i].second.grad());
 }
 
 void Optimizer::zero_grad() {
@@ -116,6 +123,61 @@ void Adam::update(std::size_t i, const Tensor& p, const Array& g) {
     }
   });
   Tensor(p).set_value(std::move(next));
+}
+
+void Adam::update_all(const std::vector<std::size_t>& which) {
+  // float32 parameters: one pass over all of them, split over the pool by element count (a
+  // partition that depends only on the sizes and the thread count), each element updated by
+  // the same formula as update(); new value arrays replace the old ones as there.
+  struct Segment {
+    const float* p;
+    const float* g;
+    float* m;
+    float* v;
+    float* out;
+    std::size_t n, begin;  // elements, offset in the concatenation
+  };
+  std::vector<Segment> segs;
+  std::vector<std::pair<std::size_t, Array>> next;
+  std::size_t total = 0;
+  for (std::size_t i : which) {
+    const Tensor& p = params_[i].second;
+    if (p.dtype() != DType::float32) {
+      update(i, p, p.grad());
+      continue;
+    }
+    Array& m = buffer(i, "exp_avg");
+    Array& v = buffer(i, "exp_avg_sq");
+    next.emplace_back(i, Array::empty(p.shape(), p.dtype()));
+    segs.push_back({p.value().data<float>(), p.grad().data<float>(), m.data<float>(), v.data<float>(),
+                    next.back().second.data<float>(), p.size(), total});
+    total += p.size();
+  }
+  if (segs.empty()) return;
+  const double c1 = 1.0 - std::pow(beta1, static_cast<double>(step_));
+  const double c2 = 1.0 - std::pow(beta2, static_cast<double>(step_));
+  fused::AdamScalars s{};
+  s.lr = static_cast<float>(lr);
+  s.lr_wd = static_cast<float>(lr * weight_decay);
+  s.wd = static_cast<float>(weight_decay);
+  s.beta1 = static_cast<float>(beta1);
+  s.one_minus_beta1 = static_cast<float>(1 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta2 = static_cast<float>(1 - beta2);
+  s.c1 = static_cast<float>(c1);
+  s.c2 = static_cast<float>(c2);
+  s.eps = static_cast<float>(eps);
+  s.decoupled = decoupled;
+  detail::parallel_for(total, std::size_t{1} << 15, [&](std::size_t lo, std::size_t hi, std::size_t) {
+    // the first segment that ends after lo, then every segment overlapping [lo, hi)
+    auto it = std::upper_bound(segs.begin(), segs.end(), lo,
+                               [](std::size_t x, const Segment& sg) { return x < sg.begin + sg.n; });
+    for (; it != segs.end() && it->begin < hi; ++it) {
+      const std::size_t a = std::max(lo, it->begin) - it->begin, b = std::min(hi, it->begin + it->n) - it->begin;
+      fused::adam_update(it->p + a, it->g + a, it->m + a, it->v + a, it->out + a, b - a, s);
+    }
+  });
+  for (auto& [i, a] : next) Tensor(params_[i].second).set_value(std::move(a));
 }
 
 double clip_grad_norm(const NamedTensors& params, double max_norm) {

@@ -49,6 +49,9 @@ class Optimizer {
  protected:
   /// Updates parameter `p` (number `i`) from its gradient `g`; called by step().
   virtual void update(std::size_t i, const Tensor& p, const Array& g) = 0;
+  /// The updates of step(): the parameters `which` (those with a gradient), in order. The
+  /// default calls update() for each; Adam updates every float32 parameter in one pass.
+  virtual void update_all(const std::vector<std::size_t>& which);
   /// Buffer `b` of parameter `i` (created zero on first use; references stay valid).
   Array& buffer(std::size_t i, const std::string& b);
 
@@ -89,6 +92,9 @@ class Adam : public Optimizer {
 
  protected:
   void update(std::size_t i, const Tensor& p, const Array& g) override;  ///< One Adam update.
+  /// Every float32 parameter in one vectorised pass over the pool (core/detail/fused_kernels.hpp);
+  /// the others one by one through update().
+  void update_all(const std::vector<std::size_t>& which) override;
 };
 
 /// Adam with decoupled weight decay (as torch.optim.AdamW).

@@ -11,11 +11,13 @@
 
 #include <cmath>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/core/detail/fused_kernels.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/ops/elementwise.hpp>
@@ -50,6 +52,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   const bool has_g = gamma.defined(), has_b = beta.defined();
   Array y = Array::empty(x.shape(), x.dtype());
   auto stats = std::make_shared<Array>(Array::empty({N, 2}, x.dtype()));  // (mu, r) per row
+  if (x.dtype() == DType::float32) {  // vectorised rows (core/detail/fused_kernels.hpp)
+    const float* px = x.value().data<float>();
+    const float* pg = has_g ? gamma.value().data<float>() : nullptr;
+    const float* pb = has_b ? beta.value().data<float>() : nullptr;
+    float* py = y.data<float>();
+    float* st = stats->data<float>();
+    detail::parallel_for(N, kRowsGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
+      fused::layer_norm_forward(px + lo * D, pg, pb, py + lo * D, st + 2 * lo, hi - lo, D, static_cast<float>(eps));
+    });
+  } else
   detail::dispatch(x.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* px = x.value().data<T>();
@@ -95,6 +107,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
       const bool want_params = (has_g && c.needs(1)) || (has_b && c.needs(has_g ? 2 : 1));
       const std::size_t chunks = detail::parallel_chunks(N, kRowsGrain);
       std::vector<T> part(want_params ? chunks * 2 * D : 0, T(0));  // per chunk: gamma_bar | beta_bar
+      if constexpr (std::is_same_v<T, float>)
+        detail::parallel_for(N, kRowsGrain, [&](std::size_t lo, std::size_t hi, std::size_t ch) {
+          fused::layer_norm_backward(px + lo * D, pg, gy + lo * D, st + 2 * lo, pdx ? pdx + lo * D : nullptr,
+                                     want_params ? part.data() + ch * 2 * D : nullptr, hi - lo, D);
+        });
+      else
       detail::parallel_for(N, kRowsGrain, [&](std::size_t lo, std::size_t hi, std::size_t ch) {
         T* dg = want_params ? part.data() + ch * 2 * D : nullptr;
         for (std::size_t r = lo; r < hi; ++r) {

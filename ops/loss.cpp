@@ -1,11 +1,19 @@
-// cross_entropy = -sum_i w_i log_softmax(z_i)[t_i] / sum_i w_i, composed from log_softmax
-// (dedicated VJP), gather, mul and sum: the VJP is softmax(z_i) - onehot(t_i), scaled by
-// w_i / sum w, by composition. mse = mean((a - b)^2) likewise.
+// cross_entropy = -sum_i w_i log_softmax(z_i)[t_i] / sum_i w_i: one op with its own VJP
+// softmax(z_i) - onehot(t_i), scaled by w_i / sum w (issue 21: one pass over the logits each
+// way). cross_entropy_composed builds the same function from log_softmax (dedicated VJP),
+// gather, mul and sum: the fused op's test oracle. mse = mean((a - b)^2) likewise.
 #include <xgrad/ops/loss.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include <xgrad/core/check.hpp>
+#include <xgrad/core/parallel.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/core/detail/storage.hpp>
+#include <xgrad/core/detail/vmath.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/index.hpp>
 #include <xgrad/ops/reduce.hpp>
@@ -13,7 +21,72 @@
 
 namespace xg::ops {
 
-Tensor cross_entropy(const Tensor& logits, const IndexArray& targets, const CrossEntropyOptions& opts) {
+namespace {
+
+// Rows per parallel chunk: about 8K logits.
+std::size_t xent_grain(std::size_t C) { return std::max<std::size_t>(1, (std::size_t{1} << 13) / std::max<std::size_t>(C, 1)); }
+
+// One op: per row i of C logits z, m = max z, lse = m + log sum exp(z - m) (kept per row), and
+// L = sum_i w_i (lse_i - z_i[t_i]) / total. VJP: z_bar = g w_i / total (exp(z - lse) - onehot(t_i)).
+// The per-row losses are added in row order in double.
+Tensor fused_cross_entropy(const Tensor& logits, const std::vector<std::int64_t>& tgt, const Array& w, double total) {
+  const std::size_t C = logits.shape().back(), N = C ? logits.size() / C : 0;
+  auto lse = std::make_shared<std::vector<double>>(N);
+  std::vector<double> row_loss(N);
+  detail::dispatch(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pz = logits.value().data<T>();
+    detail::parallel_for(N, xent_grain(C), [&](std::size_t lo, std::size_t hi, std::size_t) {
+      std::vector<T> buf(C);
+      for (std::size_t r = lo; r < hi; ++r) {
+        const T* zr = pz + r * C;
+        T m = zr[0];
+        for (std::size_t j = 1; j < C; ++j) m = std::max(m, zr[j]);
+        for (std::size_t j = 0; j < C; ++j) buf[j] = zr[j] - m;
+        vmath::exp(buf.data(), buf.data(), C);
+        T s = 0;
+        for (std::size_t j = 0; j < C; ++j) s += buf[j];
+        const double l = static_cast<double>(m) + std::log(static_cast<double>(s));
+        (*lse)[r] = l;
+        const double wr = w.flat(r);
+        row_loss[r] = wr == 0 ? 0.0 : wr * (l - static_cast<double>(zr[tgt[r]]));
+      }
+    });
+  });
+  double L = 0;
+  for (double v : row_loss) L += v;
+  Array out = Array::full({}, L / total, logits.dtype());
+  return record("cross_entropy", std::move(out), {logits}, [lse, tgt, w, total, N, C](const VjpContext& c) {
+    Array dz = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
+    const double g = c.grad_output.flat(0);
+    detail::dispatch(dz.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* pz = c.inputs[0].data<T>();
+      T* pd = dz.data<T>();
+      detail::parallel_for(N, xent_grain(C), [&](std::size_t lo, std::size_t hi, std::size_t) {
+        for (std::size_t r = lo; r < hi; ++r) {
+          T* dr = pd + r * C;
+          const double wr = w.flat(r);
+          if (wr == 0) {
+            std::fill(dr, dr + C, T(0));
+            continue;
+          }
+          const T* zr = pz + r * C;
+          const T l = static_cast<T>((*lse)[r]);
+          for (std::size_t j = 0; j < C; ++j) dr[j] = zr[j] - l;
+          vmath::exp(dr, dr, C);
+          const T scale = static_cast<T>(g * wr / total);
+          for (std::size_t j = 0; j < C; ++j) dr[j] *= scale;
+          dr[tgt[r]] -= scale;
+        }
+      });
+    });
+    return Cotangents{dz};
+  });
+}
+
+Tensor cross_entropy_impl(const Tensor& logits, const IndexArray& targets, const CrossEntropyOptions& opts,
+                          bool composed) {
   check::rank_at_least("cross_entropy", "logits", logits, 1);
   const Shape& ls = logits.shape();
   const Shape lead(ls.begin(), ls.end() - 1);
@@ -53,8 +126,21 @@ Tensor cross_entropy(const Tensor& logits, const IndexArray& targets, const Cros
     throw ValueError(op_message("cross_entropy", "no target left to average: all " +
                                                      std::to_string(targets.size()) +
                                                      " are ignore_index or have weight 0"));
-  const Tensor picked = gather(log_softmax(logits, -1), -1, safe);  // [..., 1]
-  return -sum(picked * Tensor(w)) / total;
+  if (composed) {
+    const Tensor picked = gather(log_softmax(logits, -1), -1, safe);  // [..., 1]
+    return -sum(picked * Tensor(w)) / total;
+  }
+  return fused_cross_entropy(logits, safe.data, w, total);
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const IndexArray& targets, const CrossEntropyOptions& opts) {
+  return cross_entropy_impl(logits, targets, opts, false);
+}
+
+Tensor cross_entropy_composed(const Tensor& logits, const IndexArray& targets, const CrossEntropyOptions& opts) {
+  return cross_entropy_impl(logits, targets, opts, true);
 }
 
 Tensor mse(const Tensor& a, const Tensor& b) {

@@ -22,6 +22,9 @@ struct CrossEntropyOptions {
 /// `opts` sets ignore_index and weights.
 Tensor cross_entropy(const Tensor& logits, const IndexArray& targets,
                      const CrossEntropyOptions& opts = {});
+/// cross_entropy() composed from log_softmax, gather, mul and sum (the fused op's test oracle).
+Tensor cross_entropy_composed(const Tensor& logits, const IndexArray& targets,
+                              const CrossEntropyOptions& opts = {});
 
 /// mean((a - b)^2); shapes of `a` and `b` must match exactly (no silent broadcasting of a loss).
 Tensor mse(const Tensor& a, const Tensor& b);

@@ -35,6 +35,14 @@ enum class GeluApprox { none, tanh };
 /// GELU of x, exact or approximated as `approx` says.
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 
+/// gelu(x + b) (exact GELU) with the bias b [C] added along the last axis of x [..., C]: one
+/// fused op (issue 21) that reads x once forward and once backward (keeping Phi(x + b) for the
+/// VJP, as gelu() does) and gives b's cotangent (the column sums of x's) in the same pass.
+/// bias_gelu_composed() is gelu(x + b) from the two ops: its test oracle.
+Tensor bias_gelu(const Tensor& x, const Tensor& b);
+/// gelu(x + b) from add and gelu (the oracle of bias_gelu()).
+Tensor bias_gelu_composed(const Tensor& x, const Tensor& b);
+
 /// SiLU (swish) x * sigmoid(x). Finite for every finite x (no exp overflow for large |x|);
 /// silu(-inf) = 0 and silu(inf) = inf, with derivatives 0 and 1 there.
 Tensor silu(const Tensor& x);
