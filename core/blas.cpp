@@ -273,6 +273,11 @@ std::string sgemm_isa() {
   return g_isa;
 }
 
+std::string isa_ceiling() {
+  setup();
+  return g_ceiling;
+}
+
 std::string cpu_isa() {
 #if defined(__x86_64__)
   // oneDNN's AVX-512 kernels (avx512_core) need the F, BW, VL and DQ subsets.

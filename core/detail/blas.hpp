@@ -38,6 +38,10 @@ bool onednn_available();
 // The vector ISA of the float32 GEMM kernels: "avx512", "avx2" (oneDNN's effective ISA, which
 // is the CPU's widest up to the ceiling), or "openblas" when float32 runs on OpenBLAS.
 std::string sgemm_isa();
+// The ISA ceiling in effect: the CPU's widest ("avx512", "avx2" or "none") capped by
+// set_max_isa() / XGRAD_ISA, whichever library runs the GEMMs (the fused attention's own tile
+// kernels choose by it, nn/detail/flash_tile.hpp).
+std::string isa_ceiling();
 // The CPU's widest FMA vector ISA: "avx512", "avx2" or "none" (cpuid, at run time).
 std::string cpu_isa();
 // Ceiling for the float32 kernels: "avx2" or "avx512" (the default: the CPU's widest). The
