@@ -1,6 +1,8 @@
 // The fused attention op: see nn/detail/flash_attention.hpp for the equations. Work is split into
 // blocks of kBlock query rows of one head; each block reads only the key range its rows can
-// see (VisibilityPlan::range), through two GEMMs forward and four backward.
+// see (VisibilityPlan::range), through two GEMMs forward and four backward (float64, and
+// float32 without the tile kernels), or, for float32, by key tiles on the tile kernels of
+// nn/detail/flash_tile.hpp (the "float32 tile path" below).
 //
 // Threads (core/parallel.hpp): the forward pass splits (batch, head, block) items; the
 // backward pass splits (batch, kv head) groups, each owning its dK and dV, or, when there are
@@ -272,15 +274,18 @@ constexpr std::size_t kTile = 64;  // keys per tile
 // K (or V) of every (b, kv head) group transposed: [groups, d, S + kTile], zero beyond S, so a
 // tile starting anywhere in [0, S) reads kTile columns inside the buffer.
 std::size_t padded(std::size_t S) { return S + kTile; }
+// `out` keeps its memory between calls (a thread_local of the caller): no page faults per call.
 void transpose_groups(const float* X, std::size_t groups, std::size_t S, std::size_t d, std::vector<float>& out) {
   const std::size_t Sp = padded(S);
-  out.assign(groups * d * Sp, 0.0f);
+  if (out.size() < groups * d * Sp) out.resize(groups * d * Sp);
   detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
     for (std::size_t gi = begin; gi < end; ++gi) {
       const float* x = X + gi * S * d;
       float* t = out.data() + gi * d * Sp;
-      for (std::size_t j = 0; j < S; ++j)
-        for (std::size_t c = 0; c < d; ++c) t[c * Sp + j] = x[j * d + c];
+      for (std::size_t c = 0; c < d; ++c) std::fill(t + c * Sp + S, t + (c + 1) * Sp, 0.0f);
+      for (std::size_t j0 = 0; j0 < S; j0 += 16)  // 16 keys at a time: each row of t written in runs
+        for (std::size_t c = 0; c < d; ++c)
+          for (std::size_t j = j0; j < std::min(S, j0 + 16); ++j) t[c * Sp + j] = x[j * d + c];
     }
   });
 }
@@ -320,13 +325,29 @@ void check_tile_scores(const Problem<float>& P, std::size_t b, std::size_t h, co
 }
 
 // S[rows, kTile] = scale Q_blk Kt[:, kb0 .. kb0 + kTile) with the visibility applied to each
-// row's visible part (forward: scores checked first, as block_scores does).
+// row's visible part (forward: scores checked first, as block_scores does). Only rows [r0, r1)
+// of the block see a key of the tile (r0 == r1: none); the others are left as they were (the
+// callers zero them, and the products skip them: on the causal diagonal that halves the tile).
 void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b, std::size_t h, const BlockRows& R,
-                 const float* Kt, std::size_t kb0, std::size_t n, bool check, float* S) {
+                 const float* Kt, std::size_t kb0, std::size_t n, bool check, float* S, std::size_t& r0,
+                 std::size_t& r1) {
   const Geometry& g = P.g;
-  const float* Qb = P.Q + ((b * g.Hq + h) * g.T + R.i0) * g.dk;
-  kz.gemm(R.rows, kTile, g.dk, P.scale, Qb, g.dk, 1, Kt + kb0, padded(g.S), S, kTile, false);
+  r0 = R.rows;
+  r1 = 0;
   for (std::size_t k = 0; k < R.rows; ++k) {
+    std::size_t ja, je;
+    tile_span(R, k, kb0, n, ja, je);
+    if (ja == je) continue;
+    r0 = std::min(r0, k);
+    r1 = k + 1;
+  }
+  if (r0 >= r1) {
+    r0 = r1 = 0;
+    return;
+  }
+  const float* Qb = P.Q + ((b * g.Hq + h) * g.T + R.i0) * g.dk;
+  kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * g.dk, g.dk, 1, Kt + kb0, padded(g.S), S + r0 * kTile, kTile, false);
+  for (std::size_t k = r0; k < r1; ++k) {
     std::size_t ja, je;
     tile_span(R, k, kb0, n, ja, je);
     if (ja == je) continue;
@@ -354,8 +375,9 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
   const float* Vg = P.V + (b * g.Hkv + h / g.r) * g.S * g.dv;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
-    tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S);
-    for (std::size_t k = 0; k < R.rows; ++k) {
+    std::size_t r0, r1;
+    tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S, r0, r1);
+    for (std::size_t k = r0; k < r1; ++k) {
       float* s = S + k * kTile;
       std::size_t ja, je;
       tile_span(R, k, kb0, n, ja, je);
@@ -376,15 +398,13 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
         }
         m[k] = mx;
       }
-      const float mk = m[k];
       std::fill(s, s + ja, 0.0f);
-      for (std::size_t j = ja; j < je; ++j) s[j] -= mk;
-      vmath::exp(s + ja, s + ja, je - ja);
+      l[k] += kz.exp_shift(s + ja, je - ja, m[k], 0.0f);
       std::fill(s + je, s + kTile, 0.0f);
-      l[k] += kz.sum(s + ja, je - ja);
       if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, s, n);
     }
-    kz.gemm(R.rows, g.dv, n, 1.0f, S, kTile, 1, Vg + kb0 * g.dv, g.dv, acc, g.dv, true);
+    if (r0 < r1)
+      kz.gemm(r1 - r0, g.dv, n, 1.0f, S + r0 * kTile, kTile, 1, Vg + kb0 * g.dv, g.dv, acc + r0 * g.dv, g.dv, true);
   }
   for (std::size_t k = 0; k < R.rows; ++k) {
     if (!R.use[k]) continue;
@@ -421,30 +441,35 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
   for (std::size_t k = 0; k < R.rows; ++k) D[k] = R.use[k] ? kz.dot(dOb + k * g.dv, O + (row0 + k) * g.dv, g.dv) : 0.0f;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
-    tile_scores(P, kz, b, h, R, Kt, kb0, n, false, S);
-    for (std::size_t k = 0; k < R.rows; ++k) {
+    std::size_t r0, r1;
+    tile_scores(P, kz, b, h, R, Kt, kb0, n, false, S, r0, r1);
+    if (r0 == r1) continue;
+    const std::size_t rows = r1 - r0;
+    for (std::size_t k = r0; k < r1; ++k) {
       float* s = S + k * kTile;
       std::size_t ja, je;
       tile_span(R, k, kb0, n, ja, je);
       std::fill(s, s + ja, 0.0f);
-      const float mk = row_max[row0 + k], lz = log_z[row0 + k];
-      for (std::size_t j = ja; j < je; ++j) s[j] = (s[j] - mk) - lz;
-      vmath::exp(s + ja, s + ja, je - ja);
+      if (ja < je) kz.exp_shift(s + ja, je - ja, row_max[row0 + k], log_z[row0 + k]);
       std::fill(s + je, s + kTile, 0.0f);
       if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
     }
-    if (dV) kz.gemm(n, g.dv, R.rows, 1.0f, Sd, 1, kTile, dOb, g.dv, dV + kb0 * g.dv, g.dv, true);  // dV += A_d^T dO
+    if (dV)  // dV += A_d^T dO
+      kz.gemm(n, g.dv, rows, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * g.dv, g.dv, dV + kb0 * g.dv, g.dv, true);
     if (!dQ && !dK) continue;
-    kz.gemm(R.rows, kTile, g.dv, 1.0f, dOb, g.dv, 1, Vt + kb0, padded(g.S), dS, kTile, false);  // dA_d = dO V^T
-    for (std::size_t k = 0; k < R.rows; ++k) {
+    kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * g.dv, g.dv, 1, Vt + kb0, padded(g.S), dS + r0 * kTile, kTile,
+            false);  // dA_d = dO V^T
+    for (std::size_t k = r0; k < r1; ++k) {
       float* ds = dS + k * kTile;
       const float* a = S + k * kTile;
       if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, ds, ds, n);  // dA = dA_d * m / q
       const float Dk = D[k];
       for (std::size_t j = 0; j < kTile; ++j) ds[j] = a[j] * (ds[j] - Dk);  // dU (zero where A is)
     }
-    if (dQ) kz.gemm(R.rows, g.dk, n, P.scale, dS, kTile, 1, Kg + kb0 * g.dk, g.dk, dQ + row0 * g.dk, g.dk, true);
-    if (dK) kz.gemm(n, g.dk, R.rows, P.scale, dS, 1, kTile, Qb, g.dk, dK + kb0 * g.dk, g.dk, true);
+    if (dQ)
+      kz.gemm(rows, g.dk, n, P.scale, dS + r0 * kTile, kTile, 1, Kg + kb0 * g.dk, g.dk, dQ + (row0 + r0) * g.dk, g.dk,
+              true);
+    if (dK) kz.gemm(n, g.dk, rows, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * g.dk, g.dk, dK + kb0 * g.dk, g.dk, true);
   }
 }
 
@@ -455,12 +480,13 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
   if constexpr (std::is_same<T, float>::value) {
     const tile::Kernels* kz = tile::kernels();
     if (tile_path(g, kz)) {
-      std::vector<float> Kt;
-      transpose_groups(P.K, g.B * g.Hkv, g.S, g.dk, Kt);
+      thread_local std::vector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
+      transpose_groups(P.K, g.B * g.Hkv, g.S, g.dk, Kt_buf);
+      const float* Kt = Kt_buf.data();
       detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
         for (std::size_t it = begin; it < end; ++it) {
           const std::size_t blk = it % nb, bh = it / nb;
-          const float* Ktg = Kt.data() + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * g.dk * padded(g.S);
+          const float* Ktg = Kt + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * g.dk * padded(g.S);
           forward_block_tiles(P, *kz, Ktg, bh / g.Hq, bh % g.Hq, blk, O, row_max, log_z);
         }
       });
@@ -483,12 +509,18 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
   const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());
   const std::size_t kd = g.S * g.dk, vd = g.S * g.dv;
   const tile::Kernels* kz = nullptr;
-  std::vector<float> Kt, Vt;
+  thread_local std::vector<float> Kt_buf, Vt_buf;  // (the lambdas below run on other threads: use Kt, Vt)
+  const float* Kt = nullptr;
+  const float* Vt = nullptr;
   if constexpr (std::is_same<T, float>::value) {
     kz = tile::kernels();
     if (tile_path(g, kz)) {
-      transpose_groups(P.K, groups, g.S, g.dk, Kt);
-      if (dQ || dK) transpose_groups(P.V, groups, g.S, g.dv, Vt);
+      transpose_groups(P.K, groups, g.S, g.dk, Kt_buf);
+      Kt = Kt_buf.data();
+      if (dQ || dK) {
+        transpose_groups(P.V, groups, g.S, g.dv, Vt_buf);
+        Vt = Vt_buf.data();
+      }
     } else {
       kz = nullptr;
     }
@@ -498,8 +530,8 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
     if constexpr (std::is_same<T, float>::value) {
       if (kz) {
         const std::size_t grp = b * g.Hkv + h / g.r;
-        backward_block_tiles(P, *kz, Kt.data() + grp * g.dk * padded(g.S),
-                             Vt.empty() ? nullptr : Vt.data() + grp * g.dv * padded(g.S), b, h, blk, row_max, log_z,
+        backward_block_tiles(P, *kz, Kt + grp * g.dk * padded(g.S), Vt ? Vt + grp * g.dv * padded(g.S) : nullptr, b,
+                             h, blk, row_max, log_z,
                              O, dO, dQ, dKp, dVp);
         return;
       }
@@ -564,6 +596,54 @@ void one_query_row(const T* q, const T* Kr, const T* Vr, std::size_t n, std::siz
   const T inv = T(1) / z;
   for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
   blas::gemm(false, false, 1, dv, n, T(1), row, n, Vr, dv, T(0), o, dv);
+}
+
+
+// One query row over keys [0, n) of Kr / Vr (rows dk, dv apart) on the tile kernels:
+// forward_block_tiles' arithmetic for a block of one row whose keys start at key0 (tiles from
+// there, each tile of K transposed into Kt first), so the same bits as flash_attention() on
+// copies of those keys. S holds kTile floats, Kt dk * kTile, acc dv.
+void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, const float* Vr, std::size_t n,
+                     std::size_t dk, std::size_t dv, float scale, bool check_finite, std::size_t b, std::size_t h,
+                     std::size_t key0, float* S, float* Kt, float* acc, float* o) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float m = kNegInf, l = 0.0f;
+  std::fill(acc, acc + dv, 0.0f);
+  for (std::size_t kb0 = 0; kb0 < n; kb0 += kTile) {
+    const std::size_t nk = std::min(kTile, n - kb0);
+    for (std::size_t c = 0; c < dk; ++c) {
+      for (std::size_t j = 0; j < nk; ++j) Kt[c * kTile + j] = Kr[(kb0 + j) * dk + c];
+      std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
+    }
+    kz.gemm(1, kTile, dk, scale, q, dk, 1, Kt, kTile, S, kTile, false);
+    if (check_finite && !all_finite(S, nk))
+      for (std::size_t j = 0; j < nk; ++j)
+        if (!std::isfinite(S[j]))
+          throw ValueError(op_message(kOp, "score U has " + std::to_string(S[j]) + " at " + where(b, h, 0) + ", key " +
+                                               std::to_string(key0 + kb0 + j) +
+                                               "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+    const float mx = kz.max(S, nk);
+    if (mx == kNegInf) continue;
+    if (!std::isfinite(mx))
+      throw ValueError(op_message(kOp, "score plus bias is " + std::to_string(mx) + " at " + where(b, h, 0) +
+                                           "; the additive bias overflows the scores (Algorithm 5.1 step 3)"));
+    if (mx > m) {
+      if (m != kNegInf) {
+        const float f = std::exp(m - mx);
+        l *= f;
+        for (std::size_t c = 0; c < dv; ++c) acc[c] *= f;
+      }
+      m = mx;
+    }
+    l += kz.exp_shift(S, nk, m, 0.0f);
+    std::fill(S + nk, S + kTile, 0.0f);
+    kz.gemm(1, dv, nk, 1.0f, S, kTile, 1, Vr + kb0 * dv, dv, acc, dv, true);
+  }
+  if (m == kNegInf)
+    throw VisibilityError(op_message(kOp, where(b, h, 0) + " is valid but sees no key; check mask polarity "
+                                                             "and causal offset, or mark the query invalid"));
+  const float inv = 1.0f / l;
+  for (std::size_t c = 0; c < dv; ++c) o[c] = acc[c] * inv;
 }
 
 struct Saved {
@@ -659,7 +739,26 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
     // whole step is too small to be worth waking it (each row's result is the same either way).
     const std::size_t items = B * Hq;
     const double flops = 2.0 * double(items) * double(n) * double(dk + dv);
+    const tile::Kernels* kz = nullptr;
+    if constexpr (std::is_same<T, float>::value) {
+      Geometry g1;
+      g1.dk = dk;
+      g1.dv = dv;
+      if (tile_path(g1, tile::kernels())) kz = tile::kernels();
+    }
     detail::parallel_for(items, flops < 131072.0 ? items : 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+      if constexpr (std::is_same<T, float>::value) {
+        if (kz) {
+          thread_local std::vector<float> t_buf;
+          float* S = scratch(t_buf, kTile + dk * kTile + dv);
+          for (std::size_t it = begin; it < end; ++it) {
+            const std::size_t b = it / Hq, h = it % Hq, g = b * Hkv + h / r;
+            one_query_tiles(*kz, q + it * dk, k + (g * cap + lo) * dk, v + (g * cap + lo) * dv, n, dk, dv, sc,
+                            check_finite, b, h, lo, S, S + kTile, S + kTile + dk * kTile, o + it * dv);
+          }
+          return;
+        }
+      }
       thread_local std::vector<T> s_buf;
       T* row = scratch(s_buf, n);
       for (std::size_t it = begin; it < end; ++it) {

@@ -10,6 +10,13 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+// GCC 12's AVX-512 headers start some intrinsics (the reductions, roundscale, cvtps) from an
+// "undefined" vector that -Wmaybe-uninitialized then reports inside the header (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace xg::nn::tile {
 
 #define XG_TILE_NS avx512

@@ -23,6 +23,9 @@ struct Kernels {
   float (*max)(const float* x, std::size_t n);                   ///< max of x[0..n), -inf for n = 0
   float (*sum)(const float* x, std::size_t n);                   ///< sum of x[0..n)
   float (*dot)(const float* x, const float* y, std::size_t n);   ///< sum of x[j] y[j]
+  /// x[j] = e^((x[j] - m) - lz) over [0, n); returns the sum of the new x (the softmax's
+  /// numerators and their sum in one pass). e^x to about 1 ulp, 0 for x < -87.34 and -inf.
+  float (*exp_shift)(float* x, std::size_t n, float m, float lz);
 };
 
 /// The kernels for this CPU under the ISA ceiling, or null when the CPU has neither AVX-512 nor
