@@ -352,7 +352,7 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b
     tile_span(R, k, kb0, n, ja, je);
     if (ja == je) continue;
     float* s = S + k * kTile;
-    if (check && P.check_finite && !all_finite(s + ja, je - ja)) check_tile_scores(P, b, h, R, k, kb0, ja, je, s);
+    if (check && P.check_finite && !kz.finite(s + ja, je - ja)) check_tile_scores(P, b, h, R, k, kb0, ja, je, s);
     if (!R.exact[k]) P.plan->apply(b, h, R.i0 + k, kb0 + ja, kb0 + je, s + ja);
   }
 }
@@ -616,7 +616,7 @@ void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, c
       std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
     }
     kz.gemm(1, kTile, dk, scale, q, dk, 1, Kt, kTile, S, kTile, false);
-    if (check_finite && !all_finite(S, nk))
+    if (check_finite && !kz.finite(S, nk))
       for (std::size_t j = 0; j < nk; ++j)
         if (!std::isfinite(S[j]))
           throw ValueError(op_message(kOp, "score U has " + std::to_string(S[j]) + " at " + where(b, h, 0) + ", key " +

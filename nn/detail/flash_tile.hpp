@@ -26,6 +26,7 @@ struct Kernels {
   /// x[j] = e^((x[j] - m) - lz) over [0, n); returns the sum of the new x (the softmax's
   /// numerators and their sum in one pass). e^x to about 1 ulp, 0 for x < -87.34 and -inf.
   float (*exp_shift)(float* x, std::size_t n, float m, float lz);
+  bool (*finite)(const float* x, std::size_t n);  ///< whether every x[j] is finite
 };
 
 /// The kernels for this CPU under the ISA ceiling, or null when the CPU has neither AVX-512 nor
