@@ -1,6 +1,8 @@
 // The fused attention op: see nn/detail/flash_attention.hpp for the equations. Work is split into
 // blocks of kBlock query rows of one head; each block reads only the key range its rows can
-// see (VisibilityPlan::range), through two GEMMs forward and four backward.
+// see (VisibilityPlan::range), through two GEMMs forward and four backward (float64, and
+// float32 without the tile kernels), or, for float32, by key tiles on the tile kernels of
+// nn/detail/flash_tile.hpp (the "float32 tile path" below).
 //
 // Threads (core/parallel.hpp): the forward pass splits (batch, head, block) items; the
 // backward pass splits (batch, kv head) groups, each owning its dK and dV, or, when there are
@@ -8,11 +10,13 @@
 // order. Either way the partition depends only on the thread count: bit-identical results run
 // to run for a fixed count.
 #include <xgrad/nn/detail/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_tile.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include <xgrad/core/detail/blas.hpp>
@@ -257,10 +261,238 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
   if (dK) blas::gemm(true, false, n, g.dk, R.rows, P.scale, dA, n, Qb, g.dk, T(1), dK + R.L * g.dk, g.dk);
 }
 
+
+// ---- float32 tile path (nn/detail/flash_tile.hpp): FlashAttention-2 style, the key range of a
+// block walked in tiles of kTile keys. Per tile: S = scale Q_blk K_tile^T (K pre-transposed
+// into Kt, so the tile kernel runs along the keys), visibility applied to S in place, the
+// online softmax (running max m and sum l per row, O rescaled when m grows), and P V added into
+// the block's output accumulator; nothing larger than a [kBlock, kTile] tile is formed. The
+// backward pass recomputes P per tile from the saved m and log l, and uses delta_i = dO_i . O_i.
+// float64 keeps the BLAS path above, bit for bit.
+constexpr std::size_t kTile = 64;  // keys per tile
+
+// K (or V) of every (b, kv head) group transposed: [groups, d, S + kTile], zero beyond S, so a
+// tile starting anywhere in [0, S) reads kTile columns inside the buffer.
+std::size_t padded(std::size_t S) { return S + kTile; }
+// `out` keeps its memory between calls (a thread_local of the caller): no page faults per call.
+void transpose_groups(const float* X, std::size_t groups, std::size_t S, std::size_t d, std::vector<float>& out) {
+  const std::size_t Sp = padded(S);
+  if (out.size() < groups * d * Sp) out.resize(groups * d * Sp);
+  detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+    for (std::size_t gi = begin; gi < end; ++gi) {
+      const float* x = X + gi * S * d;
+      float* t = out.data() + gi * d * Sp;
+      for (std::size_t c = 0; c < d; ++c) std::fill(t + c * Sp + S, t + (c + 1) * Sp, 0.0f);
+      for (std::size_t j0 = 0; j0 < S; j0 += 16)  // 16 keys at a time: each row of t written in runs
+        for (std::size_t c = 0; c < d; ++c)
+          for (std::size_t j = j0; j < std::min(S, j0 + 16); ++j) t[c * Sp + j] = x[j * d + c];
+    }
+  });
+}
+
+bool tile_path(const Geometry& g, const tile::Kernels* kz) {
+  return kz && g.dk % kz->width == 0 && g.dv % kz->width == 0;
+}
+
+// Row k of a block over one tile's scores s (key kb0 + j at s[j], n keys): the visible part
+// [ja, je) of the tile for that row (empty: ja == je), from R's range.
+void tile_span(const BlockRows& R, std::size_t k, std::size_t kb0, std::size_t n, std::size_t& ja, std::size_t& je) {
+  ja = je = 0;
+  if (!R.use[k]) return;
+  const std::size_t a = std::max(R.lo[k], kb0), e = std::min(R.hi[k], kb0 + n);
+  if (a < e) {
+    ja = a - kb0;
+    je = e - kb0;
+  }
+}
+
+// Algorithm 5.1 step 3 on the tile part [ja, je) of row k (key kb0 + j at s[j]): throws at the
+// first non-finite score at a visible key (check_used_scores for one tile).
+void check_tile_scores(const Problem<float>& P, std::size_t b, std::size_t h, const BlockRows& R, std::size_t k,
+                       std::size_t kb0, std::size_t ja, std::size_t je, const float* s) {
+  std::vector<float> allowed;
+  if (!R.exact[k]) {
+    allowed.assign(je - ja, 0.0f);
+    P.plan->apply(b, h, R.i0 + k, kb0 + ja, kb0 + je, allowed.data());
+  }
+  for (std::size_t j = ja; j < je; ++j) {
+    if (std::isfinite(s[j])) continue;
+    if (!R.exact[k] && allowed[j - ja] == -std::numeric_limits<float>::infinity()) continue;
+    throw ValueError(op_message(kOp, "score U has " + std::to_string(s[j]) + " at " + where(b, h, R.i0 + k) +
+                                         ", key " + std::to_string(kb0 + j) +
+                                         "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+  }
+}
+
+// S[rows, kTile] = scale Q_blk Kt[:, kb0 .. kb0 + kTile) with the visibility applied to each
+// row's visible part (forward: scores checked first, as block_scores does). Only rows [r0, r1)
+// of the block see a key of the tile (r0 == r1: none); the others are left as they were (the
+// callers zero them, and the products skip them: on the causal diagonal that halves the tile).
+void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b, std::size_t h, const BlockRows& R,
+                 const float* Kt, std::size_t kb0, std::size_t n, bool check, float* S, std::size_t& r0,
+                 std::size_t& r1) {
+  const Geometry& g = P.g;
+  r0 = R.rows;
+  r1 = 0;
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    std::size_t ja, je;
+    tile_span(R, k, kb0, n, ja, je);
+    if (ja == je) continue;
+    r0 = std::min(r0, k);
+    r1 = k + 1;
+  }
+  if (r0 >= r1) {
+    r0 = r1 = 0;
+    return;
+  }
+  const float* Qb = P.Q + ((b * g.Hq + h) * g.T + R.i0) * g.dk;
+  kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * g.dk, g.dk, 1, Kt + kb0, padded(g.S), S + r0 * kTile, kTile, false);
+  for (std::size_t k = r0; k < r1; ++k) {
+    std::size_t ja, je;
+    tile_span(R, k, kb0, n, ja, je);
+    if (ja == je) continue;
+    float* s = S + k * kTile;
+    if (check && P.check_finite && !kz.finite(s + ja, je - ja)) check_tile_scores(P, b, h, R, k, kb0, ja, je, s);
+    if (!R.exact[k]) P.plan->apply(b, h, R.i0 + k, kb0 + ja, kb0 + je, s + ja);
+  }
+}
+
+void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const float* Kt, std::size_t b,
+                         std::size_t h, std::size_t blk, float* O, float* row_max, float* log_z) {
+  thread_local std::vector<float> s_buf, o_buf;
+  BlockRows R;
+  plan_block(P, b, h, blk, R);
+  if (R.U == R.L) return;
+  const Geometry& g = P.g;
+  const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0;
+  float* S = scratch(s_buf, kBlock * kTile);
+  float* acc = scratch(o_buf, kBlock * g.dv);
+  std::fill(acc, acc + R.rows * g.dv, 0.0f);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float m[kBlock], l[kBlock];
+  std::fill(m, m + R.rows, kNegInf);
+  std::fill(l, l + R.rows, 0.0f);
+  const float* Vg = P.V + (b * g.Hkv + h / g.r) * g.S * g.dv;
+  for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
+    const std::size_t n = std::min(kTile, R.U - kb0);
+    std::size_t r0, r1;
+    tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S, r0, r1);
+    for (std::size_t k = r0; k < r1; ++k) {
+      float* s = S + k * kTile;
+      std::size_t ja, je;
+      tile_span(R, k, kb0, n, ja, je);
+      const float mx = ja < je ? kz.max(s + ja, je - ja) : kNegInf;
+      if (mx == kNegInf) {  // nothing visible in this tile: P row 0
+        std::fill(s, s + kTile, 0.0f);
+        continue;
+      }
+      if (!std::isfinite(mx))
+        throw ValueError(op_message(kOp, "score plus bias is " + std::to_string(mx) + " at " + where(b, h, R.i0 + k) +
+                                             "; the additive bias overflows the scores (Algorithm 5.1 step 3)"));
+      if (mx > m[k]) {
+        if (m[k] != kNegInf) {  // rescale what the row accumulated so far
+          const float f = std::exp(m[k] - mx);
+          l[k] *= f;
+          float* o = acc + k * g.dv;
+          for (std::size_t c = 0; c < g.dv; ++c) o[c] *= f;
+        }
+        m[k] = mx;
+      }
+      std::fill(s, s + ja, 0.0f);
+      l[k] += kz.exp_shift(s + ja, je - ja, m[k], 0.0f);
+      std::fill(s + je, s + kTile, 0.0f);
+      if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, s, n);
+    }
+    if (r0 < r1)
+      kz.gemm(r1 - r0, g.dv, n, 1.0f, S + r0 * kTile, kTile, 1, Vg + kb0 * g.dv, g.dv, acc + r0 * g.dv, g.dv, true);
+  }
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    if (!R.use[k]) continue;
+    if (m[k] == kNegInf)
+      throw VisibilityError(op_message(kOp, where(b, h, R.i0 + k) + " is valid but sees no key; check mask polarity "
+                                                                      "and causal offset, or mark the query invalid"));
+    const float inv = 1.0f / l[k];
+    const float* a = acc + k * g.dv;
+    float* o = O + (row0 + k) * g.dv;
+    for (std::size_t c = 0; c < g.dv; ++c) o[c] = a[c] * inv;
+    row_max[row0 + k] = m[k];
+    log_z[row0 + k] = std::log(l[k]);
+  }
+}
+
+// Gradients of one block of head h by key tiles; Kt, Vt, dK, dV point at the group's matrices,
+// dQ rows of the block are accumulated (they start at zero).
+void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const float* Kt, const float* Vt,
+                          std::size_t b, std::size_t h, std::size_t blk, const float* row_max, const float* log_z,
+                          const float* O, const float* dO, float* dQ, float* dK, float* dV) {
+  thread_local std::vector<float> p_buf, pd_buf, dp_buf;
+  BlockRows R;
+  plan_block(P, b, h, blk, R);
+  if (R.U == R.L) return;
+  const Geometry& g = P.g;
+  const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0, grp = b * g.Hkv + h / g.r;
+  float* S = scratch(p_buf, kBlock * kTile);
+  float* Sd = P.dropout ? scratch(pd_buf, kBlock * kTile) : S;
+  float* dS = scratch(dp_buf, kBlock * kTile);
+  const float* dOb = dO + row0 * g.dv;
+  const float* Qb = P.Q + row0 * g.dk;
+  const float* Kg = P.K + grp * g.S * g.dk;
+  float D[kBlock];  // delta_i = dO_i . O_i = sum_j A_ij dA_ij (dropout included)
+  for (std::size_t k = 0; k < R.rows; ++k) D[k] = R.use[k] ? kz.dot(dOb + k * g.dv, O + (row0 + k) * g.dv, g.dv) : 0.0f;
+  for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
+    const std::size_t n = std::min(kTile, R.U - kb0);
+    std::size_t r0, r1;
+    tile_scores(P, kz, b, h, R, Kt, kb0, n, false, S, r0, r1);
+    if (r0 == r1) continue;
+    const std::size_t rows = r1 - r0;
+    for (std::size_t k = r0; k < r1; ++k) {
+      float* s = S + k * kTile;
+      std::size_t ja, je;
+      tile_span(R, k, kb0, n, ja, je);
+      std::fill(s, s + ja, 0.0f);
+      if (ja < je) kz.exp_shift(s + ja, je - ja, row_max[row0 + k], log_z[row0 + k]);
+      std::fill(s + je, s + kTile, 0.0f);
+      if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
+    }
+    if (dV)  // dV += A_d^T dO
+      kz.gemm(n, g.dv, rows, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * g.dv, g.dv, dV + kb0 * g.dv, g.dv, true);
+    if (!dQ && !dK) continue;
+    kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * g.dv, g.dv, 1, Vt + kb0, padded(g.S), dS + r0 * kTile, kTile,
+            false);  // dA_d = dO V^T
+    for (std::size_t k = r0; k < r1; ++k) {
+      float* ds = dS + k * kTile;
+      const float* a = S + k * kTile;
+      if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, ds, ds, n);  // dA = dA_d * m / q
+      const float Dk = D[k];
+      for (std::size_t j = 0; j < kTile; ++j) ds[j] = a[j] * (ds[j] - Dk);  // dU (zero where A is)
+    }
+    if (dQ)
+      kz.gemm(rows, g.dk, n, P.scale, dS + r0 * kTile, kTile, 1, Kg + kb0 * g.dk, g.dk, dQ + (row0 + r0) * g.dk, g.dk,
+              true);
+    if (dK) kz.gemm(n, g.dk, rows, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * g.dk, g.dk, dK + kb0 * g.dk, g.dk, true);
+  }
+}
+
 template <class T>
 void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
   const Geometry& g = P.g;
   const std::size_t nb = g.blocks(), items = g.B * g.Hq * nb;
+  if constexpr (std::is_same<T, float>::value) {
+    const tile::Kernels* kz = tile::kernels();
+    if (tile_path(g, kz)) {
+      thread_local std::vector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
+      transpose_groups(P.K, g.B * g.Hkv, g.S, g.dk, Kt_buf);
+      const float* Kt = Kt_buf.data();
+      detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+        for (std::size_t it = begin; it < end; ++it) {
+          const std::size_t blk = it % nb, bh = it / nb;
+          const float* Ktg = Kt + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * g.dk * padded(g.S);
+          forward_block_tiles(P, *kz, Ktg, bh / g.Hq, bh % g.Hq, blk, O, row_max, log_z);
+        }
+      });
+      return;
+    }
+  }
   detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
     for (std::size_t it = begin; it < end; ++it) {
       const std::size_t blk = it % nb, bh = it / nb;
@@ -270,19 +502,50 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
 }
 
 template <class T>
-void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T* dO, T* dQ, T* dK, T* dV) {
+void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T* O, const T* dO, T* dQ, T* dK,
+                  T* dV) {
   const Geometry& g = P.g;
   const std::size_t nb = g.blocks(), groups = g.B * g.Hkv;
   const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());
   const std::size_t kd = g.S * g.dk, vd = g.S * g.dv;
+  const tile::Kernels* kz = nullptr;
+  thread_local std::vector<float> Kt_buf, Vt_buf;  // (the lambdas below run on other threads: use Kt, Vt)
+  const float* Kt = nullptr;
+  const float* Vt = nullptr;
+  if constexpr (std::is_same<T, float>::value) {
+    kz = tile::kernels();
+    if (tile_path(g, kz)) {
+      transpose_groups(P.K, groups, g.S, g.dk, Kt_buf);
+      Kt = Kt_buf.data();
+      if (dQ || dK) {
+        transpose_groups(P.V, groups, g.S, g.dv, Vt_buf);
+        Vt = Vt_buf.data();
+      }
+    } else {
+      kz = nullptr;
+    }
+  }
+  // Block blk of query head h (batch b) into the given dK, dV (a group's or a chunk's part).
+  const auto block = [&](std::size_t b, std::size_t h, std::size_t blk, T* dKp, T* dVp) {
+    if constexpr (std::is_same<T, float>::value) {
+      if (kz) {
+        const std::size_t grp = b * g.Hkv + h / g.r;
+        backward_block_tiles(P, *kz, Kt + grp * g.dk * padded(g.S), Vt ? Vt + grp * g.dv * padded(g.S) : nullptr, b,
+                             h, blk, row_max, log_z,
+                             O, dO, dQ, dKp, dVp);
+        return;
+      }
+    }
+    (void)O;
+    backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dKp, dVp);
+  };
   if (groups >= threads) {  // each chunk owns whole (b, kv head) groups
     detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
       for (std::size_t bg = begin; bg < end; ++bg) {
         const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
-            backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dK ? dK + bg * kd : nullptr,
-                           dV ? dV + bg * vd : nullptr);
+            block(b, h, blk, dK ? dK + bg * kd : nullptr, dV ? dV + bg * vd : nullptr);
       }
     });
     return;
@@ -297,8 +560,8 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
     std::fill(part_v.begin(), part_v.end(), T(0));
     detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t c) {
       for (std::size_t it = begin; it < end; ++it)
-        backward_block(P, b, kvh * g.r + it / nb, it % nb, row_max, log_z, dO, dQ,
-                       dK ? part_k.data() + c * kd : nullptr, dV ? part_v.data() + c * vd : nullptr);
+        block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr,
+              dV ? part_v.data() + c * vd : nullptr);
     });
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
       if (dK)
@@ -333,6 +596,54 @@ void one_query_row(const T* q, const T* Kr, const T* Vr, std::size_t n, std::siz
   const T inv = T(1) / z;
   for (std::size_t j = 0; j < n; ++j) row[j] *= inv;
   blas::gemm(false, false, 1, dv, n, T(1), row, n, Vr, dv, T(0), o, dv);
+}
+
+
+// One query row over keys [0, n) of Kr / Vr (rows dk, dv apart) on the tile kernels:
+// forward_block_tiles' arithmetic for a block of one row whose keys start at key0 (tiles from
+// there, each tile of K transposed into Kt first), so the same bits as flash_attention() on
+// copies of those keys. S holds kTile floats, Kt dk * kTile, acc dv.
+void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, const float* Vr, std::size_t n,
+                     std::size_t dk, std::size_t dv, float scale, bool check_finite, std::size_t b, std::size_t h,
+                     std::size_t key0, float* S, float* Kt, float* acc, float* o) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float m = kNegInf, l = 0.0f;
+  std::fill(acc, acc + dv, 0.0f);
+  for (std::size_t kb0 = 0; kb0 < n; kb0 += kTile) {
+    const std::size_t nk = std::min(kTile, n - kb0);
+    for (std::size_t c = 0; c < dk; ++c) {
+      for (std::size_t j = 0; j < nk; ++j) Kt[c * kTile + j] = Kr[(kb0 + j) * dk + c];
+      std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
+    }
+    kz.gemm(1, kTile, dk, scale, q, dk, 1, Kt, kTile, S, kTile, false);
+    if (check_finite && !kz.finite(S, nk))
+      for (std::size_t j = 0; j < nk; ++j)
+        if (!std::isfinite(S[j]))
+          throw ValueError(op_message(kOp, "score U has " + std::to_string(S[j]) + " at " + where(b, h, 0) + ", key " +
+                                               std::to_string(key0 + kb0 + j) +
+                                               "; a non-finite score is a numerical error (Algorithm 5.1 step 3)"));
+    const float mx = kz.max(S, nk);
+    if (mx == kNegInf) continue;
+    if (!std::isfinite(mx))
+      throw ValueError(op_message(kOp, "score plus bias is " + std::to_string(mx) + " at " + where(b, h, 0) +
+                                           "; the additive bias overflows the scores (Algorithm 5.1 step 3)"));
+    if (mx > m) {
+      if (m != kNegInf) {
+        const float f = std::exp(m - mx);
+        l *= f;
+        for (std::size_t c = 0; c < dv; ++c) acc[c] *= f;
+      }
+      m = mx;
+    }
+    l += kz.exp_shift(S, nk, m, 0.0f);
+    std::fill(S + nk, S + kTile, 0.0f);
+    kz.gemm(1, dv, nk, 1.0f, S, kTile, 1, Vr + kb0 * dv, dv, acc, dv, true);
+  }
+  if (m == kNegInf)
+    throw VisibilityError(op_message(kOp, where(b, h, 0) + " is valid but sees no key; check mask polarity "
+                                                             "and causal offset, or mark the query invalid"));
+  const float inv = 1.0f / l;
+  for (std::size_t c = 0; c < dv; ++c) o[c] = acc[c] * inv;
 }
 
 struct Saved {
@@ -401,7 +712,7 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
       if (c.needs(0)) dQ = Array::zeros(c.inputs[0].shape(), c.inputs[0].dtype());
       if (c.needs(1)) dK = Array::zeros(c.inputs[1].shape(), c.inputs[1].dtype());
       if (c.needs(2)) dV = Array::zeros(c.inputs[2].shape(), c.inputs[2].dtype());
-      run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.grad_output.data<T>(),
+      run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
                    dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
                    dV.defined() ? dV.data<T>() : nullptr);
       cot[0] = dQ;
@@ -428,7 +739,26 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
     // whole step is too small to be worth waking it (each row's result is the same either way).
     const std::size_t items = B * Hq;
     const double flops = 2.0 * double(items) * double(n) * double(dk + dv);
+    const tile::Kernels* kz = nullptr;
+    if constexpr (std::is_same<T, float>::value) {
+      Geometry g1;
+      g1.dk = dk;
+      g1.dv = dv;
+      if (tile_path(g1, tile::kernels())) kz = tile::kernels();
+    }
     detail::parallel_for(items, flops < 131072.0 ? items : 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+      if constexpr (std::is_same<T, float>::value) {
+        if (kz) {
+          thread_local std::vector<float> t_buf;
+          float* S = scratch(t_buf, kTile + dk * kTile + dv);
+          for (std::size_t it = begin; it < end; ++it) {
+            const std::size_t b = it / Hq, h = it % Hq, g = b * Hkv + h / r;
+            one_query_tiles(*kz, q + it * dk, k + (g * cap + lo) * dk, v + (g * cap + lo) * dv, n, dk, dv, sc,
+                            check_finite, b, h, lo, S, S + kTile, S + kTile + dk * kTile, o + it * dv);
+          }
+          return;
+        }
+      }
       thread_local std::vector<T> s_buf;
       T* row = scratch(s_buf, n);
       for (std::size_t it = begin; it < end; ++it) {

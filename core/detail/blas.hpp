@@ -44,8 +44,9 @@ std::string cpu_isa();
 // environment variable XGRAD_ISA sets it too (read at the first float32 GEMM). oneDNN fixes its
 // ISA at its first use: afterwards a different ceiling throws Error.
 void set_max_isa(const std::string& isa);
-// The vector ISA xgrad's own float32 kernels may use (core/detail/fused_kernels.hpp): cpu_isa()
-// capped by set_max_isa() / XGRAD_ISA, without fixing oneDNN's ISA. "avx512", "avx2" or "none".
+// The vector ISA xgrad's own float32 kernels may use (core/detail/fused_kernels.hpp, the fused
+// attention's tiles in nn/detail/flash_tile.hpp): cpu_isa() capped by set_max_isa() / XGRAD_ISA,
+// whichever library runs the GEMMs, without fixing oneDNN's ISA. "avx512", "avx2" or "none".
 std::string isa_ceiling();
 // float32 GEMM calls (matrix-vector ones included) that ran on each backend so far, process-wide.
 std::uint64_t sgemm_calls(Backend b);

@@ -20,6 +20,15 @@
 ///     dQ = scale dU K,  dK += scale dU^T Q_blk
 /// \endverbatim
 ///
+/// float32 (head widths a multiple of the vector width: 16 on AVX-512, 8 on AVX2) runs on the
+/// tile kernels of nn/detail/flash_tile.hpp instead of the BLAS doorway: the block's key range
+/// in tiles of 64 keys, each tile's scores scaled, masked and folded into a running row max m
+/// and sum l (O rescaled by e^(m_old - m_new) when m grows) and P V added into the block's
+/// output, so no [128, S] scores are formed; the same m and log l are kept. Its backward
+/// takes delta_i = dO_i . O_i (equal to sum_j A_ij dA_ij, dropout included) and walks the same
+/// tiles: dV += A_d^T dO, dA_d = dO V^T, dU = A * (dA - delta), dQ += scale dU K,
+/// dK += scale dU^T Q. float64 keeps the path above bit for bit.
+///
 /// Invalid queries (query_valid false) give exact zero rows and gradients; a valid query with
 /// no visible key is a VisibilityError naming batch, head and query. K and V are read in place
 /// by every query head of their group (no repeat). Dropout masks come from a counter-based
@@ -57,8 +66,8 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
 /// keys and values held in slots [lo, hi) of the cache's buffers K [B, H_kv, capacity, d_k] and
 /// V [B, H_kv, capacity, d_v] (KVCache::key_buffer, value_buffer), every one of them visible:
 /// -> O [B, H_q, 1, d_v]. Values only (nothing is recorded on a tape). The arithmetic is
-/// flash_attention()'s for a query row that sees keys [lo, hi) (the same BLAS calls, the same
-/// softmax), so O is bit-identical to flash_attention() on copies of those keys; it only reads
+/// flash_attention()'s for a query row that sees keys [lo, hi) (the same BLAS calls, or the
+/// same tile kernels over the same tiles, the same softmax), so O is bit-identical to flash_attention() on copies of those keys; it only reads
 /// the buffers in place instead of copying them out. `check_finite`: a non-finite score is a
 /// ValueError, as there. Requires lo < hi <= capacity and float32 or float64 (not checked).
 Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::size_t lo, std::size_t hi, double scale,

@@ -8,7 +8,9 @@
 #include <xgrad/checks/detail/common.hpp>
 #include "tests/support/helpers.hpp"
 #include <xgrad/checks/attention_reference.hpp>
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/nn/detail/flash_attention.hpp>
+#include <xgrad/nn/detail/flash_tile.hpp>
 
 using namespace xg;
 using namespace xg::nn;
@@ -54,8 +56,10 @@ std::vector<std::int64_t> iota(std::size_t n, std::int64_t start = 0) {
   return v;
 }
 
-// Every visibility kind, alone and intersected, at sizes that span several 64-row blocks.
-std::vector<Case> cases() {
+// Every visibility kind, alone and intersected, at sizes that span several 64-row blocks. Head
+// widths d_k, d_v (5 and 3 by default: the BLAS path; multiples of 16 take the float32 tile
+// kernels of nn/detail/flash_tile.hpp on both ISAs).
+std::vector<Case> cases(std::size_t d_k = 5, std::size_t d_v = 3) {
   Generator g(71);
   std::vector<Case> cs;
   auto add = [&](std::string name, std::size_t B, std::size_t H_q, std::size_t H_kv, std::size_t T, std::size_t S,
@@ -70,7 +74,7 @@ std::vector<Case> cases() {
           for (std::size_t j = 0; j < S; ++j) any = any || allowed[((b * H_q + h) * T + i) * S + j];
           if (!any) valid.data[b * T + i] = 0;
         }
-    cs.push_back({std::move(name), B, H_q, H_kv, T, S, 5, 3, std::move(vis), std::move(valid)});
+    cs.push_back({std::move(name), B, H_q, H_kv, T, S, d_k, d_v, std::move(vis), std::move(valid)});
   };
   add("no mask, MHA", 2, 2, 2, 70, 90, Visibility::all());
   add("causal square, GQA, 3 blocks", 1, 4, 2, 300, 300, Visibility::causal(300, 300));
@@ -166,14 +170,39 @@ TEST_CASE("fused attention agrees with the closed-form backward (5.24)-(5.31)", 
   }
 }
 
-TEST_CASE("fused attention in float32 stays within float32 rounding of the float64 result", "[attention][fused]") {
-  for (const Case& c : cases()) {
-    INFO(c.name);
-    const Run a = run(c, SdpaImpl::fused, DType::float64, 0.0, 8, 1);
-    const Run b = run(c, SdpaImpl::fused, DType::float32, 0.0, 8, 1);
-    require_close(b.O.astype(DType::float64), a.O, 2e-5);
-    require_close(b.dK.astype(DType::float64), a.dK, 1e-4);
-  }
+// [gemm_paths]: ctest runs this under XGRAD_ISA=avx2 too (gemm_paths_avx2), so the float32 tile
+// kernels of both ISAs are checked on an AVX-512 machine.
+TEST_CASE("fused attention in float32 stays within float32 rounding of the float64 result", "[attention][fused][gemm_paths]") {
+  const tile::Kernels* kz = tile::kernels();
+  if (kz) CHECK(std::string(kz->isa) == blas::isa_ceiling());
+  INFO("float32 tile kernels: " << (kz ? kz->isa : "none"));
+  for (const auto& [d_k, d_v] : std::vector<std::pair<std::size_t, std::size_t>>{{5, 3}, {16, 16}, {32, 16}})
+    for (const Case& c : cases(d_k, d_v)) {
+      INFO(c.name << ", d_k " << d_k << ", d_v " << d_v);
+      const Run a = run(c, SdpaImpl::fused, DType::float64, 0.0, 8, 1);
+      const Run b = run(c, SdpaImpl::fused, DType::float32, 0.0, 8, 1);
+      require_close(b.O.astype(DType::float64), a.O, 2e-5);
+      require_close(b.dQ.astype(DType::float64), a.dQ, 1e-4);
+      require_close(b.dK.astype(DType::float64), a.dK, 1e-4);
+      require_close(b.dV.astype(DType::float64), a.dV, 1e-4);
+    }
+}
+
+TEST_CASE("fused attention in float32 on odd lengths 1 7 13 127 129 with dropout matches float64",
+          "[attention][fused][gemm_paths]") {
+  // Odd query and key counts leave partial 128-row blocks and 64-key tiles; dropout draws the
+  // same mask in both dtypes (the seed is the generator's), so the float64 run is the reference.
+  for (std::size_t T : {1, 7, 13, 127, 129})
+    for (double p : {0.0, 0.2}) {
+      INFO("T " << T << ", dropout " << p);
+      const Case c{"causal GQA", 2, 4, 2, T, T, 16, 32, Visibility::causal(T, T), BoolArray::filled({2, T}, true)};
+      const Run a = run(c, SdpaImpl::fused, DType::float64, p, 9, 3);
+      const Run b = run(c, SdpaImpl::fused, DType::float32, p, 9, 3);
+      require_close(b.O.astype(DType::float64), a.O, 2e-5);
+      require_close(b.dQ.astype(DType::float64), a.dQ, 1e-4);
+      require_close(b.dK.astype(DType::float64), a.dK, 1e-4);
+      require_close(b.dV.astype(DType::float64), a.dV, 1e-4);
+    }
 }
 
 TEST_CASE("fused attention is bit-identical run to run", "[attention][fused]") {

@@ -1,0 +1,36 @@
+/// \file
+/// Internal: the float32 tile kernels of the fused attention op (nn/flash_attention.cpp), one
+/// set per vector ISA (AVX-512 with 16 lanes, AVX2 + FMA with 8), chosen at run time from the
+/// CPU's feature flags under the ceiling set_max_isa() / XGRAD_ISA sets (blas::isa_ceiling()),
+/// never from the compiler's -march. Compiled with per-function target attributes
+/// (nn/flash_tile.cpp includes nn/detail/flash_tile_body.inc once per ISA).
+#pragma once
+
+#include <cstddef>
+
+namespace xg::nn::tile {
+
+/// The kernels of one ISA. All pointers are row-major float32; nothing is allocated.
+struct Kernels {
+  std::size_t width;  ///< Vector lanes: 16 (AVX-512) or 8 (AVX2).
+  const char* isa;    ///< "avx512" or "avx2".
+  /// C[M, N] = alpha * sum_k A(i, k) B[k, 0..N) (accumulate: C += that), A(i, k) =
+  /// A[i * a_rs + k * a_cs] (so a transposed or strided A costs nothing), B's rows ldb apart.
+  /// N must be a multiple of `width`. Each entry of C is one FMA chain over k = 0, 1, ..., K-1
+  /// (the same bits for the same operands, whatever M and N).
+  void (*gemm)(std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A, std::size_t a_rs,
+               std::size_t a_cs, const float* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate);
+  float (*max)(const float* x, std::size_t n);                   ///< max of x[0..n), -inf for n = 0
+  float (*sum)(const float* x, std::size_t n);                   ///< sum of x[0..n)
+  float (*dot)(const float* x, const float* y, std::size_t n);   ///< sum of x[j] y[j]
+  /// x[j] = e^((x[j] - m) - lz) over [0, n); returns the sum of the new x (the softmax's
+  /// numerators and their sum in one pass). e^x to about 1 ulp, 0 for x < -87.34 and -inf.
+  float (*exp_shift)(float* x, std::size_t n, float m, float lz);
+  bool (*finite)(const float* x, std::size_t n);  ///< whether every x[j] is finite
+};
+
+/// The kernels for this CPU under the ISA ceiling, or null when the CPU has neither AVX-512 nor
+/// AVX2 with FMA (the callers then keep the BLAS path).
+const Kernels* kernels();
+
+}  // namespace xg::nn::tile
