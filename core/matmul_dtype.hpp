@@ -44,7 +44,9 @@ class MatmulDtypeScope {
   explicit MatmulDtypeScope(MatmulDtype d);
   /// Restores the precision set before.
   ~MatmulDtypeScope();
+  /// Not copyable: one scope restores the precision once.
   MatmulDtypeScope(const MatmulDtypeScope&) = delete;
+  /// Not copyable.
   MatmulDtypeScope& operator=(const MatmulDtypeScope&) = delete;
 
  private:

@@ -56,6 +56,10 @@ ENV.pop("XGRAD_MPI", None)
 # (Open MPI has no frame pointers) so that lsan_openmpi.supp can name them; xgrad's own leaks
 # are still reported. Harmless without ASan.
 MPI_ENV = dict(ENV, OMPI_MCA_mca_base_component_disable_dlclose="1", PMIX_MCA_mca_base_component_disable_dlclose="1")
+# A rank killed inside MPI_Init leaves PMIx's shared-memory key store (gds ds21/ds12) locked,
+# and mpirun then hangs in PMIx_server_finalize (7 of 40 such kills here); the hash store has no
+# shared lock (docs/distributed.md, Failures).
+MPI_ENV["PMIX_MCA_gds"] = "hash"
 MPI_ENV["ASAN_OPTIONS"] = ":".join(x for x in (os.environ.get("ASAN_OPTIONS"), "fast_unwind_on_malloc=0") if x)
 MPI_ENV["LSAN_OPTIONS"] = ":".join(
     x for x in (os.environ.get("LSAN_OPTIONS"),
@@ -257,8 +261,13 @@ def kill(r, a):
         if p.returncode != 0 and landed < a.kills:
             landed += 1
             ended = time.time() - t_kill
-            if "exited on signal 9" not in err:
+            # Open MPI can report a rank killed at the edge of its MPI life (as it finalizes) as a
+            # normal termination with exit code 137 (128 + SIGKILL) instead of "exited on signal 9".
+            after_finalize = p.returncode == 137 and "returned a non-zero exit code" in err
+            if "exited on signal 9" not in err and not after_finalize:
                 fail(f"kill {landed} (rank {victim}): mpirun exited {p.returncode} without saying a rank was killed:\n{err}")
+            if after_finalize:
+                print(f"kill {landed}: rank {victim}'s SIGKILL was reported as exit code 137:\n{err}", flush=True)
             s = kill_test.check_consistent(out, f"after kill {landed}") if os.path.isdir(out) else 0
             print(f"kill {landed}: rank {victim} killed; the job ended {ended:.1f} s later with exit {p.returncode}; "
                   f"checkpoint at step {s}", flush=True)
