@@ -35,6 +35,9 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from encode_files import encode_texts  # noqa: E402
+
 try:
     import sentencepiece as spm
 except ImportError:
@@ -136,19 +139,10 @@ def xgrad_encode_all(xgrad, tok, texts):
     The first two texts also go through stdin, one process each, and must give the same ids."""
     folder = tok + ".lines"
     shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    paths = [os.path.join(folder, f"{i:04d}.txt") for i in range(len(texts))]
-    for path, text in zip(paths, texts):
-        with open(path, "wb") as f:
-            f.write(text)
-    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", tok, "--json"] + paths, capture_output=True,
-                       timeout=300)
-    if r.returncode != 0:
-        sys.exit(f"FAILED: encode FILES with {tok}: exit {r.returncode}: {r.stderr.decode(errors='replace')}")
-    out = [json.loads(line) for line in r.stdout.splitlines()]
-    if [o.get("file") for o in out] != paths:
-        sys.exit(f"FAILED: encode FILES with {tok}: {len(out)} objects for {len(paths)} files, or out of order")
-    ids = [o["ids"] for o in out]
+    try:
+        ids = [o["ids"] for o in encode_texts(xgrad, tok, texts, folder)]
+    except RuntimeError as e:
+        sys.exit(f"FAILED: {e}")
     for text, got in list(zip(texts, ids))[:2]:
         if xgrad_encode(xgrad, tok, text) != got:
             fail(f"{os.path.basename(tok)} {text!r}: stdin and FILES give different ids")

@@ -32,6 +32,9 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from encode_files import encode_texts  # noqa: E402
+
 try:
     import sentencepiece as spm
 except ImportError:
@@ -220,30 +223,14 @@ def xgrad_encode(xgrad, model, data):
     return json.loads(r.stdout)
 
 
-def xgrad_encode_files(xgrad, model, paths):
-    """`xgrad tokenizer encode --json FILES...`: one object per file, in order."""
-    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--json"] + paths,
-                       capture_output=True, timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError(f"xgrad tokenizer encode FILES failed ({r.returncode}): {r.stderr.decode(errors='replace')}")
-    out = [json.loads(line) for line in r.stdout.splitlines()]
-    if [o.get("file") for o in out] != paths:
-        raise RuntimeError(f"xgrad tokenizer encode FILES: {len(out)} objects for {len(paths)} files, or out of order")
-    return out
-
-
 def xgrad_encode_many(xgrad, model, lines, folder, chunk=250):
     """Each line as a file of its own, encoded by a few xgrad processes (FILES), two at a time;
     a sample of lines also goes through stdin, one process each, and must give the same."""
-    os.makedirs(folder, exist_ok=True)
-    paths = []
-    for i, data in enumerate(lines):
-        paths.append(os.path.join(folder, f"{i:05d}.txt"))
-        with open(paths[-1], "wb") as f:
-            f.write(data)
-    chunks = [paths[i:i + chunk] for i in range(0, len(paths), chunk)]
+    chunks = [lines[i:i + chunk] for i in range(0, len(lines), chunk)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = [o for part in pool.map(lambda c: xgrad_encode_files(xgrad, model, c), chunks) for o in part]
+        parts = pool.map(lambda ic: encode_texts(xgrad, model, ic[1], os.path.join(folder, str(ic[0]))),
+                         enumerate(chunks))
+        results = [o for part in parts for o in part]
     for data, res in list(zip(lines, results))[:20]:
         via_stdin = xgrad_encode(xgrad, model, data)
         if via_stdin["ids"] != res["ids"]:
