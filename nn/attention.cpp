@@ -128,7 +128,10 @@ void MultiHeadAttention::init(Generator* gen) {
 
 void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const {
   check_input("attention", "X", X, cfg_.d_model, cfg_.dtype);
-  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
+  split(affine(X, W_QKV, b_QKV), Q, K, V);  // (5.22)
+}
+
+void MultiHeadAttention::split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V) const {
   const auto parts = ops::split(P, {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_}, -1);
   Q = split_heads(parts[0], cfg_.H_q);
   K = split_heads(parts[1], cfg_.H_kv);
@@ -147,8 +150,8 @@ Visibility MultiHeadAttention::position_bias(const std::vector<Position>& q_pos,
 }
 
 AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall& call) {
-  Tensor Q, K, V;
-  project(X, Q, K, V);
+  check_input("attention", "X", X, cfg_.d_model, cfg_.dtype);
+  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
   const std::size_t T = X.shape()[1];
   const bool given = !call.positions.empty();
   if (given) check_positions("attention", call.positions, T);
@@ -159,17 +162,25 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall
                  : Visibility::sliding_window(static_cast<Position>(T), static_cast<Position>(T), W)) &
           vis;
   }
-  if (!cfg_.rope && !cfg_.alibi) return finish(Q, K, V, vis, call);
   std::vector<Position> pos = call.positions;
-  if (!given) {  // absolute positions 0 .. T-1, as the causal visibility uses
+  if (!given && (cfg_.rope || cfg_.alibi)) {  // absolute positions 0 .. T-1, as the causal visibility uses
     pos.resize(T);
     for (std::size_t i = 0; i < T; ++i) pos[i] = static_cast<Position>(i);
   }
+  if (cfg_.alibi) vis = position_bias(pos, pos) & vis;
+  if (!cfg_.rope) {  // the fused path reads the heads from P in place and merges them on the way out
+    SdpaResult r;
+    const SdpaOptions o = sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training());
+    if (packed_self_attention(P, cfg_.H_q, cfg_.H_kv, vis, o, r))
+      return {affine(r.output, W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
+  }
+  Tensor Q, K, V;
+  split(P, Q, K, V);
   if (cfg_.rope) {
     Q = ops::rope(Q, pos, *cfg_.rope);
     K = ops::rope(K, pos, *cfg_.rope);
   }
-  return finish(Q, K, V, cfg_.alibi ? position_bias(pos, pos) & vis : vis, call);
+  return finish(Q, K, V, vis, call);
 }
 
 Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {

@@ -146,6 +146,8 @@ class MultiHeadAttention : public Module {
  private:
   // Q [B, H_q, T, d_h], K, V [B, H_kv, T, d_h] from X.
   void project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const;
+  // The same heads from the packed projection P = X W_QKV + b_QKV.
+  void split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V) const;
   AttentionOutput finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                          const AttentionCall& call);
   // Whether forward_cached() of n new positions with queries Q may take the decoding step

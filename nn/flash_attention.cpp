@@ -42,12 +42,23 @@ struct Geometry {
   std::size_t blocks() const { return (T + kBlock - 1) / kBlock; }
 };
 
+// Where element (b, h, t, c) of a [B, H, T, d] operand lives: base + b sb + h sh + t st + c. A
+// contiguous [B, H, T, d] array has (H T d, T d, d); in the packed projection [B, T, W] of
+// MultiHeadAttention a head's d columns sit at a fixed offset with (T W, d, W), so Q, K and V are
+// read there in place. Gradients take their operand's layout, dO takes O's.
+struct Layout {
+  std::size_t sb = 0, sh = 0, st = 0;
+  std::size_t at(std::size_t b, std::size_t h, std::size_t t) const { return b * sb + h * sh + t * st; }
+};
+Layout contiguous(std::size_t H, std::size_t T, std::size_t d) { return {H * T * d, T * d, d}; }
+
 // Everything a block needs, for one dtype.
 template <class T> struct Problem {
   Geometry g;
   const T* Q = nullptr;
   const T* K = nullptr;
   const T* V = nullptr;
+  Layout lq, lk, lv, lo;  // of Q (and dQ), K (dK), V (dV), O (dO)
   T scale = 1;
   const VisibilityPlan* plan = nullptr;
   const unsigned char* valid = nullptr;  // [B, T] or null (all valid)
@@ -125,9 +136,9 @@ template <class T>
 std::size_t block_scores(const Problem<T>& P, std::size_t b, std::size_t h, const BlockRows& R, T* buf) {
   const Geometry& g = P.g;
   const std::size_t n = R.U - R.L, kvh = h / g.r;
-  const T* Qb = P.Q + ((b * g.Hq + h) * g.T + R.i0) * g.dk;
-  const T* Kr = P.K + ((b * g.Hkv + kvh) * g.S + R.L) * g.dk;
-  blas::gemm(false, true, R.rows, n, g.dk, P.scale, Qb, g.dk, Kr, g.dk, T(0), buf, n);
+  const T* Qb = P.Q + P.lq.at(b, h, R.i0);
+  const T* Kr = P.K + P.lk.at(b, kvh, R.L);
+  blas::gemm(false, true, R.rows, n, g.dk, P.scale, Qb, P.lq.st, Kr, P.lk.st, T(0), buf, n);
   for (std::size_t k = 0; k < R.rows; ++k) {
     if (!R.use[k]) continue;
     T* row = buf + k * n;
@@ -205,14 +216,15 @@ void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_
     for (std::size_t k = 0; k < R.rows; ++k) dropout_row(P, b, h, R.i0 + k, R.L, buf + k * n, d + k * n, n);
     A = d;
   }
-  const T* Vr = P.V + ((b * g.Hkv + h / g.r) * g.S + R.L) * g.dv;
-  blas::gemm(false, false, R.rows, g.dv, n, T(1), A, n, Vr, g.dv, T(0), O + row0 * g.dv, g.dv);
+  const T* Vr = P.V + P.lv.at(b, h / g.r, R.L);
+  blas::gemm(false, false, R.rows, g.dv, n, T(1), A, n, Vr, P.lv.st, T(0), O + P.lo.at(b, h, R.i0), P.lo.st);
 }
 
-// Gradients of one block of head h; dK, dV point at the (b, h / r) group's [S, d] matrices.
+// Gradients of one block of head h; dK, dV point at the (b, h / r) group's [S, d] matrices, rows
+// ldk, ldv apart.
 template <class T>
 void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, const T* row_max,
-                    const T* log_z, const T* dO, T* dQ, T* dK, T* dV) {
+                    const T* log_z, const T* dO, T* dQ, T* dK, std::size_t ldk, T* dV, std::size_t ldv) {
   thread_local std::vector<T> p_buf, pd_buf, dp_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
@@ -235,14 +247,15 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
     for (std::size_t k = 0; k < R.rows; ++k) dropout_row(P, b, h, R.i0 + k, R.L, A + k * n, d + k * n, n);
     Ad = d;
   }
-  const T* dOb = dO + row0 * g.dv;
-  const T* Vr = P.V + ((b * g.Hkv + h / g.r) * g.S + R.L) * g.dv;
-  const T* Kr = P.K + ((b * g.Hkv + h / g.r) * g.S + R.L) * g.dk;
-  const T* Qb = P.Q + row0 * g.dk;
-  if (dV) blas::gemm(true, false, n, g.dv, R.rows, T(1), Ad, n, dOb, g.dv, T(1), dV + R.L * g.dv, g.dv);
+  const std::size_t ldo = P.lo.st;
+  const T* dOb = dO + P.lo.at(b, h, R.i0);
+  const T* Vr = P.V + P.lv.at(b, h / g.r, R.L);
+  const T* Kr = P.K + P.lk.at(b, h / g.r, R.L);
+  const T* Qb = P.Q + P.lq.at(b, h, R.i0);
+  if (dV) blas::gemm(true, false, n, g.dv, R.rows, T(1), Ad, n, dOb, ldo, T(1), dV + R.L * ldv, ldv);
   if (!dQ && !dK) return;
   T* dA = scratch(dp_buf, R.rows * n);
-  blas::gemm(false, true, R.rows, n, g.dv, T(1), dOb, g.dv, Vr, g.dv, T(0), dA, n);  // dA_d = dO V^T
+  blas::gemm(false, true, R.rows, n, g.dv, T(1), dOb, ldo, Vr, P.lv.st, T(0), dA, n);  // dA_d = dO V^T
   for (std::size_t k = 0; k < R.rows; ++k) {
     T* da = dA + k * n;
     const T* a = A + k * n;
@@ -257,8 +270,9 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
     for (std::size_t j = 0; j < n; ++j) D += a[j] * da[j];
     for (std::size_t j = 0; j < n; ++j) da[j] = a[j] * (da[j] - D);  // dU (zero where A is)
   }
-  if (dQ) blas::gemm(false, false, R.rows, g.dk, n, P.scale, dA, n, Kr, g.dk, T(0), dQ + row0 * g.dk, g.dk);
-  if (dK) blas::gemm(true, false, n, g.dk, R.rows, P.scale, dA, n, Qb, g.dk, T(1), dK + R.L * g.dk, g.dk);
+  if (dQ)
+    blas::gemm(false, false, R.rows, g.dk, n, P.scale, dA, n, Kr, P.lk.st, T(0), dQ + P.lq.at(b, h, R.i0), P.lq.st);
+  if (dK) blas::gemm(true, false, n, g.dk, R.rows, P.scale, dA, n, Qb, P.lq.st, T(1), dK + R.L * ldk, ldk);
 }
 
 
@@ -274,18 +288,21 @@ constexpr std::size_t kTile = 64;  // keys per tile
 // K (or V) of every (b, kv head) group transposed: [groups, d, S + kTile], zero beyond S, so a
 // tile starting anywhere in [0, S) reads kTile columns inside the buffer.
 std::size_t padded(std::size_t S) { return S + kTile; }
-// `out` keeps its memory between calls (a thread_local of the caller): no page faults per call.
-void transpose_groups(const float* X, std::size_t groups, std::size_t S, std::size_t d, std::vector<float>& out) {
+// X is laid out by `l` with Hkv heads; `out` keeps its memory between calls (a thread_local of the
+// caller): no page faults per call.
+void transpose_groups(const float* X, const Layout& l, std::size_t Hkv, std::size_t groups, std::size_t S,
+                      std::size_t d, std::vector<float>& out) {
   const std::size_t Sp = padded(S);
   if (out.size() < groups * d * Sp) out.resize(groups * d * Sp);
   detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
     for (std::size_t gi = begin; gi < end; ++gi) {
-      const float* x = X + gi * S * d;
+      const float* x = X + l.at(gi / Hkv, gi % Hkv, 0);
+      const std::size_t ld = l.st;
       float* t = out.data() + gi * d * Sp;
       for (std::size_t c = 0; c < d; ++c) std::fill(t + c * Sp + S, t + (c + 1) * Sp, 0.0f);
       for (std::size_t j0 = 0; j0 < S; j0 += 16)  // 16 keys at a time: each row of t written in runs
         for (std::size_t c = 0; c < d; ++c)
-          for (std::size_t j = j0; j < std::min(S, j0 + 16); ++j) t[c * Sp + j] = x[j * d + c];
+          for (std::size_t j = j0; j < std::min(S, j0 + 16); ++j) t[c * Sp + j] = x[j * ld + c];
     }
   });
 }
@@ -345,8 +362,9 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b
     r0 = r1 = 0;
     return;
   }
-  const float* Qb = P.Q + ((b * g.Hq + h) * g.T + R.i0) * g.dk;
-  kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * g.dk, g.dk, 1, Kt + kb0, padded(g.S), S + r0 * kTile, kTile, false);
+  const float* Qb = P.Q + P.lq.at(b, h, R.i0);
+  kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * P.lq.st, P.lq.st, 1, Kt + kb0, padded(g.S), S + r0 * kTile, kTile,
+          false);
   for (std::size_t k = r0; k < r1; ++k) {
     std::size_t ja, je;
     tile_span(R, k, kb0, n, ja, je);
@@ -372,7 +390,8 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
   float m[kBlock], l[kBlock];
   std::fill(m, m + R.rows, kNegInf);
   std::fill(l, l + R.rows, 0.0f);
-  const float* Vg = P.V + (b * g.Hkv + h / g.r) * g.S * g.dv;
+  const float* Vg = P.V + P.lv.at(b, h / g.r, 0);
+  const std::size_t ldv = P.lv.st;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1;
@@ -404,7 +423,7 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
       if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, s, n);
     }
     if (r0 < r1)
-      kz.gemm(r1 - r0, g.dv, n, 1.0f, S + r0 * kTile, kTile, 1, Vg + kb0 * g.dv, g.dv, acc + r0 * g.dv, g.dv, true);
+      kz.gemm(r1 - r0, g.dv, n, 1.0f, S + r0 * kTile, kTile, 1, Vg + kb0 * ldv, ldv, acc + r0 * g.dv, g.dv, true);
   }
   for (std::size_t k = 0; k < R.rows; ++k) {
     if (!R.use[k]) continue;
@@ -413,32 +432,35 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
                                                                       "and causal offset, or mark the query invalid"));
     const float inv = 1.0f / l[k];
     const float* a = acc + k * g.dv;
-    float* o = O + (row0 + k) * g.dv;
+    float* o = O + P.lo.at(b, h, R.i0 + k);
     for (std::size_t c = 0; c < g.dv; ++c) o[c] = a[c] * inv;
     row_max[row0 + k] = m[k];
     log_z[row0 + k] = std::log(l[k]);
   }
 }
 
-// Gradients of one block of head h by key tiles; Kt, Vt, dK, dV point at the group's matrices,
-// dQ rows of the block are accumulated (they start at zero).
+// Gradients of one block of head h by key tiles; Kt, Vt, dK, dV point at the group's matrices
+// (dK's and dV's rows ldk, ldv apart), dQ rows of the block are accumulated (they start at zero).
 void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const float* Kt, const float* Vt,
                           std::size_t b, std::size_t h, std::size_t blk, const float* row_max, const float* log_z,
-                          const float* O, const float* dO, float* dQ, float* dK, float* dV) {
+                          const float* O, const float* dO, float* dQ, float* dK, std::size_t ldk, float* dV,
+                          std::size_t ldv) {
   thread_local std::vector<float> p_buf, pd_buf, dp_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
   const Geometry& g = P.g;
-  const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0, grp = b * g.Hkv + h / g.r;
+  const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0;
   float* S = scratch(p_buf, kBlock * kTile);
   float* Sd = P.dropout ? scratch(pd_buf, kBlock * kTile) : S;
   float* dS = scratch(dp_buf, kBlock * kTile);
-  const float* dOb = dO + row0 * g.dv;
-  const float* Qb = P.Q + row0 * g.dk;
-  const float* Kg = P.K + grp * g.S * g.dk;
+  const std::size_t ldo = P.lo.st, ldq = P.lq.st, ldkk = P.lk.st;
+  const float* dOb = dO + P.lo.at(b, h, R.i0);
+  const float* Ob = O + P.lo.at(b, h, R.i0);
+  const float* Qb = P.Q + P.lq.at(b, h, R.i0);
+  const float* Kg = P.K + P.lk.at(b, h / g.r, 0);
   float D[kBlock];  // delta_i = dO_i . O_i = sum_j A_ij dA_ij (dropout included)
-  for (std::size_t k = 0; k < R.rows; ++k) D[k] = R.use[k] ? kz.dot(dOb + k * g.dv, O + (row0 + k) * g.dv, g.dv) : 0.0f;
+  for (std::size_t k = 0; k < R.rows; ++k) D[k] = R.use[k] ? kz.dot(dOb + k * ldo, Ob + k * ldo, g.dv) : 0.0f;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1;
@@ -455,9 +477,9 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
       if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
     }
     if (dV)  // dV += A_d^T dO
-      kz.gemm(n, g.dv, rows, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * g.dv, g.dv, dV + kb0 * g.dv, g.dv, true);
+      kz.gemm(n, g.dv, rows, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * ldo, ldo, dV + kb0 * ldv, ldv, true);
     if (!dQ && !dK) continue;
-    kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * g.dv, g.dv, 1, Vt + kb0, padded(g.S), dS + r0 * kTile, kTile,
+    kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * ldo, ldo, 1, Vt + kb0, padded(g.S), dS + r0 * kTile, kTile,
             false);  // dA_d = dO V^T
     for (std::size_t k = r0; k < r1; ++k) {
       float* ds = dS + k * kTile;
@@ -467,9 +489,9 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
       for (std::size_t j = 0; j < kTile; ++j) ds[j] = a[j] * (ds[j] - Dk);  // dU (zero where A is)
     }
     if (dQ)
-      kz.gemm(rows, g.dk, n, P.scale, dS + r0 * kTile, kTile, 1, Kg + kb0 * g.dk, g.dk, dQ + (row0 + r0) * g.dk, g.dk,
-              true);
-    if (dK) kz.gemm(n, g.dk, rows, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * g.dk, g.dk, dK + kb0 * g.dk, g.dk, true);
+      kz.gemm(rows, g.dk, n, P.scale, dS + r0 * kTile, kTile, 1, Kg + kb0 * ldkk, ldkk,
+              dQ + P.lq.at(b, h, R.i0 + r0), ldq, true);
+    if (dK) kz.gemm(n, g.dk, rows, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * ldq, ldq, dK + kb0 * ldk, ldk, true);
   }
 }
 
@@ -481,7 +503,7 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
     const tile::Kernels* kz = tile::kernels();
     if (tile_path(g, kz)) {
       thread_local std::vector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
-      transpose_groups(P.K, g.B * g.Hkv, g.S, g.dk, Kt_buf);
+      transpose_groups(P.K, P.lk, g.Hkv, g.B * g.Hkv, g.S, g.dk, Kt_buf);
       const float* Kt = Kt_buf.data();
       detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
         for (std::size_t it = begin; it < end; ++it) {
@@ -501,6 +523,12 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
   });
 }
 
+// y[s * ldy + c] += x[s * d + c] for the rows s of an [S, d] matrix x.
+template <class T> void add_rows(const T* x, std::size_t S, std::size_t d, T* y, std::size_t ldy) {
+  for (std::size_t s = 0; s < S; ++s)
+    for (std::size_t c = 0; c < d; ++c) y[s * ldy + c] += x[s * d + c];
+}
+
 template <class T>
 void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T* O, const T* dO, T* dQ, T* dK,
                   T* dV) {
@@ -515,29 +543,30 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
   if constexpr (std::is_same<T, float>::value) {
     kz = tile::kernels();
     if (tile_path(g, kz)) {
-      transpose_groups(P.K, groups, g.S, g.dk, Kt_buf);
+      transpose_groups(P.K, P.lk, g.Hkv, groups, g.S, g.dk, Kt_buf);
       Kt = Kt_buf.data();
       if (dQ || dK) {
-        transpose_groups(P.V, groups, g.S, g.dv, Vt_buf);
+        transpose_groups(P.V, P.lv, g.Hkv, groups, g.S, g.dv, Vt_buf);
         Vt = Vt_buf.data();
       }
     } else {
       kz = nullptr;
     }
   }
-  // Block blk of query head h (batch b) into the given dK, dV (a group's or a chunk's part).
-  const auto block = [&](std::size_t b, std::size_t h, std::size_t blk, T* dKp, T* dVp) {
+  // Block blk of query head h (batch b) into the given dK, dV (a group's or a chunk's part), rows
+  // ldk, ldv apart.
+  const auto block = [&](std::size_t b, std::size_t h, std::size_t blk, T* dKp, std::size_t ldk, T* dVp,
+                         std::size_t ldv) {
     if constexpr (std::is_same<T, float>::value) {
       if (kz) {
         const std::size_t grp = b * g.Hkv + h / g.r;
         backward_block_tiles(P, *kz, Kt + grp * g.dk * padded(g.S), Vt ? Vt + grp * g.dv * padded(g.S) : nullptr, b,
-                             h, blk, row_max, log_z,
-                             O, dO, dQ, dKp, dVp);
+                             h, blk, row_max, log_z, O, dO, dQ, dKp, ldk, dVp, ldv);
         return;
       }
     }
     (void)O;
-    backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dKp, dVp);
+    backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dKp, ldk, dVp, ldv);
   };
   if (groups >= threads) {  // each chunk owns whole (b, kv head) groups
     detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
@@ -545,12 +574,14 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
         const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
-            block(b, h, blk, dK ? dK + bg * kd : nullptr, dV ? dV + bg * vd : nullptr);
+            block(b, h, blk, dK ? dK + P.lk.at(b, kvh, 0) : nullptr, P.lk.st, dV ? dV + P.lv.at(b, kvh, 0) : nullptr,
+                  P.lv.st);
       }
     });
     return;
   }
-  // Fewer groups than threads: split each group's (head, block) items; per-chunk dK/dV.
+  // Fewer groups than threads: split each group's (head, block) items; per-chunk dK/dV ([S, d]
+  // each, summed into the group's rows in chunk order).
   const std::size_t items = g.r * nb;
   const std::size_t chunks = detail::parallel_chunks(items, 1);
   std::vector<T> part_k(dK ? chunks * kd : 0), part_v(dV ? chunks * vd : 0);
@@ -560,14 +591,12 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
     std::fill(part_v.begin(), part_v.end(), T(0));
     detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t c) {
       for (std::size_t it = begin; it < end; ++it)
-        block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr,
-              dV ? part_v.data() + c * vd : nullptr);
+        block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr, g.dk,
+              dV ? part_v.data() + c * vd : nullptr, g.dv);
     });
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
-      if (dK)
-        for (std::size_t x = 0; x < kd; ++x) dK[bg * kd + x] += part_k[c * kd + x];
-      if (dV)
-        for (std::size_t x = 0; x < vd; ++x) dV[bg * vd + x] += part_v[c * vd + x];
+      if (dK) add_rows(part_k.data() + c * kd, g.S, g.dk, dK + P.lk.at(b, kvh, 0), P.lk.st);
+      if (dV) add_rows(part_v.data() + c * vd, g.S, g.dv, dV + P.lv.at(b, kvh, 0), P.lv.st);
     }
   }
 }
@@ -648,6 +677,8 @@ void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, c
 
 struct Saved {
   Geometry g;
+  Layout lq, lk, lv, lo;            // of Q, K, V and O (Problem)
+  std::size_t oq = 0, ok = 0, ov = 0;  // offsets of Q, K, V in their arrays (the packed op's columns)
   VisibilityPlan plan;
   FlashOptions opts;
   Array row_max, log_z;  // per query row: m = max score, log z = log sum exp(u - m) (weights_row)
@@ -656,9 +687,13 @@ struct Saved {
 template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Array& K, const Array& V) {
   Problem<T> P;
   P.g = s.g;
-  P.Q = Q.data<T>();
-  P.K = K.data<T>();
-  P.V = V.data<T>();
+  P.Q = Q.data<T>() + s.oq;
+  P.K = K.data<T>() + s.ok;
+  P.V = V.data<T>() + s.ov;
+  P.lq = s.lq;
+  P.lk = s.lk;
+  P.lv = s.lv;
+  P.lo = s.lo;
   P.scale = static_cast<T>(s.opts.scale);
   P.plan = &s.plan;
   P.valid = s.opts.query_valid.size() ? s.opts.query_valid.data.data() : nullptr;
@@ -669,6 +704,18 @@ template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Arra
   P.inv_q = static_cast<T>(1.0 / (1.0 - s.opts.dropout_p));
   P.check_finite = s.opts.check_finite;
   return P;
+}
+
+// Runs the forward pass into O (zeros on entry) and keeps the row statistics in s.
+void forward(Saved& s, const Array& Q, const Array& K, const Array& V, Array& O) {
+  const Geometry& g = s.g;
+  s.row_max = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
+  s.log_z = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
+  detail::dispatch(Q.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const Problem<T> P = problem<T>(s, Q, K, V);
+    run_forward(P, O.data<T>(), s.row_max.data<T>(), s.log_z.data<T>());
+  });
 }
 
 }  // namespace
@@ -693,16 +740,14 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   g.S = K.shape()[2];
   g.dv = V.shape()[3];
   g.r = g.Hkv ? g.Hq / g.Hkv : 1;
+  saved->lq = contiguous(g.Hq, g.T, g.dk);
+  saved->lk = contiguous(g.Hkv, g.S, g.dk);
+  saved->lv = contiguous(g.Hkv, g.S, g.dv);
+  saved->lo = contiguous(g.Hq, g.T, g.dv);
   saved->plan = plan;
   saved->opts = opts;
   Array O = Array::zeros({g.B, g.Hq, g.T, g.dv}, Q.dtype());
-  saved->row_max = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
-  saved->log_z = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
-  detail::dispatch(Q.dtype(), [&](auto t) {
-    using T = decltype(t);
-    const Problem<T> P = problem<T>(*saved, Q.value(), K.value(), V.value());
-    run_forward(P, O.data<T>(), saved->row_max.data<T>(), saved->log_z.data<T>());
-  });
+  forward(*saved, Q.value(), K.value(), V.value(), O);
   return record("flash_attention", std::move(O), {Q, K, V}, [saved](const VjpContext& c) {
     Cotangents cot(3);
     detail::dispatch(c.output.dtype(), [&](auto t) {
@@ -718,6 +763,41 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
       cot[0] = dQ;
       cot[1] = dK;
       cot[2] = dV;
+    });
+    return cot;
+  });
+}
+
+Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv, const VisibilityPlan& plan,
+                              const FlashOptions& opts) {
+  auto saved = std::make_shared<Saved>();
+  Geometry& g = saved->g;
+  const std::size_t W = P.shape()[2], d = W / (H_q + 2 * H_kv);
+  g.B = P.shape()[0];
+  g.T = g.S = P.shape()[1];
+  g.Hq = H_q;
+  g.Hkv = H_kv;
+  g.r = H_q / H_kv;
+  g.dk = g.dv = d;
+  saved->lq = saved->lk = saved->lv = Layout{g.T * W, d, W};  // [Q heads | K heads | V heads] per row
+  saved->ok = H_q * d;
+  saved->ov = (H_q + H_kv) * d;
+  saved->lo = Layout{g.T * H_q * d, d, H_q * d};  // O [B, T, H_q d]: the heads merged
+  saved->plan = plan;
+  saved->opts = opts;
+  Array O = Array::zeros({g.B, g.T, H_q * d}, P.dtype());
+  forward(*saved, P.value(), P.value(), P.value(), O);
+  return record("flash_attention_packed", std::move(O), {P}, [saved](const VjpContext& c) {
+    Cotangents cot(1);
+    detail::dispatch(c.output.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const Array& in = c.inputs[0];
+      const Problem<T> Pr = problem<T>(*saved, in, in, in);
+      Array dP = Array::zeros(in.shape(), in.dtype());  // every column is Q's, K's or V's: all written
+      T* base = dP.data<T>();
+      run_backward(Pr, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
+                   base + saved->oq, base + saved->ok, base + saved->ov);
+      cot[0] = dP;
     });
     return cot;
   });

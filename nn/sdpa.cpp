@@ -76,7 +76,55 @@ template <class Valid> void check_used_scores(const Array& U, const VisibilityPl
       }
 }
 
+// Step 1's checks of the options (after those of the shapes); returns the scale, and whether
+// dropout applies in `dropout`.
+double check_options(std::size_t B, std::size_t T, std::size_t d_k, const SdpaOptions& opts, bool& dropout) {
+  const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_k)));
+  if (!(std::isfinite(scale) && scale > 0.0))  // 0 would ignore Q and K: refused (docs/reliability.md)
+    throw ValueError(op_message(kOp, "scale must be finite and > 0, got " + std::to_string(scale)));
+  dropout = opts.training && opts.dropout_p > 0.0;
+  if (!(opts.dropout_p >= 0.0 && opts.dropout_p < 1.0))
+    throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(opts.dropout_p)));
+  if (dropout && !opts.generator)
+    throw ValueError(op_message(kOp, "dropout_p > 0 in training needs a generator"));
+  if (opts.query_valid.size() > 0 && opts.query_valid.shape != Shape{B, T})
+    throw ShapeError(op_message(kOp, "query_valid must be [B, T] = " + shape_str({B, T}) + ", has shape " +
+                                         shape_str(opts.query_valid.shape)));
+  return scale;
+}
+
+// The fused kernel's options; draws the dropout seed into res.
+FlashOptions flash_options(const SdpaOptions& opts, double scale, bool dropout, SdpaResult& res) {
+  FlashOptions fo;
+  fo.scale = scale;
+  fo.query_valid = opts.query_valid;
+  fo.check_finite = opts.check_finite;
+  res.path = SdpaImpl::fused;
+  if (dropout) {
+    fo.dropout_p = opts.dropout_p;
+    fo.dropout_seed = res.dropout_seed = opts.generator->next_u64();
+    fo.dropout_row_offset = ops::dropout_row_offset();
+  }
+  return fo;
+}
+
 }  // namespace
+
+bool packed_self_attention(const Tensor& P, std::size_t H_q, std::size_t H_kv, const Visibility& vis,
+                           const SdpaOptions& opts, SdpaResult& out) {
+  if (opts.return_weights || opts.impl == SdpaImpl::composed) return false;
+  const std::size_t B = P.shape()[0], T = P.shape()[1], d = P.shape()[2] / (H_q + 2 * H_kv);
+  bool dropout = false;
+  const double scale = check_options(B, T, d, opts, dropout);
+  // A non-finite input goes the split way, whose error names Q, K or V and the index there.
+  if (opts.check_finite && P.value().first_nonfinite() != P.value().size()) return false;
+  const VisibilityPlan plan = vis.plan(kOp, {B, H_q, T, T});
+  SdpaResult res;
+  const FlashOptions fo = flash_options(opts, scale, dropout, res);
+  res.output = flash_attention_packed(P, H_q, H_kv, plan, fo);
+  out = res;
+  return true;
+}
 
 SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const Tensor& V,
                                         const Visibility& vis, const SdpaOptions& opts) {
@@ -105,17 +153,8 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
     throw ShapeError(op_message(kOp, "H_q (" + std::to_string(H_q) + ") must be a multiple of H_kv (" +
                                          std::to_string(H_kv) + ")"));
   if (d_k == 0) throw ShapeError(op_message(kOp, "d_k is 0: Q has shape " + shape_str(Q.shape())));
-  const double scale = opts.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_k)));
-  if (!(std::isfinite(scale) && scale > 0.0))  // 0 would ignore Q and K: refused (docs/reliability.md)
-    throw ValueError(op_message(kOp, "scale must be finite and > 0, got " + std::to_string(scale)));
-  const bool dropout = opts.training && opts.dropout_p > 0.0;
-  if (!(opts.dropout_p >= 0.0 && opts.dropout_p < 1.0))
-    throw ValueError(op_message(kOp, "dropout_p must be in [0, 1), got " + std::to_string(opts.dropout_p)));
-  if (dropout && !opts.generator)
-    throw ValueError(op_message(kOp, "dropout_p > 0 in training needs a generator"));
-  if (opts.query_valid.size() > 0 && opts.query_valid.shape != Shape{B, T})
-    throw ShapeError(op_message(kOp, "query_valid must be [B, T] = " + shape_str({B, T}) + ", has shape " +
-                                         shape_str(opts.query_valid.shape)));
+  bool dropout = false;
+  const double scale = check_options(B, T, d_k, opts, dropout);
   if (opts.check_finite) {
     const std::string why = "attention inputs must be finite (Algorithm 5.1 step 1; check_finite = false skips this)";
     check_finite(Q.value(), "Q", why);
@@ -131,17 +170,8 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
     throw ValueError(op_message(kOp, "the fused path does not form the weights A; request return_weights with "
                                      "impl = composed (or automatic, which then takes the composed path)"));
   if (opts.impl == SdpaImpl::fused || (opts.impl == SdpaImpl::automatic && !opts.return_weights)) {
-    FlashOptions fo;
-    fo.scale = scale;
-    fo.query_valid = opts.query_valid;
-    fo.check_finite = opts.check_finite;
     SdpaResult res;
-    res.path = SdpaImpl::fused;
-    if (dropout) {
-      fo.dropout_p = opts.dropout_p;
-      fo.dropout_seed = res.dropout_seed = opts.generator->next_u64();
-      fo.dropout_row_offset = ops::dropout_row_offset();
-    }
+    const FlashOptions fo = flash_options(opts, scale, dropout, res);
     res.output = flash_attention(Q, K, V, plan, fo);
     return res;
   }

@@ -40,6 +40,7 @@
 #include <cstdint>
 
 #include <xgrad/core/tensor.hpp>
+#include <xgrad/nn/sdpa.hpp>
 #include <xgrad/nn/visibility.hpp>
 
 namespace xg::nn {
@@ -61,6 +62,23 @@ struct FlashOptions {
 /// visibility bound to [B, H_q, T, S]; `opts` as in FlashOptions.
 Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const VisibilityPlan& plan,
                        const FlashOptions& opts);
+
+/// The same op on MultiHeadAttention's packed projection P [B, T, (H_q + 2 H_kv) d] (self-attention,
+/// S = T): the columns of each row are Q's heads, then K's, then V's, d each, as X W_QKV makes
+/// them. Q, K and V are read in place, strided (no split, no head transpose), and the output comes
+/// out as O [B, T, H_q d], the heads already merged for the output projection; the gradient dP
+/// is written in place likewise. Arithmetic, bits included, as flash_attention() on the split
+/// heads. `plan` is bound to [B, H_q, T, T]; inputs must be checked as for flash_attention().
+Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv, const VisibilityPlan& plan,
+                              const FlashOptions& opts);
+
+/// MultiHeadAttention's self-attention on its packed projection P (flash_attention_packed), with
+/// scaled_dot_product_attention()'s checks, messages and choice of path: returns false, having
+/// done nothing, when that call would not take the fused path (composed, or return_weights) or
+/// when check_finite finds a non-finite value in P (the split heads then report it, naming Q, K
+/// or V); otherwise sets `out`, whose output is [B, T, H_q d], and returns true.
+bool packed_self_attention(const Tensor& P, std::size_t H_q, std::size_t H_kv, const Visibility& vis,
+                           const SdpaOptions& opts, SdpaResult& out);
 
 /// The decoding step on a KV cache: one new query per sample, Q [B, H_q, 1, d_k], against the
 /// keys and values held in slots [lo, hi) of the cache's buffers K [B, H_kv, capacity, d_k] and

@@ -9,6 +9,7 @@
 #include "tests/support/helpers.hpp"
 #include <xgrad/checks/attention_reference.hpp>
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/profile.hpp>
 #include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/nn/detail/flash_tile.hpp>
 
@@ -403,4 +404,130 @@ TEST_CASE("attention in float32 with scores near 1e3: both paths match a float64
       }
     }
   }
+}
+
+namespace {
+
+// How many times op `name` ran forward and backward since the profile was last reset.
+std::pair<std::uint64_t, std::uint64_t> op_calls(const std::string& name) {
+  for (const auto& t : detail::op_profile())
+    if (t.op == name) return {t.forward_calls, t.backward_calls};
+  return {0, 0};
+}
+
+struct Profiled {
+  Profiled() {
+    detail::set_profiling(true);
+    detail::reset_profile();
+  }
+  ~Profiled() { detail::set_profiling(false); }
+};
+
+}  // namespace
+
+TEST_CASE("fused attention reads Q K V in place from the packed projection: bit-identical to the split heads",
+          "[attention][fused][gemm_paths]") {
+  // MultiHeadAttention's projection P [B, T, (H_q + 2 H_kv) d] holds [Q heads | K heads | V heads].
+  // The packed op reads them strided and writes O [B, T, H_q d] and dP in place; the split path
+  // slices P, transposes the heads, runs flash_attention and merges the heads back. The two must
+  // agree to the bit (the same products over the same operands, only read through other strides).
+  struct PackedCase {
+    const char* name;
+    std::size_t B, H_q, H_kv, T;
+    Visibility vis;
+    BoolArray valid;
+  };
+  BoolArray holes = BoolArray::filled({2, 129}, true);
+  for (std::size_t i = 0; i < 129; i += 5) holes.data[129 + i] = 0;
+  const std::vector<PackedCase> cs = {
+      {"causal GQA over two query blocks with invalid queries", 2, 4, 2, 129, Visibility::causal(129, 129), holes},
+      {"ALiBi and a sliding window on one kv head (blocks split over threads)", 1, 2, 1, 70,
+       Visibility::alibi(alibi_slopes(2), iota(70), iota(70)) & Visibility::sliding_window(70, 70, 9), {}},
+      {"key lengths MHA", 3, 2, 2, 40, Visibility::key_lengths({40, 17, 1}, 40) & Visibility::causal(40, 40), {}},
+  };
+  for (const DType dtype : {DType::float32, DType::float64})
+    for (const std::size_t d : {5, 16, 32})
+      for (const PackedCase& c : cs)
+        for (const double p : {0.0, 0.2}) {
+          INFO(c.name << ", " << dtype_name(dtype) << ", d " << d << ", dropout " << p);
+          Generator g(d * 7 + c.T);
+          const std::size_t W = (c.H_q + 2 * c.H_kv) * d;
+          const Tensor P(rnd({c.B, c.T, W}, g, -2, 2).astype(dtype), true);
+          const Array G = rnd({c.B, c.T, c.H_q * d}, g).astype(dtype);
+          SdpaOptions o;
+          o.impl = SdpaImpl::fused;
+          o.query_valid = c.valid;
+          o.dropout_p = p;
+          o.training = p > 0;
+          Generator drop_a(3), drop_b(3);
+
+          Profiled prof_a;
+          o.generator = &drop_a;
+          SdpaResult packed;
+          REQUIRE(packed_self_attention(P, c.H_q, c.H_kv, c.vis, o, packed));
+          const Array dP_packed = grad(packed.output, {P}, G)[0];
+          CHECK(op_calls("flash_attention_packed") == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+          CHECK(op_calls("flash_attention").first == 0);
+          CHECK(op_calls("slice").first == 0);
+
+          detail::reset_profile();
+          o.generator = &drop_b;
+          const auto parts = ops::split(P, {c.H_q * d, c.H_kv * d, c.H_kv * d}, -1);
+          const SdpaResult split = scaled_dot_product_attention(
+              split_heads(parts[0], c.H_q), split_heads(parts[1], c.H_kv), split_heads(parts[2], c.H_kv), c.vis, o);
+          const Tensor O_split = merge_heads(split.output);
+          const Array dP_split = grad(O_split, {P}, G)[0];
+          CHECK(op_calls("flash_attention") == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+          CHECK(op_calls("flash_attention_packed").first == 0);
+
+          CHECK(packed.dropout_seed == split.dropout_seed);
+          REQUIRE(packed.output.shape() == O_split.shape());
+          CHECK(max_abs_diff(packed.output.value(), O_split.value()) == 0.0);
+          CHECK(max_abs_diff(dP_packed, dP_split) == 0.0);
+          CHECK(max_abs_diff(dP_packed, Array::zeros(dP_packed.shape(), dtype)) > 0.0);  // the gradient is not all zero
+        }
+}
+
+TEST_CASE("MultiHeadAttention takes the packed fused path unless RoPE or the weights need the split heads",
+          "[attention][fused]") {
+  Generator g(4);
+  AttentionConfig cfg;
+  cfg.d_model = 32;
+  cfg.H_q = 2;
+  cfg.H_kv = 1;
+  cfg.dtype = DType::float32;
+  MultiHeadAttention plain(cfg, g);
+  const Tensor X(rnd({2, 9, 32}, g).astype(DType::float32), true);
+  AttentionCall call;
+  call.visibility = Visibility::causal(9, 9);
+  {
+    Profiled prof;
+    grad(ops::sum(plain.forward(X, call).Y), {X});
+    CHECK(op_calls("flash_attention_packed") == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+    CHECK(op_calls("flash_attention").first == 0);
+    CHECK(op_calls("slice").first == 0);
+    CHECK(op_calls("permute").first == 0);
+  }
+  {
+    Profiled prof;
+    call.return_weights = true;  // the weights exist only on the composed path
+    grad(ops::sum(plain.forward(X, call).Y), {X});
+    CHECK(op_calls("flash_attention_packed").first == 0);
+    CHECK(op_calls("softmax").first == 1);
+    call.return_weights = false;
+  }
+  {
+    AttentionConfig rc = cfg;
+    rc.rope = ops::RopeConfig{};
+    MultiHeadAttention rotary(rc, g);
+    Profiled prof;
+    grad(ops::sum(rotary.forward(X, call).Y), {X});
+    CHECK(op_calls("flash_attention") == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+    CHECK(op_calls("flash_attention_packed").first == 0);
+  }
+  // A non-finite input is reported as the split path reports it: naming Q and the index there.
+  Array bad = X.value();
+  bad.set_flat(5, std::numeric_limits<double>::quiet_NaN());
+  CHECK_THROWS_WITH(plain.forward(Tensor(bad), call),
+                    Catch::Contains("Q has") && Catch::Contains("at index (0, 0, 0, "));
 }
