@@ -170,9 +170,18 @@ Array sum_to_shape(const Array& g, const Shape& target) {
       const std::size_t chunks = detail::parallel_chunks(rows, std::max<std::size_t>(1, kGrain / width));
       std::vector<T> part(chunks * width, T(0));
       detail::parallel_for(rows, std::max<std::size_t>(1, kGrain / width), [&](std::size_t lo, std::size_t hi, std::size_t c) {
-        T* acc = part.data() + c * width;
+        // acc does not alias pg (__restrict): a scalar sum stays in a register and the rows'
+        // sums vectorise across j. Each acc[j] still adds its rows in order: the same bits.
+        T* __restrict acc = part.data() + c * width;
+        const T* __restrict in = pg;
+        if (width == 1) {
+          T a = acc[0];
+          for (std::size_t r = lo; r < hi; ++r) a += in[r];
+          acc[0] = a;
+          return;
+        }
         for (std::size_t r = lo; r < hi; ++r)
-          for (std::size_t j = 0; j < width; ++j) acc[j] += pg[r * width + j];
+          for (std::size_t j = 0; j < width; ++j) acc[j] += in[r * width + j];
       });
       for (std::size_t j = 0; j < width; ++j) {
         T acc = 0;
