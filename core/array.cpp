@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <sstream>
+#include <type_traits>
 
 #include <xgrad/core/allocator.hpp>
 #include <xgrad/core/detail/storage.hpp>
@@ -232,10 +235,26 @@ Array Array::view(const Shape& s) const {
 std::size_t Array::first_nonfinite() const {
   return detail::dispatch(dtype(), [&](auto t) {
     using T = decltype(t);
+    // A value is inf or NaN exactly when its exponent bits are all ones. Each chunk is tested
+    // branch-free (an OR over the chunk, which vectorises); only a chunk that has one is
+    // searched for the first index.
+    using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    constexpr U kExp = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
+    constexpr std::size_t kChunk = 1024;
     const T* p = data<T>();
     const std::size_t n = size();
-    for (std::size_t i = 0; i < n; ++i)
-      if (!std::isfinite(p[i])) return i;
+    for (std::size_t i0 = 0; i0 < n; i0 += kChunk) {
+      const std::size_t e = std::min(n, i0 + kChunk);
+      U bad = 0;
+      for (std::size_t i = i0; i < e; ++i) {
+        U bits;
+        std::memcpy(&bits, p + i, sizeof bits);
+        bad |= static_cast<U>((bits & kExp) == kExp);
+      }
+      if (bad)
+        for (std::size_t i = i0; i < e; ++i)
+          if (!std::isfinite(p[i])) return i;
+    }
     return n;
   });
 }

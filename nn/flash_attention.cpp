@@ -290,19 +290,15 @@ constexpr std::size_t kTile = 64;  // keys per tile
 std::size_t padded(std::size_t S) { return S + kTile; }
 // X is laid out by `l` with Hkv heads; `out` keeps its memory between calls (a thread_local of the
 // caller): no page faults per call.
-void transpose_groups(const float* X, const Layout& l, std::size_t Hkv, std::size_t groups, std::size_t S,
-                      std::size_t d, std::vector<float>& out) {
+void transpose_groups(const tile::Kernels& kz, const float* X, const Layout& l, std::size_t Hkv, std::size_t groups,
+                      std::size_t S, std::size_t d, std::vector<float>& out) {
   const std::size_t Sp = padded(S);
   if (out.size() < groups * d * Sp) out.resize(groups * d * Sp);
   detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
     for (std::size_t gi = begin; gi < end; ++gi) {
-      const float* x = X + l.at(gi / Hkv, gi % Hkv, 0);
-      const std::size_t ld = l.st;
       float* t = out.data() + gi * d * Sp;
+      kz.transpose(X + l.at(gi / Hkv, gi % Hkv, 0), l.st, S, d, t, Sp);
       for (std::size_t c = 0; c < d; ++c) std::fill(t + c * Sp + S, t + (c + 1) * Sp, 0.0f);
-      for (std::size_t j0 = 0; j0 < S; j0 += 16)  // 16 keys at a time: each row of t written in runs
-        for (std::size_t c = 0; c < d; ++c)
-          for (std::size_t j = j0; j < std::min(S, j0 + 16); ++j) t[c * Sp + j] = x[j * ld + c];
     }
   });
 }
@@ -503,7 +499,7 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
     const tile::Kernels* kz = tile::kernels();
     if (tile_path(g, kz)) {
       thread_local std::vector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
-      transpose_groups(P.K, P.lk, g.Hkv, g.B * g.Hkv, g.S, g.dk, Kt_buf);
+      transpose_groups(*kz, P.K, P.lk, g.Hkv, g.B * g.Hkv, g.S, g.dk, Kt_buf);
       const float* Kt = Kt_buf.data();
       detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
         for (std::size_t it = begin; it < end; ++it) {
@@ -543,10 +539,10 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
   if constexpr (std::is_same<T, float>::value) {
     kz = tile::kernels();
     if (tile_path(g, kz)) {
-      transpose_groups(P.K, P.lk, g.Hkv, groups, g.S, g.dk, Kt_buf);
+      transpose_groups(*kz, P.K, P.lk, g.Hkv, groups, g.S, g.dk, Kt_buf);
       Kt = Kt_buf.data();
       if (dQ || dK) {
-        transpose_groups(P.V, P.lv, g.Hkv, groups, g.S, g.dv, Vt_buf);
+        transpose_groups(*kz, P.V, P.lv, g.Hkv, groups, g.S, g.dv, Vt_buf);
         Vt = Vt_buf.data();
       }
     } else {
@@ -640,10 +636,8 @@ void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, c
   std::fill(acc, acc + dv, 0.0f);
   for (std::size_t kb0 = 0; kb0 < n; kb0 += kTile) {
     const std::size_t nk = std::min(kTile, n - kb0);
-    for (std::size_t c = 0; c < dk; ++c) {
-      for (std::size_t j = 0; j < nk; ++j) Kt[c * kTile + j] = Kr[(kb0 + j) * dk + c];
-      std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
-    }
+    kz.transpose(Kr + kb0 * dk, dk, nk, dk, Kt, kTile);
+    for (std::size_t c = 0; c < dk; ++c) std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
     kz.gemm(1, kTile, dk, scale, q, dk, 1, Kt, kTile, S, kTile, false);
     if (check_finite && !kz.finite(S, nk))
       for (std::size_t j = 0; j < nk; ++j)

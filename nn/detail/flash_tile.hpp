@@ -27,6 +27,8 @@ struct Kernels {
   /// numerators and their sum in one pass). e^x to about 1 ulp, 0 for x < -87.34 and -inf.
   float (*exp_shift)(float* x, std::size_t n, float m, float lz);
   bool (*finite)(const float* x, std::size_t n);  ///< whether every x[j] is finite
+  /// t[c * ldt + j] = x[j * ldx + c] for j < rows, c < cols (an exact copy).
+  void (*transpose)(const float* x, std::size_t ldx, std::size_t rows, std::size_t cols, float* t, std::size_t ldt);
 };
 
 /// The kernels for this CPU under the ISA ceiling, or null when the CPU has neither AVX-512 nor
