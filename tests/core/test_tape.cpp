@@ -1,6 +1,7 @@
 // The engine: tensors, the tape, backward, grad mode, lifetime, custom ops, anomaly mode.
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <thread>
 #include <unistd.h>
 
@@ -53,6 +54,32 @@ TEST_CASE("tensor: generator state round-trips exactly", "[core]") {
   h.set_state(st);
   CHECK(h.normal() == a);
   CHECK(h.uniform() == b);
+}
+
+TEST_CASE("array: first_nonfinite finds the first inf or NaN at any position in float32 and float64", "[core]") {
+  // The search tests chunks of 1024 values branch-free first: positions around the chunk
+  // edges, the last value, two bad values (the first counts), and the largest finite values.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const DType dt : {DType::float32, DType::float64}) {
+    const std::size_t n = 3000;
+    Array a = Array::full({n}, 1.5, dt);
+    CHECK(a.first_nonfinite() == n);
+    a.set_flat(7, dt == DType::float32 ? 3.4e38 : 1.7e308);  // finite, largest exponent below all ones
+    a.set_flat(8, dt == DType::float32 ? -3.4e38 : -1.7e308);
+    CHECK(a.first_nonfinite() == n);
+    CHECK(a.all_finite());
+    for (const std::size_t at : {std::size_t(0), std::size_t(1023), std::size_t(1024), std::size_t(2047),
+                                 std::size_t(2048), n - 1})
+      for (const double bad : {inf, -inf, nan}) {
+        INFO(dtype_name(dt) << " at " << at << " value " << bad);
+        Array b = a.clone();
+        b.set_flat(at, bad);
+        CHECK(b.first_nonfinite() == at);
+        b.set_flat(n - 1 == at ? 0 : n - 1, nan);  // a second one further on (or before)
+        CHECK(b.first_nonfinite() == (n - 1 == at ? 0 : at));
+        CHECK_FALSE(b.all_finite());
+      }
+  }
 }
 
 TEST_CASE("tape: backward of a scalar gives the derivative", "[core][tape]") {
