@@ -491,6 +491,20 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
   }
 }
 
+// p[r * ld + c] = 0 for r < rows, c < cols. The outputs and gradients are allocated uninitialised
+// and zeroed here, part by part, by the thread that then fills that part (no serial memset).
+template <class T> void zero_rows(T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
+  for (std::size_t r = 0; r < rows; ++r) std::fill(p + r * ld, p + r * ld + cols, T(0));
+}
+
+// Zeroes the O (or dQ) rows of block blk of head h (batch b), laid out by l with `cols` columns.
+template <class T>
+void zero_block(const Geometry& g, const Layout& l, std::size_t cols, std::size_t b, std::size_t h, std::size_t blk,
+                T* X) {
+  const std::size_t i0 = blk * kBlock;
+  zero_rows(X + l.at(b, h, i0), std::min(kBlock, g.T - i0), cols, l.st);
+}
+
 template <class T>
 void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
   const Geometry& g = P.g;
@@ -505,6 +519,7 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
         for (std::size_t it = begin; it < end; ++it) {
           const std::size_t blk = it % nb, bh = it / nb;
           const float* Ktg = Kt + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * g.dk * padded(g.S);
+          zero_block(g, P.lo, g.dv, bh / g.Hq, bh % g.Hq, blk, O);
           forward_block_tiles(P, *kz, Ktg, bh / g.Hq, bh % g.Hq, blk, O, row_max, log_z);
         }
       });
@@ -514,6 +529,7 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
   detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
     for (std::size_t it = begin; it < end; ++it) {
       const std::size_t blk = it % nb, bh = it / nb;
+      zero_block(g, P.lo, g.dv, bh / g.Hq, bh % g.Hq, blk, O);
       forward_block(P, bh / g.Hq, bh % g.Hq, blk, O, row_max, log_z);
     }
   });
@@ -553,6 +569,7 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
   // ldk, ldv apart.
   const auto block = [&](std::size_t b, std::size_t h, std::size_t blk, T* dKp, std::size_t ldk, T* dVp,
                          std::size_t ldv) {
+    if (dQ) zero_block(g, P.lq, g.dk, b, h, blk, dQ);
     if constexpr (std::is_same<T, float>::value) {
       if (kz) {
         const std::size_t grp = b * g.Hkv + h / g.r;
@@ -568,6 +585,8 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
     detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
       for (std::size_t bg = begin; bg < end; ++bg) {
         const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
+        if (dK) zero_rows(dK + P.lk.at(b, kvh, 0), g.S, g.dk, P.lk.st);
+        if (dV) zero_rows(dV + P.lv.at(b, kvh, 0), g.S, g.dv, P.lv.st);
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
             block(b, h, blk, dK ? dK + P.lk.at(b, kvh, 0) : nullptr, P.lk.st, dV ? dV + P.lv.at(b, kvh, 0) : nullptr,
@@ -590,6 +609,8 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
         block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr, g.dk,
               dV ? part_v.data() + c * vd : nullptr, g.dv);
     });
+    if (dK) zero_rows(dK + P.lk.at(b, kvh, 0), g.S, g.dk, P.lk.st);
+    if (dV) zero_rows(dV + P.lv.at(b, kvh, 0), g.S, g.dv, P.lv.st);
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
       if (dK) add_rows(part_k.data() + c * kd, g.S, g.dk, dK + P.lk.at(b, kvh, 0), P.lk.st);
       if (dV) add_rows(part_v.data() + c * vd, g.S, g.dv, dV + P.lv.at(b, kvh, 0), P.lv.st);
@@ -700,7 +721,8 @@ template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Arra
   return P;
 }
 
-// Runs the forward pass into O (zeros on entry) and keeps the row statistics in s.
+// Runs the forward pass into O (uninitialised on entry: run_forward zeroes it block by block) and
+// keeps the row statistics in s.
 void forward(Saved& s, const Array& Q, const Array& K, const Array& V, Array& O) {
   const Geometry& g = s.g;
   s.row_max = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
@@ -740,7 +762,7 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   saved->lo = contiguous(g.Hq, g.T, g.dv);
   saved->plan = plan;
   saved->opts = opts;
-  Array O = Array::zeros({g.B, g.Hq, g.T, g.dv}, Q.dtype());
+  Array O = Array::empty({g.B, g.Hq, g.T, g.dv}, Q.dtype());  // zeroed block by block (run_forward)
   forward(*saved, Q.value(), K.value(), V.value(), O);
   return record("flash_attention", std::move(O), {Q, K, V}, [saved](const VjpContext& c) {
     Cotangents cot(3);
@@ -748,9 +770,10 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
       using T = decltype(t);
       const Problem<T> P = problem<T>(*saved, c.inputs[0], c.inputs[1], c.inputs[2]);
       Array dQ, dK, dV;
-      if (c.needs(0)) dQ = Array::zeros(c.inputs[0].shape(), c.inputs[0].dtype());
-      if (c.needs(1)) dK = Array::zeros(c.inputs[1].shape(), c.inputs[1].dtype());
-      if (c.needs(2)) dV = Array::zeros(c.inputs[2].shape(), c.inputs[2].dtype());
+      // zeroed part by part by run_backward
+      if (c.needs(0)) dQ = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
+      if (c.needs(1)) dK = Array::empty(c.inputs[1].shape(), c.inputs[1].dtype());
+      if (c.needs(2)) dV = Array::empty(c.inputs[2].shape(), c.inputs[2].dtype());
       run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
                    dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
                    dV.defined() ? dV.data<T>() : nullptr);
@@ -779,7 +802,7 @@ Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv
   saved->lo = Layout{g.T * H_q * d, d, H_q * d};  // O [B, T, H_q d]: the heads merged
   saved->plan = plan;
   saved->opts = opts;
-  Array O = Array::zeros({g.B, g.T, H_q * d}, P.dtype());
+  Array O = Array::empty({g.B, g.T, H_q * d}, P.dtype());  // zeroed block by block (run_forward)
   forward(*saved, P.value(), P.value(), P.value(), O);
   return record("flash_attention_packed", std::move(O), {P}, [saved](const VjpContext& c) {
     Cotangents cot(1);
@@ -787,7 +810,8 @@ Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv
       using T = decltype(t);
       const Array& in = c.inputs[0];
       const Problem<T> Pr = problem<T>(*saved, in, in, in);
-      Array dP = Array::zeros(in.shape(), in.dtype());  // every column is Q's, K's or V's: all written
+      // Every column is Q's, K's or V's: run_backward zeroes and fills all of them.
+      Array dP = Array::empty(in.shape(), in.dtype());
       T* base = dP.data<T>();
       run_backward(Pr, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
                    base + saved->oq, base + saved->ok, base + saved->ov);
