@@ -168,18 +168,15 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall
     for (std::size_t i = 0; i < T; ++i) pos[i] = static_cast<Position>(i);
   }
   if (cfg_.alibi) vis = position_bias(pos, pos) & vis;
-  if (!cfg_.rope) {  // the fused path reads the heads from P in place and merges them on the way out
-    SdpaResult r;
-    const SdpaOptions o = sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training());
-    if (packed_self_attention(P, cfg_.H_q, cfg_.H_kv, vis, o, r))
-      return {affine(r.output, W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
-  }
+  // RoPE rotates the Q and K heads where they lie in P (bit for bit ops::rope on each head).
+  const Tensor Pr = cfg_.rope ? ops::rope_heads(P, cfg_.H_q + cfg_.H_kv, d_h_, pos, *cfg_.rope) : P;
+  // The fused path reads the heads from P in place and merges them on the way out.
+  SdpaResult r;
+  const SdpaOptions o = sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training());
+  if (packed_self_attention(Pr, cfg_.H_q, cfg_.H_kv, vis, o, r))
+    return {affine(r.output, W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
   Tensor Q, K, V;
-  split(P, Q, K, V);
-  if (cfg_.rope) {
-    Q = ops::rope(Q, pos, *cfg_.rope);
-    K = ops::rope(K, pos, *cfg_.rope);
-  }
+  split(Pr, Q, K, V);
   return finish(Q, K, V, vis, call);
 }
 

@@ -41,26 +41,65 @@ std::shared_ptr<Angles> angles(const std::vector<std::int64_t>& pos, std::size_t
   return a;
 }
 
-// Rotates every row of `in` (rows of width d, row index mod T is the position) by sign * theta
-// into `out` (features >= r copied).
+// Rotates every row of `in` (rows of width w, row index mod T is the position) by sign * theta
+// into `out`: the first `heads` runs of d features each as one head (features r .. d-1 of a
+// head copied), features heads * d .. w-1 copied. rope() has w = d and one head.
 template <class T>
-void rotate(const T* in, T* out, std::size_t rows, std::size_t d, std::size_t r, RopeLayout layout,
-            const Angles& a, double sign) {
+void rotate(const T* in, T* out, std::size_t rows, std::size_t w, std::size_t heads, std::size_t d, std::size_t r,
+            RopeLayout layout, const Angles& a, double sign) {
   const std::size_t half = r / 2;
   for (std::size_t row = 0; row < rows; ++row) {
-    const T* x = in + row * d;
-    T* y = out + row * d;
     const std::size_t t = row % a.T;
-    for (std::size_t k = 0; k < half; ++k) {
-      const std::size_t ia = layout == RopeLayout::interleaved ? 2 * k : k;
-      const std::size_t ib = layout == RopeLayout::interleaved ? 2 * k + 1 : k + half;
-      const T c = static_cast<T>(a.c[t * half + k]), s = static_cast<T>(sign * a.s[t * half + k]);
-      const T xa = x[ia], xb = x[ib];
-      y[ia] = xa * c - xb * s;
-      y[ib] = xa * s + xb * c;
+    for (std::size_t h = 0; h < heads; ++h) {
+      const T* x = in + row * w + h * d;
+      T* y = out + row * w + h * d;
+      for (std::size_t k = 0; k < half; ++k) {
+        const std::size_t ia = layout == RopeLayout::interleaved ? 2 * k : k;
+        const std::size_t ib = layout == RopeLayout::interleaved ? 2 * k + 1 : k + half;
+        const T c = static_cast<T>(a.c[t * half + k]), s = static_cast<T>(sign * a.s[t * half + k]);
+        const T xa = x[ia], xb = x[ib];
+        y[ia] = xa * c - xb * s;
+        y[ib] = xa * s + xb * c;
+      }
+      for (std::size_t j = r; j < d; ++j) y[j] = x[j];
     }
-    for (std::size_t j = r; j < d; ++j) y[j] = x[j];
+    for (std::size_t j = heads * d; j < w; ++j) out[row * w + j] = in[row * w + j];
   }
+}
+
+// x [..., T, w] rotated as rope_heads() says; rope() is heads = 1, d = w.
+Tensor rotate_op(const Tensor& x, std::size_t heads, std::size_t d, const std::vector<std::int64_t>& positions,
+                 const RopeConfig& cfg) {
+  const Shape& shape = x.shape();
+  const std::size_t T = shape[shape.size() - 2], w = shape.back();
+  if (positions.size() != T)
+    throw ShapeError(op_message(kOp, "positions has " + std::to_string(positions.size()) + " entries, x of shape " +
+                                         shape_str(shape) + " has T = " + std::to_string(T) + " (axis -2)"));
+  for (std::size_t t = 0; t < T; ++t)
+    if (positions[t] < 0)
+      throw ValueError(op_message(kOp, "position " + std::to_string(t) + " is " + std::to_string(positions[t]) +
+                                           "; positions must be >= 0"));
+  const std::size_t r = rope_rotary_dims(kOp, cfg, d);
+  const RopeLayout layout = cfg.layout;
+  const std::size_t rows = T == 0 ? 0 : x.size() / w;
+  const auto a = angles(positions, r, cfg.base);
+  Array y = Array::empty(shape, x.dtype());
+  if (rows > 0)
+    detail::dispatch(x.dtype(), [&](auto t) {
+      using V = decltype(t);
+      rotate<V>(x.value().data<V>(), y.data<V>(), rows, w, heads, d, r, layout, *a, 1.0);
+    });
+  return record(kOp, std::move(y), {x}, [a, rows, w, heads, d, r, layout](const VjpContext& c) {
+    Cotangents cot(1);
+    Array g = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
+    if (rows > 0)
+      detail::dispatch(g.dtype(), [&](auto t) {
+        using V = decltype(t);
+        rotate<V>(c.grad_output.data<V>(), g.data<V>(), rows, w, heads, d, r, layout, *a, -1.0);
+      });
+    cot[0] = g;
+    return cot;
+  });
 }
 
 }  // namespace
@@ -91,36 +130,17 @@ std::size_t rope_rotary_dims(const std::string& op, const RopeConfig& cfg, std::
 
 Tensor rope(const Tensor& x, const std::vector<std::int64_t>& positions, const RopeConfig& cfg) {
   check::rank_at_least(kOp, "x", x, 2);
-  const Shape& shape = x.shape();
-  const std::size_t T = shape[shape.size() - 2], d = shape.back();
-  if (positions.size() != T)
-    throw ShapeError(op_message(kOp, "positions has " + std::to_string(positions.size()) + " entries, x of shape " +
-                                         shape_str(shape) + " has T = " + std::to_string(T) + " (axis -2)"));
-  for (std::size_t t = 0; t < T; ++t)
-    if (positions[t] < 0)
-      throw ValueError(op_message(kOp, "position " + std::to_string(t) + " is " + std::to_string(positions[t]) +
-                                           "; positions must be >= 0"));
-  const std::size_t r = rope_rotary_dims(kOp, cfg, d);
-  const RopeLayout layout = cfg.layout;
-  const std::size_t rows = T == 0 ? 0 : x.size() / d;
-  const auto a = angles(positions, r, cfg.base);
-  Array y = Array::empty(shape, x.dtype());
-  if (rows > 0)
-    detail::dispatch(x.dtype(), [&](auto t) {
-      using V = decltype(t);
-      rotate<V>(x.value().data<V>(), y.data<V>(), rows, d, r, layout, *a, 1.0);
-    });
-  return record(kOp, std::move(y), {x}, [a, rows, d, r, layout](const VjpContext& c) {
-    Cotangents cot(1);
-    Array g = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
-    if (rows > 0)
-      detail::dispatch(g.dtype(), [&](auto t) {
-        using V = decltype(t);
-        rotate<V>(c.grad_output.data<V>(), g.data<V>(), rows, d, r, layout, *a, -1.0);
-      });
-    cot[0] = g;
-    return cot;
-  });
+  return rotate_op(x, 1, x.shape().back(), positions, cfg);
+}
+
+Tensor rope_heads(const Tensor& x, std::size_t heads, std::size_t d, const std::vector<std::int64_t>& positions,
+                  const RopeConfig& cfg) {
+  check::rank_at_least(kOp, "x", x, 2);
+  if (heads == 0 || d == 0 || heads * d > x.shape().back())
+    throw ShapeError(op_message(kOp, "rope_heads: " + std::to_string(heads) + " heads of width " + std::to_string(d) +
+                                         " need 1 to " + std::to_string(x.shape().back()) +
+                                         " features per row (axis -1 of x, shape " + shape_str(x.shape()) + ")"));
+  return rotate_op(x, heads, d, positions, cfg);
 }
 
 }  // namespace xg::ops

@@ -53,4 +53,13 @@ std::size_t rope_rotary_dims(const std::string& op, const RopeConfig& cfg, std::
 /// ShapeError if positions.size() != T, ValueError for a negative position or a bad `cfg`.
 Tensor rope(const Tensor& x, const std::vector<std::int64_t>& positions, const RopeConfig& cfg = {});
 
+/// RoPE on heads packed side by side: each row of x [..., T, w] holds `heads` head vectors of
+/// width d in its first heads * d features, each rotated as rope() rotates a head (r from d
+/// and `cfg`); features heads * d .. w-1 pass through. MultiHeadAttention's projection
+/// X W_QKV = [Q heads | K heads | V heads] with heads = H_q + H_kv rotates Q and K in place of
+/// the layout, and leaves V. Bit for bit rope() on each head split out; the same checks, and a
+/// ShapeError naming the shape when heads or d is 0 or heads * d > w.
+Tensor rope_heads(const Tensor& x, std::size_t heads, std::size_t d, const std::vector<std::int64_t>& positions,
+                  const RopeConfig& cfg = {});
+
 }  // namespace xg::ops

@@ -488,7 +488,7 @@ TEST_CASE("fused attention reads Q K V in place from the packed projection: bit-
         }
 }
 
-TEST_CASE("MultiHeadAttention takes the packed fused path unless RoPE or the weights need the split heads",
+TEST_CASE("MultiHeadAttention takes the packed fused path (RoPE included) unless the weights need the split heads",
           "[attention][fused]") {
   Generator g(4);
   AttentionConfig cfg;
@@ -520,10 +520,12 @@ TEST_CASE("MultiHeadAttention takes the packed fused path unless RoPE or the wei
     AttentionConfig rc = cfg;
     rc.rope = ops::RopeConfig{};
     MultiHeadAttention rotary(rc, g);
-    Profiled prof;
+    Profiled prof;  // RoPE turns Q and K where they lie in the projection: one rope op, no split
     grad(ops::sum(rotary.forward(X, call).Y), {X});
-    CHECK(op_calls("flash_attention") == std::pair<std::uint64_t, std::uint64_t>{1, 1});
-    CHECK(op_calls("flash_attention_packed").first == 0);
+    CHECK(op_calls("rope") == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+    CHECK(op_calls("flash_attention_packed") == std::pair<std::uint64_t, std::uint64_t>{1, 1});
+    CHECK(op_calls("slice").first == 0);
+    CHECK(op_calls("permute").first == 0);
   }
   // A non-finite input is reported as the split path reports it: naming Q and the index there.
   Array bad = X.value();

@@ -117,6 +117,42 @@ TEST_CASE("rope: bad configuration and positions are errors naming the op and th
   CHECK(ops::rope(odd, {1}).value().flat(2) == 7.0);
 }
 
+TEST_CASE("rope_heads: packed heads rotate bit for bit as rope on each head split out", "[ops][rope]") {
+  // x [B, T, w] = [3 rotated heads of width d | 2 more columns passed through], both layouts,
+  // a partial fraction, both dtypes; forward and VJP against rope() on each head's slice.
+  Generator g(12);
+  const std::size_t B = 2, T = 5, d = 6, heads = 3, w = heads * d + 2;
+  const std::vector<std::int64_t> pos = {4, 0, 9, 2, 2};
+  for (const DType dt : {DType::float32, DType::float64})
+    for (const RopeLayout layout : {RopeLayout::interleaved, RopeLayout::half_split})
+      for (const double fraction : {1.0, 0.7}) {
+        INFO(dtype_name(dt) << ", " << ops::rope_layout_name(layout) << ", fraction " << fraction);
+        const ops::RopeConfig cfg = rope_cfg(layout, fraction);
+        const Tensor x(rnd({B, T, w}, g).astype(dt), true);
+        const Array G = rnd({B, T, w}, g).astype(dt);
+        const Tensor packed = ops::rope_heads(x, heads, d, pos, cfg);
+        const Array dx_packed = grad(packed, {x}, G)[0];
+        std::vector<Tensor> parts;
+        for (const Tensor& part : ops::split(x, {d, d, d, 2}, -1))
+          parts.push_back(parts.size() < heads ? ops::rope(part, pos, cfg) : part);
+        const Tensor split = ops::concat(parts, -1);
+        const Array dx_split = grad(split, {x}, G)[0];
+        CHECK(max_abs_diff(packed.value(), split.value()) == 0.0);
+        CHECK(max_abs_diff(dx_packed, dx_split) == 0.0);
+        CHECK(max_abs_diff(packed.value(), x.value()) > 0.0);  // it did rotate
+        // the passed-through columns are x's own
+        for (std::size_t row = 0; row < B * T; ++row)
+          for (std::size_t j = heads * d; j < w; ++j)
+            CHECK(packed.value().flat(row * w + j) == x.value().flat(row * w + j));
+      }
+  const Tensor x(Array::zeros({1, 3, 8}, DType::float64));
+  CHECK_THROWS_WITH(ops::rope_heads(x, 3, 4, {0, 1, 2}),
+                    Catch::Contains("[rope]") && Catch::Contains("3 heads of width 4") && Catch::Contains("(1, 3, 8)"));
+  CHECK_THROWS_AS(ops::rope_heads(x, 0, 4, {0, 1, 2}), ShapeError);
+  CHECK_THROWS_AS(ops::rope_heads(x, 2, 0, {0, 1, 2}), ShapeError);
+  CHECK_THROWS_WITH(ops::rope_heads(x, 2, 4, {0, 1}), Catch::Contains("positions has 2 entries"));
+}
+
 TEST_CASE("alibi: standard slopes, powers of two and not", "[nn][alibi]") {
   // H = 8: 2^-1 .. 2^-8 (the paper's example).
   const std::vector<double> s8 = alibi_slopes(8);
