@@ -406,7 +406,7 @@ class XsmmOmp : public Variant {
  public:
   std::string key() const override { return "xsmm-omp"; }
   explicit XsmmOmp(int threads) : threads_(threads) {}
-  std::string name() const override { return "libxsmm_sgemm_omp (OpenMP " + std::to_string(threads_) + " threads)"; }
+  std::string name() const override { return "libxsmm_xgemm_omp (OpenMP " + std::to_string(threads_) + " threads)"; }
   std::string prepare(Problem&) override { return ""; }
   void enter() override { omp_.set(threads_); }
   void leave() override { omp_.restore(); }
@@ -655,7 +655,8 @@ void run(const Flags& f) {
     for (std::size_t vi = 0; vi < variants.size(); ++vi)
       row.gflops.push_back(ok[vi] ? p.flop() * 1e-9 / bench::summarize(per_call_s[vi]).median
                                   : std::numeric_limits<double>::quiet_NaN());
-    std::string line = s.name + " [" + dims(s) + "], " + std::to_string(calls) + " calls per sample:";
+    std::string line = s.name + " [" + dims(s) + "], " + std::to_string(calls) + " calls per sample, peak before it " +
+                       bench::fmt(shape_peaks.back(), 1) + " GFLOP/s:";
     for (std::size_t vi = 0; vi < variants.size(); ++vi)
       line += "\n  " + variants[vi]->name() + ": " +
               (ok[vi] ? bench::fmt(row.gflops[vi], 1) + " GFLOP/s, max rel diff " + bench::fmt(row.diff[vi], 8)
@@ -680,7 +681,7 @@ void run(const Flags& f) {
   }
 
   // The table (Markdown): median GFLOP/s and % of peak per shape and variant.
-  std::string head = "| product | M x K x N op |", rule = "|---|---|";
+  std::string head = "| product | M x K x N op | peak before it |", rule = "|---|---|---|";
   for (auto& v : variants) {
     head += " " + v->name() + " |";
     rule += "---|";
@@ -688,8 +689,9 @@ void run(const Flags& f) {
   bench::print_line(head);
   bench::print_line(rule);
   double log_sum = 0;
-  for (const Row& r : rows) {
-    std::string line = "| " + r.s.name + " | " + dims(r.s) + " |";
+  for (std::size_t ri = 0; ri < rows.size(); ++ri) {
+    const Row& r = rows[ri];
+    std::string line = "| " + r.s.name + " | " + dims(r.s) + " | " + bench::fmt(shape_peaks[ri], 0) + " |";
     for (std::size_t vi = 0; vi < variants.size(); ++vi)
       line += std::isnan(r.gflops[vi]) ? " n/a |"
                                        : " " + bench::fmt(r.gflops[vi], 0) + " (" +
@@ -732,7 +734,9 @@ int main(int argc, char** argv) {
         app.add_option("--variants", f.variants,
                        "only these besides the doorway: openblas-pool openblas-own dnnl-omp dnnl-pool blis-omp "
                        "blis-pool xsmm-omp xsmm-jit (default: all built in)")
-            ->delimiter(',');
+            ->delimiter(',')
+            ->check(CLI::IsMember({"openblas-pool", "openblas-own", "dnnl-omp", "dnnl-pool", "blis-omp", "blis-pool",
+                                   "xsmm-omp", "xsmm-jit"}));
         app.add_option("--settle-ms", f.settle_ms,
                        "pause after each round of a variant on OpenMP threads (their idle threads spin)")
             ->check(CLI::Range(0, 10000))
