@@ -22,4 +22,11 @@ std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B
   return ms;
 }
 
+void raw_sgemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t lda,
+               const float* B, std::size_t ldb, float* C, std::size_t ldc) {
+  const auto i = [](std::size_t v) { return static_cast<blasint>(v); };
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, i(M), i(N),
+              i(K), 1.0f, A, i(lda), B, i(ldb), 0.0f, C, i(ldc));
+}
+
 }  // namespace bench

@@ -16,4 +16,9 @@ int openblas_threads();
 std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup, std::size_t reps,
                                    int threads);
 
+// One row-major cblas_sgemm call, C = op(A) op(B) (beta 0), on OpenBLAS's current thread count
+// (bench_gemm_options, with set_openblas_threads around it).
+void raw_sgemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t lda,
+               const float* B, std::size_t ldb, float* C, std::size_t ldc);
+
 }  // namespace bench
