@@ -56,7 +56,7 @@ class Pool {
     errors_.assign(chunks, nullptr);
     job_ = &job;
     remaining_.store(chunks - 1, std::memory_order_relaxed);  // chunks 1.. not yet finished
-    const std::uint64_t gen = (state_.load(std::memory_order_relaxed) >> kGenShift) + 1;
+    const std::uint64_t gen = ((state_.load(std::memory_order_relaxed) >> kGenShift) + 1) & 0xffffffffu;  // wraps
     {
       std::lock_guard<std::mutex> lk(m_);
       // One atomic word: generation, chunk count and the next chunk to claim (1). A claim is
