@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -28,13 +29,13 @@ thread_local bool tl_in_pool = false;  // inside a chunk: nested parallel_for ru
 class Pool {
  public:
   explicit Pool(int threads) {
-    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { work(static_cast<std::size_t>(w)); });
+    for (int w = 1; w < threads; ++w) workers_.emplace_back([this] { work(); });
   }
   ~Pool() {
     {
       std::lock_guard<std::mutex> lk(m_);
-      stop_ = true;
-      gen_.fetch_add(1);
+      stop_.store(true, std::memory_order_release);
+      state_.store(((state_.load(std::memory_order_relaxed) >> kGenShift) + 1) << kGenShift, std::memory_order_release);
     }
     cv_work_.notify_all();
     for (auto& t : workers_) t.join();
@@ -42,19 +43,33 @@ class Pool {
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // false if the pool is busy (another user thread holds it): the caller runs serially.
+  //
+  // Chunk 0 runs on the caller. Chunks 1.. are claimed one at a time from a shared counter, by
+  // the workers and by the caller once its own chunk is done: a worker that is slow to start (asleep
+  // after kSpin idle, or descheduled on a machine busy with other programs) never makes the caller
+  // wait for work it could do itself. Which thread runs a chunk does not change what the chunk
+  // computes (the partition depends only on n, grain and the thread count): results stay
+  // bit-identical run to run.
   bool try_run(std::size_t chunks, const std::function<void(std::size_t)>& job) {
     std::unique_lock<std::mutex> busy(run_mutex_, std::try_to_lock);
-    if (!busy.owns_lock()) return false;
+    if (!busy.owns_lock() || chunks > kIndexMask) return false;
     errors_.assign(chunks, nullptr);
     job_ = &job;
-    chunks_ = chunks;
-    remaining_.store(workers_.size(), std::memory_order_relaxed);
+    remaining_.store(chunks - 1, std::memory_order_relaxed);  // chunks 1.. not yet finished
+    const std::uint64_t gen = ((state_.load(std::memory_order_relaxed) >> kGenShift) + 1) & 0xffffffffu;  // wraps
     {
       std::lock_guard<std::mutex> lk(m_);
-      gen_.fetch_add(1, std::memory_order_release);
+      // One atomic word: generation, chunk count and the next chunk to claim (1). A claim is
+      // valid only for the job it read, so a worker late for one job never takes a chunk of the
+      // next, and never reads job_ of a job that has ended.
+      state_.store((gen << kGenShift) | (std::uint64_t{chunks} << kIndexBits) | 1, std::memory_order_release);
     }
     cv_work_.notify_all();
     run_one(0);
+    for (std::size_t c; claim(gen, c);) {
+      run_one(c);
+      remaining_.fetch_sub(1, std::memory_order_acq_rel);
+    }
     const auto until = std::chrono::steady_clock::now() + kSpin;
     for (unsigned k = 0; remaining_.load(std::memory_order_acquire) != 0; ++k) {
       XG_PAUSE();
@@ -71,8 +86,22 @@ class Pool {
   }
 
  private:
+  static constexpr unsigned kIndexBits = 16, kGenShift = 32;  // chunks <= threads, far below 2^16
+  static constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
+
+  // Claims the next unclaimed chunk c of generation `gen`; false when none is left or the
+  // generation has moved on.
+  bool claim(std::uint64_t gen, std::size_t& c) {
+    std::uint64_t s = state_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((s >> kGenShift) != gen) return false;
+      c = static_cast<std::size_t>(s & kIndexMask);
+      if (c >= static_cast<std::size_t>((s >> kIndexBits) & kIndexMask)) return false;
+      if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    }
+  }
+
   void run_one(std::size_t c) {
-    if (c >= chunks_) return;
     tl_in_pool = true;
     try {
       (*job_)(c);
@@ -82,26 +111,28 @@ class Pool {
     tl_in_pool = false;
   }
 
-  void work(std::size_t id) {
+  void work() {
     std::uint64_t seen = 0;
     for (;;) {
-      std::uint64_t g = gen_.load(std::memory_order_acquire);
+      std::uint64_t g = state_.load(std::memory_order_acquire) >> kGenShift;
       const auto until = std::chrono::steady_clock::now() + kSpin;
       for (unsigned k = 0; g == seen; ++k) {
         XG_PAUSE();
-        g = gen_.load(std::memory_order_acquire);
+        g = state_.load(std::memory_order_acquire) >> kGenShift;
         if (g == seen && (k & 63) == 0 && std::chrono::steady_clock::now() > until) {
           std::unique_lock<std::mutex> lk(m_);
-          cv_work_.wait(lk, [&] { return gen_.load(std::memory_order_acquire) != seen; });
-          g = gen_.load(std::memory_order_acquire);
+          cv_work_.wait(lk, [&] { return (state_.load(std::memory_order_acquire) >> kGenShift) != seen; });
+          g = state_.load(std::memory_order_acquire) >> kGenShift;
         }
       }
       seen = g;
-      if (stop_) return;
-      run_one(id);
-      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lk(m_);
-        cv_done_.notify_one();
+      if (stop_.load(std::memory_order_acquire)) return;
+      for (std::size_t c; claim(g, c);) {
+        run_one(c);
+        if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {  // the last: wake a sleeping caller
+          std::lock_guard<std::mutex> lk(m_);
+          cv_done_.notify_one();
+        }
       }
     }
   }
@@ -110,12 +141,11 @@ class Pool {
   std::mutex run_mutex_;  // one job at a time
   std::mutex m_;
   std::condition_variable cv_work_, cv_done_;
-  std::atomic<std::uint64_t> gen_{0};
-  std::atomic<std::size_t> remaining_{0};
+  std::atomic<std::uint64_t> state_{0};  // generation << 32 | chunks << 16 | next chunk to claim
+  std::atomic<std::size_t> remaining_{0};  // claimed-or-not chunks 1.. not yet finished
   const std::function<void(std::size_t)>* job_ = nullptr;
-  std::size_t chunks_ = 0;
   std::vector<std::exception_ptr> errors_;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 std::mutex g_pool_mutex;

@@ -6,6 +6,8 @@
 /// Workers spin for a few tens of microseconds after a job (the next op usually follows at
 /// once), then sleep on a condition variable: on a loaded or oversubscribed machine (ctest -j,
 /// other programs) a waiting thread never burns a core that the thread it waits for needs.
+/// The calling thread runs chunk 0, then any chunk no worker has started yet (chunks are
+/// claimed from one counter), so it never waits for a sleeping or descheduled worker to begin.
 ///
 /// parallel_for splits [0, n) into contiguous chunks, one per thread, with a partition that
 /// depends only on n, the grain and the thread count: results are bit-identical run to run
@@ -27,7 +29,8 @@ bool in_parallel_region();
 /// Number of chunks parallel_for(n, grain) uses.
 std::size_t parallel_chunks(std::size_t n, std::size_t grain);
 
-/// Runs job(c) for c in [0, chunks) on the pool (chunk 0 on the calling thread) and waits. An
+/// Runs job(c) for c in [0, chunks) on the pool (chunk 0 on the calling thread; any other chunk
+/// on a worker or, if no worker has started it, on the calling thread too) and waits. An
 /// exception thrown by a chunk is rethrown on the caller (the lowest chunk's).
 void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job);
 

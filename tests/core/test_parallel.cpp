@@ -1,7 +1,9 @@
 // The thread pool and the caching allocator (core/parallel.hpp, core/allocator.hpp,
 // core/runtime.hpp): errors cross threads, results are bit-identical run to run for a fixed
 // thread count and agree across thread counts to rounding, and freed blocks are reused.
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/runtime.hpp>
@@ -53,6 +55,23 @@ TEST_CASE("pool: an exception in any chunk reaches the caller, and the pool keep
   detail::run_chunks(2, [&](std::size_t c) { hit[c] = 1; });
   CHECK(hit == std::vector<int>{1, 1});
   CHECK_THROWS_AS(set_num_threads(0), ValueError);
+}
+
+TEST_CASE("pool: the calling thread runs a chunk no worker has started yet", "[core][parallel]") {
+  // The worker sleeps after 50 us idle; waking it takes far longer than the caller's empty chunk 0,
+  // so the caller takes chunk 1 itself instead of waiting for the worker (before: chunk c always
+  // ran on worker c, and the caller waited for a sleeping or descheduled worker to wake).
+  Threads t(2);
+  detail::run_chunks(2, [](std::size_t) {});  // the pool exists
+  int on_caller = 0;
+  for (int k = 0; k < 20; ++k) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    std::thread::id ran[2];
+    detail::run_chunks(2, [&](std::size_t c) { ran[c] = std::this_thread::get_id(); });
+    CHECK(ran[0] == std::this_thread::get_id());  // chunk 0 always runs on the caller
+    on_caller += ran[1] == std::this_thread::get_id();
+  }
+  CHECK(on_caller > 0);
 }
 
 TEST_CASE("pool: a training step is bit-identical run to run for a fixed thread count", "[core][parallel]") {
