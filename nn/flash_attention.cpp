@@ -581,16 +581,21 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
     (void)O;
     backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dKp, ldk, dVp, ldv);
   };
+  // The (b, kv head) group's dK and dV rows (null when not needed), zeroed by zero_group.
+  const auto group_dK = [&](std::size_t b, std::size_t kvh) { return dK ? dK + P.lk.at(b, kvh, 0) : nullptr; };
+  const auto group_dV = [&](std::size_t b, std::size_t kvh) { return dV ? dV + P.lv.at(b, kvh, 0) : nullptr; };
+  const auto zero_group = [&](std::size_t b, std::size_t kvh) {
+    if (dK) zero_rows(group_dK(b, kvh), g.S, g.dk, P.lk.st);
+    if (dV) zero_rows(group_dV(b, kvh), g.S, g.dv, P.lv.st);
+  };
   if (groups >= threads) {  // each chunk owns whole (b, kv head) groups
     detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
       for (std::size_t bg = begin; bg < end; ++bg) {
         const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
-        if (dK) zero_rows(dK + P.lk.at(b, kvh, 0), g.S, g.dk, P.lk.st);
-        if (dV) zero_rows(dV + P.lv.at(b, kvh, 0), g.S, g.dv, P.lv.st);
+        zero_group(b, kvh);
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
-            block(b, h, blk, dK ? dK + P.lk.at(b, kvh, 0) : nullptr, P.lk.st, dV ? dV + P.lv.at(b, kvh, 0) : nullptr,
-                  P.lv.st);
+            block(b, h, blk, group_dK(b, kvh), P.lk.st, group_dV(b, kvh), P.lv.st);
       }
     });
     return;
@@ -609,11 +614,10 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
         block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr, g.dk,
               dV ? part_v.data() + c * vd : nullptr, g.dv);
     });
-    if (dK) zero_rows(dK + P.lk.at(b, kvh, 0), g.S, g.dk, P.lk.st);
-    if (dV) zero_rows(dV + P.lv.at(b, kvh, 0), g.S, g.dv, P.lv.st);
+    zero_group(b, kvh);
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
-      if (dK) add_rows(part_k.data() + c * kd, g.S, g.dk, dK + P.lk.at(b, kvh, 0), P.lk.st);
-      if (dV) add_rows(part_v.data() + c * vd, g.S, g.dv, dV + P.lv.at(b, kvh, 0), P.lv.st);
+      if (dK) add_rows(part_k.data() + c * kd, g.S, g.dk, group_dK(b, kvh), P.lk.st);
+      if (dV) add_rows(part_v.data() + c * vd, g.S, g.dv, group_dV(b, kvh), P.lv.st);
     }
   }
 }
