@@ -43,7 +43,7 @@ TEST_CASE("api: Linear, Embedding, LayerNorm and FeedForward from given weights 
   FeedForward ff(W1, Array(), W2, Array());
   const Array x = Array::of({{2.0, -1.0}});
   Tensor gx = ops::gelu(Tensor(x));
-  CHECK(max_abs_diff(ff(Tensor(x)).value(), gx.value()) == 0.0);  // identity projections around GELU
+  XGT_CHECK_SAME(ff(Tensor(x)).value(), gx.value());  // identity projections around GELU
 }
 
 TEST_CASE("api: layers from weights refuse wrong ranks, shapes and mixed dtypes by name", "[nn][api][errors]") {
@@ -72,7 +72,7 @@ TEST_CASE("api: attention layers from named weights equal the layer they were ta
   for (const auto& [name, t] : a.named_parameters()) w.emplace_back(name, t.value());
   MultiHeadAttention b(c, w);
   const Tensor X(random_normal({2, 5, 8}, g, DType::float64));
-  CHECK(max_abs_diff(a(X, Visibility::causal(5, 5)).value(), b(X, Visibility::causal(5, 5)).value()) == 0.0);
+  XGT_CHECK_SAME(a(X, Visibility::causal(5, 5)).value(), b(X, Visibility::causal(5, 5)).value());  // same weights
 
   CrossAttentionConfig cc;
   cc.d_q = 8;
@@ -86,7 +86,7 @@ TEST_CASE("api: attention layers from named weights equal the layer they were ta
   CrossAttention cb(cc, cw);
   const Tensor M(random_normal({2, 3, 6}, g, DType::float64));
   AttentionCall call;
-  CHECK(max_abs_diff(ca.forward(X, M, call).Y.value(), cb.forward(X, M, call).Y.value()) == 0.0);
+  XGT_CHECK_SAME(ca.forward(X, M, call).Y.value(), cb.forward(X, M, call).Y.value());  // same weights
 
   // Strict: missing, unknown, repeated, wrong shape, wrong dtype.
   auto missing = w;

@@ -229,7 +229,7 @@ TEST_CASE("llama: pooling K/V heads keeps the bias-free Llama model and its name
   randomise(m, gen);
   const IndexArray in = tokens(gen, 1, 6, 13);
   const auto same = nn::with_kv_heads(m, 4);
-  CHECK(max_abs_diff(same->logits(in).value(), m.logits(in).value()) == 0);
+  XGT_CHECK_SAME(same->logits(in).value(), m.logits(in).value());  // a copy: the same weights and calls
   const auto gqa = nn::with_kv_heads(m, 2);
   CHECK(gqa->config().arch == nn::Architecture::llama);
   CHECK(gqa->config().H_kv == 2);
@@ -246,7 +246,7 @@ TEST_CASE("llama: pooling K/V heads keeps the bias-free Llama model and its name
       CHECK(now.at({i, 16 + j}) == (old.at({i, 16 + j}) + old.at({i, 20 + j})) / 2);  // K head 0
       CHECK(now.at({i, 24 + j}) == (old.at({i, 32 + j}) + old.at({i, 36 + j})) / 2);  // V head 0
     }
-  CHECK(max_abs_diff(gqa->classifier->weight.value(), m.classifier->weight.value()) == 0);
+  XGT_CHECK_SAME(gqa->classifier->weight.value(), m.classifier->weight.value());  // copied
   CHECK(gqa->logits(in).shape() == Shape{1, 6, 13});
 }
 
@@ -258,7 +258,7 @@ TEST_CASE("llama: dropout in training needs a generator and is off in eval", "[l
   const IndexArray in = tokens(gen, 2, 5, 13);
   CHECK_THROWS_AS(m.logits(in), ValueError);
   Generator d1(9), d2(9);
-  CHECK(max_abs_diff(m.logits(in, &d1).value(), m.logits(in, &d2).value()) == 0);
+  XGT_CHECK_SAME(m.logits(in, &d1).value(), m.logits(in, &d2).value());  // same seed, same calls
   m.eval();
   const Array e = m.logits(in).value();
   Generator d3(9);

@@ -76,7 +76,8 @@ TEST_CASE("torch_layout: GQA and MQA self-attention export to separate q/k/v/o a
     torch_layout::import_attention(b, w);
     CHECK(same_parameters(a, b));
     const Tensor X(rnd({2, 3, 8}, g));
-    CHECK(max_abs_diff(a(X, Visibility::causal(3, 3)).value(), b(X, Visibility::causal(3, 3)).value()) == 0.0);
+    // The same weights in the same layout, the same input: the same calls, the same bits.
+    XGT_CHECK_SAME(a(X, Visibility::causal(3, 3)).value(), b(X, Visibility::causal(3, 3)).value());
   }
   // Without biases: the biases stay undefined in both directions.
   MultiHeadAttention nb(self_config(6, 3, 1, false), g), nb2(self_config(6, 3, 1, false), g);
@@ -107,7 +108,7 @@ TEST_CASE("torch_layout: cross-attention export and import (d_q != d_m, d_out, G
   const Tensor Xq(rnd({2, 3, 6}, g)), Xm(rnd({2, 4, 5}, g));
   AttentionCall call;
   call.visibility = Visibility::key_lengths({4, 2}, 4);
-  CHECK(max_abs_diff(a.forward(Xq, Xm, call).Y.value(), b.forward(Xq, Xm, call).Y.value()) == 0.0);
+  XGT_CHECK_SAME(a.forward(Xq, Xm, call).Y.value(), b.forward(Xq, Xm, call).Y.value());  // same weights, same calls
 }
 
 TEST_CASE("torch_layout: nn.MultiheadAttention state for cross attention, packed and with kdim/vdim",
@@ -154,7 +155,7 @@ TEST_CASE("torch_layout: bad states are refused before anything is written", "[n
   bad = w;
   bad.v_bias = Array::zeros({5}, DType::float64);
   CHECK_THROWS_AS(torch_layout::import_attention(other, bad), ShapeError);
-  CHECK(max_abs_diff(other.W_QKV.value(), before) == 0.0);
+  XGT_CHECK_SAME(other.W_QKV.value(), before);  // untouched by the failed imports
   MultiHeadAttention mha(self_config(8, 4, 4), g);
   CHECK_THROWS_AS(torch_layout::import_attention(mha, w), ShapeError);  // a GQA state into an MHA layer
 
@@ -172,7 +173,7 @@ TEST_CASE("torch_layout: bad states are refused before anything is written", "[n
   auto wrong_kdim = m;
   wrong_kdim.k_proj_weight = Array::zeros({6, 6}, DType::float64);
   CHECK_THROWS_AS(torch_layout::import_mha(cc, wrong_kdim), ShapeError);
-  CHECK(max_abs_diff(cc.W_KV.value(), cc_before) == 0.0);
+  XGT_CHECK_SAME(cc.W_KV.value(), cc_before);  // untouched by the failed imports
   CHECK_THROWS_AS(torch_layout::attention_to_torch(Array::zeros({4, 7}, DType::float64), Array(),
                                                    Array::zeros({4, 4}, DType::float64), Array(), 2, 1),
                   ShapeError);  // 7 is not (2 + 2 * 1) d_h

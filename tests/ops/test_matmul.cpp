@@ -119,7 +119,10 @@ TEST_CASE("matmul: one row or one column of output (matrix-vector products) in e
           }
           CHECK(results[0].shape() == Shape{M, N});
           CHECK(max_abs_diff(results[0].astype(DType::float64), naive_matmul(a, b)) < tol);
-          CHECK(max_abs_diff(results[0], results[1]) == 0.0);
+          // Bits across thread counts: the pool splits y into blocks at multiples of 64 entries
+          // (core/blas.cpp, kAlignGemv), so each entry is the same dot product over the same
+          // K-loop, in the same position modulo any kernel's row group, whatever the split.
+          XGT_CHECK_SAME(results[0], results[1]);
         }
     }
   }

@@ -178,7 +178,7 @@ TEST_CASE("matmul in bf16 is within the bf16 bound of float64 forward and backwa
       CHECK(calls == 0);  // float32 instead, as if the switch were off
       Tensor a2(a64.astype(DType::float32), true), b2(b64.astype(DType::float32), true);
       const Array plain = ops::matmul(a2, b2, o).value();
-      CHECK(max_abs_diff(plain, f32_out) == 0.0);
+      XGT_CHECK_SAME(plain, f32_out);  // the same float32 call on the same operands
     }
     // Each entry: |x - x64| <= (2u + u^2 + (K + 2) 2^-24) sum_k |.||.| over its dot product:
     // the magnitudes are the same products on |a|, |b|, |g| in float64.
@@ -226,6 +226,6 @@ TEST_CASE("the bf16 switch leaves float64 matmuls bit-identical", "[ops][matmul_
   const Array off = ops::matmul(Tensor(a), Tensor(b)).value();
   const std::uint64_t calls0 = blas::bf16_calls();
   MatmulDtypeScope scope(MatmulDtype::bfloat16);
-  CHECK(max_abs_diff(ops::matmul(Tensor(a), Tensor(b)).value(), off) == 0.0);
+  XGT_CHECK_SAME(ops::matmul(Tensor(a), Tensor(b)).value(), off);  // the same float64 call
   CHECK(blas::bf16_calls() == calls0);
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <fstream>
 
 #include <unistd.h>
@@ -63,6 +65,24 @@ double max_scaled_diff(const Array& a, const Array& b) {
   for (std::size_t i = 0; i < a.size(); ++i)
     m = std::max(m, std::fabs(a.flat(i) - b.flat(i)) / std::max(1.0, std::fabs(b.flat(i))));
   return m;
+}
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3e", v);
+  return buf;
+}
+
+double max_abs(const Array& a) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a.flat(i)));
+  return m;
+}
+
+double rounding_bound(std::size_t length, DType dtype, double scale, double ulps) {
+  const double eps = dtype == DType::float32 ? double(std::numeric_limits<float>::epsilon())
+                                             : std::numeric_limits<double>::epsilon();
+  return ulps * double(std::max<std::size_t>(length, 1)) * eps * std::max(scale, 1e-300);
 }
 
 }  // namespace xgt

@@ -35,6 +35,49 @@ void require_close(const Array& a, const Array& b, double tol);
 // The largest |a - b| / max(1, |b|) over the elements (shapes required equal).
 double max_scaled_diff(const Array& a, const Array& b);
 
+// A number in full precision for failure messages ("1.192e-07", where Catch's fixed notation
+// prints "0.0").
+std::string sci(double v);
+
+// The largest |x| over the elements (0 for an empty array).
+double max_abs(const Array& a);
+
+// The rounding bound of a sum of `length` products in `dtype` whose terms are at most `scale` in
+// magnitude: `ulps` units of the dtype's epsilon per term (the textbook bound of a recursive or
+// blocked sum is length * eps * sum|terms|; two orders of the same sum differ by at most twice
+// that). Used where two computations of the same value may add in another order (another BLAS
+// kernel, another batch shape): the failure message prints both the difference and this bound.
+double rounding_bound(std::size_t length, DType dtype, double scale, double ulps = 4.0);
+
+}  // namespace xgt
+
+// Asserts max |a - b| == 0 (shapes equal): only where the code guarantees the bits (the same
+// shapes, strides and thread partition, a deterministic rewrite of the same arithmetic); say why
+// beside the call. On failure prints the difference in full precision.
+#define XGT_CHECK_SAME(a, b)                                                                     \
+  do {                                                                                           \
+    const ::xg::Array xgt_a_ = (a);                                                              \
+    const ::xg::Array xgt_b_ = (b);                                                              \
+    REQUIRE(xgt_a_.shape() == xgt_b_.shape());                                                   \
+    const double xgt_d_ = ::xg::max_abs_diff(xgt_a_, xgt_b_);                                    \
+    INFO("max |difference| = " << ::xgt::sci(xgt_d_) << " (the same bits are required)");       \
+    CHECK(xgt_d_ == 0.0);                                                                        \
+  } while (false)
+
+// Asserts max |a - b| <= bound (shapes equal), printing both in full precision.
+#define XGT_CHECK_WITHIN(a, b, bound)                                                            \
+  do {                                                                                           \
+    const ::xg::Array xgt_a_ = (a);                                                              \
+    const ::xg::Array xgt_b_ = (b);                                                              \
+    REQUIRE(xgt_a_.shape() == xgt_b_.shape());                                                   \
+    const double xgt_d_ = ::xg::max_abs_diff(xgt_a_, xgt_b_);                                    \
+    const double xgt_bound_ = (bound);                                                           \
+    INFO("max |difference| = " << ::xgt::sci(xgt_d_) << ", bound " << ::xgt::sci(xgt_bound_));   \
+    CHECK(xgt_d_ <= xgt_bound_);                                                                 \
+  } while (false)
+
+namespace xgt {
+
 // The message of the error of type E that f throws; fails the test if f throws another
 // error or none.
 template <class E, class F>

@@ -173,7 +173,7 @@ TEST_CASE("train: a resumed run takes the thread count its checkpoint saved and 
   REQUIRE(s_parts.tensors.size() == s_whole.tensors.size());
   for (std::size_t i = 0; i < s_whole.tensors.size(); ++i) {
     CHECK(s_parts.tensors[i].first == s_whole.tensors[i].first);
-    CHECK(max_abs_diff(s_parts.tensors[i].second, s_whole.tensors[i].second) == 0.0);
+    XGT_CHECK_SAME(s_parts.tensors[i].second, s_whole.tensors[i].second);  // resume: same shapes, threads, order
   }
   fs::remove_all(whole);
   fs::remove_all(parts);
@@ -291,7 +291,7 @@ TEST_CASE("checkpoint: save and load round-trip parameters and the configuration
   CHECK(m.info.config.H_kv == 2);
   CHECK(m.info.vocab.size() == 11);
   const auto f = io::safetensors::load((dir / "model.safetensors").string());
-  for (const auto& [name, p] : m.module().named_parameters()) CHECK(max_abs_diff(p.value(), f.get(name)) == 0.0);
+  for (const auto& [name, p] : m.module().named_parameters()) XGT_CHECK_SAME(p.value(), f.get(name));  // loaded bytes
   fs::remove_all(dir);
 }
 
@@ -604,7 +604,7 @@ TEST_CASE("charlm: resume keeps the best validation loss of the log and reads lo
   CHECK(best_full.metadata.at("step") == best_part.metadata.at("step"));
   CHECK(best_full.tensors.size() == best_part.tensors.size());
   for (std::size_t i = 0; i < best_full.tensors.size(); ++i)
-    CHECK(max_abs_diff(best_full.tensors[i].second, best_part.tensors[i].second) == 0.0);
+    XGT_CHECK_SAME(best_full.tensors[i].second, best_part.tensors[i].second);  // resume: same shapes, threads, order
 
   // A log written before the val_loss column (6 fields, the old header) still resumes.
   o.out = (dir / "old").string();

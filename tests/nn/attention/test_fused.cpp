@@ -210,10 +210,11 @@ TEST_CASE("fused attention is bit-identical run to run", "[attention][fused]") {
   const Case c = cases()[1];
   const Run a = run(c, SdpaImpl::fused, DType::float32, 0.1, 2, 2);
   const Run b = run(c, SdpaImpl::fused, DType::float32, 0.1, 2, 2);
-  CHECK(max_abs_diff(a.O, b.O) == 0.0);
-  CHECK(max_abs_diff(a.dQ, b.dQ) == 0.0);
-  CHECK(max_abs_diff(a.dK, b.dK) == 0.0);
-  CHECK(max_abs_diff(a.dV, b.dV) == 0.0);
+  // The same shapes, thread count and partition: the same bits (the tiles' order is fixed).
+  XGT_CHECK_SAME(a.O, b.O);
+  XGT_CHECK_SAME(a.dQ, b.dQ);
+  XGT_CHECK_SAME(a.dK, b.dK);
+  XGT_CHECK_SAME(a.dV, b.dV);
 }
 
 TEST_CASE("fused attention reports the composed path's errors", "[attention][fused][errors]") {
@@ -425,12 +426,12 @@ struct Profiled {
 
 }  // namespace
 
-TEST_CASE("fused attention reads Q K V in place from the packed projection: bit-identical to the split heads",
+TEST_CASE("fused attention reads Q K V in place from the packed projection: equal to the split heads",
           "[attention][fused][gemm_paths]") {
   // MultiHeadAttention's projection P [B, T, (H_q + 2 H_kv) d] holds [Q heads | K heads | V heads].
   // The packed op reads them strided and writes O [B, T, H_q d] and dP in place; the split path
-  // slices P, transposes the heads, runs flash_attention and merges the heads back. The two must
-  // agree to the bit (the same products over the same operands, only read through other strides).
+  // slices P, transposes the heads, runs flash_attention and merges the heads back. The two run
+  // the same products over the same operands, only read through other strides (bits: below).
   struct PackedCase {
     const char* name;
     std::size_t B, H_q, H_kv, T;
@@ -482,8 +483,21 @@ TEST_CASE("fused attention reads Q K V in place from the packed projection: bit-
 
           CHECK(packed.dropout_seed == split.dropout_seed);
           REQUIRE(packed.output.shape() == O_split.shape());
-          CHECK(max_abs_diff(packed.output.value(), O_split.value()) == 0.0);
-          CHECK(max_abs_diff(dP_packed, dP_split) == 0.0);
+          // xgrad's own float32 tiles (d a multiple of the vector width) read each operand
+          // element by element into the same FMA chains whatever its stride: the same bits. The
+          // BLAS path (float64, other d) hands the strided operands to the BLAS, whose kernels may
+          // round by stride or alignment (OpenBLAS's SkylakeX sgemm does): the same sums, a few
+          // ulps of the longest reduction (T keys, or d features) apart.
+          const tile::Kernels* kz = tile::kernels();
+          if (dtype == DType::float32 && kz && d % kz->width == 0) {
+            XGT_CHECK_SAME(packed.output.value(), O_split.value());
+            XGT_CHECK_SAME(dP_packed, dP_split);
+          } else {
+            const std::size_t n = std::max<std::size_t>(c.T, d);
+            XGT_CHECK_WITHIN(packed.output.value(), O_split.value(),
+                             rounding_bound(n, dtype, std::max(1.0, max_abs(O_split.value()))));
+            XGT_CHECK_WITHIN(dP_packed, dP_split, rounding_bound(n, dtype, std::max(1.0, max_abs(dP_split))));
+          }
           CHECK(max_abs_diff(dP_packed, Array::zeros(dP_packed.shape(), dtype)) > 0.0);  // the gradient is not all zero
         }
 }

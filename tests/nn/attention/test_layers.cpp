@@ -115,7 +115,7 @@ TEST_CASE("cross attention: T != S, d_q != d_m, source padding zeroes weights, n
     }
   // project_memory + forward_with_memory is the same computation (reused K/V in decoding).
   const auto kv = xa.project_memory(Xm);
-  CHECK(max_abs_diff(xa.forward_with_memory(Xq, kv, call).Y.value(), out.Y.value()) == 0.0);
+  XGT_CHECK_SAME(xa.forward_with_memory(Xq, kv, call).Y.value(), out.Y.value());  // the same calls, split in two
 }
 
 TEST_CASE("KV cache: prefill, chunked prefill and one-token decoding equal the full causal pass",
@@ -195,13 +195,13 @@ TEST_CASE("KV cache: the one-query decoding step reads the cache in place and eq
           return call;
         };
         const Tensor prompt(rnd({2, 4, 16}, g).astype(dt));
-        CHECK(max_abs_diff(m.forward_cached(prompt, step).Y.value(),
-                           m.forward_cached(prompt, general, all_valid(4)).Y.value()) == 0.0);
+        // The two schedules run the same products on caches of the same shapes: the same bits.
+        XGT_CHECK_SAME(m.forward_cached(prompt, step).Y.value(), m.forward_cached(prompt, general, all_valid(4)).Y.value());
         for (int t = 0; t < 6; ++t) {
           const Tensor x(rnd({2, 1, 16}, g).astype(dt));
           const AttentionOutput a = m.forward_cached(x, step), b = m.forward_cached(x, general, all_valid(1));
           CHECK(a.path == SdpaImpl::fused);
-          CHECK(max_abs_diff(a.Y.value(), b.Y.value()) == 0.0);
+          XGT_CHECK_SAME(a.Y.value(), b.Y.value());
         }
         CHECK(step.first_position() == general.first_position());
         CHECK(step.length() == general.length());
@@ -226,7 +226,7 @@ TEST_CASE("attention layer: PyTorch layout export/import round-trips and matches
   CHECK(w.in_proj_weight.at({6 + 1, 4}) == a.W_QKV.value().at({4, 6 + 1}));
   torch_layout::import_mha(b, w);
   const Tensor X(rnd({1, 3, 6}, g));
-  CHECK(max_abs_diff(a(X, Visibility::all()).value(), b(X, Visibility::all()).value()) == 0.0);
+  XGT_CHECK_SAME(a(X, Visibility::all()).value(), b(X, Visibility::all()).value());  // same weights, same calls
   MultiHeadAttention gqa(config(8, 4, 2), g);
   CHECK_THROWS_WITH(torch_layout::export_mha(gqa), Catch::Contains("H_kv == H_q"));
   // A failed import changes nothing: here the state lacks the output bias.
@@ -236,12 +236,12 @@ TEST_CASE("attention layer: PyTorch layout export/import round-trips and matches
   MultiHeadAttention c(config(6, 2, 2), g);
   const Array c_before = c.W_QKV.value().clone();
   CHECK_THROWS_WITH(torch_layout::import_mha(c, no_bias), Catch::Contains("bias presence"));
-  CHECK(max_abs_diff(c.W_QKV.value(), c_before) == 0.0);
+  XGT_CHECK_SAME(c.W_QKV.value(), c_before);
   auto wrong = w;
   wrong.out_proj_weight = Array::zeros({6, 5}, DType::float64);
   CHECK_THROWS_WITH(torch_layout::import_mha(c, wrong), Catch::Contains("out_proj.weight"));
-  CHECK(max_abs_diff(c.W_QKV.value(), c_before) == 0.0);
-  CHECK(max_abs_diff(b.W_QKV.value(), before) == 0.0);
+  XGT_CHECK_SAME(c.W_QKV.value(), c_before);
+  XGT_CHECK_SAME(b.W_QKV.value(), before);  // failed imports change nothing
 }
 
 TEST_CASE("attention layer: dropout only in training; eval is exactly the deterministic path (SPEC 2)",
@@ -258,7 +258,7 @@ TEST_CASE("attention layer: dropout only in training; eval is exactly the determ
   AttentionCall call;
   call.generator = &g;
   m.eval();
-  CHECK(max_abs_diff(m.forward(X, call).Y.value(), m0.forward(X, call).Y.value()) == 0.0);
+  XGT_CHECK_SAME(m.forward(X, call).Y.value(), m0.forward(X, call).Y.value());  // eval: no dropout op runs
   m.train();
   const AttentionOutput tr = m.forward(X, call);
   CHECK(tr.dropout_seed != 0);  // dropout drew its mask (fused path: from this seed)

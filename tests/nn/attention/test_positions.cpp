@@ -59,7 +59,7 @@ TEST_CASE("rope: hand-computed values, both layouts and a partial rotation", "[o
     CHECK(std::abs(yp.flat(j) - want_p[j]) < 1e-14);
   }
   // Position 0 is the identity; float32 goes through the same code.
-  CHECK(max_abs_diff(ops::rope(x, {0}).value(), x.value()) == 0.0);
+  XGT_CHECK_SAME(ops::rope(x, {0}).value(), x.value());  // cos 0 = 1, sin 0 = 0: exact
   const Array y32 = ops::rope(Tensor(x.value().astype(DType::float32)), {1}).value();
   CHECK(y32.dtype() == DType::float32);
   CHECK(std::abs(y32.flat(0) - want_i[0]) < 1e-6);
@@ -137,8 +137,9 @@ TEST_CASE("rope_heads: packed heads rotate bit for bit as rope on each head spli
           parts.push_back(parts.size() < heads ? ops::rope(part, pos, cfg) : part);
         const Tensor split = ops::concat(parts, -1);
         const Array dx_split = grad(split, {x}, G)[0];
-        CHECK(max_abs_diff(packed.value(), split.value()) == 0.0);
-        CHECK(max_abs_diff(dx_packed, dx_split) == 0.0);
+        // Elementwise: the same multiplications on each element, only addressed another way.
+        XGT_CHECK_SAME(packed.value(), split.value());
+        XGT_CHECK_SAME(dx_packed, dx_split);
         CHECK(max_abs_diff(packed.value(), x.value()) > 0.0);  // it did rotate
         // the passed-through columns are x's own
         for (std::size_t row = 0; row < B * T; ++row)
@@ -533,15 +534,14 @@ TEST_CASE("attention positions: packed documents with restarted positions equal 
         CHECK(od.path == impl);
         const Array dXd = grad(od.Y, {Xd}, slice_positions(G, at, n))[0];
         INFO("document " << d);
-        CHECK(max_abs_diff(slice_positions(out.Y.value(), at, n), od.Y.value()) == 0.0);
-        // Gradients: bit for bit on the composed path. The fused backward's GEMMs sum over the
-        // whole block of rows (and its key range), where the other documents add exact zeros at
-        // other places of BLAS's partial sums: rounding-level differences (seen: <= 1.2e-16).
-        const double gx = max_abs_diff(slice_positions(dX, at, n), dXd);
-        if (impl == SdpaImpl::composed)
-          CHECK(gx == 0.0);
-        else
-          CHECK(gx <= 4 * std::numeric_limits<double>::epsilon() * std::max(1.0, max_abs_diff(dXd, Array::zeros(dXd.shape(), DType::float64))));
+        // Not bit for bit: the pack's projections multiply [2 T, d] rows, each document alone
+        // [2 n, d]; whether a row rounds the same in batches of other shapes depends on the BLAS
+        // kernel. The fused backward's GEMMs also sum over the whole block of rows, where the
+        // other documents add exact zeros at other places of the partial sums. The same sums in
+        // another order: a few ulps of the longest reduction (the pack's T keys, or d_model).
+        XGT_CHECK_WITHIN(slice_positions(out.Y.value(), at, n), od.Y.value(),
+                         rounding_bound(pk.T + 16, DType::float64, std::max(1.0, max_abs(od.Y.value()))));
+        XGT_CHECK_WITHIN(slice_positions(dX, at, n), dXd, rounding_bound(pk.T + 16, DType::float64, std::max(1.0, max_abs(dXd))));
       }
       // The positions are used: under plain causal attention over the whole pack (documents see
       // each other), restarted positions give other outputs than 0 .. T-1.
@@ -592,7 +592,14 @@ TEST_CASE("GPT positions: packed documents with restarted positions give each do
         for (std::size_t b = 0; b < 2; ++b)
           for (std::size_t i = 0; i < n; ++i) alone.data[b * n + i] = tokens.data[b * pk.T + at + i];
         INFO("document " << d);
-        CHECK(max_abs_diff(slice_positions(packed, at, n), gpt.logits(alone).value()) == 0.0);
+        const Array logits_alone = gpt.logits(alone).value();
+        // Not bit for bit: the packed batch multiplies [2 T, d] rows where each document alone
+        // multiplies [2 n, d], and whether a row's dot products round the same way in batches of
+        // other shapes depends on the BLAS kernel (it holds for OpenBLAS's Haswell kernels, not
+        // for its SkylakeX or generic ones). Every logit is the same sums in another order: a few
+        // ulps of the widest reduction (d_ff = 4 d_model) per layer, scaled by the logits' size.
+        XGT_CHECK_WITHIN(slice_positions(packed, at, n), logits_alone,
+                         rounding_bound(4 * c.d_model * c.layers, DType::float64, std::max(1.0, max_abs(logits_alone))));
       }
       // The positions are used: without the document rule, restarted positions change the logits.
       if (scheme != PositionScheme::none) {

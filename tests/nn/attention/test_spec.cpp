@@ -47,7 +47,7 @@ TEST_CASE("attention: causal single head, worked example (5.13)-(5.17)", "[nn][a
   const Array X = example_X();
   const Array V = example_V(X);
   const Array V_expected = Array::of({{1, 0}, {0, 2}, {1, 2}});  // (5.14)
-  CHECK(max_abs_diff(V, V_expected) == 0.0);
+  XGT_CHECK_SAME(V, V_expected);  // small integers: exact in any order
 
   nn::SdpaOptions opts;
   opts.return_weights = true;
@@ -93,7 +93,7 @@ TEST_CASE("attention: summing X instead of V halves the second coordinate, A alo
   const nn::SdpaResult wrong = nn::scaled_dot_product_attention(Tensor(bh(X)), Tensor(bh(X)), Tensor(bh(X)), vis, opts);
 
   // Same weights (they depend on Q and K only) ...
-  CHECK(max_abs_diff(right.weights.value(), wrong.weights.value()) == 0.0);
+  XGT_CHECK_SAME(right.weights.value(), wrong.weights.value());  // the same calls on the same Q, K
   // ... but A X keeps the first coordinate and halves the second (W_V = diag(1, 2)).
   const Array O = right.output.value(), OX = wrong.output.value();
   for (std::size_t i = 0; i < 3; ++i) {
@@ -251,7 +251,7 @@ TEST_CASE("attention: no-mask variant of the worked example, weights (r, s, r) a
   const nn::SdpaResult r0 =
       nn::scaled_dot_product_attention(Tensor(bh(X)), Tensor(bh(X)), Tensor(bh(V0)), nn::Visibility::all(), opts);
   const Array O0 = r0.output.value();
-  CHECK(max_abs_diff(r0.weights.value(), A) == 0.0);
+  XGT_CHECK_SAME(r0.weights.value(), A);  // the same calls on the same Q, K
   CHECK(at(O0, 0, 0) == Approx(0.401112).epsilon(0).margin(kPrinted6));
   CHECK(at(O0, 0, 1) == Approx(0.395552).epsilon(0).margin(kPrinted6));
   for (std::size_t k = 0; k < 2; ++k)
@@ -284,10 +284,10 @@ TEST_CASE("cross-attention: worked example (5.23), T = 3 queries over S = 2 sour
   // Source position 2 masked as padding: every row reads v_1 exactly, O = [[2,0],[2,0],[2,0]].
   const Array O_masked_expected = Array::of({{2, 0}, {2, 0}, {2, 0}});
   const Tensor O_len = nn::attention(Tensor(bh(Q)), Tensor(bh(K)), Tensor(bh(V)), nn::Visibility::key_lengths({1}, 2));
-  CHECK(max_abs_diff(O_len.value(), bh(O_masked_expected)) == 0.0);
+  XGT_CHECK_SAME(O_len.value(), bh(O_masked_expected));  // weights exactly 1 and 0: exact
   const Tensor O_valid = nn::attention(Tensor(bh(Q)), Tensor(bh(K)), Tensor(bh(V)),
                                        nn::Visibility::valid_keys(BoolArray({1, 2}, {1, 0})));
-  CHECK(max_abs_diff(O_valid.value(), bh(O_masked_expected)) == 0.0);
+  XGT_CHECK_SAME(O_valid.value(), bh(O_masked_expected));  // weights exactly 1 and 0: exact
 }
 
 TEST_CASE("attention: shapes of exercise 5.1, Q 5x8, K 7x8, V 7x3 -> weights 5x7, output 5x3",
@@ -367,7 +367,7 @@ TEST_CASE("attention: one query at absolute position 8 sees keys 0..8, bottom-ri
   const Array O = nn::attention(Q, K, V, nn::Visibility::causal(1, 9)).value();
   const Array O_all = nn::attention(Q, K, V, nn::Visibility::all()).value();
   const Array O_top_left = nn::attention(Q, K, V, nn::Visibility::causal({0}, keys)).value();
-  CHECK(max_abs_diff(O, O_all) == 0.0);
+  XGT_CHECK_SAME(O, O_all);  // one visibility, two spellings: the same calls
   CHECK(O_top_left.at({0, 0, 0, 0}) == V.value().at({0, 0, 0, 0}));
   CHECK(O_top_left.at({0, 0, 0, 1}) == V.value().at({0, 0, 0, 1}));
   CHECK(max_abs_diff(O, O_top_left) > 1e-3);
@@ -464,5 +464,5 @@ TEST_CASE("attention dropout: sampled row sums have mean 1 and variance (1-q) su
   plain.scale = 1.0;
   const Array O_eval = nn::attention(Tensor(Q), Tensor(K), Tensor(V), nn::Visibility::all(), eval).value();
   const Array O_plain = nn::attention(Tensor(Q), Tensor(K), Tensor(V), nn::Visibility::all(), plain).value();
-  CHECK(max_abs_diff(O_eval, O_plain) == 0.0);
+  XGT_CHECK_SAME(O_eval, O_plain);  // the same calls (dropout off runs no dropout op)
 }
