@@ -5,6 +5,7 @@
 // `--split val` with the run's --val-fraction gives the run's own validation numbers.
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@ namespace xg::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
+namespace fs = std::filesystem;
 
 struct EvalArgs {
   std::string checkpoint, text, tokenizer, split = "all", json_path;
@@ -27,7 +29,40 @@ struct EvalArgs {
   std::size_t batch = 32, max_windows = train::kMaxValidationWindows;
 };
 
-void run_eval(const EvalArgs& a) {
+// The model file --checkpoint names: the file itself, or a run folder's final model
+// (RUN/model.safetensors, as `report --checkpoint RUN`).
+std::string checkpoint_file(const std::string& checkpoint) {
+  std::error_code ec;
+  if (!fs::is_directory(checkpoint, ec)) return checkpoint;
+  const fs::path model = fs::path(checkpoint) / "model.safetensors";
+  if (!fs::exists(model, ec))
+    throw UsageError(op_message("eval", "--checkpoint '" + checkpoint + "' is a folder without model.safetensors; give a "
+                                            "model file, or the folder of a finished text run (its model.safetensors)"));
+  return model.string();
+}
+
+// Whether `path` is `folder` or inside it (links resolved), however either is spelled.
+bool inside(const std::string& path, const std::string& folder) {
+  std::error_code ec;
+  const fs::path f = fs::weakly_canonical(fs::absolute(folder, ec), ec);
+  for (fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec); !p.empty(); p = p.parent_path()) {
+    if (p == f) return true;
+    if (p == p.parent_path()) break;
+  }
+  return false;
+}
+
+void run_eval(EvalArgs a) {
+  a.checkpoint = checkpoint_file(a.checkpoint);
+  // No output may replace an input: the checkpoint, a corpus file, the tokenizer (links too).
+  check_distinct_files("eval", {{"--checkpoint", a.checkpoint, false},
+                                {"--text", a.text, false},
+                                {"--tokenizer", a.tokenizer == "bytes" ? std::string() : a.tokenizer, false},
+                                {"--json", a.json_path, true}});
+  std::error_code ec;
+  if (!a.json_path.empty() && a.json_path != "-" && fs::is_directory(a.text, ec) && inside(a.json_path, a.text))
+    throw UsageError(op_message("eval", "--json '" + a.json_path + "' is in the --text folder '" + a.text +
+                                            "': it would replace or join the corpus; write it elsewhere"));
   if (!a.json_path.empty() && a.json_path != "-") check_output_file("eval", "--json", a.json_path);
   if (a.split != "all" && a.split != "train" && a.split != "val")
     throw UsageError(op_message("eval", "--split " + a.split + ": must be all, train or val"));
@@ -114,7 +149,7 @@ void run_eval(const EvalArgs& a) {
 void add_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "Measure a text model on a text: nats per token, bits per byte, perplexity");
-  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or model_best.safetensors) of xgrad train --task text")
+  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or model_best.safetensors) of xgrad train --task text, or its run folder (its model.safetensors)")
       ->required()
       ->check(non_empty_path());
   cmd->add_option("--text", a->text, "a text file or a folder of them (recursively)")->required()->check(non_empty_path());

@@ -11,6 +11,7 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/train/report.hpp>
 
@@ -67,6 +68,7 @@ void run_report(const ReportArgs& a, const CLI::App& cmd) {
     if (!std::filesystem::exists(a.gradcheck, ec)) usage("--gradcheck '" + a.gradcheck + "' does not exist");
     if (std::filesystem::is_directory(a.gradcheck, ec))
       usage("--gradcheck '" + a.gradcheck + "' is a folder, not an xgrad gradcheck --json report");
+    io::require_input_file(a.gradcheck, "[report] --gradcheck");  // a FIFO or a device: refused by name
   }
 
   train::ReportInput in;

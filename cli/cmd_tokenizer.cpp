@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/train/tokenizer.hpp>
 
 namespace xg::cli {
@@ -38,11 +39,18 @@ struct CodeArgs {
   bool json = false;
 };
 
+// All of stdin (explicit: no --text or --ids), at most kTextLimit bytes.
 std::string read_stdin() {
-  std::ostringstream s;
-  s << std::cin.rdbuf();
+  std::string s;
+  char buf[65536];
+  while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+    s.append(buf, static_cast<std::size_t>(std::cin.gcount()));
+    if (s.size() > io::kTextLimit)
+      throw UsageError(op_message("tokenizer", "stdin holds more than " + io::size_text(io::kTextLimit) +
+                                                   ", the limit of a text read whole"));
+  }
   if (std::cin.bad()) throw ValueError(op_message("tokenizer", "reading stdin failed"));
-  return s.str();
+  return s;
 }
 
 void run_train(const TrainArgs& a) {
@@ -66,17 +74,10 @@ json tokenizer_json(const train::Tokenizer& t, const std::string& spec) {
           {"sha256", t.digest()}};
 }
 
-// A FILES operand of `encode`, whole (any bytes).
+// A FILES operand of `encode`, whole (any bytes): a regular file of at most kTextLimit bytes
+// (a FIFO or a device is refused by name, before it is opened).
 std::string read_operand(const std::string& path) {
-  const std::string what = "tokenizer encode: FILES '" + path + "'";
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw UsageError(what + " is a folder, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(what + (fs::exists(path, ec) ? " cannot be read" : " does not exist"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw ValueError(what + ": reading it failed");
-  return s.str();
+  return io::read_input_file(path, io::kTextLimit, "[tokenizer encode] FILES");
 }
 
 // One text's line: the ids, or with --json one object (with "file" for a FILES operand).

@@ -17,6 +17,7 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/train/options.hpp>
@@ -62,16 +63,10 @@ class StopSignals {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
-// The text of --config FILE (UsageError if it cannot be read).
+// The text of --config FILE (UsageError if it cannot be read): a regular file of at most
+// kConfigLimit bytes (a FIFO or a device is refused by name, before it is opened).
 std::string read_config(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw UsageError(op_message("train", "--config '" + path + "' is a folder; give a JSON file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(op_message("train", "--config '" + path + "' cannot be read"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw UsageError(op_message("train", "--config '" + path + "' cannot be read"));
-  return text;
+  return io::read_input_file(path, io::kConfigLimit, "[train] --config");
 }
 
 }  // namespace
@@ -151,19 +146,20 @@ void add_train(CLI::App& app) {
       // Rank 0 alone writes the run folder (the other ranks, maybe on other machines, need none).
       if (dist::detect_launch().rank == 0) {
         check_output_folder("train", "--out", o->out);
+        // The run's files must not replace an input (--config, --init-from, the texts, the
+        // tokenizer), nor become its texts (a resume would find them changed).
+        if ((o->task == "charlm" || o->task == "text") && same_file(o->text, o->out))
+          throw UsageError(op_message("train", "--text '" + o->text + "' is the --out folder '" + o->out +
+                                                   "': the run's files would join its texts; give another --out"));
+        std::vector<FileRole> files{{"--config", *config, false}, {"--init-from", o->init_from, false}};
         if (o->task == "charlm" || o->task == "text") {
-          // The run's files must not become its texts (a resume would find them changed) or
-          // replace one of them.
-          if (same_file(o->text, o->out))
-            throw UsageError(op_message("train", "--text '" + o->text + "' is the --out folder '" + o->out +
-                                                     "': the run's files would join its texts; give another --out"));
-          std::vector<FileRole> files{{"--text", o->text, false}};
+          files.push_back({"--text", o->text, false});
           if (o->task == "text" && o->tokenizer != "bytes") files.push_back({"--tokenizer", o->tokenizer, false});
-          for (const char* f : {"model.safetensors", "model_best.safetensors", "train_state.safetensors", "log.csv",
-                                "loss.png", "loss.gp", "config.json", "run_id.txt", "train.bin", "val.bin"})
-            files.push_back({"--out's " + std::string(f), (std::filesystem::path(o->out) / f).string(), true});
-          check_distinct_files("train", files);
         }
+        for (const char* f : {"model.safetensors", "model_best.safetensors", "train_state.safetensors", "log.csv",
+                              "loss.png", "loss.gp", "config.json", "run_id.txt", "train.bin", "val.bin"})
+          files.push_back({"--out's " + std::string(f), (std::filesystem::path(o->out) / f).string(), true});
+        check_distinct_files("train", files);
       }
     }
     g_stop = 0;

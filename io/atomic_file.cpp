@@ -24,6 +24,13 @@ void AtomicFile::write(const void* data, std::size_t bytes) {
   if (ok_ && bytes > 0) ok_ = std::fwrite(data, 1, bytes, f_) == bytes;
 }
 
+void AtomicFile::flush() {
+  if (!ok_ || std::fflush(f_) != 0) {
+    ok_ = false;
+    throw FormatError(where_ + "writing " + tmp_ + " failed: " + (errno ? std::strerror(errno) : "a write failed"));
+  }
+}
+
 void AtomicFile::commit() {
   bool ok = ok_ && std::fflush(f_) == 0 && ::fsync(::fileno(f_)) == 0;
   ok = (std::fclose(f_) == 0) && ok;

@@ -28,6 +28,11 @@ class AtomicFile {
   /// The open stream, for writers that seek back to patch a header (fseek, fwrite); a failure
   /// of theirs is to be reported with fail().
   std::FILE* stream() { return f_; }
+  /// The temporary file's path (its bytes so far, after flush()).
+  const std::string& temporary_path() const { return tmp_; }
+  /// Hands the bytes written so far to the OS, so the temporary file can be read (or mapped)
+  /// before commit(); FormatError starting with `where` if that fails.
+  void flush();
   /// Marks the file as failed: commit() will throw and leave the target untouched.
   void fail() { ok_ = false; }
   /// Flush, fsync, rename over the target, fsync of the folder. FormatError starting with

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <xgrad/io/atomic_file.hpp>
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/io/detail/json.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
@@ -282,15 +283,24 @@ File load_from(std::istream& in, const std::string& path) {
   return file;
 }
 
+// A folder, FIFO or device is refused before it is opened (a FIFO would wait for a writer);
+// a missing file is reported by the open that follows.
+void refuse_non_regular(const std::string& path) {
+  const std::string kind = non_regular_kind(path);
+  if (!kind.empty()) throw FormatError(where(path) + "cannot read the file: it is " + kind + ", not a regular file");
+}
+
 }  // namespace
 
 File load(const std::string& path) {
+  refuse_non_regular(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(where(path) + "cannot open the file");
   return load_from(in, path);
 }
 
 Header load_header(const std::string& path) {
+  refuse_non_regular(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(where(path) + "cannot open the file");
   const Layout layout = read_layout(in, path);

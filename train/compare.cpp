@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
@@ -72,17 +73,10 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   return s;
 }
 
-// The whole file as text; FormatError when it is not a readable regular file.
+// The whole file as text; FormatError when it is not a readable regular file (of at most
+// kTextLimit bytes; a FIFO or a device is refused by name, before it is opened).
 std::string read_text(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw FormatError(where(path.string()) + ": not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError(where(path.string()) + ": cannot open the file");
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) text.append(buf, static_cast<std::size_t>(in.gcount()));
-  if (in.bad()) throw FormatError(where(path.string()) + ": cannot read the file");
-  return text;
+  return io::read_input_file(path.string(), io::kTextLimit, "[compare] the file", io::InputError::format);
 }
 
 // run_id.txt's id ("" when the folder has none): one line of 32 lowercase hex digits, as the

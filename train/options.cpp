@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
@@ -454,6 +455,7 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
   if (!fs::exists(path, ec)) throw UsageError(op_message("train", "--init-from '" + path + "' does not exist"));
   if (fs::is_directory(path, ec))
     throw UsageError(op_message("train", "--init-from '" + path + "' is a folder; give a model.safetensors"));
+  io::require_input_file(path, "[train] --init-from");  // a FIFO or a device: refused by name
   const io::safetensors::Metadata saved = io::safetensors::load(path).metadata;
   const ModelInfo info = model_info(saved, path);
   const nn::TransformerConfig& c = info.config;

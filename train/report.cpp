@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/io/safetensors.hpp>
@@ -30,17 +31,14 @@ namespace {
 
 const char* const kOp = "report";
 
-// The whole file, or nothing when it cannot be read.
+// The whole file, or nothing when it cannot be read (not a regular file: a FIFO or a device
+// is never opened; more than kTextLimit bytes).
 std::optional<std::string> slurp(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) text.append(buf, static_cast<std::size_t>(in.gcount()));
-  if (in.bad()) return std::nullopt;
-  return text;
+  try {
+    return io::read_input_file(path.string(), io::kTextLimit, "[report] the file", io::InputError::format);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 // A number for the page's JSON: null for NaN and infinities (JSON has neither).

@@ -11,6 +11,7 @@
 #include <random>
 #include <unistd.h>
 
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/safetensors.hpp>
@@ -73,6 +74,8 @@ std::vector<std::string> csv_fields(const std::string& line) {
 // The rows of an earlier log.csv up to the checkpoint's step: exactly steps 1..step, each a
 // complete row of numbers; rows after the step (written after the checkpoint) are dropped.
 std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step, bool bpb) {
+  if (!io::non_regular_kind(path.string()).empty())  // a FIFO would wait, a device never end
+    io::require_input_file(path.string(), "[train] the log of the run to resume", io::InputError::format);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError("[train] " + path.string() + ": cannot read the log of the run to resume");
   std::string line;
@@ -127,6 +130,7 @@ std::string read_run_id(const fs::path& dir) {
   const fs::path path = dir / kRunIdFile;
   std::error_code ec;
   if (!fs::exists(path, ec)) return "";
+  io::require_input_file(path.string(), "[train] the run id", io::InputError::format);
   std::ifstream in(path, std::ios::binary);
   std::string text;
   if (!in || !std::getline(in, text))
@@ -216,7 +220,8 @@ void prepare_out_folder(const std::string& out) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out, ec)) {
     const std::string name = entry.path().filename().string();
-    for (const std::string base : {kStateFile, kModelFile, kBestFile, kLogFile, kRunIdFile, kConfigFile})
+    for (const std::string base : {kStateFile, kModelFile, kBestFile, kLogFile, kRunIdFile, kConfigFile,
+                                   "train.bin", "val.bin"})  // also token files of a killed run
       if (name.rfind(base + ".tmp.", 0) == 0) fs::remove(entry.path(), ec);
   }
 }

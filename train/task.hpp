@@ -70,6 +70,10 @@ class Task {
   virtual io::safetensors::Metadata state_metadata() const { return {}; }
   /// On --resume: the data must be the data the run was saved with (FormatError naming `path`).
   virtual void check_resume(const io::safetensors::Metadata& state, const std::string& path) const;
+  /// Puts the files the task prepared before the run's checks (the text task's train.bin and
+  /// val.bin) into the run folder. Called once every check has passed, before anything else
+  /// is written there; a run refused earlier leaves the folder as it was.
+  virtual void commit_files() {}
 
  protected:
   ModelInfo info_;  ///< Set by the task's constructor.

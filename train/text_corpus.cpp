@@ -15,6 +15,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/atomic_file.hpp>
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/core/tape.hpp>
 
 namespace xg::train {
@@ -102,6 +103,47 @@ void for_each_piece(const std::string& path, std::uint64_t offset, std::uint64_t
   }
 }
 
+// The regular files under `dir` (symbolic links followed) into `files`, each file once. A link
+// that leads back to a folder it is in (a loop the walk would follow forever) is a UsageError
+// naming it; a folder reached twice by other links is walked once. Entries that are not regular
+// files (FIFOs, devices, sockets, dangling links) are left out.
+void walk_folder(const std::string& arg, const fs::path& dir, std::vector<std::pair<dev_t, ino_t>>& open,
+                 std::set<std::pair<dev_t, ino_t>>& walked, std::set<fs::path>& seen, std::vector<fs::path>& files) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0)
+    throw UsageError(op_message("train", "--text '" + arg + "': cannot read the folder " + dir.string() + ": " +
+                                             std::strerror(errno)));
+  const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+  if (std::find(open.begin(), open.end(), id) != open.end())
+    throw UsageError(op_message("train", "--text '" + arg + "': " + dir.string() +
+                                             " leads back to a folder it is in (a symbolic-link loop); remove the link"));
+  if (!walked.insert(id).second) return;
+  open.push_back(id);
+  std::error_code ec;
+  std::vector<fs::path> entries;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(it->path());
+  if (ec)  // e.g. no permission to read it
+    throw UsageError(op_message("train", "--text '" + arg + "': cannot list the folder " + dir.string() + ": " +
+                                             ec.message()));
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& e : entries) {
+    struct stat es;
+    if (::stat(e.c_str(), &es) != 0) {
+      if (errno == ELOOP)
+        throw UsageError(op_message("train", "--text '" + arg + "': " + e.string() +
+                                                 " is a loop of symbolic links; remove it"));
+      continue;  // a dangling link
+    }
+    if (S_ISDIR(es.st_mode)) {
+      walk_folder(arg, e, open, walked, seen, files);
+    } else if (S_ISREG(es.st_mode)) {
+      const fs::path canon = fs::canonical(e, ec);
+      if (!ec && seen.insert(canon).second) files.push_back(e);
+    }
+  }
+  open.pop_back();
+}
+
 constexpr char kMagic[6] = {'x', 'g', 't', 'o', 'k', '1'};
 constexpr std::size_t kHeader = 6 + 2 + 8 + 8;  // magic, width (u16), count (u64), bytes (u64)
 
@@ -115,17 +157,14 @@ std::vector<Document> list_documents(const std::string& path) {
   const fs::path root(path);
   if (fs::is_directory(root, ec)) {
     std::set<fs::path> seen;
-    for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (!it->is_regular_file(ec)) continue;
-      const fs::path canon = fs::canonical(it->path(), ec);
-      if (ec || !seen.insert(canon).second) continue;
-      files.push_back(it->path());
-    }
-    if (ec) throw UsageError(op_message("train", "--text '" + path + "': cannot list the folder: " + ec.message()));
+    std::set<std::pair<dev_t, ino_t>> walked;
+    std::vector<std::pair<dev_t, ino_t>> open;
+    walk_folder(path, root, open, walked, seen, files);
     std::sort(files.begin(), files.end());
     if (files.empty()) throw UsageError(op_message("train", "--text '" + path + "' is a folder without files"));
   } else {
+    // A FIFO or a device is refused by name: it has no size, and opening a FIFO waits.
+    io::require_input_file(path, "[train] --text");
     files.push_back(root);
   }
   std::vector<std::uint64_t> sizes;
@@ -247,8 +286,19 @@ std::vector<std::uint32_t> TokenFile::all() const {
 }
 
 std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out) {
+  const std::unique_ptr<io::AtomicFile> f = tokenize_documents_pending(docs, tok, out);
+  const TokenFile written(f->temporary_path());
+  const std::uint64_t count = written.size();
+  f->commit();
+  return count;
+}
+
+std::unique_ptr<io::AtomicFile> tokenize_documents_pending(const std::vector<Document>& docs, const Tokenizer& tok,
+                                                           const std::string& out) {
   const std::uint16_t width = tok.vocab_size() <= 256 ? 1 : tok.vocab_size() <= 65536 ? 2 : 4;
-  io::AtomicFile f(out, "[train] " + out + ": ");  // an exception below removes its temporary file
+  // An exception below removes the temporary file (the AtomicFile's destructor).
+  auto file = std::make_unique<io::AtomicFile>(out, "[train] " + out + ": ");
+  io::AtomicFile& f = *file;
   std::uint64_t count = 0, bytes = 0;
   f.write(kMagic, 6);
   f.write(&width, 2);
@@ -271,8 +321,8 @@ std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokeni
   if (std::fseek(f.stream(), 8, SEEK_SET) != 0) f.fail();
   f.write(&count, 8);
   f.write(&bytes, 8);
-  f.commit();
-  return count;
+  f.flush();
+  return file;
 }
 
 io::safetensors::Metadata tokenizer_metadata(const Tokenizer& tok) {

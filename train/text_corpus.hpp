@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/train/tokenizer.hpp>
@@ -86,6 +87,12 @@ class TokenFile {
 /// reading each document in pieces of about 1 MiB cut at line ends, so a large corpus is never
 /// held in memory. Returns the number of tokens.
 std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out);
+
+/// The same, left uncommitted: the tokens are in the returned file's temporary file (flushed,
+/// readable through TokenFile), and `out` is untouched until the caller commits it (a refused
+/// run then leaves its folder as it was). The file is removed if it is never committed.
+std::unique_ptr<io::AtomicFile> tokenize_documents_pending(const std::vector<Document>& docs, const Tokenizer& tok,
+                                                           const std::string& out);
 
 /// The metadata a checkpoint carries about its tokenizer: "tokenizer" (its kind),
 /// "tokenizer_sha256" and "tokenizer_model" (the model file's bytes, base64; empty for bytes).

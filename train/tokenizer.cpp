@@ -16,6 +16,7 @@
 #include <utility>
 
 #include <xgrad/io/atomic_file.hpp>
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/detail/sha256.hpp>
@@ -415,12 +416,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
                                          "tokenizer.bin, or 'bytes')"));
   if (fs::is_directory(st))
     throw UsageError(op_message(kOp, "--tokenizer '" + spec + "' is a folder; give the .model or .bin file in it"));
-  std::string bytes;
-  try {
-    bytes = CharLMTask::read_text(spec);
-  } catch (const ValueError&) {
-    throw FormatError(op_message(kOp, "cannot read the tokenizer " + spec));
-  }
+  // Not a FIFO or a device (refused by name), and at most kTokenizerLimit bytes.
+  const std::string bytes = io::read_input_file(spec, io::kTokenizerLimit, "[" + std::string(kOp) + "] --tokenizer");
   if (bin) return make_llama2c_tokenizer(bytes, spec);
   try {  // a tokenizer.bin by another name
     return make_llama2c_tokenizer(bytes, spec);
@@ -598,16 +595,25 @@ std::vector<std::string_view> keep_characters(const std::vector<std::string_view
 std::vector<TextFile> read_texts(const std::vector<std::string>& paths, const std::string& out) {
   if (paths.empty()) throw UsageError(op_message(kTrainOp, "no corpus: give text files or folders of them"));
   std::vector<TextFile> corpus;
+  std::uint64_t total = 0;
   std::error_code ec;
-  const fs::path out_dir = fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
+  // Where --out really is (a link named elsewhere may point into a corpus folder).
+  const fs::path real_out = fs::weakly_canonical(fs::absolute(out, ec), ec);
+  const fs::path out_dir = real_out.has_parent_path() ? real_out.parent_path()
+                           : fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
   for (const std::string& p : paths) {
     const fs::file_status st = fs::status(p, ec);
     if (!fs::exists(st)) throw UsageError(op_message(kTrainOp, "'" + p + "': no such file or folder"));
     const bool dir = fs::is_directory(st);
     if (dir) {
       bool any = false;
-      for (fs::directory_iterator it(p, ec), end; !ec && it != end && !any; it.increment(ec))
-        any = fs::is_regular_file(it->path(), ec);
+      std::error_code list;
+      for (fs::directory_iterator it(p, list), end; !list && it != end && !any; it.increment(list)) {
+        std::error_code kind;
+        any = fs::is_regular_file(it->path(), kind);
+      }
+      if (list)  // e.g. no permission to read it: not the same as an empty folder
+        throw UsageError(op_message(kTrainOp, "the folder '" + p + "' cannot be listed: " + list.message()));
       if (!any) throw UsageError(op_message(kTrainOp, "the folder '" + p + "' holds no files"));
       if (fs::equivalent(out_dir, p, ec))
         throw UsageError(op_message(kTrainOp, "--out '" + out + "' is in the corpus folder '" + p +
@@ -616,7 +622,13 @@ std::vector<TextFile> read_texts(const std::vector<std::string>& paths, const st
       throw UsageError(op_message(kTrainOp, "--out '" + out + "' is the corpus file '" + p +
                                                 "': the output would replace the input; write it elsewhere"));
     }
+    // A FIFO or a device is refused by name before it is opened (opening a FIFO waits).
+    if (!dir) io::require_input_file(p, "[" + std::string(kTrainOp) + "] FILES");
     for (TextFile& f : CharLMTask::read_corpus(p)) {
+      total += f.text.size();
+      if (total > io::kTextLimit)
+        throw UsageError(op_message(kTrainOp, "the corpus is more than " + io::size_text(io::kTextLimit) +
+                                                  " (the limit of a text read whole) after '" + p + "'"));
       const std::string why = binary_reason(f.text);
       const std::string where = dir ? (fs::path(p) / f.name).string() : p;
       if (!why.empty())

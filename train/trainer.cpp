@@ -21,6 +21,7 @@
 #include <sched.h>
 #endif
 
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
@@ -86,6 +87,7 @@ int default_threads(int local_ranks) {
 }
 
 std::string read_bytes(const std::string& path) {
+  io::require_input_file(path, "[train] the checkpoint", io::InputError::format);
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   if (!in || !(ss << in.rdbuf())) throw FormatError("[train] cannot read " + path);
@@ -308,6 +310,9 @@ void open_run_folder(Session& s) {
         s.best_step = parse_int(f[0], "log.csv");
       }
     }
+    // Every check has passed: the files the task prepared join the run folder (a refused run
+    // leaves it as it was), then the log.
+    s.task->commit_files();
     s.csv = std::make_unique<RunLog>(out / kLogFile, kept, bpb);
     prepare_out_folder(s.o.out);
     // Resuming: bring model.safetensors to the state's step first. It is written after the state,

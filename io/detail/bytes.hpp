@@ -11,6 +11,7 @@
 #include <string>
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/io/input_file.hpp>
 
 namespace xg::io::detail {
 
@@ -51,12 +52,13 @@ inline std::string printable(const std::string& s) {
   return s.size() > 40 ? r + "..." : r;
 }
 
-// Folders and devices open as streams but have no size to trust.
+// Folders and devices open as streams but have no size to trust; a FIFO waits for a writer
+// (the shared check: io/input_file.hpp).
 inline void require_regular_file(const std::string& path, const std::string& where) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw FormatError(where + "cannot open the file: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw FormatError(where + "cannot read the file: not a regular file (a folder?)");
+  const std::string kind = non_regular_kind(path);
+  if (!kind.empty()) throw FormatError(where + "cannot read the file: it is " + kind + ", not a regular file");
 }
-
 
 }  // namespace xg::io::detail

@@ -39,6 +39,7 @@ import math
 import os
 import shlex
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -289,6 +290,22 @@ def mutate(path, mutation, fixtures):
         if os.path.lexists(path):
             os.remove(path)
         os.symlink(arg, path)
+    elif op == "fifo":  # the file becomes a named pipe that no one writes to
+        if os.path.lexists(path):
+            os.remove(path)
+        os.mkfifo(path)
+    elif op == "symloop":  # a folder (made if missing) with a text file and links 'loop', 'loop2' -> '.'
+        os.makedirs(path, exist_ok=True)  # (two links back: a walk that follows them never ends)
+        with open(os.path.join(path, "t.txt"), "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog.\n" * 200)
+        os.symlink(".", os.path.join(path, "loop"))
+        os.symlink(".", os.path.join(path, "loop2"))
+    elif op == "linkpair":  # a folder (made if missing) with a text file and links a -> b, b -> a
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "t.txt"), "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog.\n" * 200)
+        os.symlink("b", os.path.join(path, "a"))
+        os.symlink("a", os.path.join(path, "b"))
     elif op == "drop":
         drop_tensor(path, arg)
     elif op == "dup":  # SRC=>NEW: a copy of tensor SRC (its bytes appended) under the name NEW
@@ -343,6 +360,9 @@ def snapshot(folder):
             p = os.path.join(base, name)
             if os.path.islink(p):  # a link (maybe dangling) is its target's name
                 out[os.path.relpath(p, folder)] = "-> " + os.readlink(p)
+                continue
+            if not stat.S_ISREG(os.lstat(p).st_mode):  # a FIFO (opening it would wait), a socket
+                out[os.path.relpath(p, folder)] = "mode %o" % os.lstat(p).st_mode
                 continue
             with open(p, "rb") as f:
                 out[os.path.relpath(p, folder)] = hashlib.sha256(f.read()).hexdigest()

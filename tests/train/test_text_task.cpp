@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -63,6 +65,32 @@ TEST_CASE("text corpus: a large file is cut into documents at line ends that add
   }
   CHECK(at == text.size());
   CHECK(docs[1].name == "big.txt#1");
+}
+
+TEST_CASE("text corpus: symbolic-link loops are refused naming the link and FIFOs are refused unopened", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_loops");
+  const std::string line = "the quick brown fox jumps over the lazy dog.\n";
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += line;
+  write(dir / "c" / "a.txt", text);
+  fs::create_directories(dir / "c" / "sub");
+  fs::create_directory_symlink("..", dir / "c" / "sub" / "up");  // c/sub/up -> c: a loop
+  fs::create_directory_symlink("..", dir / "c" / "sub" / "up2");
+  CHECK_THROWS_WITH(train::list_documents((dir / "c").string()),
+                    Catch::Contains((dir / "c" / "sub" / "up").string() + " leads back to a folder it is in"));
+  write(dir / "d" / "a.txt", text);
+  fs::create_symlink("b", dir / "d" / "a");
+  fs::create_symlink("a", dir / "d" / "b");
+  CHECK_THROWS_WITH(train::list_documents((dir / "d").string()), Catch::Contains("is a loop of symbolic links"));
+  // Two links to one folder that is no ancestor: read once, no error.
+  write(dir / "e" / "shared" / "a.txt", text);
+  fs::create_directory_symlink("shared", dir / "e" / "l1");
+  fs::create_directory_symlink("shared", dir / "e" / "l2");
+  CHECK(train::list_documents((dir / "e").string()).size() == train::list_documents((dir / "e" / "shared").string()).size());
+  const std::string fifo = (dir / "pipe").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(train::list_documents(fifo), Catch::Contains("is a named pipe (FIFO), not a regular file"));
+  CHECK_THROWS_WITH(train::list_documents("/dev/zero"), Catch::Contains("is a character device"));
 }
 
 TEST_CASE("text corpus: missing paths and folders without text are usage errors", "[text]") {

@@ -16,17 +16,13 @@
 #include <xgrad/train/generate.hpp>
 
 #include "common.hpp"
+#include <xgrad/io/input_file.hpp>
 
 namespace xg::train {
 
 std::string CharLMTask::read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec))
-    throw ValueError(op_message("charlm", "cannot read the text file " + path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // A regular file of at most kTextLimit bytes: a FIFO or a device is refused by name.
+  return io::read_input_file(path, io::kTextLimit, "[charlm] the text file");
 }
 
 CharLMTask::CharLMTask(const std::string& path, std::size_t context) : CharLMTask(path, context, read_corpus(path)) {}
@@ -83,6 +79,17 @@ std::vector<TextFile> CharLMTask::read_corpus(const std::string& path) {
   if (files.empty())
     throw ValueError(op_message("charlm", "the text folder " + path + " holds no files (pass --text FILE)"));
   std::sort(files.begin(), files.end());
+  // The folder is read whole: its files together stay within the limit of one text.
+  std::uint64_t total = 0;
+  for (const auto& f : files) {
+    std::error_code e2;
+    const std::uintmax_t n = fs::file_size(f.second, e2);
+    total += e2 ? 0 : static_cast<std::uint64_t>(n);
+  }
+  if (total > io::kTextLimit)
+    throw UsageError(op_message("charlm", "the text folder " + path + " holds " + std::to_string(total) +
+                                              " bytes, more than the limit of " + io::size_text(io::kTextLimit) +
+                                              " for a text read whole"));
   std::vector<TextFile> corpus;
   for (const auto& f : files) corpus.push_back({f.first, read_text(f.second.string())});
   return corpus;

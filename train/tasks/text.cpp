@@ -13,6 +13,8 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
+#include <xgrad/io/atomic_file.hpp>
+#include <xgrad/io/input_file.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/text_corpus.hpp>
 
@@ -25,6 +27,31 @@ namespace fs = std::filesystem;
 namespace {
 
 
+
+// The token files of a run, written before the run's checks and committed into the run folder
+// once they pass. Never committed (a refused run), they are removed, and so are the folders
+// created for them (when nothing else appeared there).
+struct PendingTokens {
+  std::vector<fs::path> created;  // folders created for the files, deepest last
+  std::unique_ptr<io::AtomicFile> train, val;
+  bool committed = false;
+
+  PendingTokens() = default;
+  PendingTokens(const PendingTokens&) = delete;
+  PendingTokens& operator=(const PendingTokens&) = delete;
+  ~PendingTokens() {
+    train.reset();  // removes its temporary file unless committed
+    val.reset();
+    if (committed) return;
+    std::error_code ec;
+    for (auto it = created.rbegin(); it != created.rend(); ++it) fs::remove(*it, ec);  // only if empty
+  }
+  void commit() {
+    train->commit();
+    val->commit();
+    committed = true;
+  }
+};
 
 class TextTraining : public GPTTask {
  public:
@@ -118,6 +145,13 @@ class TextTraining : public GPTTask {
     return out.str();
   }
 
+  void commit_files() override {
+    if (pending_) pending_->commit();
+    pending_.reset();
+  }
+
+  void set_pending(std::unique_ptr<PendingTokens> p) { pending_ = std::move(p); }
+
   io::safetensors::Metadata state_metadata() const override {
     return {{"corpus", corpus_}, {"tokenizer_sha256", tok_->digest()}};
   }
@@ -142,7 +176,35 @@ class TextTraining : public GPTTask {
   ValidationWindows windows_;
   std::vector<std::size_t> token_bytes_;  // bytes each id decodes to
   std::uint64_t val_targets_ = 0, val_bytes_ = 0;
+  std::unique_ptr<PendingTokens> pending_;  // rank 0, until commit_files()
 };
+
+// Before any tokenising: the token files' paths in the run folder are free or regular files
+// (a folder there would fail the second commit after the first had replaced its file).
+void check_token_paths(const TrainOptions& o) {
+  for (const char* name : {"train.bin", "val.bin"}) {
+    const std::string p = (fs::path(o.out) / name).string();
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(p, ec))) continue;
+    const std::string kind = io::non_regular_kind(p);
+    if (!kind.empty())
+      throw FormatError(op_message("train", p + " is " + kind + ", not the run's token file; remove it"));
+  }
+}
+
+// The folders create_directories(`dir`) would create, outermost first.
+std::vector<fs::path> missing_folders(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "a/b/" is the folder a/b
+  while (!p.empty() && !fs::exists(p, ec)) {
+    out.insert(out.begin(), p);
+    if (p == p.parent_path()) break;
+    p = p.parent_path();
+  }
+  return out;
+}
 
 // Rank 0's token file, shared with the other ranks (held in memory there).
 std::unique_ptr<TokenFile> share(dist::Communicator& comm, std::unique_ptr<TokenFile> mine) {
@@ -169,6 +231,7 @@ std::unique_ptr<TokenFile> share(dist::Communicator& comm, std::unique_ptr<Token
 std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm) {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<TokenFile> train, val;
+  std::unique_ptr<PendingTokens> pending;
   std::string corpus, split;
   dist::together(comm, [&] {
     tok = load_tokenizer(o.tokenizer);
@@ -181,14 +244,19 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
     std::vector<Document> train_docs, val_docs;
     split_documents(docs, o.val_fraction, train_docs, val_docs);
     corpus = corpus_fingerprint(docs);
+    check_token_paths(o);
+    // The tokens go to temporary files in the run folder, committed as train.bin and val.bin
+    // only once the run's checks have passed (commit_files); until then the folder is as it was.
+    pending = std::make_unique<PendingTokens>();
+    pending->created = missing_folders(o.out);
     fs::create_directories(o.out);
     const std::string train_path = (fs::path(o.out) / "train.bin").string(), val_path = (fs::path(o.out) / "val.bin").string();
     const auto t0 = std::chrono::steady_clock::now();
-    tokenize_documents(train_docs, *tok, train_path);
-    tokenize_documents(val_docs, *tok, val_path);
+    pending->train = tokenize_documents_pending(train_docs, *tok, train_path);
+    pending->val = tokenize_documents_pending(val_docs, *tok, val_path);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    train = std::make_unique<TokenFile>(train_path);
-    val = std::make_unique<TokenFile>(val_path);
+    train = std::make_unique<TokenFile>(pending->train->temporary_path());
+    val = std::make_unique<TokenFile>(pending->val->temporary_path());
     split = std::to_string(docs.size()) + " documents, " + std::to_string(val_docs.size()) + " for validation (--val-fraction " +
             std::to_string(o.val_fraction).substr(0, 4) + "), tokenised in " + std::to_string(seconds).substr(0, 5) +
             " s";
@@ -199,10 +267,11 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
     comm.broadcast(corpus, 0);
     comm.broadcast(split, 0);
   }
-  std::unique_ptr<Task> task;
+  std::unique_ptr<TextTraining> task;
   dist::together(comm, [&] {
     task = std::make_unique<TextTraining>(o, std::move(tok), std::move(train), std::move(val), corpus, split);
   });
+  task->set_pending(std::move(pending));
   return task;
 }
 
