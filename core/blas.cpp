@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -351,12 +352,36 @@ void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double 
 
 // --- bfloat16 products (core/detail/bf16_gemm.hpp, xg::set_matmul_dtype) ---
 
+namespace {
+// The bfloat16 decision, made once per process (XGRAD_BF16_GEMM=auto|on|off, then the
+// calibration): "" when bfloat16 products run, else the reason they do not.
+std::string bf16_choice() {
+  static const std::string why = [] {
+    const char* env = std::getenv("XGRAD_BF16_GEMM");
+    const std::string force = env ? env : "";
+    if (force == "off") return std::string("XGRAD_BF16_GEMM=off");
+    if (force == "on") return std::string();
+    if (!force.empty() && force != "auto")
+      throw ValueError(op_message("XGRAD_BF16_GEMM", "unknown value '" + force + "' (auto, on or off)"));
+    const double r = bf16::measured_speedup();
+    if (r >= bf16::kMinSpeedup) return std::string();
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "bfloat16 dot products measured at %.2fx the float32 FMA rate on this CPU (bfloat16 "
+                  "products need %.2fx): float32 products are faster",
+                  r, bf16::kMinSpeedup);
+    return std::string(buf);
+  }();
+  return why;
+}
+}  // namespace
+
 std::string bf16_unavailable_reason() {
   if (!bf16::cpu_supported()) return "this CPU has no AVX512_BF16 instructions";
   setup();
   if (g_ceiling != "avx512")
     return "the float32 kernels are capped at " + g_ceiling + " (XGRAD_ISA or set_max_isa)";
-  return "";
+  return bf16_choice();
 }
 
 bool bf16_available() { return bf16_unavailable_reason().empty(); }

@@ -22,8 +22,9 @@ enum class MatmulDtype {
 std::string matmul_dtype_name(MatmulDtype d);
 
 /// Sets the precision of float32 matrix products, process-wide (all threads). Where the CPU cannot
-/// run bfloat16 products (bfloat16_matmul_unavailable_reason() says why) the products stay
-/// float32: effective_matmul_dtype() tells which. An op records the precision when it runs
+/// run bfloat16 products, or runs them slower than float32 (a short calibration at the first
+/// bfloat16 request measures it; XGRAD_BF16_GEMM=on|off|auto forces the choice), the products
+/// stay float32: effective_matmul_dtype() tells which, bfloat16_matmul_unavailable_reason() why. An op records the precision when it runs
 /// forward; its backward products use the same.
 void set_matmul_dtype(MatmulDtype d);
 /// The precision set_matmul_dtype() asked for.
@@ -33,8 +34,9 @@ MatmulDtype matmul_dtype();
 MatmulDtype effective_matmul_dtype();
 
 /// Empty when this CPU runs bfloat16 products; otherwise the one-line reason, e.g. "this CPU has
-/// no AVX512_BF16 instructions" or "the float32 kernels are capped at avx2 (XGRAD_ISA or
-/// set_max_isa)".
+/// no AVX512_BF16 instructions", "the float32 kernels are capped at avx2 (XGRAD_ISA or
+/// set_max_isa)" or "bfloat16 dot products measured at 0.38x the float32 FMA rate on this CPU
+/// ...".
 std::string bfloat16_matmul_unavailable_reason();
 
 /// Sets the matmul precision for its lifetime and restores the previous one when it ends.

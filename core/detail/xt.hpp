@@ -1,7 +1,8 @@
 // Internal: xtensor for the kernels that use it (docs/architecture.md, "xtensor": today
 // ops/unary.cpp's exp, log and tanh, vectorised by xsimd). Only .cpp files include this; the
 // rest of the engine needs only core/detail/storage.hpp. The Array <-> xtensor conversions
-// themselves are the public, installed <xgrad/xtensor.hpp>.
+// for users are the public, installed <xgrad/xtensor.hpp>, which sits above the engine: this
+// header includes xtensor itself, never that one (internal code points down, not up).
 #pragma once
 
 // xgrad's kernels use xtensor's SIMD-aligned allocator and xsimd math (XTENSOR_USE_XSIMD). The
@@ -14,10 +15,12 @@
 
 #include <vector>
 
+#include <xtensor/xadapt.hpp>
 #include <xtensor/xmath.hpp>
+#include <xtensor/xnoalias.hpp>
 
+#include <xgrad/core/array.hpp>
 #include <xgrad/core/detail/storage.hpp>
-#include <xgrad/xtensor.hpp>
 
 namespace xg {
 

@@ -6,8 +6,10 @@
 //   bound bfloat16's unit roundoff u = 2^-8 gives: each product of two rounded inputs is off by
 //   at most (2u + u^2) |a||b|, plus float32 accumulation, gamma_K = K 2^-24.
 // - The switch itself: the scope guard, float64 untouched, and the float32 fallback where the CPU
-//   has no AVX512_BF16 or the kernels are capped at AVX2 (ctest runs the [gemm_paths] tests
-//   again with XGRAD_ISA=avx2: gemm_paths_avx2).
+//   has no AVX512_BF16, the kernels are capped at AVX2 (ctest runs the [gemm_paths] tests
+//   again with XGRAD_ISA=avx2: gemm_paths_avx2), or the calibration measured bfloat16 dot
+//   products slower than float32 FMAs (ctest runs the [matmul_bf16] tests again with
+//   XGRAD_BF16_GEMM=on and =off: matmul_bf16_forced_on, matmul_bf16_forced_off).
 #include "tests/support/helpers.hpp"
 
 #include <cmath>
@@ -38,6 +40,11 @@ std::uint32_t bits_of(float x) {
 bool xisa_avx2() {
   const char* env = std::getenv("XGRAD_ISA");
   return env && std::string(env) == "avx2";
+}
+
+std::string bf16_forced() {
+  const char* env = std::getenv("XGRAD_BF16_GEMM");
+  return env ? env : "";
 }
 
 // C = alpha op(A) op(B) + beta C through `f` (gemm_block or gemm_bf16) against float64 on the
@@ -218,6 +225,35 @@ TEST_CASE("matmul in bf16 is within the bf16 bound of float64 forward and backwa
            to_shape(c.tb ? bound(ga, ta64, true, c.ta, rows) : bound(ta64, ga, !c.ta, false, rows), c.b),
            "b's gradient");
   }
+}
+
+TEST_CASE("bf16 products are chosen by the measured speed of the CPU's dot products unless forced",
+          "[ops][matmul_bf16][gemm_paths]") {
+  const std::string reason = bfloat16_matmul_unavailable_reason(), forced = bf16_forced();
+  if (!blas::bf16::cpu_supported()) {
+    CHECK(blas::bf16::measured_speedup() == 0.0);
+    CHECK(reason == "this CPU has no AVX512_BF16 instructions");
+    return;
+  }
+  if (xisa_avx2()) {
+    CHECK(reason.find("capped at avx2") != std::string::npos);
+    return;
+  }
+  if (forced == "on") {
+    CHECK(reason.empty());  // the kernel runs: the other cases of this run check its calls
+    return;
+  }
+  if (forced == "off") {
+    CHECK(reason == "XGRAD_BF16_GEMM=off");
+    return;
+  }
+  // auto: the decision follows the calibration. A second measurement may land on the other
+  // side of the threshold only when the CPU sits right at it: the check skips a band around it.
+  const double r = blas::bf16::measured_speedup();
+  INFO("measured bf16/fp32 speed-up " << r << ", reason '" << reason << "'");
+  CHECK(r > 0.0);
+  if (r < 0.9 * blas::bf16::kMinSpeedup) CHECK(reason.find("measured at") != std::string::npos);
+  if (r > 1.1 * blas::bf16::kMinSpeedup) CHECK(reason.empty());
 }
 
 TEST_CASE("the bf16 switch leaves float64 matmuls bit-identical", "[ops][matmul_bf16]") {
