@@ -543,6 +543,7 @@ void run(const Flags& f) {
                     (f.pool_wake ? "; pool woken before each round in it" : "; pool not woken (--pool-wake 0)"));
   bench::print_line("CPU: " + xg::blas::cpu_isa() + ", ISA ceiling: " + xg::blas::isa_ceiling() +
                     ", doorway float32 kernels: " + xg::float32_gemm_kernels());
+  bench::print_library_lines();
 
   std::vector<std::unique_ptr<Variant>> variants;
   variants.push_back(std::make_unique<Doorway>());

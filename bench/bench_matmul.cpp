@@ -1,4 +1,4 @@
-// Float32 matrix product through xgrad's matmul op, forward only (issue 8, "Benchmarks"), and
+// Float32 (--dtype float64: float64) matrix product through xgrad's matmul op, forward only (issue 8, "Benchmarks"), and
 // beside it, on the same matrices in the same run: each float32 GEMM backend of xgrad's BLAS
 // doorway (core/detail/blas.hpp: OpenBLAS and oneDNN, single-threaded inside xgrad's pool), and one
 // raw cblas_sgemm call with OpenBLAS's own threads set to --threads. Square n x n by default;
@@ -32,8 +32,74 @@ std::vector<double> gflops(const std::vector<double>& ms, double flop) {
   return out;
 }
 
+// --dtype float64: the op on float64 tensors, then each float64 kernel of the doorway
+// (blas::dgemm_on: xgrad's own AVX-512 and AVX2 kernels where the CPU has them, OpenBLAS's
+// dgemm) on the same matrices, in rounds that alternate the kernels (medians over all rounds),
+// each as a share of the float64 FMA peak (half the fp32 peak measured in the same run).
+void run_f64(const bench::MatmulFlags& f, const Extra& x) {
+  const std::size_t M = x.m.value_or(f.n), K = x.k.value_or(f.n), N = f.n;
+  if (M == N && K == N)
+    bench::print_header("bench_matmul", "xgrad", f);
+  else
+    bench::print_line("bench_matmul (xgrad): [" + std::to_string(M) + ", " + std::to_string(K) + "] x [" +
+                      std::to_string(K) + ", " + std::to_string(N) + "], float64, threads " +
+                      std::to_string(f.threads));
+  if (M != N || K != N) bench::print_library_lines();
+  Generator gen(0);
+  const Tensor A = randn({M, K}, gen, DType::float64);
+  const Tensor B = randn({K, N}, gen, DType::float64);
+  const double flop = 2.0 * double(M) * double(N) * double(K);
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+       std::chrono::steady_clock::now() < until;)
+    ops::matmul(A, B);
+  const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, [&] { ops::matmul(A, B); });
+  std::vector<double> C(M * N);
+  const double* a = A.value().data<double>();
+  const double* b = B.value().data<double>();
+  std::vector<blas::F64Kernel> kernels;
+  for (blas::F64Kernel k : {blas::F64Kernel::xgrad_avx512, blas::F64Kernel::xgrad_avx2, blas::F64Kernel::openblas})
+    if (blas::f64_kernel_available(k)) kernels.push_back(k);
+  std::vector<std::vector<double>> t(kernels.size());
+  const std::size_t rounds = 3;
+  for (std::size_t r = 0; r < rounds; ++r)
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+      const std::vector<double> s = bench::time_reps(f.warmup, (f.reps + rounds - 1) / rounds, [&] {
+        blas::dgemm_on(kernels[i], false, false, M, N, K, 1.0, a, K, b, N, 0.0, C.data(), N);
+      });
+      t[i].insert(t[i].end(), s.begin(), s.end());
+    }
+  const bench::RunThreads pool = bench::xgrad_pool();
+  const bench::Peak peak = bench::measure_peak(f.threads, 0.05, pool);
+  const double f64_peak = peak.fp32_gflops / 2;
+  bench::print_line("peak (fp64 FMA = half the fp32 one, " + peak.isa + ", " + std::to_string(peak.threads) +
+                    " threads, measured now): " + bench::fmt(f64_peak, 1) + " GFLOP/s");
+  std::vector<double> medians;
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const double med = bench::summarize(gflops(t[i], flop)).median;
+    medians.push_back(med);
+    bench::print_summary(std::string("doorway ") + blas::f64_kernel_name(kernels[i]) + " (xgrad pool)",
+                         gflops(t[i], flop), "GFLOPS");
+    bench::print_line(std::string("  ") + blas::f64_kernel_name(kernels[i]) + ": " + bench::fmt(100 * med / f64_peak, 1) +
+                      "% of the fp64 peak");
+  }
+  if (kernels.back() == blas::F64Kernel::openblas && kernels.size() > 1)
+    bench::print_line(std::string("ratio ") + blas::f64_kernel_name(kernels[0]) + " / OpenBLAS: " +
+                      bench::fmt(medians[0] / medians.back(), 2));
+  const double achieved = bench::summarize(gflops(ms, flop)).median;
+  bench::print_summary("xgrad matmul float64", ms, "ms");
+  bench::print_summary("xgrad matmul float64", gflops(ms, flop), "GFLOPS");
+  bench::print_line("achieved: " + bench::fmt(achieved, 1) + " GFLOP/s = " + bench::fmt(100 * achieved / f64_peak, 1) +
+                    "% of the fp64 peak");
+  bench::print_peak_rss();
+  bench::print_result("matmul_gflops", achieved, "GFLOPS");
+}
+
 void run(const bench::MatmulFlags& f, const Extra& x) {
   set_num_threads(f.threads);
+  if (f.dtype == "float64") {
+    run_f64(f, x);
+    return;
+  }
   const std::size_t M = x.m.value_or(f.n), K = x.k.value_or(f.n), N = f.n;
   const bool square = M == N && K == N;
   if (square)
@@ -42,6 +108,7 @@ void run(const bench::MatmulFlags& f, const Extra& x) {
     bench::print_line("bench_matmul (xgrad): [" + std::to_string(M) + ", " + std::to_string(K) + "] x [" +
                       std::to_string(K) + ", " + std::to_string(N) + "], float32, threads " +
                       std::to_string(f.threads));
+  if (!square) bench::print_library_lines();
   bench::print_line("float32 GEMM kernels: " + float32_gemm_kernels() + " (CPU: " + blas::cpu_isa() + ")");
   Generator gen(0);
   const Tensor A = randn({M, K}, gen);
@@ -97,7 +164,7 @@ int main(int argc, char** argv) {
   bench::MatmulFlags f;
   Extra x;
   return bench::run_program(
-      "bench_matmul", "float32 matmul through xgrad's op and each GEMM backend, beside raw OpenBLAS sgemm", argc,
+      "bench_matmul", "float32 (or float64) matmul through xgrad's op and each GEMM backend, beside raw OpenBLAS", argc,
       argv,
       [&](CLI::App& app) {
         bench::add_flags(app, f);
@@ -107,6 +174,10 @@ int main(int argc, char** argv) {
         app.add_option_function<std::size_t>(
                "--k", [&x](const std::size_t& v) { x.k = v; }, "inner dimension (default: n)")
             ->check(CLI::PositiveNumber);
+        app.add_option("--dtype", f.dtype,
+                       "float32 (the op, each float32 backend, raw sgemm) or float64 (the op, each float64 kernel)")
+            ->check(CLI::IsMember({"float32", "float64"}))
+            ->capture_default_str();
       },
       [&] { run(f, x); });
 }

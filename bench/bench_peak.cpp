@@ -33,6 +33,7 @@ void run(const PeakFlags& f) {
   bench::print_line("bench_peak: widest vectors " + bench::widest_isa() + ", avx512_bf16 " +
                     (bench::has_avx512_bf16() ? "yes" : "no") + ", xgrad threads " + std::to_string(f.threads) +
                     ", " + bench::fmt(f.seconds, 2) + " s per slice");
+  bench::print_library_lines();
   const bench::Peak one = bench::measure_peak(1, f.seconds, pool, isa);
   const bench::Peak all = bench::measure_peak(f.threads, f.seconds, pool, isa);
   bench::print_line("fp32 FMA (" + one.isa + ") 1 thread: " + bench::fmt(one.fp32_gflops, 1) + " GFLOP/s");

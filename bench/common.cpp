@@ -1,4 +1,5 @@
 #include "bench/common.hpp"
+#include "bench/openblas.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -261,25 +262,46 @@ std::string fmt(double v, int digits) {
   return o.str();
 }
 
+namespace {
+std::vector<std::function<std::vector<std::string>()>>& header_line_sources() {
+  static std::vector<std::function<std::vector<std::string>()>> sources;
+  return sources;
+}
+}  // namespace
+
+void add_header_lines(const std::function<std::vector<std::string>()>& lines) {
+  header_line_sources().push_back(lines);
+}
+
+void print_library_lines() {
+  print_line("OpenBLAS core: " + openblas_core() + " (" + openblas_config() + ")");
+  for (const auto& source : header_line_sources())
+    for (const std::string& line : source()) print_line(line);
+}
+
 void print_header(const std::string& program, const std::string& library, const TrainFlags& f) {
   print_line(program + " (" + library + "): vocab " + str(f.vocab) + ", d " + str(f.d) + ", heads " + str(f.heads) +
              " (kv " + str(f.kv()) + "), layers " + str(f.layers) + ", T " + str(f.seq) + ", batch " + str(f.batch) +
              ", threads " + std::to_string(f.threads) + ", seed " + std::to_string(f.seed) + ", float32");
+  print_library_lines();
 }
 
 void print_header(const std::string& program, const std::string& library, const AttentionFlags& f) {
   print_line(program + " (" + library + "): B " + str(f.batch) + ", H " + str(f.heads) + " (kv " + str(f.kv()) +
              "), T " + str(f.seq) + ", dh " + str(f.dh) + ", mask " + f.mask + ", impl " + f.impl + ", threads " +
              std::to_string(f.threads) + ", seed " + std::to_string(f.seed) + ", float32");
+  print_library_lines();
 }
 
 void print_header(const std::string& program, const std::string& library, const OpOverheadFlags& f) {
   print_line(program + " (" + library + "): k " + str(f.k) +
              " ops on a 1-element float32 tensor, x * c and x + c alternating, forward + backward");
+  print_library_lines();
 }
 
 void print_header(const std::string& program, const std::string& library, const MatmulFlags& f) {
-  print_line(program + " (" + library + "): n " + str(f.n) + ", float32, threads " + std::to_string(f.threads));
+  print_line(program + " (" + library + "): n " + str(f.n) + ", " + f.dtype + ", threads " + std::to_string(f.threads));
+  print_library_lines();
 }
 
 void print_header(const std::string& program, const std::string& library, const GenerateFlags& f) {
@@ -289,6 +311,7 @@ void print_header(const std::string& program, const std::string& library, const 
              str(s.hidden) + ", seq " + str(s.seq) + (f.untied ? ", untied" : ", tied") + "; prefill " +
              str(f.prompt) + " tokens, decode " + str(f.new_tokens) + " tokens; threads " +
              std::to_string(f.threads) + ", seed " + std::to_string(f.seed) + ", float32, greedy");
+  print_library_lines();
 }
 
 void report_train_step(const std::vector<double>& ms, std::size_t steps_run, double last_loss) {

@@ -50,6 +50,7 @@ struct OpOverheadFlags {
 struct MatmulFlags {
   std::size_t n = 1024, reps = 10, warmup = 2;
   int threads = 2;
+  std::string dtype = "float32";  // bench_matmul's --dtype (float32 or float64)
 };
 
 // bench_generate (xgrad only): a Llama model of a named shape (`shape`: stories15M or
@@ -124,7 +125,14 @@ void print_result(const std::string& name, double value, const std::string& unit
 
 std::string fmt(double v, int digits = 3);  // fixed-point with `digits` decimals
 
-// The first line: "<program> (<library>): <the sizes and settings of f>".
+// The lines after the first of every program's header: "OpenBLAS core: <openblas_get_corename()>
+// (<openblas_get_config()>)", then the lines of each function registered with
+// add_header_lines (the xgrad programs: the GEMM kernels xgrad chose, bench/xgrad_header.cpp).
+void print_library_lines();
+void add_header_lines(const std::function<std::vector<std::string>()>& lines);
+
+// The first line: "<program> (<library>): <the sizes and settings of f>", then
+// print_library_lines().
 void print_header(const std::string& program, const std::string& library, const TrainFlags& f);
 void print_header(const std::string& program, const std::string& library, const AttentionFlags& f);
 void print_header(const std::string& program, const std::string& library, const OpOverheadFlags& f);

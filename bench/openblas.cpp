@@ -9,6 +9,16 @@ namespace bench {
 void set_openblas_threads(int n) { openblas_set_num_threads(n); }
 int openblas_threads() { return openblas_get_num_threads(); }
 
+std::string openblas_core() {
+  const char* c = openblas_get_corename();
+  return c ? c : "unknown";
+}
+
+std::string openblas_config() {
+  const char* c = openblas_get_config();
+  return c ? c : "unknown";
+}
+
 std::vector<double> time_raw_sgemm(std::size_t n, const float* A, const float* B, std::size_t warmup, std::size_t reps,
                                    int threads) {
   const int before = openblas_get_num_threads();

@@ -4,11 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace bench {
 
 void set_openblas_threads(int n);
+// openblas_get_corename() (the kernels OpenBLAS runs on this CPU) and openblas_get_config().
+std::string openblas_core();
+std::string openblas_config();
 int openblas_threads();
 
 // Times C = A B for n x n row-major float32 matrices, one cblas_sgemm call per rep, with

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
@@ -49,9 +50,27 @@ int run(int argc, char** argv) {
   // `xgrad import llama2c`, `xgrad export llama2c` likewise.
   if ((command == "import" || command == "export") && argc > 2 && std::strcmp(argv[2], "llama2c") == 0)
     command += " llama2c";
+  // `xgrad --version --verbose` (either order): the version line, then the BLAS libraries and
+  // the GEMM kernels chosen on this CPU (`xgrad --version` alone prints the version line only).
+  if (argc == 3 && ((std::strcmp(argv[1], "--version") == 0 && std::strcmp(argv[2], "--verbose") == 0) ||
+                    (std::strcmp(argv[1], "--verbose") == 0 && std::strcmp(argv[2], "--version") == 0))) {
+    if (xg::cli::quiet_rank()) return 0;
+    std::string text;
+    try {  // all of it before any is printed: a bad XGRAD_FLOAT64_GEMM fails with its one line alone
+      text = std::string("xgrad ") + XGRAD_VERSION_STRING + "\nOpenBLAS core: " + xg::openblas_core() + " (" +
+             xg::openblas_config() + ")\nfloat32 GEMM: " + xg::float32_gemm_kernels() +
+             "\nfloat64 GEMM: " + xg::float64_gemm_kernels() + "\n";
+    } catch (...) {
+      return fail(std::current_exception(), command);
+    }
+    std::cout << text;
+    return 0;
+  }
   try {
     CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
-    app.set_version_flag("--version", std::string("xgrad ") + XGRAD_VERSION_STRING, "Print the version and exit");
+    app.set_version_flag("--version", std::string("xgrad ") + XGRAD_VERSION_STRING,
+                         "Print the version and exit (with --verbose: also OpenBLAS's core and the float32 and "
+                         "float64 GEMM kernels chosen on this CPU)");
     app.require_subcommand(1);
     xg::cli::add_demo(app);
     xg::cli::add_gradcheck(app);

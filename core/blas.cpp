@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <type_traits>
 
 #include <xgrad/core/detail/bf16_gemm.hpp>
+#include <xgrad/core/detail/dgemm.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/detail/profile.hpp>
@@ -347,7 +349,117 @@ void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double 
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta,
           double* C, std::size_t ldc) {
   const ProfileTimer timer;
-  split_gemm(OpenBlasKernel{}, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  dgemm_on(dgemm_kernel(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// --- which float64 kernel: chosen once, at the first float64 GEMM (core/detail/blas.hpp) ---
+
+namespace {
+
+std::atomic<std::uint64_t> g_f64_calls[3];
+
+struct F64Choice {
+  F64Kernel kernel = F64Kernel::openblas;
+  std::string reason;
+};
+
+// OpenBLAS's cores (openblas_get_corename, DYNAMIC_ARCH) whose dgemm kernels use AVX2 + FMA or
+// AVX-512. On any other core -- Prescott (SSE3), its fallback for a CPU model it does not know,
+// Nehalem, Sandybridge (AVX without FMA)... -- OpenBLAS's dgemm runs well below what the CPU can.
+bool openblas_core_is_vector(const std::string& core) {
+  std::string c;
+  for (char ch : core) c += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* v : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
+    if (c == v) return true;
+  return false;
+}
+
+F64Kernel own_kernel(const std::string& ceiling) {
+  return ceiling == "avx512" ? F64Kernel::xgrad_avx512 : F64Kernel::xgrad_avx2;
+}
+
+F64Choice choose_f64() {
+  const std::string ceiling = isa_ceiling();  // cpuid, capped by set_max_isa / XGRAD_ISA
+  const char* env = std::getenv("XGRAD_FLOAT64_GEMM");
+  const std::string force = env ? env : "";
+  if (force == "openblas") return {F64Kernel::openblas, "XGRAD_FLOAT64_GEMM=openblas"};
+  if (force == "xgrad") {
+    if (ceiling == "none")
+      throw Error(op_message("XGRAD_FLOAT64_GEMM", "xgrad's float64 kernel needs AVX2 + FMA, which this CPU lacks"));
+    return {own_kernel(ceiling), "XGRAD_FLOAT64_GEMM=xgrad"};
+  }
+  if (!force.empty() && force != "auto")
+    throw ValueError(op_message("XGRAD_FLOAT64_GEMM", "unknown value '" + force + "' (xgrad, openblas or auto)"));
+  const std::string core = openblas_corename();
+  if (ceiling == "none") return {F64Kernel::openblas, "the CPU has no AVX2 + FMA"};
+  if (openblas_core_is_vector(core))
+    return {F64Kernel::openblas, "OpenBLAS core " + core + " has AVX2/AVX-512 dgemm kernels"};
+  return {own_kernel(ceiling), "OpenBLAS core " + core + " has no AVX2 or AVX-512 dgemm kernels"};
+}
+
+const F64Choice& f64_choice() {
+  static const F64Choice choice = choose_f64();  // a throw leaves it unset: the next call throws again
+  return choice;
+}
+
+// One block of the own kernel (split_blocks' kernel argument).
+struct OwnF64Kernel {
+  f64::Isa isa;
+  void operator()(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double alpha, const double* A,
+                  std::size_t lda, const double* B, std::size_t ldb, double beta, double* C, std::size_t ldc) const {
+    f64::gemm_block(isa, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+};
+
+}  // namespace
+
+F64Kernel dgemm_kernel() { return f64_choice().kernel; }
+
+std::string dgemm_reason() { return f64_choice().reason; }
+
+const char* f64_kernel_name(F64Kernel k) {
+  switch (k) {
+    case F64Kernel::xgrad_avx512:
+      return "xgrad avx512";
+    case F64Kernel::xgrad_avx2:
+      return "xgrad avx2";
+    default:
+      return "OpenBLAS";
+  }
+}
+
+bool f64_kernel_available(F64Kernel k) {
+  if (k == F64Kernel::openblas) return true;
+  return f64::cpu_supported(k == F64Kernel::xgrad_avx512 ? f64::Isa::avx512 : f64::Isa::avx2);
+}
+
+void dgemm_on(F64Kernel k, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
+              const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C,
+              std::size_t ldc) {
+  if (!f64_kernel_available(k))
+    throw Error(op_message("blas::dgemm_on", std::string(f64_kernel_name(k)) + " needs instructions this CPU lacks"));
+  g_f64_calls[static_cast<int>(k)].fetch_add(1, std::memory_order_relaxed);
+  if (k == F64Kernel::openblas) {
+    split_gemm(OpenBlasKernel{}, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (M == 0 || N == 0) return;
+  // Every shape, matrix-vector products included, as blocks of C over the pool: the bits of each
+  // entry depend on K alone (core/detail/dgemm.hpp), so not on the thread count.
+  const OwnF64Kernel kernel{k == F64Kernel::xgrad_avx512 ? f64::Isa::avx512 : f64::Isa::avx2};
+  split_blocks(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+std::uint64_t dgemm_calls(F64Kernel k) { return g_f64_calls[static_cast<int>(k)].load(std::memory_order_relaxed); }
+
+std::string openblas_corename() {
+  const char* c = openblas_get_corename();
+  return c ? c : "unknown";
+}
+
+std::string openblas_config() {
+  const char* c = openblas_get_config();
+  return c ? c : "unknown";
 }
 
 // --- bfloat16 products (core/detail/bf16_gemm.hpp, xg::set_matmul_dtype) ---

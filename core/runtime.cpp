@@ -29,6 +29,14 @@ std::string float32_gemm_kernels() {
                                     : std::string(blas::backend_name(b));
 }
 
+std::string float64_gemm_kernels() {
+  return std::string(blas::f64_kernel_name(blas::dgemm_kernel())) + " (" + blas::dgemm_reason() + ")";
+}
+
+std::string openblas_core() { return blas::openblas_corename(); }
+
+std::string openblas_config() { return blas::openblas_config(); }
+
 void set_blas_threads(int n) { set_num_threads(n); }
 
 void tune_allocator_for_training() {}

@@ -16,15 +16,26 @@ void set_num_threads(int n);
 /// The number of worker threads set_num_threads() configured (default: one per core).
 int num_threads();
 
-/// Ceiling for the vector instructions of the float32 matrix-product kernels: "avx2" or
+/// Ceiling for the vector instructions of the float32 matrix-product kernels (and of xgrad's
+/// float64 kernel, read at the first float64 matmul): "avx2" or
 /// "avx512". Default: the widest the CPU has (found at run time, whatever the build flags);
 /// the environment variable XGRAD_ISA sets the same. Call it before the first float32 matmul:
 /// the kernels (oneDNN's) fix their ISA then, and a different ceiling afterwards throws Error.
 /// An unknown name throws ValueError. docs/performance.md, "GEMM".
 void set_max_isa(const std::string& isa);
-/// What float32 matrix products run on, e.g. "oneDNN avx512", "oneDNN avx2" or "OpenBLAS"
-/// (float64 always runs on OpenBLAS).
+/// What float32 matrix products run on, e.g. "oneDNN avx512", "oneDNN avx2" or "OpenBLAS".
 std::string float32_gemm_kernels();
+/// What float64 matrix products run on: "xgrad avx512", "xgrad avx2" (xgrad's own kernel) or
+/// "OpenBLAS", and why, e.g. "xgrad avx512 (OpenBLAS core Prescott has no AVX2 or AVX-512
+/// dgemm kernels)". Chosen at the first float64 matmul: the own kernel where OpenBLAS runs a core
+/// without AVX2/AVX-512 dgemm kernels and the CPU has AVX2 + FMA, at the ISA ceiling above;
+/// XGRAD_FLOAT64_GEMM=xgrad|openblas|auto forces it (docs/performance.md, "GEMM").
+std::string float64_gemm_kernels();
+/// OpenBLAS's core: the kernels it runs on this CPU (openblas_get_corename()), e.g. "Haswell",
+/// "SkylakeX" or "Prescott", its SSE3 fallback for a CPU model it does not know.
+std::string openblas_core();
+/// OpenBLAS's build configuration (openblas_get_config()), e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH ...".
+std::string openblas_config();
 
 /// Kept for programs written against earlier versions: same as set_num_threads(n).
 void set_blas_threads(int n);

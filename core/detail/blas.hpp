@@ -5,10 +5,16 @@
 //
 // float32 runs on oneDNN's dnnl_sgemm where xgrad was built with it (XGRAD_WITH_ONEDNN) and the
 // CPU has AVX2 or AVX-512: oneDNN picks its kernels from cpuid at run time, up to the ISA
-// ceiling set_max_isa() / XGRAD_ISA sets. Everything else runs on OpenBLAS: float64 always (the
-// gradient checks' results stay what they were), float32 without oneDNN, and the matrix-vector
-// products (one row or one column of C). Both libraries run single-threaded inside xgrad's one
-// pool (core/parallel.hpp); docs/performance.md has the measurements behind the choice.
+// ceiling set_max_isa() / XGRAD_ISA sets. float32 without oneDNN and the float32 matrix-vector
+// products (one row or one column of C) run on OpenBLAS.
+// float64 runs on xgrad's own kernel (core/detail/dgemm.hpp, AVX-512 or AVX2 up to the ceiling)
+// or on OpenBLAS's dgemm, chosen once at the first float64 GEMM (dgemm_kernel()): the own
+// kernel where OpenBLAS runs a core without AVX2/AVX-512 dgemm kernels (openblas_corename():
+// anything but Haswell, Zen, SkylakeX, Cooperlake, SapphireRapids -- e.g. Prescott, its fallback
+// for a CPU model it does not know) and the CPU has AVX2 + FMA; OpenBLAS otherwise. The
+// environment variable XGRAD_FLOAT64_GEMM=xgrad|openblas|auto forces it.
+// Every library runs single-threaded inside xgrad's one pool (core/parallel.hpp);
+// docs/performance.md has the measurements behind the choice.
 #pragma once
 
 #include <cstddef>
@@ -62,6 +68,31 @@ bool bf16_available();
 std::string bf16_unavailable_reason();
 // gemm_bf16 calls so far, process-wide.
 std::uint64_t bf16_calls();
+
+// The float64 GEMM kernels. gemm(double) runs dgemm_kernel(); dgemm_on() runs a chosen one with
+// the same splitting over the pool (benchmarks and the tests of each path). The own kernel
+// takes every shape (matrix-vector products too) and its bits do not depend on the thread count
+// or the ISA (core/detail/dgemm.hpp); OpenBLAS's are fixed for a given thread count only.
+enum class F64Kernel { openblas, xgrad_avx2, xgrad_avx512 };
+// Chosen at the first call (rule above); XGRAD_FLOAT64_GEMM with another value than xgrad,
+// openblas or auto throws ValueError, =xgrad on a CPU without AVX2 + FMA throws Error.
+F64Kernel dgemm_kernel();
+// Why dgemm_kernel() was chosen, one phrase (e.g. "OpenBLAS core Prescott has no AVX2 or
+// AVX-512 dgemm kernels").
+std::string dgemm_reason();
+const char* f64_kernel_name(F64Kernel k);  // "OpenBLAS", "xgrad avx2", "xgrad avx512"
+bool f64_kernel_available(F64Kernel k);    // the CPU has its instructions
+// Runs the float64 GEMM on `k`; throws Error if !f64_kernel_available(k).
+void dgemm_on(F64Kernel k, bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, double alpha,
+              const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta, double* C,
+              std::size_t ldc);
+// float64 GEMM calls (through gemm(double) or dgemm_on) that ran on each kernel so far.
+std::uint64_t dgemm_calls(F64Kernel k);
+
+// What OpenBLAS says of itself: openblas_get_corename() (the kernels it runs on this CPU) and
+// openblas_get_config().
+std::string openblas_corename();
+std::string openblas_config();
 
 // OpenBLAS's own thread count: always 1 (set before the first GEMM). xgrad splits work itself.
 int num_threads();
