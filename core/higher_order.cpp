@@ -76,7 +76,7 @@ JvpResult jvp(const TensorFn& f, const std::vector<Array>& primals, const std::v
   for (std::size_t k = 0; k < g.size(); ++k) {
     if (!g[k].requires_grad()) continue;  // a constant: it does not depend on u
     const Tensor d = dot_constant(g[k], tangents[k]);
-    s = s.defined() ? record("add", kernels::add(s.value(), d.value()), {s, d},
+    s = s.defined() ? record("jvp_sum", kernels::add(s.value(), d.value()), {s, d},
                              [](const VjpContext& c) { return Cotangents{c.grad_output, c.grad_output}; })
                     : d;
   }

@@ -313,6 +313,25 @@ TEST_CASE("first-order gradients are bit-identical whether or not a create_graph
   }
 }
 
+TEST_CASE("create_graph in float32: the recorded gradients' values agree with the plain ones",
+          "[core][higher_order]") {
+  Generator gen(31);
+  const Array xv = rnd({4, 8}, gen).astype(DType::float32), wv = rnd({8, 8}, gen).astype(DType::float32);
+  const IndexArray t({4}, {0, 7, 3, 3});
+  const auto model = [&](const Tensor& w) {
+    return ops::cross_entropy(ops::swiglu(ops::rms_norm(ops::matmul(Tensor(xv), w)), ops::gelu(Tensor(xv))), t);
+  };
+  Tape tape;
+  const Tensor w(wv, true);
+  const Tensor y = model(w);
+  const Tensor rg = grad(y, {w}, Tensor(), graph())[0];
+  REQUIRE(rg.dtype() == DType::float32);
+  const Array plain = grad(y, {w})[0];
+  double scale = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) scale = std::max(scale, std::fabs(plain.flat(i)));
+  require_near(rg.value(), plain, 1e-5 * std::max(1.0, scale));
+}
+
 TEST_CASE("create_graph through an op without a second-order rule is refused naming the op",
           "[core][higher_order][errors]") {
   Tape tape;
@@ -386,6 +405,27 @@ TEST_CASE("backward with create_graph keeps a differentiable gradient in grad_gr
   // A plain pass into the leaf drops the recorded gradient (it would no longer match).
   backward(ops::sum(x));
   CHECK_FALSE(x.grad_graph().defined());
+}
+
+TEST_CASE("create_graph: two backward passes accumulate in grad_graph and y may be a leaf", "[core][higher_order]") {
+  Tape tape;
+  const Array xv = from({2}, {1.5, -0.5});
+  Tensor x(xv, true);
+  backward(ops::sum(x * x), Array(), graph());      // 2 x
+  backward(ops::sum(x * x * x), Array(), graph());  // + 3 x^2
+  const Tensor g = x.grad_graph();
+  REQUIRE(g.defined());
+  for (std::size_t i = 0; i < 2; ++i) {
+    const double v = xv.flat(i);
+    CHECK(g.value().flat(i) == x.grad().flat(i));
+    CHECK(std::fabs(x.grad().flat(i) - (2 * v + 3 * v * v)) <= 1e-14 * 8);
+  }
+  const Array g2 = grad(ops::sum(g), {x})[0];  // 2 + 6 x
+  for (std::size_t i = 0; i < 2; ++i) CHECK(std::fabs(g2.flat(i) - (2 + 6 * xv.flat(i))) <= 1e-14 * 12);
+  // y a leaf: its own gradient is the seed (a constant: no graph to differentiate).
+  const std::vector<Tensor> self = grad(x, {x}, Tensor(from({2}, {3.0, 4.0})), graph());
+  CHECK(self[0].value().flat(1) == 4.0);
+  CHECK_FALSE(self[0].requires_grad());
 }
 
 TEST_CASE("jvp and hvp agree with the Jacobian and the Hessian", "[core][higher_order]") {
