@@ -6,6 +6,8 @@
 
 #include "tests/support/helpers.hpp"
 
+#include <xgrad/nn/detail/flash_attention.hpp>
+
 using namespace xg;
 using namespace xgt;
 
@@ -252,6 +254,26 @@ TEST_CASE("gradgradcheck: the composed attention path has second derivatives", "
       {Q, K, V}, {}, {"Q", "K", "V"});
   INFO(r.summary());
   CHECK(r.passed);
+}
+
+TEST_CASE("gradgradcheck: the packed fused attention op falls back to the composed path too",
+          "[core][higher_order][attention]") {
+  Generator gen(37);
+  const std::size_t B = 1, T = 3, Hq = 2, Hkv = 1, d = 2;
+  const Array P = rnd({B, T, (Hq + 2 * Hkv) * d}, gen);
+  const nn::VisibilityPlan plan = nn::Visibility::causal(3, 3).plan("test", {B, Hq, T, T});
+  for (const double p : {0.0, 0.25}) {  // with dropout: the composed path must draw the same mask
+    nn::FlashOptions fo;
+    fo.scale = 0.7;
+    fo.dropout_p = p;
+    fo.dropout_seed = 99;
+    const GradcheckReport r = gradgradcheck(
+        [&](const std::vector<Tensor>& in) { return nn::flash_attention_packed(in[0], Hq, Hkv, plan, fo); }, {P}, {},
+        {"P"});
+    INFO("dropout " << p << ": " << r.summary());
+    CHECK(r.passed);
+    CHECK(r.comparisons > 0);
+  }
 }
 
 TEST_CASE("gradgradcheck catches a second-order rule whose values are right but whose graph is not",
