@@ -225,6 +225,11 @@ TEST_CASE("gradgradcheck passes for every op with a second-order rule (float64)"
   require_gradgradcheck("dropout", [&](const In& v) { const Tensor r = ops::apply_dropout_mask(v[0], mask); return r * r; },
                         {X({2, 3})});
   require_gradgradcheck("rope", [](const In& v) { const Tensor r = ops::rope(v[0], {0, 3}); return r * r; }, {X({2, 4})});
+  require_gradgradcheck("rope_heads",
+                        [](const In& v) { const Tensor r = ops::rope_heads(v[0], 2, 2, {1, 5}); return r * r; },
+                        {X({2, 5})});
+  require_gradgradcheck("chunk", [](const In& v) { const auto p = ops::chunk(v[0], 2, 1); return p[0] * p[1]; },
+                        {X({2, 4})});
   // Losses and norms.
   require_gradgradcheck("cross_entropy", [](const In& v) { return ops::cross_entropy(v[0], IndexArray({3}, {1, 0, 2})); },
                         {X({3, 3})});
