@@ -5,6 +5,7 @@
 #include <xgrad/core/array.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/gradcheck.hpp>
+#include <xgrad/core/higher_order.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/runtime.hpp>

@@ -179,6 +179,14 @@ CheckResult CheckContext::gradcheck(const GradcheckFn& f, const std::vector<Arra
   return CheckResult::from_report(xg::gradcheck(f, xs, opts, names));
 }
 
+CheckResult CheckContext::gradgradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                                        const std::vector<std::string>& names) {
+  std::vector<Array> xs;
+  xs.reserve(inputs.size());
+  for (const Array& x : inputs) xs.push_back(cast(x));
+  return CheckResult::from_report(xg::gradgradcheck(f, xs, options(), names));
+}
+
 CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
                                            const std::vector<std::pair<std::string, Tensor>>& leaves) {
   return gradcheck_leaves(f, leaves, options());
@@ -424,6 +432,11 @@ GradcheckSuite& default_gradcheck_suite() {
 namespace detail {
 bool register_default_check(const char* name, const char* config, CheckResult (*fn)(CheckContext&)) {
   default_gradcheck_suite().add(name, "custom", config, fn);
+  return true;
+}
+bool register_default_check_of_kind(const char* name, const char* kind, const char* config,
+                                    CheckResult (*fn)(CheckContext&)) {
+  default_gradcheck_suite().add(name, kind, config, fn);
   return true;
 }
 }  // namespace detail

@@ -119,6 +119,11 @@ class CheckContext {
   /// The same with explicit gradcheck options `opts` (e.g. a forced mode or looser tolerances).
   CheckResult gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs, const std::vector<std::string>& names,
                         const GradcheckOptions& opts);
+  /// Second derivatives of f on leaves made from `inputs` (converted to the run's dtype):
+  /// xg::gradgradcheck with options(), the gradient of the recorded VJP (create_graph)
+  /// against central differences of plain first-order gradients (docs/higher-order.md).
+  CheckResult gradgradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                            const std::vector<std::string>& names = {});
   /// f() reads existing leaves (module parameters, input tensors), given by name in
   /// `leaves`; each leaf's gradient is checked against central differences of f, with
   /// options() (xg::gradcheck_leaves). The leaves are not converted to the run's dtype, and f
@@ -237,6 +242,8 @@ int gradcheck_main(int argc, char** argv);
 
 namespace detail {
 bool register_default_check(const char* name, const char* config, CheckResult (*fn)(CheckContext&));
+bool register_default_check_of_kind(const char* name, const char* kind, const char* config,
+                                    CheckResult (*fn)(CheckContext&));
 }
 
 }  // namespace xg
@@ -262,3 +269,20 @@ bool register_default_check(const char* name, const char* config, CheckResult (*
   [[maybe_unused]] static const bool XG_GRADCHECK_CAT(xg_gradcheck_registered_, __LINE__) =                \
       ::xg::detail::register_default_check(name, config, &XG_GRADCHECK_CAT(xg_gradcheck_fn_, __LINE__)); \
   static ::xg::CheckResult XG_GRADCHECK_CAT(xg_gradcheck_fn_, __LINE__)([[maybe_unused]] ::xg::CheckContext & ctx)
+
+/// XG_GRADCHECK for second derivatives: registers a check of kind "second-order" in
+/// default_gradcheck_suite(); the body gets `xg::CheckContext& ctx` and returns an
+/// xg::CheckResult, usually ctx.gradgradcheck(...):
+///
+/// \code
+///   XG_GRADGRADCHECK("my_layer/rmsnorm/second_order", "x (4, 8), gain (8)") {
+///     return ctx.gradgradcheck([](const std::vector<xg::Tensor>& in) { return rms_norm(in[0], in[1]); },
+///                              {ctx.normal({4, 8}), ctx.uniform({8}, 0.5, 1.5)}, {"x", "gain"});
+///   }
+/// \endcode
+#define XG_GRADGRADCHECK(name, config)                                                                          \
+  static ::xg::CheckResult XG_GRADCHECK_CAT(xg_gradgradcheck_fn_, __LINE__)(::xg::CheckContext & ctx);         \
+  [[maybe_unused]] static const bool XG_GRADCHECK_CAT(xg_gradgradcheck_registered_, __LINE__) =                \
+      ::xg::detail::register_default_check_of_kind(name, "second-order", config,                                \
+                                                   &XG_GRADCHECK_CAT(xg_gradgradcheck_fn_, __LINE__));           \
+  static ::xg::CheckResult XG_GRADCHECK_CAT(xg_gradgradcheck_fn_, __LINE__)([[maybe_unused]] ::xg::CheckContext & ctx)

@@ -218,6 +218,89 @@ double dot_values(const std::vector<double>& a, const Array& b) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
+// gradgradcheck
+
+namespace {
+
+// The tensors flattened and joined into one 1-d tensor, recorded (first order: the checker
+// differentiates it once). VJP: the matching pieces of the cotangent.
+Tensor pack(const std::vector<Tensor>& ts, DType dtype) {
+  std::size_t n = 0;
+  for (const Tensor& t : ts) n += t.size();
+  Array out = Array::empty({n}, dtype);
+  std::size_t off = 0;
+  for (const Tensor& t : ts)
+    for (std::size_t i = 0; i < t.size(); ++i) out.set_flat(off++, t.value().flat(i));
+  return record("gradgradcheck_pack", std::move(out), ts, [](const VjpContext& c) {
+    Cotangents cot(c.inputs.size());
+    std::size_t o = 0;
+    for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+      Array gk = Array::empty(c.inputs[k].shape(), c.inputs[k].dtype());
+      for (std::size_t i = 0; i < gk.size(); ++i) gk.set_flat(i, c.grad_output.flat(o++));
+      cot[k] = std::move(gk);
+    }
+    return cot;
+  });
+}
+
+}  // namespace
+
+GradcheckReport gradgradcheck(const GradcheckFn& f, const std::vector<Array>& inputs, const GradcheckOptions& opts,
+                              const std::vector<std::string>& names) {
+  const std::string op = "gradgradcheck";
+  if (inputs.empty()) throw ValueError(op_message(op, "needs at least one input"));
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    if (!inputs[k].defined()) throw ValueError(op_message(op, "input " + std::to_string(k) + " is undefined"));
+  Shape y_shape;
+  DType y_dtype;
+  {
+    NoGradGuard ng;
+    std::vector<Tensor> ts;
+    for (const Array& x : inputs) ts.emplace_back(x, false);
+    const Tensor y = f(ts);
+    if (!y.defined()) throw ValueError(op_message(op, "f returned an undefined Tensor"));
+    y_shape = y.shape();
+    y_dtype = y.dtype();
+  }
+  const std::size_t n = inputs.size();
+  const DType dtype = inputs[0].dtype();
+  // G(x, v): recorded (create_graph) when the checker's leaves require grad; on the numeric
+  // side (constants, grad mode off) the plain first-order gradients' values.
+  const GradcheckFn G = [&f, n, dtype, op](const std::vector<Tensor>& in) {
+    const std::vector<Tensor> xs(in.begin(), in.begin() + static_cast<long>(n));
+    const Tensor& v = in[n];
+    if (in[0].requires_grad()) {
+      const Tensor y = f(xs);
+      if (!y.defined() || !y.requires_grad())
+        throw ValueError(op_message(op, "f's output does not depend on any input through a differentiable op"));
+      BackwardOptions o;
+      o.create_graph = true;
+      return pack(grad(y, xs, v, o), dtype);
+    }
+    EnableGradGuard recording;
+    Tape tape;
+    std::vector<Tensor> leaves;
+    for (const Tensor& x : xs) leaves.emplace_back(x.value(), true);
+    const Tensor y = f(leaves);
+    if (!y.defined() || !y.requires_grad())
+      throw ValueError(op_message(op, "f's output does not depend on any input through a differentiable op"));
+    const std::vector<Array> g = grad(y, leaves, v.value());
+    std::vector<Tensor> values;
+    for (const Array& a : g) values.emplace_back(a, false);
+    NoGradGuard constant;
+    return pack(values, dtype);
+  };
+  std::vector<Array> all = inputs;
+  Generator gen(opts.seed ^ 0x9e3779b97f4a7c15ULL);
+  all.push_back(random_normal(y_shape, gen, y_dtype));
+  std::vector<std::string> all_names;
+  for (std::size_t k = 0; k < n; ++k) all_names.push_back(k < names.size() ? names[k] : "input " + std::to_string(k));
+  all_names.push_back("grad_output");
+  GradcheckReport r = gradcheck(G, all, opts, all_names);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------
 // gradcheck_leaves
 
 GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,

@@ -110,4 +110,16 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
                                  const std::vector<std::pair<std::string, Tensor>>& leaves,
                                  const GradcheckOptions& opts = {});
 
+/// Checks second derivatives (PyTorch's gradgradcheck): the gradient of the map
+///   G(x_1 .. x_n, v) = (d(v . f)/dx_1, ..., d(v . f)/dx_n),
+/// recorded by a backward pass with create_graph (the ops' second-order rules), against
+/// central differences of G computed with plain first-order backward passes. v, the output
+/// cotangent, is random (opts.seed, never all-ones) and is checked as an input too ("grad_output":
+/// dG/dv is the recorded VJP itself, so a second-order rule whose values are wrong fails
+/// there). Same options, report and float64 rule as gradcheck(); `names` name the inputs.
+/// An op without a second-order rule is a TapeError naming it.
+GradcheckReport gradgradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
+                              const GradcheckOptions& opts = {},
+                              const std::vector<std::string>& names = {});
+
 }  // namespace xg

@@ -73,6 +73,7 @@ void add_gemm_time(std::uint64_t ns) {
 struct TensorImpl {
   Array value;
   Array grad;  // leaves only
+  std::shared_ptr<TensorImpl> grad_graph;  // leaves only: grad as recorded by create_graph passes
   bool requires_grad = false;
   bool is_leaf = true;
   std::weak_ptr<TapeImpl> tape;  // non-leaves: the tape that recorded them
@@ -94,6 +95,7 @@ struct Node {
   std::vector<Edge> edges;
   std::vector<bool> needs;
   VjpFn vjp;
+  DiffVjpFn dvjp;  // the second-order rule (create_graph), if the op has one
 
   // Drops what the node holds (values, leaves, the VJP) but keeps the lists' capacity.
   void reset() {
@@ -103,6 +105,7 @@ struct Node {
     edges.clear();
     needs.clear();
     vjp = nullptr;
+    if (dvjp) dvjp = nullptr;
   }
 };
 
@@ -210,9 +213,15 @@ Tensor& Tensor::requires_grad_(bool on) {
   return *this;
 }
 
+Tensor Tensor::grad_graph() const {
+  const TensorImpl& t = checked(impl_);
+  return t.grad_graph ? Tensor(t.grad_graph) : Tensor();
+}
+
 void Tensor::zero_grad() {
   checked(impl_);
   impl_->grad = Array();
+  impl_->grad_graph.reset();
 }
 
 void Tensor::set_grad(Array g) {
@@ -223,6 +232,7 @@ void Tensor::set_grad(Array g) {
                                                 dtype_name(g.dtype()) + ", tensor has " + shape_str(t.value.shape()) +
                                                 " " + dtype_name(t.value.dtype())));
   impl_->grad = std::move(g);
+  impl_->grad_graph.reset();
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
@@ -304,7 +314,8 @@ void check_recorded_input(const TensorImpl& in, const std::shared_ptr<TapeImpl>&
                                           "one; detach() it or record on its tape"));
 }
 
-Tensor record_list(const std::string& op, Array output, const Tensor* inputs, std::size_t n_inputs, VjpFn& vjp) {
+Tensor record_list(const std::string& op, Array output, const Tensor* inputs, std::size_t n_inputs, VjpFn& vjp,
+                   DiffVjpFn* dvjp) {
   if (detail::profiling()) {
     const auto now = std::chrono::steady_clock::now();
     detail::add_op_time(op, detail::ns_since(detail::tl_last_record, now), true);
@@ -345,6 +356,7 @@ Tensor record_list(const std::string& op, Array output, const Tensor* inputs, st
   }
   node.output = output;
   node.vjp = std::move(vjp);
+  if (dvjp) node.dvjp = std::move(*dvjp);
 
   auto out = std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>());
   out->value = std::move(output);
@@ -360,22 +372,52 @@ Tensor record_list(const std::string& op, Array output, const Tensor* inputs, st
 }  // namespace
 
 Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs, VjpFn vjp) {
-  return record_list(op, std::move(output), inputs.data(), inputs.size(), vjp);
+  return record_list(op, std::move(output), inputs.data(), inputs.size(), vjp, nullptr);
 }
 
 Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp) {
-  return record_list(op, std::move(output), inputs.begin(), inputs.size(), vjp);
+  return record_list(op, std::move(output), inputs.begin(), inputs.size(), vjp, nullptr);
 }
 
-Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
-                 const ForwardFn& forward, VjpFn vjp) {
+Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs, VjpFn vjp, DiffVjpFn dvjp) {
+  return record_list(op, std::move(output), inputs.data(), inputs.size(), vjp, &dvjp);
+}
+
+Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp,
+              DiffVjpFn dvjp) {
+  return record_list(op, std::move(output), inputs.begin(), inputs.size(), vjp, &dvjp);
+}
+
+namespace {
+
+Array custom_forward(const std::string& name, const std::vector<Tensor>& inputs, const ForwardFn& forward) {
   std::vector<Array> values;
   values.reserve(inputs.size());
   for (const Tensor& t : inputs) values.push_back(t.value());
   Array out = forward(values);
   if (!out.defined())
     throw InternalError(op_message(name, "forward returned an undefined Array"));
-  return record(name, std::move(out), inputs, std::move(vjp));
+  return out;
+}
+
+}  // namespace
+
+Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
+                 const ForwardFn& forward, VjpFn vjp) {
+  return record(name, custom_forward(name, inputs, forward), inputs, std::move(vjp));
+}
+
+Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs, const ForwardFn& forward, VjpFn vjp,
+                 DiffVjpFn dvjp) {
+  if (!dvjp)
+    throw ValueError(op_message(name, "custom_op: the differentiable VJP is empty; pass one or use the overload "
+                                      "without it"));
+  return record(name, custom_forward(name, inputs, forward), inputs, std::move(vjp), std::move(dvjp));
+}
+
+void DiffVjpContext::throw_first_order_mismatch() {
+  throw InternalError(op_message("create_graph", "a second-order rule asked for its op's first-order VJP as a "
+                                                 "type it was not recorded with"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -527,16 +569,258 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
   if (!opts.retain_graph) tape->clear();
 }
 
+// ---------------------------------------------------------------------------------------
+// The recorded sweep (create_graph). A separate loop from sweep(): the first-order path above
+// is not touched. Each reached node's second-order rule runs with grad mode on and y's tape
+// current, so the cotangents it returns are recorded Tensors; they are accumulated with a
+// recorded add. Nothing is freed: the recorded gradients refer to the forward nodes.
+
+// A handle to the output of node `i` of `tape` (its value `value`): using it in an op records
+// an edge to that node.
+Tensor node_tensor(const std::shared_ptr<TapeImpl>& tape, std::size_t i, const Array& value) {
+  auto t = std::allocate_shared<TensorImpl>(detail::PoolAllocator<TensorImpl>());
+  t->value = value;
+  t->requires_grad = true;
+  t->is_leaf = false;
+  t->tape = tape;
+  t->generation = tape->generation;
+  t->node = i;
+  return Tensor(std::move(t));
+}
+
+// a + b (same shape) recorded, with its rules: how recorded cotangents accumulate.
+Tensor add_recorded(const Tensor& a, const Tensor& b) {
+  return record(
+      "add", kernels::add(a.value(), b.value()), {a, b},
+      [](const VjpContext& c) { return Cotangents{c.grad_output, c.grad_output}; },
+      [](const DiffVjpContext& c) { return DiffCotangents{c.grad_output, c.grad_output}; });
+}
+
+void accumulate_recorded(Tensor& slot, const Tensor& g) { slot = slot.defined() ? add_recorded(slot, g) : g; }
+
+// The identity, recorded: composed_vjp's stand-ins for an op's inputs.
+Tensor identity_recorded(const Tensor& x) {
+  return record(
+      "composed_input", x.value(), {x}, [](const VjpContext& c) { return Cotangents{c.grad_output}; },
+      [](const DiffVjpContext& c) { return DiffCotangents{c.grad_output}; });
+}
+
+struct GraphLeafGrads {
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> items;
+  std::unordered_map<const TensorImpl*, std::size_t> index;
+
+  void add(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+    auto [it, fresh] = index.emplace(leaf.get(), items.size());
+    if (fresh)
+      items.emplace_back(leaf, g);
+    else
+      accumulate_recorded(items[it->second].second, g);
+  }
+};
+
+struct GraphCapture {
+  std::unordered_map<const TensorImpl*, std::vector<std::size_t>> leaves;
+  std::unordered_map<std::size_t, std::vector<std::size_t>> nodes;
+  std::vector<Tensor>* out = nullptr;
+  // The captured nodes are where the sweep stops: their rules do not run (composed_vjp's
+  // local backward through an op's composition, which must not leave it).
+  bool terminal = false;
+};
+
+// Makes `tape` current and grad mode on for the sweep; restores both.
+class RecordOn {
+ public:
+  explicit RecordOn(const std::shared_ptr<TapeImpl>& tape) : prev_grad_(tl_grad_enabled) {
+    tl_tape_stack.push_back(tape);
+    tl_grad_enabled = true;
+  }
+  ~RecordOn() {
+    tl_tape_stack.pop_back();
+    tl_grad_enabled = prev_grad_;
+  }
+  RecordOn(const RecordOn&) = delete;
+  RecordOn& operator=(const RecordOn&) = delete;
+
+ private:
+  bool prev_grad_;
+};
+
+Tensor checked_graph_seed(const std::string& op, const Tensor& y, const Tensor& seed) {
+  if (!seed.defined()) return Tensor(checked_seed(op, y, Array()));
+  checked_seed(op, y, seed.value());  // shape, dtype, finite
+  return seed;
+}
+
+void graph_sweep(const Tensor& y, const Tensor& seed_in, const BackwardOptions& opts, GraphCapture* cap,
+                 GraphLeafGrads& leaves) {
+  const std::string op = cap ? "grad" : "backward";
+  if (!y.defined()) throw ValueError(op_message(op, "y is an undefined Tensor"));
+  const auto& yi = y.impl();
+  if (!yi->requires_grad)
+    throw TapeError(op_message(op, "y does not require grad: no input of the ops that produced "
+                                   "it requires grad, or it was computed under no_grad"));
+  if (opts.on_leaf_grad)
+    throw ValueError(op_message(op, "on_leaf_grad is not supported with create_graph"));
+  const Tensor seed = checked_graph_seed(op, y, seed_in);
+  if (yi->is_leaf) {
+    leaves.add(yi, seed);
+    return;
+  }
+  auto tape = live_tape_of(*yi, op, "y");
+  const std::size_t top = yi->node;
+  std::size_t stop = 0;  // terminal capture: nodes below the lowest captured one are not reached
+  if (cap && cap->terminal && !cap->nodes.empty()) {
+    stop = top;
+    for (const auto& kv : cap->nodes) stop = std::min(stop, kv.first);
+  }
+
+  // Which nodes the sweep reaches, so that an op without a second-order rule is refused
+  // before anything is recorded.
+  std::vector<char> reached(top + 1, 0);
+  reached[top] = 1;
+  for (std::size_t i = top + 1; i-- > stop;) {
+    if (!reached[i]) continue;
+    const detail::Node& n = (*tape)[i];
+    if (!n.vjp)
+      throw TapeError(op_message(op, "node " + std::to_string(i) + " (" + n.op +
+                                         ") was already consumed by a backward pass without retain_graph"));
+    if (cap && cap->terminal && cap->nodes.count(i)) continue;
+    if (!n.dvjp)
+      throw TapeError(op_message(n.op, "has no second-order rule: create_graph cannot differentiate through it "
+                                       "(docs/higher-order.md lists the ops that have one)"));
+    for (const detail::Edge& e : n.edges)
+      if (e.kind == detail::Edge::node) reached[e.node_index] = 1;
+  }
+
+  RecordOn recording(tape);
+  std::vector<Tensor> grads(top + 1);
+  grads[top] = seed;
+  for (std::size_t i = top + 1; i-- > stop;) {
+    if (!grads[i].defined()) continue;
+    if (cap) {
+      auto it = cap->nodes.find(i);
+      if (it != cap->nodes.end()) {
+        for (std::size_t k : it->second) (*cap->out)[k] = grads[i];
+        if (cap->terminal) continue;
+      }
+    }
+    // Copies of what the rule reads: it records nodes, which may move the tape's slots.
+    const detail::Node& n = (*tape)[i];
+    const std::string name = n.op;
+    const std::vector<detail::Edge> edges = n.edges;
+    const std::vector<bool> needs = n.needs;
+    const std::vector<Array> values = n.inputs;
+    const DiffVjpFn rule = n.dvjp;
+    const VjpFn first = n.vjp;
+    const Tensor out = node_tensor(tape, i, n.output);
+    std::vector<Tensor> ins;
+    ins.reserve(values.size());
+    for (std::size_t j = 0; j < values.size(); ++j) {
+      if (edges[j].kind == detail::Edge::leaf)
+        ins.emplace_back(edges[j].leaf_impl);
+      else if (edges[j].kind == detail::Edge::node)
+        ins.push_back(node_tensor(tape, edges[j].node_index, values[j]));
+      else
+        ins.emplace_back(values[j], false);
+    }
+    const bool timed = detail::profiling();
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const DiffVjpContext ctx{ins, out, grads[i], needs, first};
+    DiffCotangents cot = rule(ctx);
+    if (cot.size() != values.size())
+      throw InternalError(op_message(name + " second-order rule", "returned " + std::to_string(cot.size()) +
+                                                                     " cotangents for " +
+                                                                     std::to_string(values.size()) + " inputs"));
+    for (std::size_t j = 0; j < cot.size(); ++j) {
+      if (!needs[j]) continue;
+      const std::string who = name + " second-order rule";
+      if (!cot[j].defined())
+        throw InternalError(op_message(who, "returned no cotangent for input " + std::to_string(j) +
+                                                ", which requires grad"));
+      if (cot[j].shape() != values[j].shape() || cot[j].dtype() != values[j].dtype())
+        throw InternalError(op_message(who, "returned cotangent " + std::to_string(j) + " of shape " +
+                                                shape_str(cot[j].shape()) + " " + dtype_name(cot[j].dtype()) +
+                                                ", input has shape " + shape_str(values[j].shape()) + " " +
+                                                dtype_name(values[j].dtype())));
+      if (tl_anomaly)
+        check_finite_or_throw(cot[j].value(), name, i, "backward cotangent for input " + std::to_string(j));
+      if (edges[j].kind == detail::Edge::node)
+        accumulate_recorded(grads[edges[j].node_index], cot[j]);
+      else
+        leaves.add(edges[j].leaf_impl, cot[j]);
+    }
+    grads[i] = Tensor();
+    if (timed) detail::add_op_time(name, detail::ns_since(t0, std::chrono::steady_clock::now()), false);
+  }
+}
+
 }  // namespace
 
+DiffCotangents composed_vjp(const DiffVjpContext& c,
+                            const std::function<Tensor(const std::vector<Tensor>&)>& composed) {
+  std::vector<Tensor> stand_ins;
+  stand_ins.reserve(c.inputs.size());
+  for (std::size_t j = 0; j < c.inputs.size(); ++j)
+    stand_ins.push_back(c.needs(j) ? identity_recorded(c.inputs[j]) : c.inputs[j].detach());
+  const Tensor y = composed(stand_ins);
+  if (!y.defined() || y.shape() != c.output.shape() || y.dtype() != c.output.dtype())
+    throw InternalError(op_message("composed_vjp", "the composition's output has shape " +
+                                                       (y.defined() ? shape_str(y.shape()) : std::string("<undefined>")) +
+                                                       ", the op's has " + shape_str(c.output.shape())));
+  DiffCotangents out(c.inputs.size());
+  if (y.requires_grad()) {
+    std::vector<Tensor> wrt;
+    GraphCapture cap;
+    cap.terminal = true;
+    std::vector<Tensor> got(c.inputs.size());
+    cap.out = &got;
+    for (std::size_t j = 0; j < c.inputs.size(); ++j)
+      if (c.needs(j)) cap.nodes[stand_ins[j].impl()->node].push_back(j);
+    GraphLeafGrads leaves;
+    BackwardOptions opts;
+    graph_sweep(y, c.grad_output, opts, &cap, leaves);
+    out = got;
+  }
+  for (std::size_t j = 0; j < c.inputs.size(); ++j)
+    if (c.needs(j) && !out[j].defined())
+      out[j] = Tensor(Array::zeros(c.inputs[j].shape(), c.inputs[j].dtype()));
+  return out;
+}
+
 void backward(const Tensor& y, const Array& seed, BackwardOptions opts) {
+  if (opts.create_graph) {
+    GraphLeafGrads leaves;
+    graph_sweep(y, seed.defined() ? Tensor(seed) : Tensor(), opts, nullptr, leaves);
+    const std::shared_ptr<TapeImpl> tape = y.impl()->is_leaf ? current_tape() : y.impl()->tape.lock();
+    RecordOn recording(tape);
+    for (auto& [leaf, g] : leaves.items) {
+      // grad_graph's value stays equal to grad: it continues the recorded gradient held so far
+      // when that is still live on this tape, else starts from the plain value held so far.
+      Tensor total = g;
+      const auto& prev = leaf->grad_graph;
+      const bool prev_live = prev && (prev->is_leaf || (prev->tape.lock() == tape && prev->generation == tape->generation));
+      if (prev_live)
+        total = add_recorded(Tensor(prev), g);
+      else if (leaf->grad.defined())
+        total = add_recorded(Tensor(leaf->grad, false), g);
+      accumulate(leaf->grad, g.value());
+      leaf->grad_graph = total.impl();
+    }
+    return;
+  }
   LeafGrads leaves;
   sweep(y, seed, opts, nullptr, leaves);
-  for (auto& [leaf, g] : leaves.items) accumulate(leaf->grad, g);  // committed only on success
+  for (auto& [leaf, g] : leaves.items) {
+    accumulate(leaf->grad, g);  // committed only on success
+    leaf->grad_graph.reset();   // a plain pass: the recorded gradient no longer matches
+  }
 }
 
 std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Array& seed,
                         BackwardOptions opts) {
+  if (opts.create_graph)
+    throw ValueError(op_message("grad", "create_graph returns recorded Tensors: call the overload with a Tensor "
+                                        "seed, grad(y, wrt, Tensor(seed), opts) (Tensor() for a one-element y)"));
   if (!y.defined()) throw ValueError(op_message("grad", "y is an undefined Tensor"));
   std::shared_ptr<TapeImpl> y_tape;
   if (!y.impl()->is_leaf) y_tape = live_tape_of(*y.impl(), "grad", "y");
@@ -569,6 +853,43 @@ std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const A
   return out;
 }
 
+std::vector<Tensor> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Tensor& seed,
+                         BackwardOptions opts) {
+  if (!opts.create_graph) {
+    const std::vector<Array> g = grad(y, wrt, seed.defined() ? seed.value() : Array(), opts);
+    return std::vector<Tensor>(g.begin(), g.end());
+  }
+  if (!y.defined()) throw ValueError(op_message("grad", "y is an undefined Tensor"));
+  std::shared_ptr<TapeImpl> y_tape;
+  if (!y.impl()->is_leaf) y_tape = live_tape_of(*y.impl(), "grad", "y");
+  std::vector<Tensor> out(wrt.size());
+  GraphCapture cap;
+  cap.out = &out;
+  for (std::size_t k = 0; k < wrt.size(); ++k) {
+    const std::string name = "wrt[" + std::to_string(k) + "]";
+    const auto& w = wrt[k].impl();
+    if (!w) throw ValueError(op_message("grad", name + " is undefined"));
+    if (!w->requires_grad) throw TapeError(op_message("grad", name + " does not require grad"));
+    if (w->is_leaf) {
+      cap.leaves[w.get()].push_back(k);
+    } else {
+      if (live_tape_of(*w, "grad", name) != y_tape)
+        throw TapeError(op_message("grad", name + " was recorded on another tape than y"));
+      cap.nodes[w->node].push_back(k);
+    }
+  }
+  GraphLeafGrads leaves;
+  graph_sweep(y, seed, opts, &cap, leaves);
+  for (auto& [leaf, g] : leaves.items) {
+    auto it = cap.leaves.find(leaf.get());
+    if (it != cap.leaves.end())
+      for (std::size_t k : it->second) out[k] = g;
+  }
+  for (std::size_t k = 0; k < wrt.size(); ++k)
+    if (!out[k].defined()) out[k] = Tensor(Array::zeros(wrt[k].shape(), wrt[k].dtype()));
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------
 // Tape object, modes
 
@@ -593,6 +914,8 @@ std::size_t Tape::current_size() { return current_tape()->size(); }
 bool grad_enabled() { return tl_grad_enabled; }
 NoGradGuard::NoGradGuard() : prev_(tl_grad_enabled) { tl_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { tl_grad_enabled = prev_; }
+EnableGradGuard::EnableGradGuard() : prev_(tl_grad_enabled) { tl_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { tl_grad_enabled = prev_; }
 
 bool anomaly_mode() { return tl_anomaly; }
 void set_anomaly_mode(bool on) { tl_anomaly = on; }

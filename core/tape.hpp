@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <xgrad/core/tensor.hpp>
@@ -44,6 +45,38 @@ using Cotangents = std::vector<Array>;
 /// inputs' cotangents.
 using VjpFn = std::function<Cotangents(const VjpContext&)>;
 
+/// What a differentiable VJP (a second-order rule) receives under create_graph: the same as
+/// VjpContext, but as Tensors recorded on the tape, so the cotangents it computes from them
+/// with recorded ops can be differentiated again. `inputs[i]` is the recorded input (a leaf,
+/// an op's output, or a constant when it does not require grad), `output` the op's own
+/// output, `grad_output` the cotangent (itself recorded when it depends on what is being
+/// differentiated). `first_order` is the op's Array VJP: a rule that needs the state the
+/// forward pass saved there (a mask, indices) reads it with first_order_as<F>() instead of
+/// capturing a second copy.
+struct DiffVjpContext {
+  const std::vector<Tensor>& inputs;    ///< The inputs as Tensors, in input order.
+  const Tensor& output;                 ///< The op's output (recorded).
+  const Tensor& grad_output;            ///< The cotangent of the output.
+  const std::vector<bool>& needs_grad;  ///< Per input: whether it wants a cotangent.
+  const VjpFn& first_order;             ///< The op's first-order (Array) VJP.
+  /// Whether input `i` wants a cotangent (needs_grad[i]).
+  bool needs(std::size_t i) const { return needs_grad[i]; }
+  /// The first-order VJP as the functor type F it was recorded with (InternalError if not).
+  template <class F> const F& first_order_as() const {
+    const F* f = first_order.template target<F>();
+    if (!f) throw_first_order_mismatch();
+    return *f;
+  }
+
+ private:
+  [[noreturn]] static void throw_first_order_mismatch();
+};
+
+/// One cotangent Tensor per input (undefined for inputs that do not want one).
+using DiffCotangents = std::vector<Tensor>;
+/// A differentiable VJP: the VJP written with recorded ops (used only under create_graph).
+using DiffVjpFn = std::function<DiffCotangents(const DiffVjpContext&)>;
+
 /// Records an op named `op` whose forward value `output` the caller computed from the values
 /// of `inputs`, with its VJP `vjp`. When grad mode is off or no input requires grad, nothing
 /// is recorded and the result is a constant. This is the extension point for custom layers
@@ -53,6 +86,35 @@ Tensor record(const std::string& op, Array output, const std::vector<Tensor>& in
 /// record() of a braced list of inputs (`record("mul", out, {a, b}, vjp)`): the same, without
 /// building a vector.
 Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp);
+/// record() with a second-order rule `dvjp`: the VJP again, written with recorded ops, that a
+/// backward pass with create_graph runs instead of `vjp` (docs/higher-order.md). Plain
+/// backward passes never call it. An op recorded without one refuses create_graph (TapeError
+/// naming the op). Built-in rules capture at most 16 bytes of trivially copyable data, which
+/// std::function keeps inline: recording one allocates nothing.
+Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs, VjpFn vjp,
+              DiffVjpFn dvjp);
+/// record() of a braced list of inputs with a second-order rule `dvjp`.
+Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp,
+              DiffVjpFn dvjp);
+
+/// `f` as a DiffVjpFn, checked at compile time to capture at most 16 bytes of trivially
+/// copyable data, so std::function stores it inline and recording it allocates nothing. The
+/// built-in ops pass their second-order rules through it: a plain (first-order) pass pays
+/// for moving that small object into the node, no allocation and no reference count.
+template <class F> DiffVjpFn second_order(F f) {
+  static_assert(sizeof(F) <= 16 && std::is_trivially_copyable<F>::value,
+                "a second-order rule recorded with every op must stay small and trivially copyable; share "
+                "bigger state with the first-order VJP (DiffVjpContext::first_order_as)");
+  return DiffVjpFn(std::move(f));
+}
+
+/// A second-order rule for an op whose function can also be composed from recorded ops that
+/// have rules of their own: `composed` recomputes the op's output from (stand-ins for) its
+/// inputs, and the cotangents are that composition's recorded VJP, seeded with the context's
+/// grad_output. For fused ops (layer_norm, cross_entropy, ...) whose composed form is their
+/// test oracle. Costs one recomputation of the composed forward.
+DiffCotangents composed_vjp(const DiffVjpContext& c,
+                            const std::function<Tensor(const std::vector<Tensor>&)>& composed);
 
 /// The forward function of a custom op: input values to the output value.
 using ForwardFn = std::function<Array(const std::vector<Array>&)>;
@@ -60,6 +122,10 @@ using ForwardFn = std::function<Array(const std::vector<Array>&)>;
 /// `inputs` and records the result as op `name` with the VJP `vjp` (as for record()).
 Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
                  const ForwardFn& forward, VjpFn vjp);
+/// custom_op() with a differentiable VJP `dvjp` (written with recorded ops) for create_graph:
+/// without one, a backward pass with create_graph through the op is a TapeError naming it.
+Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
+                 const ForwardFn& forward, VjpFn vjp, DiffVjpFn dvjp);
 
 /// A tape: the recorded ops of one step. Declaring one makes it this thread's current tape
 /// until it goes out of scope; every op recorded meanwhile lands on it.
@@ -87,6 +153,13 @@ class Tape {
 /// Options of backward() and grad().
 struct BackwardOptions {
   bool retain_graph = false;  ///< Keep the nodes so backward can run again.
+  /// Record the backward pass on the tape (each op's second-order rule runs instead of its
+  /// Array VJP), so the gradients are Tensors that can be differentiated again, to any order.
+  /// Implies retain_graph (the recorded gradients refer to the forward nodes). Through an op
+  /// without a second-order rule it is a TapeError naming the op, before anything is
+  /// recorded. grad() returns the recorded gradients only from its Tensor-seed overload;
+  /// backward() keeps them in Tensor::grad_graph().
+  bool create_graph = false;
   /// backward() only: called (on the calling thread, during the sweep) for each leaf as soon
   /// as its gradient of this pass is complete -- no op left to run feeds it -- with that
   /// gradient (not including what .grad() already held). Data-parallel training starts the
@@ -104,10 +177,19 @@ void backward(const Tensor& y, const Array& seed = Array(), BackwardOptions opts
 /// more than once; a recorded tensor from another tape than y's is a TapeError. `seed` and
 /// `opts` as for backward().
 ///
-/// Both run every VJP with recording off (higher-order gradients are not supported), and
-/// both are all-or-nothing for leaves: if a VJP throws, no .grad() has changed.
+/// Without create_graph both run every VJP with recording off; with it they record the
+/// sweep (see BackwardOptions::create_graph, docs/higher-order.md). Both are all-or-nothing
+/// for leaves: if a VJP throws, no .grad() has changed. This overload returns values, so
+/// create_graph is refused here (ValueError): use the Tensor-seed overload below.
 std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt,
                         const Array& seed = Array(), BackwardOptions opts = {});
+
+/// grad() returning Tensors: with opts.create_graph they are recorded (differentiable again,
+/// and differentiable in `seed` when the seed requires grad); without it they are constants
+/// holding the values the Array overload returns. An undefined `seed` means 1 for a
+/// one-element y. A tensor y does not depend on gets a constant of zeros.
+std::vector<Tensor> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Tensor& seed,
+                         BackwardOptions opts = {});
 
 /// Grad mode (on by default), per thread: whether ops record on the tape.
 bool grad_enabled();
@@ -118,6 +200,19 @@ class NoGradGuard {
   ~NoGradGuard();  ///< Restores the previous grad mode.
   NoGradGuard(const NoGradGuard&) = delete;             ///< Not copyable.
   NoGradGuard& operator=(const NoGradGuard&) = delete;  ///< Not copyable.
+
+ private:
+  bool prev_;
+};
+
+/// Turns grad mode on for its scope (this thread), as torch.enable_grad: ops record again
+/// inside a NoGradGuard.
+class EnableGradGuard {
+ public:
+  EnableGradGuard();   ///< Turns recording on.
+  ~EnableGradGuard();  ///< Restores the previous grad mode.
+  EnableGradGuard(const EnableGradGuard&) = delete;             ///< Not copyable.
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;  ///< Not copyable.
 
  private:
   bool prev_;

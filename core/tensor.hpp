@@ -47,6 +47,11 @@ class Tensor {
   const Array& grad() const;
   /// Whether a gradient has been accumulated (grad() is defined).
   bool has_grad() const { return grad().defined(); }
+  /// The accumulated gradient as a recorded Tensor, after backward() with create_graph (see
+  /// BackwardOptions::create_graph); its value equals grad(). Undefined when the gradient did
+  /// not come from such passes only: a plain backward into the leaf, zero_grad() and
+  /// set_grad() drop it.
+  Tensor grad_graph() const;
   /// Drops the accumulated gradient (PyTorch's set_to_none).
   void zero_grad();
   /// Replaces a leaf's gradient with `g` (clipping); shape and dtype must match.

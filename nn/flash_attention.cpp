@@ -25,6 +25,12 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/detail/vmath.hpp>
 #include <xgrad/ops/dropout.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/join.hpp>
+#include <xgrad/ops/mask.hpp>
+#include <xgrad/ops/matmul.hpp>
+#include <xgrad/ops/shape_ops.hpp>
+#include <xgrad/ops/softmax.hpp>
 #include <xgrad/core/detail/storage.hpp>
 
 namespace xg::nn {
@@ -738,6 +744,74 @@ void forward(Saved& s, const Array& Q, const Array& K, const Array& V, Array& O)
   });
 }
 
+// ---- create_graph: the second-order rule is the composed path's, recomputed (composed_vjp)
+
+// The composed attention of the saved geometry, plan and options (as nn/sdpa.cpp's composed
+// path): U = Q K^T scale + M (M from the plan; 0 on invalid queries' rows), A = softmax(U),
+// dropout with the same seed's mask, O = A V, invalid queries' rows selected to zero.
+Tensor composed_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const Saved& s) {
+  const Geometry& g = s.g;
+  const Shape BHTS{g.B, g.Hq, g.T, g.S};
+  const DType dt = Q.dtype();
+  const bool any_validity = s.opts.query_valid.size() > 0;
+  auto valid = [&](std::size_t b, std::size_t i) { return !any_validity || s.opts.query_valid.data[b * g.T + i]; };
+  Array M = Array::zeros(BHTS, dt);
+  std::vector<double> row(g.S);
+  std::vector<float> rowf(g.S);
+  bool masked = false;
+  for (std::size_t b = 0; b < g.B; ++b)
+    for (std::size_t h = 0; h < g.Hq; ++h)
+      for (std::size_t i = 0; i < g.T; ++i) {
+        if (!valid(b, i)) continue;
+        std::size_t lo = 0, hi = 0;
+        const bool exact = s.plan.range(b, h, i, lo, hi);
+        const std::size_t base = ((b * g.Hq + h) * g.T + i) * g.S;
+        for (std::size_t j = 0; j < g.S; ++j)
+          if (j < lo || j >= hi) {
+            M.set_flat(base + j, -std::numeric_limits<double>::infinity());
+            masked = true;
+          }
+        if (exact || hi <= lo) continue;
+        masked = true;
+        if (dt == DType::float32) {
+          std::fill(rowf.begin(), rowf.begin() + static_cast<long>(hi - lo), 0.0f);
+          s.plan.apply(b, h, i, lo, hi, rowf.data());
+          for (std::size_t j = lo; j < hi; ++j) M.set_flat(base + j, rowf[j - lo]);
+        } else {
+          std::fill(row.begin(), row.begin() + static_cast<long>(hi - lo), 0.0);
+          s.plan.apply(b, h, i, lo, hi, row.data());
+          for (std::size_t j = lo; j < hi; ++j) M.set_flat(base + j, row[j - lo]);
+        }
+      }
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  const Tensor Qg = ops::reshape(Q, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.dk)});
+  Tensor U = ops::reshape(ops::matmul(Qg, K, {false, true}), {L(g.B), L(g.Hq), L(g.T), L(g.S)}) * s.opts.scale;
+  if (masked) U = ops::add_mask(U, M);
+  Tensor A = ops::softmax(U, -1);
+  if (s.opts.dropout_p > 0)
+    A = ops::apply_dropout_mask(A, attention_dropout_mask(BHTS, s.opts.dropout_p, s.opts.dropout_seed, dt,
+                                                          s.opts.dropout_row_offset));
+  Tensor O = ops::reshape(ops::matmul(ops::reshape(A, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.S)}), V),
+                          {L(g.B), L(g.Hq), L(g.T), L(g.dv)});
+  if (any_validity) {
+    BoolArray keep({g.B, 1, g.T, 1}, std::vector<unsigned char>(g.B * g.T));
+    for (std::size_t b = 0; b < g.B; ++b)
+      for (std::size_t i = 0; i < g.T; ++i) keep.data[b * g.T + i] = valid(b, i) ? 1 : 0;
+    O = ops::where(keep, O, ops::scalar_like(O, 0.0));
+  }
+  return O;
+}
+
+// The ops' VJPs as named types: the second-order rules read the saved plan and options.
+struct FlashVjp {
+  std::shared_ptr<Saved> saved;
+  Cotangents operator()(const VjpContext& c) const;
+};
+struct FlashPackedVjp {
+  std::shared_ptr<Saved> saved;
+  Cotangents operator()(const VjpContext& c) const;
+};
+
 }  // namespace
 
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
@@ -768,25 +842,32 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   saved->opts = opts;
   Array O = Array::empty({g.B, g.Hq, g.T, g.dv}, Q.dtype());  // zeroed block by block (run_forward)
   forward(*saved, Q.value(), K.value(), V.value(), O);
-  return record("flash_attention", std::move(O), {Q, K, V}, [saved](const VjpContext& c) {
-    Cotangents cot(3);
-    detail::dispatch(c.output.dtype(), [&](auto t) {
-      using T = decltype(t);
-      const Problem<T> P = problem<T>(*saved, c.inputs[0], c.inputs[1], c.inputs[2]);
-      Array dQ, dK, dV;
-      // zeroed part by part by run_backward
-      if (c.needs(0)) dQ = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
-      if (c.needs(1)) dK = Array::empty(c.inputs[1].shape(), c.inputs[1].dtype());
-      if (c.needs(2)) dV = Array::empty(c.inputs[2].shape(), c.inputs[2].dtype());
-      run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
-                   dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
-                   dV.defined() ? dV.data<T>() : nullptr);
-      cot[0] = dQ;
-      cot[1] = dK;
-      cot[2] = dV;
-    });
-    return cot;
+  return record("flash_attention", std::move(O), {Q, K, V}, FlashVjp{saved}, second_order([](const DiffVjpContext& c) {
+                  const Saved& s = *c.first_order_as<FlashVjp>().saved;
+                  return composed_vjp(c, [&s](const std::vector<Tensor>& in) {
+                    return composed_attention(in[0], in[1], in[2], s);
+                  });
+                }));
+}
+
+Cotangents FlashVjp::operator()(const VjpContext& c) const {
+  Cotangents cot(3);
+  detail::dispatch(c.output.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const Problem<T> P = problem<T>(*saved, c.inputs[0], c.inputs[1], c.inputs[2]);
+    Array dQ, dK, dV;
+    // zeroed part by part by run_backward
+    if (c.needs(0)) dQ = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
+    if (c.needs(1)) dK = Array::empty(c.inputs[1].shape(), c.inputs[1].dtype());
+    if (c.needs(2)) dV = Array::empty(c.inputs[2].shape(), c.inputs[2].dtype());
+    run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
+                 dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
+                 dV.defined() ? dV.data<T>() : nullptr);
+    cot[0] = dQ;
+    cot[1] = dK;
+    cot[2] = dV;
   });
+  return cot;
 }
 
 Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv, const VisibilityPlan& plan,
@@ -808,21 +889,37 @@ Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv
   saved->opts = opts;
   Array O = Array::empty({g.B, g.T, H_q * d}, P.dtype());  // zeroed block by block (run_forward)
   forward(*saved, P.value(), P.value(), P.value(), O);
-  return record("flash_attention_packed", std::move(O), {P}, [saved](const VjpContext& c) {
-    Cotangents cot(1);
-    detail::dispatch(c.output.dtype(), [&](auto t) {
-      using T = decltype(t);
-      const Array& in = c.inputs[0];
-      const Problem<T> Pr = problem<T>(*saved, in, in, in);
-      // Every column is Q's, K's or V's: run_backward zeroes and fills all of them.
-      Array dP = Array::empty(in.shape(), in.dtype());
-      T* base = dP.data<T>();
-      run_backward(Pr, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
-                   base + saved->oq, base + saved->ok, base + saved->ov);
-      cot[0] = dP;
-    });
-    return cot;
+  return record("flash_attention_packed", std::move(O), {P}, FlashPackedVjp{saved},
+                second_order([](const DiffVjpContext& c) {
+                  const Saved& s = *c.first_order_as<FlashPackedVjp>().saved;
+                  return composed_vjp(c, [&s](const std::vector<Tensor>& in) {
+                    // P [B, T, (H_q + 2 H_kv) d]: Q, K, V heads as columns; O [B, T, H_q d].
+                    const Geometry& g = s.g;
+                    const auto L = [](std::size_t v) { return static_cast<long>(v); };
+                    const auto heads = [&](std::size_t off, std::size_t n) {
+                      const Tensor cols = ops::slice(in[0], 2, L(off), L(off + n * g.dk));
+                      return ops::permute(ops::reshape(cols, {L(g.B), L(g.T), L(n), L(g.dk)}), {0, 2, 1, 3});
+                    };
+                    const Tensor O = composed_attention(heads(s.oq, g.Hq), heads(s.ok, g.Hkv), heads(s.ov, g.Hkv), s);
+                    return ops::reshape(ops::permute(O, {0, 2, 1, 3}), {L(g.B), L(g.T), L(g.Hq * g.dv)});
+                  });
+                }));
+}
+
+Cotangents FlashPackedVjp::operator()(const VjpContext& c) const {
+  Cotangents cot(1);
+  detail::dispatch(c.output.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const Array& in = c.inputs[0];
+    const Problem<T> Pr = problem<T>(*saved, in, in, in);
+    // Every column is Q's, K's or V's: run_backward zeroes and fills all of them.
+    Array dP = Array::empty(in.shape(), in.dtype());
+    T* base = dP.data<T>();
+    run_backward(Pr, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
+                 base + saved->oq, base + saved->ok, base + saved->ov);
+    cot[0] = dP;
   });
+  return cot;
 }
 
 Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::size_t lo, std::size_t hi, double scale,

@@ -1,5 +1,6 @@
 // Forward (SPEC 2):  y = x * m / q,  m ~ Bernoulli(q), q = 1 - p
 // VJP:               x_bar = g * m / q  (the mask saved by the forward pass)
+// Second-order rule:  the same mask applied to the recorded cotangent (apply_dropout_mask).
 #include <xgrad/ops/dropout.hpp>
 
 #include <xgrad/core/check.hpp>
@@ -13,6 +14,12 @@ namespace xg::ops {
 namespace {
 
 thread_local std::size_t tl_row_offset = 0;
+
+// The VJP as a named type: the second-order rule reads the mask from it.
+struct DropoutVjp {
+  Array scaled_mask;
+  Cotangents operator()(const VjpContext& c) const { return Cotangents{kernels::mul(c.grad_output, scaled_mask)}; }
+};
 
 }  // namespace
 
@@ -51,9 +58,10 @@ Tensor apply_dropout_mask(const Tensor& x, const Array& scaled_mask) {
   if (scaled_mask.dtype() != x.dtype())
     throw DTypeError(op_message("dropout", std::string("mask is ") + dtype_name(scaled_mask.dtype()) +
                                                ", x is " + dtype_name(x.dtype())));
-  return record("dropout", kernels::mul(x.value(), scaled_mask), {x}, [scaled_mask](const VjpContext& c) {
-    return Cotangents{kernels::mul(c.grad_output, scaled_mask)};
-  });
+  return record("dropout", kernels::mul(x.value(), scaled_mask), {x}, DropoutVjp{scaled_mask},
+                second_order([](const DiffVjpContext& c) {
+                  return DiffCotangents{apply_dropout_mask(c.grad_output, c.first_order_as<DropoutVjp>().scaled_mask)};
+                }));
 }
 
 Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {

@@ -5,6 +5,8 @@
 //   mul: a_bar = S(g * b),    b_bar = S(g * a)
 //   div: a_bar = S(g / b),    b_bar = -S(g * out / b)
 //   where: a_bar = S(cond ? g : 0), b_bar = S(cond ? 0 : g)
+// Second-order rules (create_graph, docs/higher-order.md): the same formulas with recorded
+// ops, S = ops::sum_to; div's uses the recorded output.
 #include <xgrad/ops/elementwise.hpp>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/detail/map.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/unary.hpp>
 
 namespace xg::ops {
@@ -34,10 +37,16 @@ void check_binary(const std::string& op, const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   check_binary("add", a, b);
-  return record("add", kernels::add(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
-    return Cotangents{c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
-                      c.needs(1) ? kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()) : Array()};
-  });
+  return record(
+      "add", kernels::add(a.value(), b.value()), {a, b},
+      [](const VjpContext& c) {
+        return Cotangents{c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
+                          c.needs(1) ? kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()) : Array()};
+      },
+      second_order([](const DiffVjpContext& c) {
+        return DiffCotangents{c.needs(0) ? sum_to(c.grad_output, c.inputs[0].shape()) : Tensor(),
+                              c.needs(1) ? sum_to(c.grad_output, c.inputs[1].shape()) : Tensor()};
+      }));
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
@@ -47,7 +56,10 @@ Tensor sub(const Tensor& a, const Tensor& b) {
         c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
         c.needs(1) ? kernels::scale(kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()), -1.0)
                    : Array()};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    return DiffCotangents{c.needs(0) ? sum_to(c.grad_output, c.inputs[0].shape()) : Tensor(),
+                          c.needs(1) ? neg(sum_to(c.grad_output, c.inputs[1].shape())) : Tensor()};
+  }));
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
@@ -58,7 +70,11 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     return Cotangents{
         c.needs(0) ? kernels::sum_to_shape(kernels::mul(c.grad_output, B), A.shape()) : Array(),
         c.needs(1) ? kernels::sum_to_shape(kernels::mul(c.grad_output, A), B.shape()) : Array()};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    const Tensor &A = c.inputs[0], &B = c.inputs[1], &g = c.grad_output;
+    return DiffCotangents{c.needs(0) ? sum_to(g * B, A.shape()) : Tensor(),
+                          c.needs(1) ? sum_to(g * A, B.shape()) : Tensor()};
+  }));
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
@@ -80,15 +96,20 @@ Tensor div(const Tensor& a, const Tensor& b) {
         c.needs(1)
             ? kernels::scale(kernels::sum_to_shape(kernels::mul(g_over_b, c.output), B.shape()), -1.0)
             : Array()};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    const Tensor &A = c.inputs[0], &B = c.inputs[1];
+    const Tensor g_over_b = c.grad_output / B;
+    return DiffCotangents{c.needs(0) ? sum_to(g_over_b, A.shape()) : Tensor(),
+                          c.needs(1) ? neg(sum_to(g_over_b * c.output, B.shape())) : Tensor()};
+  }));
 }
 
-Tensor where(const BoolArray& cond, const Tensor& a, const Tensor& b) {
-  const Shape ab = checked_broadcast("where", a, b);
-  broadcast_shapes("where", "condition", cond.shape, "values", ab);
-  auto keep = std::make_shared<BoolArray>(cond);
-  Array out = kernels::select(cond.data, cond.shape, a.value(), b.value());
-  return record("where", std::move(out), {a, b}, [keep](const VjpContext& c) {
+namespace {
+
+// where's VJP as a named type: its second-order rule reads the condition from it.
+struct WhereVjp {
+  std::shared_ptr<BoolArray> keep;
+  Cotangents operator()(const VjpContext& c) const {
     const Array& g = c.grad_output;
     const Array zero = Array::zeros({}, g.dtype());
     return Cotangents{
@@ -98,7 +119,23 @@ Tensor where(const BoolArray& cond, const Tensor& a, const Tensor& b) {
         c.needs(1) ? kernels::sum_to_shape(kernels::select(keep->data, keep->shape, zero, g),
                                            c.inputs[1].shape())
                    : Array()};
-  });
+  }
+};
+
+}  // namespace
+
+Tensor where(const BoolArray& cond, const Tensor& a, const Tensor& b) {
+  const Shape ab = checked_broadcast("where", a, b);
+  broadcast_shapes("where", "condition", cond.shape, "values", ab);
+  Array out = kernels::select(cond.data, cond.shape, a.value(), b.value());
+  return record("where", std::move(out), {a, b}, WhereVjp{std::make_shared<BoolArray>(cond)},
+                second_order([](const DiffVjpContext& c) {
+                  const BoolArray& keep = *c.first_order_as<WhereVjp>().keep;
+                  const Tensor& g = c.grad_output;
+                  const Tensor zero = scalar_like(g, 0.0);
+                  return DiffCotangents{c.needs(0) ? sum_to(where(keep, g, zero), c.inputs[0].shape()) : Tensor(),
+                                        c.needs(1) ? sum_to(where(keep, zero, g), c.inputs[1].shape()) : Tensor()};
+                }));
 }
 
 Tensor scalar_like(const Tensor& x, double value) {

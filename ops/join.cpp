@@ -1,6 +1,8 @@
 // concat: y = [x_0, x_1, ...] along axis      x_k_bar = the k-th block of g
 // slice:  y = x[start:stop:step] along axis   x_bar = zeros with g scattered back
 // A tensor viewed as [outer, axis, inner] makes both a loop of contiguous copies.
+// Second-order rules: concat's slices g (recorded slice); slice's scatters g back with the
+// recorded op slice_backward, whose own VJP is the slice again.
 #include <xgrad/ops/join.hpp>
 
 #include <algorithm>
@@ -61,6 +63,54 @@ void scatter_rows(const Array& g, AxisSplit gs, Array& dst, AxisSplit ds, std::s
   });
 }
 
+// concat's and slice's VJPs as named types: their second-order rules read the offsets.
+struct ConcatVjp {
+  std::size_t ax;
+  std::vector<std::size_t> offsets;
+  AxisSplit d;
+  Cotangents operator()(const VjpContext& c) const {
+    Cotangents cot(c.inputs.size());
+    for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+      if (!c.needs(k)) continue;
+      Array gk = Array::empty(c.inputs[k].shape(), c.grad_output.dtype());
+      const AxisSplit s = split_at_axis(c.inputs[k].shape(), ax);
+      copy_rows(c.grad_output, d, offsets[k], 1, gk, s, 0, s.len);
+      cot[k] = std::move(gk);
+    }
+    return cot;
+  }
+};
+
+Array scatter_slice(const Array& g, const Shape& x_shape, std::size_t ax, std::size_t start, std::size_t step) {
+  Array gx = Array::zeros(x_shape, g.dtype());
+  scatter_rows(g, split_at_axis(g.shape(), ax), gx, split_at_axis(x_shape, ax), start, step);
+  return gx;
+}
+
+struct SliceVjp {
+  std::size_t ax, start, step;
+  Cotangents operator()(const VjpContext& c) const {
+    return Cotangents{scatter_slice(c.grad_output, c.inputs[0].shape(), ax, start, step)};
+  }
+};
+
+// g placed into zeros of x_shape at rows start, start + step, ... of axis ax (recorded).
+Tensor slice_backward(const Tensor& g, const Shape& x_shape, std::size_t ax, std::size_t start, std::size_t step) {
+  const long stop = static_cast<long>(start + step * g.shape()[ax]);
+  return record(
+      "slice_backward", scatter_slice(g.value(), x_shape, ax, start, step), {g},
+      [ax, start, step, stop](const VjpContext& c) {
+        // The slice of the cotangent (slice() is recorded only under create_graph; here values).
+        NoGradGuard values_only;
+        return Cotangents{slice(Tensor(c.grad_output), static_cast<int>(ax), static_cast<long>(start), stop,
+                                static_cast<long>(step)).value()};
+      },
+      [ax, start, step, stop](const DiffVjpContext& c) {
+        return DiffCotangents{slice(c.grad_output, static_cast<int>(ax), static_cast<long>(start), stop,
+                                    static_cast<long>(step))};
+      });
+}
+
 }  // namespace
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
@@ -90,17 +140,17 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
     offsets.push_back(off);
     off += s.len;
   }
-  return record("concat", std::move(out), xs, [ax, offsets, d](const VjpContext& c) {
-    Cotangents cot(c.inputs.size());
-    for (std::size_t k = 0; k < c.inputs.size(); ++k) {
-      if (!c.needs(k)) continue;
-      Array gk = Array::empty(c.inputs[k].shape(), c.grad_output.dtype());
-      const AxisSplit s = split_at_axis(c.inputs[k].shape(), ax);
-      copy_rows(c.grad_output, d, offsets[k], 1, gk, s, 0, s.len);
-      cot[k] = std::move(gk);
-    }
-    return cot;
-  });
+  return record("concat", std::move(out), xs, ConcatVjp{ax, offsets, d}, second_order([](const DiffVjpContext& c) {
+                  const ConcatVjp& v = c.first_order_as<ConcatVjp>();
+                  DiffCotangents cot(c.inputs.size());
+                  for (std::size_t k = 0; k < c.inputs.size(); ++k)
+                    if (c.needs(k)) {
+                      const long off = static_cast<long>(v.offsets[k]);
+                      cot[k] = slice(c.grad_output, static_cast<int>(v.ax), off,
+                                     off + static_cast<long>(c.inputs[k].shape()[v.ax]));
+                    }
+                  return cot;
+                }));
 }
 
 Tensor slice(const Tensor& x, int axis, long start, long stop, long step) {
@@ -118,12 +168,10 @@ Tensor slice(const Tensor& x, int axis, long start, long stop, long step) {
   const AxisSplit s = split_at_axis(x.shape(), ax), d = split_at_axis(out_shape, ax);
   copy_rows(x.value(), s, static_cast<std::size_t>(b), static_cast<std::size_t>(step), out, d, 0, n);
   const std::size_t ub = static_cast<std::size_t>(b), us = static_cast<std::size_t>(step);
-  return record("slice", std::move(out), {x}, [ax, ub, us](const VjpContext& c) {
-    const Array& X = c.inputs[0];
-    Array gx = Array::zeros(X.shape(), X.dtype());
-    scatter_rows(c.grad_output, split_at_axis(c.grad_output.shape(), ax), gx, split_at_axis(X.shape(), ax), ub, us);
-    return Cotangents{gx};
-  });
+  return record("slice", std::move(out), {x}, SliceVjp{ax, ub, us}, second_order([](const DiffVjpContext& c) {
+                  const SliceVjp& v = c.first_order_as<SliceVjp>();
+                  return DiffCotangents{slice_backward(c.grad_output, c.inputs[0].shape(), v.ax, v.start, v.step)};
+                }));
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::size_t>& sizes, int axis) {

@@ -6,7 +6,8 @@
 //   x_bar = r (gh - mean(gh) - xh * mean(gh * xh))
 //   gamma_bar = sum over rows of y_bar * xh,  beta_bar = sum over rows of y_bar
 // The forward keeps mu and r per row; xh is recomputed. layer_norm_composed() builds the same
-// function from mean, sub, mul, sqrt and div: the test oracle for this VJP.
+// function from mean, sub, mul, sqrt and div: the test oracle for this VJP, and the
+// second-order rule (create_graph) differentiates that composition (composed_vjp).
 #include <xgrad/ops/layer_norm.hpp>
 
 #include <cmath>
@@ -156,7 +157,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
       }
     });
     return cot;
-  });
+  }, second_order([eps, has_g, has_b](const DiffVjpContext& c) {
+    return composed_vjp(c, [eps, has_g, has_b](const std::vector<Tensor>& in) {
+      return layer_norm_composed(in[0], has_g ? in[1] : Tensor(), has_b ? in[has_g ? 2 : 1] : Tensor(), eps);
+    });
+  }));
 }
 
 Tensor layer_norm_composed(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {

@@ -1,7 +1,8 @@
 // cross_entropy = -sum_i w_i log_softmax(z_i)[t_i] / sum_i w_i: one op with its own VJP
 // softmax(z_i) - onehot(t_i), scaled by w_i / sum w (issue 21: one pass over the logits each
 // way). cross_entropy_composed builds the same function from log_softmax (dedicated VJP),
-// gather, mul and sum: the fused op's test oracle. mse = mean((a - b)^2) likewise.
+// gather, mul and sum: the fused op's test oracle, and the fused op's second-order rule
+// (create_graph) differentiates that composition. mse = mean((a - b)^2) likewise.
 #include <xgrad/ops/loss.hpp>
 
 #include <algorithm>
@@ -25,6 +26,22 @@ namespace {
 
 // Rows per parallel chunk: about 8K logits.
 std::size_t xent_grain(std::size_t C) { return std::max<std::size_t>(1, (std::size_t{1} << 13) / std::max<std::size_t>(C, 1)); }
+
+// The composed cross-entropy of the (already checked) safe targets and weights w [..., 1].
+Tensor composed_loss(const Tensor& logits, const IndexArray& safe, const Array& w, double total) {
+  const Tensor picked = gather(log_softmax(logits, -1), -1, safe);  // [..., 1]
+  return -sum(picked * Tensor(w)) / total;
+}
+
+// The fused op's VJP as a named type: its second-order rule reads the targets and weights.
+struct CrossEntropyVjp {
+  std::shared_ptr<std::vector<double>> lse;
+  std::vector<std::int64_t> tgt;
+  Array w;
+  double total;
+  std::size_t N, C;
+  Cotangents operator()(const VjpContext& c) const;
+};
 
 // One op: per row i of C logits z, m = max z, lse = m + log sum exp(z - m) (kept per row), and
 // L = sum_i w_i (lse_i - z_i[t_i]) / total. VJP: z_bar = g w_i / total (exp(z - lse) - onehot(t_i)).
@@ -56,33 +73,40 @@ Tensor fused_cross_entropy(const Tensor& logits, const std::vector<std::int64_t>
   double L = 0;
   for (double v : row_loss) L += v;
   Array out = Array::full({}, L / total, logits.dtype());
-  return record("cross_entropy", std::move(out), {logits}, [lse, tgt, w, total, N, C](const VjpContext& c) {
-    Array dz = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
-    const double g = c.grad_output.flat(0);
-    detail::dispatch(dz.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* pz = c.inputs[0].data<T>();
-      T* pd = dz.data<T>();
-      detail::parallel_for(N, xent_grain(C), [&](std::size_t lo, std::size_t hi, std::size_t) {
-        for (std::size_t r = lo; r < hi; ++r) {
-          T* dr = pd + r * C;
-          const double wr = w.flat(r);
-          if (wr == 0) {
-            std::fill(dr, dr + C, T(0));
-            continue;
-          }
-          const T* zr = pz + r * C;
-          const T l = static_cast<T>((*lse)[r]);
-          for (std::size_t j = 0; j < C; ++j) dr[j] = zr[j] - l;
-          vmath::exp(dr, dr, C);
-          const T scale = static_cast<T>(g * wr / total);
-          for (std::size_t j = 0; j < C; ++j) dr[j] *= scale;
-          dr[tgt[r]] -= scale;
+  return record("cross_entropy", std::move(out), {logits}, CrossEntropyVjp{lse, tgt, w, total, N, C},
+                second_order([](const DiffVjpContext& c) {
+                  const CrossEntropyVjp& v = c.first_order_as<CrossEntropyVjp>();
+                  const IndexArray safe(v.w.shape(), v.tgt);
+                  return composed_vjp(c, [&](const std::vector<Tensor>& in) { return composed_loss(in[0], safe, v.w, v.total); });
+                }));
+}
+
+Cotangents CrossEntropyVjp::operator()(const VjpContext& c) const {
+  Array dz = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
+  const double g = c.grad_output.flat(0);
+  detail::dispatch(dz.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pz = c.inputs[0].data<T>();
+    T* pd = dz.data<T>();
+    detail::parallel_for(N, xent_grain(C), [&](std::size_t lo, std::size_t hi, std::size_t) {
+      for (std::size_t r = lo; r < hi; ++r) {
+        T* dr = pd + r * C;
+        const double wr = w.flat(r);
+        if (wr == 0) {
+          std::fill(dr, dr + C, T(0));
+          continue;
         }
-      });
+        const T* zr = pz + r * C;
+        const T l = static_cast<T>((*lse)[r]);
+        for (std::size_t j = 0; j < C; ++j) dr[j] = zr[j] - l;
+        vmath::exp(dr, dr, C);
+        const T scale = static_cast<T>(g * wr / total);
+        for (std::size_t j = 0; j < C; ++j) dr[j] *= scale;
+        dr[tgt[r]] -= scale;
+      }
     });
-    return Cotangents{dz};
   });
+  return Cotangents{dz};
 }
 
 Tensor cross_entropy_impl(const Tensor& logits, const IndexArray& targets, const CrossEntropyOptions& opts,
@@ -126,10 +150,7 @@ Tensor cross_entropy_impl(const Tensor& logits, const IndexArray& targets, const
     throw ValueError(op_message("cross_entropy", "no target left to average: all " +
                                                      std::to_string(targets.size()) +
                                                      " are ignore_index or have weight 0"));
-  if (composed) {
-    const Tensor picked = gather(log_softmax(logits, -1), -1, safe);  // [..., 1]
-    return -sum(picked * Tensor(w)) / total;
-  }
+  if (composed) return composed_loss(logits, safe, w, total);
   return fused_cross_entropy(logits, safe.data, w, total);
 }
 

@@ -1,6 +1,7 @@
 // add_mask:    out = (bias == -inf) ? -inf : x + bias      x_bar = (bias == -inf) ? 0 : g
 // masked_fill: out = m ? value : x                         x_bar = m ? 0 : g
 // Both are selects; broadcasting of x against the mask is undone by sum_to_shape.
+// Second-order rules: the same selects, recorded (masked_fill of the cotangent, then sum_to).
 #include <xgrad/ops/mask.hpp>
 
 #include <cmath>
@@ -11,19 +12,35 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/ops/reduce.hpp>
 
 namespace xg::ops {
 
 namespace {
 
-Tensor fill_select(const std::string& op, const Tensor& x, std::shared_ptr<const BoolArray> m,
-                   const Array& replacement) {
-  Array out = kernels::select(m->data, m->shape, replacement, x.value());
-  return record(op, std::move(out), {x}, [m](const VjpContext& c) {
+// masked_fill's and add_mask's VJPs as named types: their second-order rules read the mask.
+struct FillVjp {
+  std::shared_ptr<const BoolArray> m;
+  Cotangents operator()(const VjpContext& c) const {
     const Array& g = c.grad_output;
     return Cotangents{kernels::sum_to_shape(
         kernels::select(m->data, m->shape, Array::zeros({}, g.dtype()), g), c.inputs[0].shape())};
-  });
+  }
+};
+
+struct AddMaskVjp {
+  Array bias;
+  Cotangents operator()(const VjpContext& c) const {
+    return Cotangents{kernels::sum_to_shape(kernels::masked_grad(c.grad_output, bias), c.inputs[0].shape())};
+  }
+};
+
+Tensor fill_select(const std::string& op, const Tensor& x, std::shared_ptr<const BoolArray> m,
+                   const Array& replacement) {
+  Array out = kernels::select(m->data, m->shape, replacement, x.value());
+  return record(op, std::move(out), {x}, FillVjp{m}, second_order([](const DiffVjpContext& c) {
+                  return DiffCotangents{masked_fill(c.grad_output, *c.first_order_as<FillVjp>().m, 0.0)};
+                }));
 }
 
 }  // namespace
@@ -48,9 +65,13 @@ Tensor add_mask(const Tensor& x, const Array& bias) {
   check_additive_bias("add_mask", bias);
   // One pass each way: forbidden positions selected to -inf (never x + -inf, which is NaN for
   // x = +inf); the VJP passes g where the bias is finite.
-  return record("add_mask", kernels::masked_add(x.value(), bias), {x}, [bias](const VjpContext& c) {
-    return Cotangents{kernels::sum_to_shape(kernels::masked_grad(c.grad_output, bias), c.inputs[0].shape())};
-  });
+  return record("add_mask", kernels::masked_add(x.value(), bias), {x}, AddMaskVjp{bias},
+                second_order([](const DiffVjpContext& c) {
+                  const Array& b = c.first_order_as<AddMaskVjp>().bias;
+                  BoolArray forbidden(b.shape(), std::vector<unsigned char>(b.size()));
+                  for (std::size_t i = 0; i < b.size(); ++i) forbidden.data[i] = std::isinf(b.flat(i)) ? 1 : 0;
+                  return DiffCotangents{sum_to(masked_fill(c.grad_output, forbidden, 0.0), c.inputs[0].shape())};
+                }));
 }
 
 Tensor masked_fill(const Tensor& x, const BoolArray& fill_where, double value) {

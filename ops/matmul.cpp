@@ -3,6 +3,8 @@
 //   op(A)_bar = G op(B)^T,   op(B)_bar = op(A)^T G,
 // mapped back through op and summed over batch dimensions the input was broadcast along
 // (BLAS beta = 1 accumulates straight into the input's matrix, no temporary copies).
+// Second-order rule: the same products as recorded matmuls on the operands promoted to >= 2-d,
+// then sum_to over broadcast batch axes and reshape back to a 1-d operand's shape.
 #include <xgrad/ops/matmul.hpp>
 
 #include <xgrad/core/detail/blas.hpp>
@@ -13,6 +15,8 @@
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
+#include <xgrad/ops/reduce.hpp>
+#include <xgrad/ops/shape_ops.hpp>
 
 #include <type_traits>
 
@@ -215,7 +219,31 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
       }
     });
     return cot;
-  });
+  }, second_order([ta = opts.transpose_a, tb = opts.transpose_b](const DiffVjpContext& c) {
+    const Tensor &a = c.inputs[0], &b = c.inputs[1];
+    auto L = [](const Shape& s) { return std::vector<long>(s.begin(), s.end()); };
+    Shape a2 = a.shape(), b2 = b.shape();
+    if (a.ndim() == 1) a2.insert(a2.begin(), 1);
+    if (b.ndim() == 1) b2.push_back(1);
+    const std::size_t M = ta ? a2.back() : a2[a2.size() - 2];
+    const std::size_t N = tb ? b2[b2.size() - 2] : b2.back();
+    Shape out2 = broadcast_shapes("matmul", "a", Shape(a2.begin(), a2.end() - 2), "b", Shape(b2.begin(), b2.end() - 2));
+    out2.push_back(M);
+    out2.push_back(N);
+    const Tensor A = a.ndim() == 1 ? reshape(a, L(a2)) : a;
+    const Tensor B = b.ndim() == 1 ? reshape(b, L(b2)) : b;
+    const Tensor G = reshape(c.grad_output, L(out2));
+    DiffCotangents cot(2);
+    if (c.needs(0)) {
+      const Tensor full = ta ? matmul(B, G, {tb, true}) : matmul(G, B, {false, !tb});
+      cot[0] = reshape(sum_to(full, a2), L(a.shape()));
+    }
+    if (c.needs(1)) {
+      const Tensor full = tb ? matmul(G, A, {true, ta}) : matmul(A, G, {!ta, false});
+      cot[1] = reshape(sum_to(full, b2), L(b.shape()));
+    }
+    return cot;
+  }));
 }
 
 }  // namespace xg::ops

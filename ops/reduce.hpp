@@ -8,6 +8,10 @@ namespace xg::ops {
 
 /// Sum of x over `axes` (empty = all); reduced axes are kept with size 1 if `keepdims`.
 Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
+/// x summed down to `shape`, the inverse of broadcasting: x's shape must be `shape` broadcast
+/// (NumPy rules); the axes x was broadcast along are summed. The gradient broadcasts back.
+/// (The reduction in every broadcasting op's VJP, as a recorded op for create_graph.)
+Tensor sum_to(const Tensor& x, const Shape& shape);
 /// Mean of x over `axes` (empty = all); reduced axes are kept with size 1 if `keepdims`.
 Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false);
 

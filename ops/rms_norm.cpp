@@ -125,7 +125,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
       }
     });
     return cot;
-  });
+  }, second_order([eps, has_w](const DiffVjpContext& c) {
+    // create_graph: the composition's recorded VJP (rms_norm_composed is the oracle of this op).
+    return composed_vjp(c, [eps, has_w](const std::vector<Tensor>& in) {
+      return rms_norm_composed(in[0], has_w ? in[1] : Tensor(), eps);
+    });
+  }));
 }
 
 Tensor rms_norm_composed(const Tensor& x, const Tensor& weight, double eps) {

@@ -2,6 +2,7 @@
 // the angle theta = p * base^(-2k/r) is computed in double; the forward rotates (x_a, x_b)
 // by theta, the VJP rotates the cotangent (g_a, g_b) by -theta:
 //   x_bar_a =  g_a cos + g_b sin,   x_bar_b = -g_a sin + g_b cos
+// Second-order rule: that rotation as a recorded op (rope_rotate), whose VJP rotates back.
 #include <xgrad/ops/rope.hpp>
 
 #include <cmath>
@@ -67,6 +68,40 @@ void rotate(const T* in, T* out, std::size_t rows, std::size_t w, std::size_t he
   }
 }
 
+// The rotation's parameters: what the VJP and the second-order rule need.
+struct Rotation {
+  std::shared_ptr<Angles> a;
+  std::size_t rows, w, heads, d, r;
+  RopeLayout layout;
+  Array apply(const Array& in, double sign) const {
+    Array out = Array::empty(in.shape(), in.dtype());
+    if (rows > 0)
+      detail::dispatch(in.dtype(), [&](auto t) {
+        using V = decltype(t);
+        rotate<V>(in.data<V>(), out.data<V>(), rows, w, heads, d, r, layout, *a, sign);
+      });
+    return out;
+  }
+};
+
+// in rotated by sign * theta, recorded (its VJP rotates by -sign * theta).
+Tensor rotate_recorded(const Tensor& in, const Rotation& rot, double sign) {
+  return record(
+      "rope_rotate", rot.apply(in.value(), sign), {in},
+      [rot, sign](const VjpContext& c) { return Cotangents{rot.apply(c.grad_output, -sign)}; },
+      [rot, sign](const DiffVjpContext& c) { return DiffCotangents{rotate_recorded(c.grad_output, rot, -sign)}; });
+}
+
+// rope's VJP as a named type: the second-order rule reads the rotation from it.
+struct RopeVjp {
+  Rotation rot;
+  Cotangents operator()(const VjpContext& c) const {
+    Cotangents cot(1);
+    cot[0] = rot.apply(c.grad_output, -1.0);
+    return cot;
+  }
+};
+
 // x [..., T, w] rotated as rope_heads() says; rope() is heads = 1, d = w.
 Tensor rotate_op(const Tensor& x, std::size_t heads, std::size_t d, const std::vector<std::int64_t>& positions,
                  const RopeConfig& cfg) {
@@ -89,17 +124,10 @@ Tensor rotate_op(const Tensor& x, std::size_t heads, std::size_t d, const std::v
       using V = decltype(t);
       rotate<V>(x.value().data<V>(), y.data<V>(), rows, w, heads, d, r, layout, *a, 1.0);
     });
-  return record(kOp, std::move(y), {x}, [a, rows, w, heads, d, r, layout](const VjpContext& c) {
-    Cotangents cot(1);
-    Array g = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
-    if (rows > 0)
-      detail::dispatch(g.dtype(), [&](auto t) {
-        using V = decltype(t);
-        rotate<V>(c.grad_output.data<V>(), g.data<V>(), rows, w, heads, d, r, layout, *a, -1.0);
-      });
-    cot[0] = g;
-    return cot;
-  });
+  return record(kOp, std::move(y), {x}, RopeVjp{Rotation{a, rows, w, heads, d, r, layout}},
+                second_order([](const DiffVjpContext& c) {
+                  return DiffCotangents{rotate_recorded(c.grad_output, c.first_order_as<RopeVjp>().rot, -1.0)};
+                }));
 }
 
 }  // namespace

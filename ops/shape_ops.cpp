@@ -2,6 +2,7 @@
 //   reshape/squeeze/unsqueeze: x_bar = reshape(g, x.shape)
 //   permute(dims):             x_bar = permute(g, inverse(dims))
 //   broadcast_to:              x_bar = sum_to_shape(g, x.shape)
+// Second-order rules: the same moves, recorded (sum_to for broadcast_to).
 #include <xgrad/ops/shape_ops.hpp>
 
 #include <algorithm>
@@ -9,16 +10,28 @@
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/ops/reduce.hpp>
 
 namespace xg::ops {
 
 namespace {
 
+std::vector<long> long_shape(const Shape& s) { return std::vector<long>(s.begin(), s.end()); }
+
 Tensor reshaped_as(const std::string& op, const Tensor& x, const Shape& s) {
-  return record(op, x.value().view(s), {x}, [](const VjpContext& c) {
-    return Cotangents{c.grad_output.view(c.inputs[0].shape())};
-  });
+  return record(
+      op, x.value().view(s), {x},
+      [](const VjpContext& c) { return Cotangents{c.grad_output.view(c.inputs[0].shape())}; },
+      second_order([](const DiffVjpContext& c) {
+        return DiffCotangents{reshape(c.grad_output, long_shape(c.inputs[0].shape()))};
+      }));
 }
+
+// permute's VJP as a named type: its second-order rule reads the inverse permutation.
+struct PermuteVjp {
+  std::vector<std::size_t> inverse;
+  Cotangents operator()(const VjpContext& c) const { return Cotangents{kernels::permute(c.grad_output, inverse)}; }
+};
 
 }  // namespace
 
@@ -71,9 +84,11 @@ Tensor permute(const Tensor& x, const std::vector<int>& dims) {
     throw AxisError(op_message("permute", "dims repeats an axis for x of shape " + shape_str(x.shape())));
   std::vector<std::size_t> inverse(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = i;
-  return record("permute", kernels::permute(x.value(), perm), {x}, [inverse](const VjpContext& c) {
-    return Cotangents{kernels::permute(c.grad_output, inverse)};
-  });
+  return record("permute", kernels::permute(x.value(), perm), {x}, PermuteVjp{inverse},
+                second_order([](const DiffVjpContext& c) {
+                  const auto& inv = c.first_order_as<PermuteVjp>().inverse;
+                  return DiffCotangents{permute(c.grad_output, std::vector<int>(inv.begin(), inv.end()))};
+                }));
 }
 
 Tensor transpose(const Tensor& x, int axis0, int axis1) {
@@ -92,9 +107,10 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   if (b != shape)
     throw ShapeError(op_message("broadcast_to", "x of shape " + shape_str(x.shape()) +
                                                     " cannot be broadcast to " + shape_str(shape)));
-  return record("broadcast_to", kernels::broadcast_to(x.value(), shape), {x}, [](const VjpContext& c) {
-    return Cotangents{kernels::sum_to_shape(c.grad_output, c.inputs[0].shape())};
-  });
+  return record(
+      "broadcast_to", kernels::broadcast_to(x.value(), shape), {x},
+      [](const VjpContext& c) { return Cotangents{kernels::sum_to_shape(c.grad_output, c.inputs[0].shape())}; },
+      second_order([](const DiffVjpContext& c) { return DiffCotangents{sum_to(c.grad_output, c.inputs[0].shape())}; }));
 }
 
 Tensor squeeze(const Tensor& x, int axis) {

@@ -4,6 +4,7 @@
 // log_softmax forward:                y = u - c - log z
 // log_softmax VJP:                    u_bar = y_bar - exp(y) * sum(y_bar)
 // Both VJPs need only the output, which the tape keeps; the closures capture the axis.
+// Second-order rules: the same formulas with recorded ops on the recorded output.
 #include <xgrad/ops/softmax.hpp>
 
 #include <cmath>
@@ -13,6 +14,9 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/reduce.hpp>
+#include <xgrad/ops/unary.hpp>
 
 namespace xg::ops {
 
@@ -90,7 +94,11 @@ Tensor run(const std::string& op, const Tensor& u, int axis, bool log_space) {
         }
     });
     return Cotangents{ub};
-  });
+  }, second_order([ax = static_cast<int>(ax), log_space](const DiffVjpContext& c) {
+    const Tensor &y = c.output, &g = c.grad_output;
+    if (log_space) return DiffCotangents{g - exp(y) * sum(g, {ax}, true)};
+    return DiffCotangents{y * (g - sum(g * y, {ax}, true))};
+  }));
 }
 
 }  // namespace

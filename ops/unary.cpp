@@ -14,6 +14,10 @@
 //   silu:    y = x s, s = sigmoid x x_bar = g * s (1 + x (1 - s))
 //   swiglu:  y = silu(a) b          a_bar = g * b * s (1 + a (1 - s)),  b_bar = g * silu(a)
 //            (s = sigmoid a; one op for Llama's feed-forward gate, oracle swiglu_composed)
+// Second-order rules (create_graph): the formulas above with recorded ops (the output y is
+// recorded too); the indicator and sign factors of relu, abs and clamp are constants; exact
+// GELU uses the recorded normal CDF Phi below; tanh-GELU, silu, swiglu and bias_gelu
+// differentiate their compositions (composed_vjp).
 #include <xgrad/ops/unary.hpp>
 
 #include <algorithm>
@@ -29,6 +33,7 @@
 #include <xgrad/core/detail/vmath.hpp>
 #include <xgrad/core/detail/xt.hpp>
 #include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/shape_ops.hpp>
 
 namespace xg::ops {
 
@@ -69,7 +74,7 @@ Tensor neg(const Tensor& x) {
   check::defined("neg", "x", x);
   return record("neg", kernels::scale(x.value(), -1.0), {x}, [](const VjpContext& c) {
     return Cotangents{kernels::scale(c.grad_output, -1.0)};
-  });
+  }, second_order([](const DiffVjpContext& c) { return DiffCotangents{neg(c.grad_output)}; }));
 }
 
 Tensor exp(const Tensor& x) {
@@ -77,7 +82,7 @@ Tensor exp(const Tensor& x) {
   Array y = vectorised(x, [](const auto& v) { return xt::exp(v); });
   return record("exp", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{kernels::mul(c.grad_output, c.output)};
-  });
+  }, second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output * c.output}; }));
 }
 
 Tensor log(const Tensor& x) {
@@ -86,7 +91,7 @@ Tensor log(const Tensor& x) {
   Array y = vectorised(x, [](const auto& v) { return xt::log(v); });
   return record("log", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{kernels::div(c.grad_output, c.inputs[0])};
-  });
+  }, second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output / c.inputs[0]}; }));
 }
 
 Tensor sqrt(const Tensor& x) {
@@ -95,7 +100,7 @@ Tensor sqrt(const Tensor& x) {
   Array y = detail::map1(x.value(), [](auto v) { return std::sqrt(v); });
   return record("sqrt", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{detail::map2(c.grad_output, c.output, [](auto g, auto y) { return g / (2 * y); })};
-  });
+  }, second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output / (c.output * 2.0)}; }));
 }
 
 Tensor pow(const Tensor& x, double p) {
@@ -109,7 +114,10 @@ Tensor pow(const Tensor& x, double p) {
       using T = decltype(v);
       return p == 0 ? T(0) : static_cast<T>(g * p * std::pow(v, p - 1));
     })};
-  });
+  }, second_order([p](const DiffVjpContext& c) {
+    if (p == 0) return DiffCotangents{Tensor(Array::zeros(c.inputs[0].shape(), c.inputs[0].dtype()))};
+    return DiffCotangents{c.grad_output * (pow(c.inputs[0], p - 1) * p)};
+  }));
 }
 
 Tensor abs(const Tensor& x) {
@@ -120,7 +128,14 @@ Tensor abs(const Tensor& x) {
                     using T = decltype(v);
                     return v > 0 ? g : (v < 0 ? -g : T(0));
                   })};
-                });
+                },
+                second_order([](const DiffVjpContext& c) {
+                  const Array sign = detail::map1(c.inputs[0].value(), [](auto v) {
+                    using T = decltype(v);
+                    return v > 0 ? T(1) : (v < 0 ? T(-1) : T(0));
+                  });
+                  return DiffCotangents{c.grad_output * Tensor(sign)};
+                }));
 }
 
 Tensor tanh(const Tensor& x) {
@@ -128,7 +143,9 @@ Tensor tanh(const Tensor& x) {
   Array y = vectorised(x, [](const auto& v) { return xt::tanh(v); });
   return record("tanh", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{detail::map2(c.grad_output, c.output, [](auto g, auto y) { return g * (1 - y * y); })};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    return DiffCotangents{c.grad_output * (1.0 - c.output * c.output)};
+  }));
 }
 
 Tensor sigmoid(const Tensor& x) {
@@ -142,7 +159,9 @@ Tensor sigmoid(const Tensor& x) {
   });
   return record("sigmoid", std::move(y), {x}, [](const VjpContext& c) {
     return Cotangents{detail::map2(c.grad_output, c.output, [](auto g, auto y) { return g * y * (1 - y); })};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    return DiffCotangents{c.grad_output * (c.output * (1.0 - c.output))};
+  }));
 }
 
 Tensor relu(const Tensor& x) {
@@ -152,7 +171,12 @@ Tensor relu(const Tensor& x) {
     return Cotangents{detail::map2(c.grad_output, c.inputs[0], [](auto g, auto v) {
       return v > 0 ? g : decltype(g)(0);
     })};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    const Array& x = c.inputs[0].value();
+    BoolArray pos(x.shape(), std::vector<unsigned char>(x.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) pos.data[i] = x.flat(i) > 0 ? 1 : 0;
+    return DiffCotangents{where(pos, c.grad_output, scalar_like(c.grad_output, 0.0))};
+  }));
 }
 
 namespace {
@@ -193,6 +217,37 @@ void gelu_backward_f32(const float* x, const float* Phi, const float* g, float* 
 
 }  // namespace
 
+namespace {
+
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi), recorded.
+Tensor normal_pdf(const Tensor& x) { return exp(x * x * -0.5) * kInvSqrt2Pi; }
+
+// The standard normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2 as a recorded op, for exact
+// GELU's second-order rule: Phi' = phi, itself recorded, so every order is available.
+Tensor normal_cdf(const Tensor& x) {
+  Array y = detail::map1(x.value(), [](auto v) {
+    using T = decltype(v);
+    return static_cast<T>(0.5 * (1.0 + std::erf(v * kInvSqrt2)));
+  });
+  return record(
+      "normal_cdf", std::move(y), {x},
+      [](const VjpContext& c) {
+        return Cotangents{detail::map2(c.grad_output, c.inputs[0], [](auto g, auto v) {
+          using T = decltype(v);
+          return static_cast<T>(g * kInvSqrt2Pi * std::exp(-0.5 * double(v) * v));
+        })};
+      },
+      second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output * normal_pdf(c.inputs[0])}; }));
+}
+
+// Exact GELU's second-order rule: x_bar = g (Phi(x) + x phi(x)).
+DiffCotangents gelu_rule(const DiffVjpContext& c) {
+  const Tensor& x = c.inputs[0];
+  return DiffCotangents{c.grad_output * (normal_cdf(x) + x * normal_pdf(x))};
+}
+
+}  // namespace
+
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   check::defined("gelu", "x", x);
   if (approx == GeluApprox::none && x.dtype() == DType::float32) {
@@ -204,7 +259,7 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
       gelu_backward_f32(c.inputs[0].data<float>(), Phi->data<float>(), c.grad_output.data<float>(), d.data<float>(),
                         d.size());
       return Cotangents{d};
-    });
+    }, second_order(gelu_rule));
   }
   if (approx == GeluApprox::none) {  // float64: scalar libm, the reference precision
     Array y = detail::map1(x.value(), [](auto v) {
@@ -218,7 +273,7 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
         const double phi = kInvSqrt2Pi * std::exp(-0.5 * double(v) * v);
         return static_cast<T>(g * (Phi + v * phi));
       })};
-    });
+    }, second_order(gelu_rule));
   }
   Array y = detail::map1(x.value(), [](auto v) {
     using T = decltype(v);
@@ -233,7 +288,12 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
       const double du = kSqrt2OverPi * (1.0 + 3 * 0.044715 * double(v) * v);
       return static_cast<T>(g * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du));
     })};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    return composed_vjp(c, [](const std::vector<Tensor>& in) {
+      const Tensor& v = in[0];
+      return v * 0.5 * (1.0 + tanh((v + v * v * v * 0.044715) * kSqrt2OverPi));
+    });
+  }));
 }
 
 namespace {
@@ -333,7 +393,9 @@ Tensor bias_gelu(const Tensor& x, const Tensor& b) {
       }
     });
     return cot;
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    return composed_vjp(c, [](const std::vector<Tensor>& in) { return gelu(in[0] + in[1]); });
+  }));
 }
 
 Tensor bias_gelu_composed(const Tensor& x, const Tensor& b) {
@@ -402,7 +464,9 @@ Tensor silu(const Tensor& x) {
       });
     });
     return Cotangents{d};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    return composed_vjp(c, [](const std::vector<Tensor>& in) { return in[0] * sigmoid(in[0]); });
+  }));
 }
 
 Tensor swiglu(const Tensor& a, const Tensor& b) {
@@ -442,7 +506,9 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
       });
     });
     return Cotangents{da, db};
-  });
+  }, second_order([](const DiffVjpContext& c) {
+    return composed_vjp(c, [](const std::vector<Tensor>& in) { return silu(in[0]) * in[1]; });
+  }));
 }
 
 Tensor swiglu_composed(const Tensor& a, const Tensor& b) {
@@ -465,7 +531,16 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
       using T = decltype(v);
       return (v >= T(lo) && v <= T(hi)) ? g : T(0);
     })};
-  });
+  }, second_order([lo, hi](const DiffVjpContext& c) {
+    const Array& x = c.inputs[0].value();
+    BoolArray in(x.shape(), std::vector<unsigned char>(x.size()));
+    detail::dispatch(x.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* px = x.data<T>();
+      for (std::size_t i = 0; i < x.size(); ++i) in.data[i] = (px[i] >= T(lo) && px[i] <= T(hi)) ? 1 : 0;
+    });
+    return DiffCotangents{where(in, c.grad_output, scalar_like(c.grad_output, 0.0))};
+  }));
 }
 
 }  // namespace xg::ops

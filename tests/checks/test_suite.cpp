@@ -321,6 +321,25 @@ XG_GRADCHECK("macro/square", "x (3)") {
   return ctx.gradcheck([](const std::vector<Tensor>& in) { return in[0] * in[0]; }, {ctx.uniform({3})}, {"x"});
 }
 
+XG_GRADGRADCHECK("macro/second_order/cube", "x (3)") {
+  return ctx.gradgradcheck([](const std::vector<Tensor>& in) { return in[0] * in[0] * in[0]; }, {ctx.uniform({3})},
+                           {"x"});
+}
+
+TEST_CASE("gradcheck suite: XG_GRADGRADCHECK registers a second-order check into the default suite",
+          "[gradcheck][suite][higher_order]") {
+  const auto sel = default_gradcheck_suite().select("macro/second_order/cube");
+  REQUIRE(sel.size() == 1);
+  CHECK(sel[0]->kind == "second-order");
+  CHECK(sel[0]->config == "x (3)");
+  RunOptions o;
+  o.filter = "macro/second_order/";
+  const SuiteReport r = run_quiet(default_gradcheck_suite(), o);
+  REQUIRE(r.records.size() == 1);
+  CHECK(r.all_passed());
+  CHECK(r.records[0].result.comparisons > 0);
+}
+
 TEST_CASE("gradcheck suite: XG_GRADCHECK registers into the default suite", "[gradcheck][suite]") {
   const auto sel = default_gradcheck_suite().select("macro/square");
   REQUIRE(sel.size() == 1);
