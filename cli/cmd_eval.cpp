@@ -32,7 +32,7 @@ void run_eval(const EvalArgs& a) {
   if (a.split != "all" && a.split != "train" && a.split != "val")
     throw UsageError(op_message("eval", "--split " + a.split + ": must be all, train or val"));
   if (!(a.val_fraction > 0 && a.val_fraction <= 0.5))
-    throw UsageError(op_message("eval", "--val-fraction " + std::to_string(a.val_fraction) + ": must be in (0, 0.5]"));
+    throw UsageError(op_message("eval", "--val-fraction " + number_text(a.val_fraction) + ": must be in (0, 0.5]"));
   if (a.batch < 1 || a.batch > 65536)
     throw UsageError(op_message("eval", "--batch " + std::to_string(a.batch) + ": must be in [1, 65536]"));
   if (a.max_windows < 1 || a.max_windows > (std::size_t(1) << 30))

@@ -107,19 +107,37 @@ constexpr std::size_t kHeader = 6 + 2 + 8 + 8;  // magic, width (u16), count (u6
 
 }  // namespace
 
-std::vector<Document> list_documents(const std::string& path) {
+std::vector<Document> list_documents(const std::string& path, const std::string& exclude) {
   std::error_code ec;
   if (path.empty()) throw UsageError(op_message("train", "--text needs a file or a folder, got ''"));
   if (!fs::exists(path, ec)) throw UsageError(op_message("train", "--text '" + path + "' does not exist"));
   std::vector<fs::path> files;
   const fs::path root(path);
+  // The excluded folder, canonical, when it exists ("" otherwise: nothing of it to read).
+  fs::path skip;
+  if (!exclude.empty() && fs::is_directory(exclude, ec)) skip = fs::canonical(exclude, ec);
+  const auto inside = [](const fs::path& p, const fs::path& dir) {  // p is dir or below it (both canonical)
+    auto d = dir.begin(), q = p.begin();
+    for (; d != dir.end(); ++d, ++q)
+      if (q == p.end() || *q != *d) return false;
+    return true;
+  };
   if (fs::is_directory(root, ec)) {
+    if (!skip.empty() && inside(fs::canonical(root, ec), skip))
+      throw UsageError(op_message("train", "--text '" + shown_value(path) + "' is the output folder --out '" +
+                                               shown_value(exclude) + "' or inside it; give the text's own folder"));
     std::set<fs::path> seen;
     for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code probe;  // a failed probe here is no listing error
+      if (!skip.empty() && it->is_directory(probe) && fs::canonical(it->path(), probe) == skip) {
+        it.disable_recursion_pending();  // the run's own folder: its files are not the text
+        continue;
+      }
       if (!it->is_regular_file(ec)) continue;
       const fs::path canon = fs::canonical(it->path(), ec);
       if (ec || !seen.insert(canon).second) continue;
+      if (!skip.empty() && inside(canon, skip)) continue;  // reached through a link
       files.push_back(it->path());
     }
     if (ec) throw UsageError(op_message("train", "--text '" + path + "': cannot list the folder: " + ec.message()));

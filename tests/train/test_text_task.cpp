@@ -243,3 +243,44 @@ TEST_CASE("text task: a corpus smaller than one training window is a usage error
   CHECK_THROWS_AS(train::run_training(o, log), UsageError);
   CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context"));
 }
+
+TEST_CASE("text corpus: the run's own --out folder inside --text is not read; --text inside --out is refused", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_out_inside");
+  write(dir / "a.txt", lines(200, "alpha"));
+  write(dir / "b.txt", lines(200, "beta"));
+  write(dir / "run" / "log.csv", "step,lr\n1,0.1\n");  // a run's files: not text of the corpus
+  write(dir / "run" / "deep" / "notes.txt", "not read\n");
+  const auto docs = train::list_documents(dir.string(), (dir / "run").string());
+  std::set<std::string> names;
+  for (const auto& d : docs) names.insert(d.name.substr(0, d.name.find('#')));
+  CHECK(names == std::set<std::string>{"a.txt", "b.txt"});
+  CHECK(train::list_documents(dir.string()).size() > docs.size());  // without the exclusion they are read
+  CHECK_THROWS_WITH(train::list_documents((dir / "run").string(), (dir / "run").string()),
+                    Catch::Contains("is the output folder"));
+  CHECK_THROWS_WITH(train::list_documents((dir / "run" / "deep").string(), (dir / "run").string()),
+                    Catch::Contains("inside it"));
+  // End to end: `--text DIR --out DIR/run`, stopped and resumed, reads only a.txt and b.txt
+  // both times (the resume would otherwise find the run's token files and logs in its text).
+  fs::remove_all(dir / "run");
+  train::TrainOptions o;
+  o.task = "text";
+  o.text = dir.string();
+  o.out = (dir / "run").string();
+  o.steps = 4;
+  o.stop_at = 2;
+  o.lr = 0.005;
+  o.batch = 4;
+  o.context = 16;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.threads = 1;
+  o.progress = o.plot = false;
+  std::ostringstream log;
+  train::run_training(o, log);
+  train::TrainOptions again;
+  again.resume = o.out;
+  again.progress = again.plot = false;
+  CHECK(train::run_training(again, log).steps_done == 4);
+  CHECK_THAT(log.str(), Catch::Contains(std::to_string(docs.size()) + " documents,"));
+}

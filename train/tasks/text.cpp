@@ -47,6 +47,8 @@ class TextTraining : public GPTTask {
     c.V_vocab = info_.vocab.size();
     info_.config = c.resolved();
     info_.task_params = tokenizer_metadata(*tok_);
+    // convert and eval hold out the same documents (models saved before this key: 0.1).
+    info_.task_params["val_fraction"] = exact(o.val_fraction);
     for (const std::string& t : info_.vocab.tokens) token_bytes_.push_back(t.size());
     windows_ = validation_windows(val_->size(), T, kMaxValidationWindows);
     for (std::uint64_t start : windows_.starts)
@@ -177,7 +179,7 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
                                                "' is a llama2.c tokenizer.bin: it is for generate and tokenizer "
                                                "encode/decode; --task text trains with a SentencePiece .model or bytes"));
     if (comm.rank() != 0) return;
-    const std::vector<Document> docs = list_documents(o.text);
+    const std::vector<Document> docs = list_documents(o.text, o.out);
     std::vector<Document> train_docs, val_docs;
     split_documents(docs, o.val_fraction, train_docs, val_docs);
     corpus = corpus_fingerprint(docs);
@@ -190,7 +192,7 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
     train = std::make_unique<TokenFile>(train_path);
     val = std::make_unique<TokenFile>(val_path);
     split = std::to_string(docs.size()) + " documents, " + std::to_string(val_docs.size()) + " for validation (--val-fraction " +
-            std::to_string(o.val_fraction).substr(0, 4) + "), tokenised in " + std::to_string(seconds).substr(0, 5) +
+            number_text(o.val_fraction) + "), tokenised in " + std::to_string(seconds).substr(0, 5) +
             " s";
   });
   train = share(comm, std::move(train));
