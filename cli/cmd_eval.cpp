@@ -51,7 +51,14 @@ void run_eval(const EvalArgs& a) {
                                               ") differs from the tokenizer of " + a.checkpoint + " (" +
                                               tok->description() + ")"));
   }
-  const std::vector<train::Document> docs = train::list_documents(a.text);
+  // The corpus reader is train's: its errors name eval here.
+  std::vector<train::Document> docs;
+  try {
+    docs = train::list_documents(a.text);
+  } catch (const UsageError& e) {
+    const std::string m = e.what(), tag = "[train] ";
+    throw UsageError(op_message("eval", m.rfind(tag, 0) == 0 ? m.substr(tag.size()) : m));
+  }
   std::vector<train::Document> chosen = docs;
   if (a.split != "all") {
     std::vector<train::Document> tr, val;
