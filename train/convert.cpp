@@ -96,9 +96,14 @@ std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& 
         throw FormatError("[checkpoint] " + o.in + ": metadata 'val_fraction' = " + shown_value(meta.at("val_fraction")) +
                           " is not in (0, 0.5]");
     }
-    // A run folder inside --text was left out of the run's text: leave it out here too.
-    const fs::path run_dir = fs::path(o.in).parent_path();
-    const std::vector<Document> docs = list_documents(o.text, (run_dir.empty() ? fs::path(".") : run_dir).string());
+    // A run folder inside --text was left out of the run's text: leave the model's folder out
+    // here too when it lies inside the --text folder (and not when it holds the text).
+    std::error_code ec;
+    const fs::path run_dir = fs::weakly_canonical(fs::absolute(fs::path(o.in)).parent_path(), ec);
+    const fs::path text_dir = fs::weakly_canonical(fs::absolute(o.text), ec);
+    const std::string rel = ec ? std::string() : run_dir.lexically_relative(text_dir).string();
+    const bool run_inside_text = !rel.empty() && rel != "." && rel.compare(0, 2, "..") != 0;
+    const std::vector<Document> docs = list_documents(o.text, run_inside_text ? run_dir.string() : std::string());
     std::vector<Document> tr, val;
     split_documents(docs, fraction, tr, val);
     if (val.empty()) val = docs;
