@@ -107,7 +107,7 @@ class TextTraining : public GPTTask {
     for (std::size_t i = 0; i < p; ++i) prompt.push_back((*val_)[i]);
     const std::vector<std::int64_t> written = continue_text(*gpt_, prompt, o_.context, 120, sample_gen);
     // Printable: a model that has not learned UTF-8 yet writes any bytes (\xNN escapes them).
-    samples << "  sample: \"" << printable(tok_->decode(prompt)) << "|" << printable(tok_->decode(written)) << "\"\n";
+    samples << "  sample (prompt|what the model wrote): \"" << printable(tok_->decode(prompt)) << "|" << printable(tok_->decode(written)) << "\"\n";
     module().train();
   }
 
