@@ -366,7 +366,9 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
   const TrainOptions& o = s.o;
   const ModelInfo& info = s.task->info();
   const std::string others = describe_options(o);
-  s.out << "xgrad train: task " << o.task << ", " << info.kind << " d_model " << o.d_model << ", heads " << o.heads
+  // The model's kind as people name it: a decoder of Llama blocks is "llama", not "gpt".
+  const std::string kind = info.kind == "gpt" ? nn::architecture_name(info.config.arch) : info.kind;
+  s.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
         << "/" << info.config.H_kv << " (q/kv), layers " << o.layers << ", " << s.task->module().parameter_count()
         << " parameters; " << o.steps << " steps of batch " << o.batch << ", lr " << number_text(o.lr) << ", seed " << o.seed
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
