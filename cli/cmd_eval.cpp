@@ -67,7 +67,7 @@ void run_eval(EvalArgs a) {
   if (a.split != "all" && a.split != "train" && a.split != "val")
     throw UsageError(op_message("eval", "--split " + a.split + ": must be all, train or val"));
   if (!(a.val_fraction > 0 && a.val_fraction <= 0.5))
-    throw UsageError(op_message("eval", "--val-fraction " + std::to_string(a.val_fraction) + ": must be in (0, 0.5]"));
+    throw UsageError(op_message("eval", "--val-fraction " + number_text(a.val_fraction) + ": must be in (0, 0.5]"));
   if (a.batch < 1 || a.batch > 65536)
     throw UsageError(op_message("eval", "--batch " + std::to_string(a.batch) + ": must be in [1, 65536]"));
   if (a.max_windows < 1 || a.max_windows > (std::size_t(1) << 30))
@@ -86,7 +86,14 @@ void run_eval(EvalArgs a) {
                                               ") differs from the tokenizer of " + a.checkpoint + " (" +
                                               tok->description() + ")"));
   }
-  const std::vector<train::Document> docs = train::list_documents(a.text);
+  // The corpus reader is train's: its errors name eval here.
+  std::vector<train::Document> docs;
+  try {
+    docs = train::list_documents(a.text);
+  } catch (const UsageError& e) {
+    const std::string m = e.what(), tag = "[train] ";
+    throw UsageError(op_message("eval", m.rfind(tag, 0) == 0 ? m.substr(tag.size()) : m));
+  }
   std::vector<train::Document> chosen = docs;
   if (a.split != "all") {
     std::vector<train::Document> tr, val;

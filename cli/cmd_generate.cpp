@@ -110,7 +110,7 @@ std::string short_text(const train::Vocabulary& v, const std::vector<std::int64_
 void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   // Flags alone, before anything is read.
   if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
-    usage("--temperature " + std::to_string(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
+    usage("--temperature " + number_text(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
   if (a.max_new > 1000000) usage("--max-new " + std::to_string(a.max_new) + ": must be at most 1000000");
   if (a.threads > 1024) usage("--threads " + std::to_string(a.threads) + ": must be in [0, 1024]");
   if (a.top_k > 0 && a.temperature == 0.0)

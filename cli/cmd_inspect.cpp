@@ -25,7 +25,21 @@ using json = nlohmann::ordered_json;
 
 struct InspectArgs {
   std::string path, json_path;
+  bool all = false;  // --all: every metadata value whole
 };
+
+// The longest metadata value the report prints whole without --all (a tokenizer model embedded
+// in base64, or a 32,000-token vocabulary, is hundreds of KB).
+constexpr std::size_t kInspectValueBytes = 120;
+
+// `v` as the report shows it: whole, or its first kInspectValueBytes bytes (not cutting a UTF-8
+// character) and its size.
+std::string capped(const std::string& v, bool all) {
+  if (all || v.size() <= kInspectValueBytes) return v;
+  std::size_t n = kInspectValueBytes;
+  while (n > 0 && (static_cast<unsigned char>(v[n]) & 0xC0) == 0x80) --n;  // v[n] starts a character
+  return v.substr(0, n) + "... (" + std::to_string(v.size()) + " bytes; --all shows every value whole)";
+}
 
 void run_inspect(const InspectArgs& a) {
   if (!a.json_path.empty() && a.json_path != "-") {
@@ -54,8 +68,9 @@ void run_inspect(const InspectArgs& a) {
     std::ostream& o = std::cout;
     o << "checkpoint " << a.path << "\n\nconfiguration\n";
     for (const auto& [k, v] : f.metadata)
-      if (k != "vocabulary") o << "  " << std::left << std::setw(16) << k << v << "\n";
-    o << "  " << std::setw(16) << "vocabulary" << info.vocab.size() << " tokens " << info.vocab.to_json() << "\n";
+      if (k != "vocabulary") o << "  " << std::left << std::setw(16) << k << capped(v, a.all) << "\n";
+    o << "  " << std::setw(16) << "vocabulary" << info.vocab.size() << " tokens " << capped(info.vocab.to_json(), a.all)
+      << "\n";
 
     o << "\nparameters\n  " << std::setw(34) << "name" << std::setw(16) << "shape" << std::right << std::setw(10)
       << "count" << std::left << "\n";
@@ -144,6 +159,8 @@ void add_inspect(CLI::App& app) {
   cmd->add_option("file", a->path, "model.safetensors")->required();
   cmd->add_option("--json", a->json_path, "also write the figures as JSON to FILE ('-': stdout, and nothing else there)")
       ->type_name("FILE")->check(non_empty_path());
+  cmd->add_flag("--all", a->all, "print every metadata value whole (by default a value longer than 120 bytes, "
+                                 "such as an embedded tokenizer, is cut and its size shown; --json holds them whole)");
   cmd->callback([a] { run_inspect(*a); });
 }
 

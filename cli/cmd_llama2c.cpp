@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "commands.hpp"
+#include <xgrad/io/safetensors.hpp>
+#include <xgrad/train/checkpoint.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/train/llama2c.hpp>
 
@@ -54,7 +56,13 @@ void add_import(CLI::App& app) {
   l->callback([a] {
     check_paths("import llama2c", *a);
     train::llama2c::import_file(a->in, a->out);
-    std::cout << "xgrad import llama2c: " << a->in << " -> " << a->out << "\n";
+    // What was imported, from the checkpoint just written.
+    const train::ModelInfo info = train::model_info(io::safetensors::load_header(a->out).metadata, a->out);
+    const nn::TransformerConfig& c = info.config;
+    std::cout << "xgrad import llama2c: " << a->in << " -> " << a->out << " (" << nn::architecture_name(c.arch)
+              << ": d_model " << c.d_model << ", layers " << c.layers << ", heads " << c.H_q << "/" << c.H_kv
+              << " (q/kv), d_ff " << c.d_ff << ", vocabulary " << c.V_vocab << ", context " << c.context << "; "
+              << train::parameter_count(info.kind, c) << " parameters)\n";
   });
 }
 

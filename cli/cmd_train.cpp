@@ -114,6 +114,10 @@ void add_train(CLI::App& app) {
                                              "options saved in " + o->resume));
       train::TrainOptions from_file = *o;
       for (const std::string& name : train::apply_config_json(from_file, read_config(*config), *config)) {
+        if (name == "threads" && given.count(name) && from_file.threads != o->threads)
+          std::cerr << "xgrad: warning: --threads " << o->threads << ": " << *config << " records "
+                    << from_file.threads << (from_file.threads == 1 ? " thread" : " threads")
+                    << "; the run repeats, but not bit for bit (sums split among threads round otherwise)\n";
         if (given.count(name)) continue;  // the flag wins
         const train::OptionSpec& spec = *train::find_option(name);
         train::set_option_text(*o, spec, train::option_text(from_file, spec), "--config");

@@ -97,6 +97,13 @@ int run(int argc, char** argv) {
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
                            "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, report, tokenizer, import, export; see 'xgrad --help')");
+      // `xgrad import FORMAT` (export too) without a format it knows: name the formats.
+      if ((command == "import" || command == "export") && (argc < 3 || argv[2][0] != '-'))
+        return fail(2, "[" + command + "] " +
+                           (argc < 3 ? std::string("needs a format")
+                                     : "unknown format '" + xg::shown_value(argv[2]) + "'") +
+                           ": the formats xgrad " + command + " knows are: llama2c (xgrad " + command +
+                           " llama2c IN OUT)" + xg::cli::help_pointer(command));
       return fail(2, std::string(e.what()) + xg::cli::help_pointer(command));
     }
   } catch (...) {

@@ -3,6 +3,7 @@
 /// shapes or values involved, e.g. "[matmul] inner dimensions differ: a has shape (2, 3), ...".
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -38,5 +39,18 @@ class UsageError : public ValueError { using ValueError::ValueError; };
 
 /// The message "[op] message": how every xgrad error starts with the op's name `op`.
 std::string op_message(const std::string& op, const std::string& message);
+
+/// The longest value an error message shows whole, in bytes (docs/reliability.md).
+constexpr std::size_t kShownBytes = 80;
+/// A value (a file's text, a token, a config value or key) as an error message shows it: every
+/// byte outside printable ASCII (NUL, newlines, other control bytes, bytes >= 0x80) as `\xNN`,
+/// and a value longer than `max` bytes cut to its first `max` bytes followed by
+/// `... (N bytes)`, N the whole value's size. Every message that quotes input goes through
+/// it, so no message is longer than its own text plus a few times `max`.
+std::string shown_value(const std::string& value, std::size_t max = kShownBytes);
+/// `v` as the shortest decimal text that reads back (strtod) to exactly `v`: `0.1`, not
+/// `0.10000000000000001`; `inf`, `-inf`, `nan` for those. How messages, config.json and the
+/// run line print a real number the user gave.
+std::string number_text(double v);
 
 }  // namespace xg

@@ -9,8 +9,6 @@ namespace xg::json {
 
 namespace {
 
-constexpr int kMaxDepth = 64;
-
 // Length of the UTF-8 sequence starting at s[i] (0 when it is not valid there).
 std::size_t utf8_length(const std::string& s, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
@@ -92,10 +90,10 @@ class Parser {
   }
 
   Value value(int depth) {
-    if (depth > kMaxDepth) fail("nesting deeper than " + std::to_string(kMaxDepth));
     skip_space();
     if (i_ >= t_.size()) fail("unexpected end of text");
     const char c = t_[i_];
+    if ((c == '{' || c == '[') && depth >= kMaxDepth) fail("nesting deeper than " + std::to_string(kMaxDepth));
     if (c == '{') return object(depth);
     if (c == '[') return array(depth);
     if (c == '"') return Value::make_string(string());
@@ -338,7 +336,36 @@ std::string Value::dump(int indent) const {
   return out;
 }
 
-Value parse(const std::string& text) { return Parser(text).document(); }
+void check_limits(const std::string& text) {
+  if (text.size() > kMaxBytes)
+    throw FormatError("JSON of " + std::to_string(text.size()) + " bytes exceeds the limit of " +
+                      std::to_string(kMaxBytes) + " bytes");
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth)
+        throw FormatError("JSON at byte " + std::to_string(i) + ": nesting deeper than " + std::to_string(kMaxDepth));
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+Value parse(const std::string& text) {
+  if (text.size() > kMaxBytes)
+    throw FormatError("JSON of " + std::to_string(text.size()) + " bytes exceeds the limit of " +
+                      std::to_string(kMaxBytes) + " bytes");
+  return Parser(text).document();
+}
 
 bool valid_utf8(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {

@@ -11,6 +11,7 @@
 #include <xgrad/ops/layer_norm.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -31,7 +32,11 @@ namespace {
 
 void check_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
   check::rank_at_least("layer_norm", "x", x, 1);
-  if (!(eps > 0)) throw ValueError(op_message("layer_norm", "eps must be positive, got " + std::to_string(eps)));
+  if (!(eps > 0) || !std::isfinite(eps)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", eps);
+    throw ValueError(op_message("layer_norm", std::string("eps must be positive and finite, got ") + buf));
+  }
   const Shape feat{x.shape().back()};
   for (const auto& [name, p] : {std::pair<const char*, const Tensor&>{"gamma", gamma}, {"beta", beta}}) {
     if (!p.defined()) continue;

@@ -9,6 +9,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/text_corpus.hpp>
 
 namespace xg::train {
 
@@ -47,29 +48,88 @@ bool digits_only(const std::string& t, std::size_t from) {
   return true;
 }
 
+// The tokens a task's vocabulary must hold, in id order, when the task fixes them.
+std::vector<std::string> fixed_tokens(const ModelInfo& info, const io::safetensors::Metadata& m,
+                                      const std::string& path) {
+  std::vector<std::string> want;
+  if (info.task == "sort" && m.count("n_values")) {  // every sort model xgrad train writes says n_values
+    const std::string nv = m.at("n_values");
+    const std::uint64_t n = parse_uint(nv, "[checkpoint] " + path + ": metadata 'n_values'");
+    if (n > 1000) throw FormatError("[checkpoint] " + path + ": metadata 'n_values' = " + shown_value(nv) + " exceeds 1000");
+    for (std::uint64_t v = 0; v < n; ++v) want.push_back(std::to_string(v));
+    want.push_back("|");
+  } else if (info.task == "reverse") {
+    for (int v = 0; v < 10; ++v) want.push_back(std::to_string(v));
+    want.insert(want.end(), {"_", "<", ">"});
+  } else if (info.task == "llama2c") {
+    for (std::size_t i = 0; i < info.vocab.size(); ++i) want.push_back("<" + std::to_string(i) + ">");
+  }
+  return want;
+}
+
+std::string token_text(const std::string& t) { return "'" + shown_value(t, 24) + "' (" + std::to_string(t.size()) + " bytes)"; }
+
+// The stored vocabulary against what made it: a task's fixed tokens, a tokenizer's pieces
+// (bytes: the 256 bytes in order; sentencepiece, llama2c: each id's decoded text of the
+// embedded model, whose digest tokenizer_of_metadata checks), charlm's sorted distinct bytes.
+// A swapped or edited entry would make every later step read and write other text.
+void check_vocabulary(const ModelInfo& info, const io::safetensors::Metadata& m, const std::string& path) {
+  const std::vector<std::string>& have = info.vocab.tokens;
+  std::vector<std::string> want;
+  std::string source;
+  if (m.count("tokenizer")) {
+    const std::string kind = m.at("tokenizer");
+    if (kind == "sentencepiece" && !sentencepiece_available()) return;  // cannot be rebuilt here; generate says so
+    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(m, path);
+    if (tok->vocab_size() != have.size())
+      throw FormatError("[checkpoint] " + path + ": the model's vocabulary has " + std::to_string(have.size()) +
+                        " tokens, its tokenizer (" + tok->description() + ") has " +
+                        std::to_string(tok->vocab_size()) + " ids: they must be the same size");
+    for (std::size_t id = 0; id < have.size(); ++id) want.push_back(tok->decode({static_cast<std::int64_t>(id)}));
+    source = "its " + kind + " tokenizer (sha256 " + tok->digest().substr(0, 16) + ")";
+  } else if (info.task == "charlm") {
+    for (std::size_t i = 0; i < have.size(); ++i)
+      if (have[i].size() != 1 || (i > 0 && static_cast<unsigned char>(have[i - 1][0]) >= static_cast<unsigned char>(have[i][0])))
+        throw FormatError("[checkpoint] " + path + ": vocabulary entry " + std::to_string(i) + " is " +
+                          token_text(have[i]) + "; a charlm vocabulary is distinct single bytes in increasing order");
+    return;
+  } else {
+    want = fixed_tokens(info, m, path);
+    if (want.empty()) return;  // a task this version does not know is refused by whoever runs it
+    source = "the " + info.task + " task";
+  }
+  if (want.size() != have.size())
+    throw FormatError("[checkpoint] " + path + ": the vocabulary has " + std::to_string(have.size()) + " tokens, " +
+                      source + " has " + std::to_string(want.size()));
+  for (std::size_t i = 0; i < have.size(); ++i)
+    if (have[i] != want[i])
+      throw FormatError("[checkpoint] " + path + ": vocabulary entry " + std::to_string(i) + " is " + token_text(have[i]) +
+                        ", " + source + " has " + token_text(want[i]) + " there (a damaged or edited vocabulary)");
+}
+
 }  // namespace
 
 std::int64_t parse_int(const std::string& text, const std::string& where) {
   if (!digits_only(text, text.size() > 0 && text[0] == '-' ? 1 : 0))
-    throw FormatError(where + ": '" + text + "' is not an integer");
+    throw FormatError(where + ": '" + shown_value(text) + "' is not an integer");
   errno = 0;
   const long long v = std::strtoll(text.c_str(), nullptr, 10);
-  if (errno == ERANGE) throw FormatError(where + ": '" + text + "' is out of range");
+  if (errno == ERANGE) throw FormatError(where + ": '" + shown_value(text) + "' is out of range");
   return v;
 }
 
 std::uint64_t parse_uint(const std::string& text, const std::string& where) {
-  if (!digits_only(text, 0)) throw FormatError(where + ": '" + text + "' is not a non-negative integer");
+  if (!digits_only(text, 0)) throw FormatError(where + ": '" + shown_value(text) + "' is not a non-negative integer");
   errno = 0;
   const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno == ERANGE) throw FormatError(where + ": '" + text + "' is out of range");
+  if (errno == ERANGE) throw FormatError(where + ": '" + shown_value(text) + "' is out of range");
   return v;
 }
 
 double parse_double(const std::string& text, const std::string& where) {
   char* end = nullptr;
   const double v = text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ? NAN : std::strtod(text.c_str(), &end);
-  if (!end || *end != '\0' || !std::isfinite(v)) throw FormatError(where + ": '" + text + "' is not a finite number");
+  if (!end || *end != '\0' || !std::isfinite(v)) throw FormatError(where + ": '" + shown_value(text) + "' is not a finite number");
   return v;
 }
 
@@ -209,6 +269,7 @@ ModelInfo model_info(const io::safetensors::Metadata& m, const std::string& path
   } catch (const Error& e) {
     throw FormatError("[checkpoint] " + path + ": invalid configuration: " + e.what());
   }
+  check_vocabulary(info, m, path);
   return info;
 }
 

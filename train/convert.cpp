@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
@@ -13,6 +14,8 @@
 #include <xgrad/train/text_corpus.hpp>
 
 namespace xg::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -83,10 +86,26 @@ std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& 
     // every document when that leaves none), encoded with the checkpoint's own tokenizer, cut
     // into windows of the model's context as training's validation cuts them: at most 160
     // (10 batches of 16, as for charlm), evenly spread.
-    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(io::safetensors::load_header(o.in).metadata, o.in);
-    const std::vector<Document> docs = list_documents(o.text);
+    const io::safetensors::Metadata meta = io::safetensors::load_header(o.in).metadata;
+    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(meta, o.in);
+    // The run's --val-fraction, which its model records (models saved before it did: 0.1).
+    double fraction = 0.1;
+    if (meta.count("val_fraction")) {
+      fraction = parse_double(meta.at("val_fraction"), "[checkpoint] " + o.in + ": metadata 'val_fraction'");
+      if (!(fraction > 0 && fraction <= 0.5))
+        throw FormatError("[checkpoint] " + o.in + ": metadata 'val_fraction' = " + shown_value(meta.at("val_fraction")) +
+                          " is not in (0, 0.5]");
+    }
+    // A run folder inside --text was left out of the run's text: leave the model's folder out
+    // here too when it lies inside the --text folder (and not when it holds the text).
+    std::error_code ec;
+    const fs::path run_dir = fs::weakly_canonical(fs::absolute(fs::path(o.in)).parent_path(), ec);
+    const fs::path text_dir = fs::weakly_canonical(fs::absolute(o.text), ec);
+    const std::string rel = ec ? std::string() : run_dir.lexically_relative(text_dir).string();
+    const bool run_inside_text = !rel.empty() && rel != "." && rel.compare(0, 2, "..") != 0;
+    const std::vector<Document> docs = list_documents(o.text, run_inside_text ? run_dir.string() : std::string());
     std::vector<Document> tr, val;
-    split_documents(docs, 0.1, tr, val);
+    split_documents(docs, fraction, tr, val);
     if (val.empty()) val = docs;
     std::vector<std::uint32_t> ids;
     std::uint64_t bytes = 0;

@@ -352,9 +352,9 @@ void check_exportable(const nn::TransformerConfig& c, const std::string& what) {
   if (c.pos != nn::PositionScheme::rope) refuse("pos is " + nn::position_scheme_name(c.pos) + ", not rope");
   if (c.rope.layout != ops::RopeLayout::interleaved)
     refuse("rope_layout is " + ops::rope_layout_name(c.rope.layout) + ", not interleaved");
-  if (c.rope.base != 10000.0) refuse("rope_base is " + std::to_string(c.rope.base) + ", not 10000");
-  if (c.rope.fraction != 1.0) refuse("rope_fraction is " + std::to_string(c.rope.fraction) + ", not 1");
-  if (c.norm_eps != 1e-5) refuse("norm_eps is " + std::to_string(c.norm_eps) + ", not 1e-5");
+  if (c.rope.base != 10000.0) refuse("rope_base is " + number_text(c.rope.base) + ", not 10000");
+  if (c.rope.fraction != 1.0) refuse("rope_fraction is " + number_text(c.rope.fraction) + ", not 1");
+  if (c.norm_eps != 1e-5) refuse("norm_eps is " + number_text(c.norm_eps) + ", not 1e-5");
   if (c.window > 0) refuse("it has a sliding window of " + std::to_string(c.window));
   if (c.H_q == 0 || (c.d_model / c.H_q) % 2 != 0) refuse("its head size is odd");
 }
@@ -462,7 +462,16 @@ void export_file(const std::string& in, const std::string& bin) {
   }
   io::safetensors::NamedArrays params;
   for (const auto& [name, t] : lm.gpt->named_parameters()) params.emplace_back(name, t.value());
-  io::write_atomically(bin, legacy_bytes(c, params, tables), where(bin));
+  std::string bytes;
+  try {
+    bytes = legacy_bytes(c, params, tables);
+  } catch (const ShapeError&) {
+    throw;
+  } catch (const ValueError& e) {  // a weight llama2.c cannot hold: name the checkpoint it is in
+    const std::string tag = "[export llama2c] ", m = e.what();
+    throw ValueError(op_message("export llama2c", in + ": " + (m.rfind(tag, 0) == 0 ? m.substr(tag.size()) : m)));
+  }
+  io::write_atomically(bin, bytes, where(bin));
 }
 
 }  // namespace xg::train::llama2c

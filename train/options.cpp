@@ -115,7 +115,7 @@ std::vector<OptionSpec> make_schema() {
       range(row("batch", "--batch", &O::batch, "sequences per step"), 1, 65536),
       no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
                        1, true)),
-      range(row("min_lr_ratio", "", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of lr"),
+      range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
             0, 1),
       range(row("warmup", "--warmup", &O::warmup, "warmup steps"), 0, kBig),
       range(row("weight_decay", "--weight-decay", &O::weight_decay, "AdamW weight decay"), 0, 10),
@@ -185,9 +185,9 @@ std::vector<OptionSpec> make_schema() {
             "0"),
       for_tasks(model(range(row("n_digits", "--digits", &O::n_digits, "sort: digits per problem"), 1, 32), "n_digits"),
                 {"sort"}),
-      for_tasks(model(range(row("min_len", "", &O::min_len, "reverse: the shortest source"), 1, 32), "min_len"),
+      for_tasks(model(range(row("min_len", "--min-len", &O::min_len, "reverse: the shortest source, in [1, 32]"), 1, 32), "min_len"),
                 {"reverse"}),
-      for_tasks(model(range(row("max_len", "", &O::max_len, "reverse: the longest source"), 1, 32), "max_len"),
+      for_tasks(model(range(row("max_len", "--max-len", &O::max_len, "reverse: the longest source, in [--min-len, 32]"), 1, 32), "max_len"),
                 {"reverse"}),
       row("seed", "--seed", &O::seed, "random seed (initialisation, data, dropout)"),
       role(range(row("threads", "--threads", &O::threads,
@@ -199,7 +199,7 @@ std::vector<OptionSpec> make_schema() {
       range(row("checkpoint_every", "--checkpoint-every", &O::checkpoint_every,
                 "checkpoint every N steps (0: only at the end)"),
             0, kBig),
-      range(row("heldout", "", &O::heldout, "held-out problems (sort, reverse) for the exact-match metric"), 1, 100000),
+      range(row("heldout", "--heldout", &O::heldout, "held-out problems (sort, reverse) for the exact-match metric, in [1, 100000]"), 1, 100000),
       no_default(role(row("stop_at", "--stop-at", &O::stop_at, "stop after this step, as if interrupted (for resume)"),
                       R::session, true)),
       role(row("progress", "--no-progress", &O::progress, "no live progress line"), R::session, false),
@@ -245,6 +245,11 @@ bool applies(const TrainOptions& o, const OptionSpec& s) {
   return s.only_when.first.empty() || option_text(o, *find_option(s.only_when.first)) == s.only_when.second;
 }
 
+// Options whose value is a file or folder.
+bool is_path_option(const std::string& name) {
+  return name == "text" || name == "tokenizer" || name == "init_from" || name == "out";
+}
+
 // "--d-model" for a row with a flag, its name otherwise (as the messages name it).
 std::string shown(const OptionSpec& s) { return s.flag.empty() ? s.name : s.flag; }
 
@@ -254,12 +259,12 @@ bool is_integer_member(const OptionMember& m) {
 }
 
 [[noreturn]] void bad(const std::string& flag, const std::string& value, const std::string& rule) {
-  throw UsageError(op_message("train", flag + " " + value + ": " + rule));
+  throw UsageError(op_message("train", flag + " " + shown_value(value) + ": " + rule));
 }
 
 // The row's range as text: "[1, 65536]" or "(0, 1]".
 std::string range_text(const OptionSpec& s) {
-  auto num = [&](double v) { return is_integer_member(s.member) ? std::to_string(static_cast<long long>(v)) : exact(v); };
+  auto num = [&](double v) { return is_integer_member(s.member) ? std::to_string(static_cast<long long>(v)) : number_text(v); };
   return (s.lo_open ? "(" : "[") + num(s.lo) + ", " + num(s.hi) + (s.hi_open ? ")" : "]");
 }
 
@@ -281,7 +286,7 @@ void check_row(const TrainOptions& o, const OptionSpec& s) {
       s.member);
   const bool ok = std::isfinite(v) && (s.lo_open ? v > s.lo : v >= s.lo) && (s.hi_open ? v < s.hi : v <= s.hi);
   if (!ok)
-    bad(shown(s), text, std::string(is_integer_member(s.member) ? "must be in " : "must be a number in ") +
+    bad(shown(s), shown_text(o, s), std::string(is_integer_member(s.member) ? "must be in " : "must be a number in ") +
                             range_text(s));
 }
 
@@ -315,6 +320,11 @@ std::string option_text(const TrainOptions& o, const OptionSpec& spec) {
       spec.member);
 }
 
+std::string shown_text(const TrainOptions& o, const OptionSpec& spec) {
+  if (const auto* real = std::get_if<double O::*>(&spec.member)) return number_text(o.**real);
+  return option_text(o, spec);
+}
+
 void set_option_text(TrainOptions& o, const OptionSpec& spec, const std::string& text, const std::string& where) {
   std::visit(
       [&](auto ptr) {
@@ -323,7 +333,7 @@ void set_option_text(TrainOptions& o, const OptionSpec& spec, const std::string&
         if constexpr (std::is_same_v<T, std::string>) {
           v = text;
         } else if constexpr (std::is_same_v<T, bool>) {
-          if (text != "true" && text != "false") throw FormatError(where + ": '" + text + "' is not true or false");
+          if (text != "true" && text != "false") throw FormatError(where + ": '" + shown_value(text) + "' is not true or false");
           v = text == "true";
         } else if constexpr (std::is_same_v<T, double>) {
           v = parse_double(text, where);
@@ -331,13 +341,13 @@ void set_option_text(TrainOptions& o, const OptionSpec& spec, const std::string&
           const std::int64_t x = parse_int(text, where);
           if (x < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
               x > static_cast<std::int64_t>(std::numeric_limits<T>::max()))
-            throw FormatError(where + ": '" + text + "' is out of range");
+            throw FormatError(where + ": '" + shown_value(text) + "' is out of range");
           v = static_cast<T>(x);
         } else {
           const std::uint64_t x = parse_uint(text, where);
           // Sizes beyond 2^40 are no sane option of this trainer (and could overflow products).
           if (std::is_same_v<T, std::size_t> && x > (std::uint64_t(1) << 40))
-            throw FormatError(where + " = " + text + " is out of range");
+            throw FormatError(where + " = " + shown_value(text) + " is out of range");
           v = static_cast<T>(x);
         }
       },
@@ -377,7 +387,7 @@ void validate_options(const TrainOptions& o) {
     const std::size_t d_h = o.d_model / o.heads;
     const auto r = static_cast<std::size_t>(std::floor(o.rope_fraction * static_cast<double>(d_h)));
     if (r < 2)
-      bad("--rope-fraction", exact(o.rope_fraction),
+      bad("--rope-fraction", number_text(o.rope_fraction),
           "rotates floor(fraction * d_h) = " + std::to_string(r) + " features of a head of width d_h = " +
               std::to_string(d_h) + " (--d-model / --heads); RoPE needs at least 2");
   }
@@ -386,7 +396,7 @@ void validate_options(const TrainOptions& o) {
         "too few distinct problems for a held-out set of " + std::to_string(o.heldout) +
             " and training (the held-out set may take at most half of the 10^digits problems; use --digits >= 3)");
   if (o.max_len < o.min_len)
-    bad("max_len", std::to_string(o.max_len), "must be in [" + std::to_string(o.min_len) + ", 32]");
+    bad("--max-len", std::to_string(o.max_len), "must be in [" + std::to_string(o.min_len) + ", 32]");
   if (o.out.empty()) bad("--out", "''", "must name a folder");
   validate_session_options(o);
 }
@@ -438,6 +448,17 @@ TrainOptions options_from_metadata(const std::map<std::string, std::string>& m, 
       continue;
     }
     set_option_text(o, s, it->second, "[train] " + path + ": metadata 'opt." + s.name + "'");
+  }
+  // A key that every state with its feature has written (RoPE's base, fraction and layout
+  // beside opt.pos rope) is required there: only a state older than the feature itself (no
+  // opt.pos: learned positions) may lack it. Keys written only when not at their default
+  // (omit_when_legacy) mean that default when absent.
+  for (const OptionSpec& s : option_schema()) {
+    if (s.role != OptionRole::run || s.only_when.first.empty() || s.omit_when_legacy || m.count("opt." + s.name))
+      continue;
+    if (applies(o, s))
+      throw FormatError("[train] " + path + ": state has opt." + s.only_when.first + " " + s.only_when.second +
+                        " but lacks 'opt." + s.name + "' (a damaged state; it would resume with another model)");
   }
   return o;
 }
@@ -550,11 +571,16 @@ void resolve_task_alias(TrainOptions& o, const std::set<std::string>& given) {
   o.tokenizer = "bytes";
 }
 
-std::string options_json(const TrainOptions& o) {
+std::string options_json(const TrainOptions& o, int threads) {
   json::Value obj = json::Value::make_object();
   for (const OptionSpec& s : option_schema()) {
     if (s.role != OptionRole::run || !applies(o, s)) continue;
-    const std::string v = option_text(o, s);
+    std::string v = shown_text(o, s);
+    if (is_path_option(s.name) && !v.empty() && !(s.name == "tokenizer" && v == "bytes")) {
+      std::error_code ec;
+      const fs::path absolute = fs::absolute(v, ec);
+      if (!ec) v = absolute.string();
+    }
     std::visit(
         [&](auto ptr) {
           using T = std::decay_t<decltype(o.*ptr)>;
@@ -567,6 +593,7 @@ std::string options_json(const TrainOptions& o) {
         },
         s.member);
   }
+  if (threads > 0) obj.set("threads", json::Value::make_uint(static_cast<std::uint64_t>(threads)));
   // One option a line, as people read and edit it.
   std::string text = "{\n";
   const auto& members = obj.members();
@@ -588,24 +615,36 @@ std::set<std::string> apply_config_json(TrainOptions& o, const std::string& json
   std::set<std::string> set;
   for (const auto& [key, value] : root.members()) {
     const OptionSpec* s = find_option(key);
-    const std::string where = "--config " + path + ": key '" + key + "'";
-    if (!s || key == "resume")
+    const std::string where = "--config " + shown_value(path) + ": key '" + shown_value(key) + "'";
+    // Options that decide what happens to files already on disk are this invocation's
+    // decision, given on its command line: a config file (often another run's config.json,
+    // copied) must not replace or continue a run by itself (docs/cli.md).
+    if (key == "overwrite" || key == "resume")
+      throw UsageError(op_message("train", where + " may not be set in a config file: it decides what happens to a "
+                                                   "run already saved in the output folder; give --" + key +
+                                                   " on the command line"));
+    if (!s)
       throw UsageError(op_message("train", where + " is not an option of xgrad train (the keys are the options' names, "
                                                    "e.g. d_model for --d-model; see docs/cli.md)"));
     std::string text;
     const bool is_text = std::holds_alternative<std::string O::*>(s->member);
     const bool is_bool = std::holds_alternative<bool O::*>(s->member);
     if (is_text) {
-      if (!value.is_string()) throw UsageError(op_message("train", where + " must be a string, got " + value.dump()));
+      if (!value.is_string()) throw UsageError(op_message("train", where + " must be a string, got " + shown_value(value.dump())));
       text = value.str();
     } else if (is_bool) {
       if (value.kind() != json::Value::Kind::boolean)
-        throw UsageError(op_message("train", where + " must be true or false, got " + value.dump()));
+        throw UsageError(op_message("train", where + " must be true or false, got " + shown_value(value.dump())));
       text = value.dump();
     } else {
-      if (!value.is_number()) throw UsageError(op_message("train", where + " must be a number, got " + value.dump()));
+      if (!value.is_number()) throw UsageError(op_message("train", where + " must be a number, got " + shown_value(value.dump())));
       text = value.str();
     }
+    // A relative path in the file is relative to the file's folder, not to the current one.
+    const fs::path folder = fs::path(path).parent_path();
+    if (is_path_option(key) && !text.empty() && !(key == "tokenizer" && text == "bytes") &&
+        fs::path(text).is_relative() && !folder.empty())
+      text = (folder / text).string();
     try {
       set_option_text(o, *s, text, where);
     } catch (const FormatError& e) {
@@ -619,7 +658,7 @@ std::set<std::string> apply_config_json(TrainOptions& o, const std::string& json
                                              : std::string(is_integer_member(s->member) ? "must be in "
                                                                                         : "must be a number in ") +
                                                    range_text(*s);
-      throw UsageError(op_message("train", where + " = " + value.dump() + ": " + rule));
+      throw UsageError(op_message("train", where + " = " + shown_value(value.dump()) + ": " + rule));
     }
     set.insert(key);
   }
@@ -638,8 +677,7 @@ std::string describe_options(const TrainOptions& o) {
   std::vector<std::string> parts;
   for (const OptionSpec& s : option_schema()) {
     if (s.role != OptionRole::run || shown_always.count(s.name) || !applies(o, s)) continue;
-    const std::string v = option_text(o, s);
-    if (v != option_text(defaults, s)) parts.push_back(s.name + " " + v);
+    if (option_text(o, s) != option_text(defaults, s)) parts.push_back(s.name + " " + shown_text(o, s));
   }
   return join(parts);
 }

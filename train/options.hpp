@@ -143,6 +143,10 @@ const OptionSpec* find_option(const std::string& name);
 /// The value of `spec` in `o` as text: integers in decimal, reals so that they read back to the
 /// same double, booleans "true"/"false".
 std::string option_text(const TrainOptions& o, const OptionSpec& spec);
+/// The value as people read it (config.json, the run's description line, messages): as
+/// option_text, but a real number as the shortest text that reads back to it (`0.1`), where
+/// option_text (checkpoint metadata, kept byte for byte) writes 17 digits.
+std::string shown_text(const TrainOptions& o, const OptionSpec& spec);
 /// Sets `spec` in `o` from `text` (as option_text writes it); FormatError naming `where` if
 /// the text is not such a value.
 void set_option_text(TrainOptions& o, const OptionSpec& spec, const std::string& text, const std::string& where);
@@ -190,10 +194,17 @@ TrainOptions with_task_defaults(TrainOptions opts, const std::set<std::string>& 
 void resolve_task_alias(TrainOptions& opts, const std::set<std::string>& given);
 
 /// The run options as a JSON object (the run folder's config.json): every option of the
-/// table but --resume and the session ones, with its resolved value.
-std::string options_json(const TrainOptions& o);
+/// table but --resume and the session ones, with its resolved value; real numbers as the
+/// shortest text that reads back; the paths (text, tokenizer, init_from) absolute, so that the
+/// file means the same from any folder. `threads` > 0: also "threads", the worker threads
+/// the run used, which decide the last bits of its reductions (docs/cli.md), so that
+/// `--config RUN/config.json` repeats it bit for bit.
+std::string options_json(const TrainOptions& o, int threads = 0);
 /// `--config FILE`: the options of a JSON object (keys: option names, as options_json writes
-/// them; session options too) onto `o`; returns the names set. UsageError naming `path` and
+/// them; session options too) onto `o`; returns the names set. A relative path (text,
+/// tokenizer, init_from, out) is taken relative to the folder of `path`. The keys overwrite
+/// and resume are refused: they decide what happens to a run already on disk, which only the
+/// command line may. UsageError naming `path` and
 /// the key for text that is not a JSON object, an unknown or duplicate key, a value of the
 /// wrong type or out of range.
 std::set<std::string> apply_config_json(TrainOptions& o, const std::string& json_text, const std::string& path);

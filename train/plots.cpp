@@ -311,8 +311,48 @@ std::string tick_label(const std::string& token) {
   return out;
 }
 
+LossData loss_data(const std::string& csv) {
+  LossData d;
+  std::ifstream in(csv, std::ios::binary);
+  std::string line;
+  if (!in || !std::getline(in, line)) return d;
+  d.bits_per_byte = line.size() >= 8 && line.compare(line.size() - 8, 8, ",val_bpb") == 0;
+  bool any = false;
+  while (std::getline(in, line)) {
+    std::size_t field = 1, start = 0;
+    for (std::size_t i = 0; i <= line.size(); ++i) {
+      if (i < line.size() && line[i] != ',') continue;
+      if ((field == 3 || field == 7) && i > start) {
+        const std::string text = line.substr(start, i - start);
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end && *end == '\0' && std::isfinite(v) && v > 0) {
+          d.lo = any ? std::min(d.lo, v) : v;
+          d.hi = any ? std::max(d.hi, v) : v;
+          any = true;
+        }
+      }
+      ++field;
+      start = i + 1;
+    }
+  }
+  return d;
+}
+
 std::string loss_curve_script(const std::string& csv, const std::string& png_name, const std::string& title,
-                              bool validation) {
+                              bool validation, const LossData& data) {
+  // A log scale over less than a decade shows one or two labels: then the axis is linear.
+  const bool known = data.lo > 0 && data.hi >= data.lo;
+  const bool linear = known && data.hi < 10 * data.lo;
+  std::ostringstream axis;
+  axis.precision(17);
+  if (linear) {
+    const double pad = std::max((data.hi - data.lo) * 0.05, data.hi * 0.01);
+    axis << "set yrange [" << std::max(0.0, data.lo - pad) << ":" << data.hi + pad << "]\n";
+  } else {
+    axis << "set logscale y\n";
+    if (known) axis << "set yrange [" << data.lo / 1.1 << ":" << data.hi * 1.1 << "]\n";
+  }
   std::ostringstream s;
   s << "# " << title.substr(0, title.find('\n')) << "\n"
     << "# Written by xgrad " << XGRAD_VERSION_STRING << "; redraw with: gnuplot "
@@ -322,11 +362,17 @@ std::string loss_curve_script(const std::string& csv, const std::string& png_nam
     << "set datafile separator ','\n"
     << "set key autotitle columnhead\n"
     << "set title " << gnuplot_quote(title) << "\n"
-    << "set xlabel 'step'\nset ylabel '" << (validation ? "loss" : "training loss") << " (log scale)'\nset logscale y\nset grid\n"
-    << "plot " << gnuplot_quote(csv) << " using 1:3 with lines lw 1.5 lc rgb '#1f4e9c' title '"
+    << "set xlabel 'step'\nset ylabel '" << (validation ? "loss" : "training loss") << (linear ? " (nats)" : " (nats, log scale)")
+    << "'\n" << axis.str() << "set grid\n";
+  if (data.bits_per_byte)
+    s << "set ytics nomirror\nset y2tics\nset y2label 'validation bits per byte'\n";
+  s << "plot " << gnuplot_quote(csv) << " using 1:3 with lines lw 1.5 lc rgb '#1f4e9c' title '"
     << (validation ? "training loss" : "loss") << "'";
   if (validation)  // rows without an evaluation have an empty val_loss: gnuplot skips them
     s << ", \\\n     " << gnuplot_quote(csv) << " using 1:7 with linespoints lw 2 pt 7 ps 0.6 lc rgb '#d95f02' title 'validation loss'";
+  if (data.bits_per_byte)
+    s << ", \\\n     " << gnuplot_quote(csv)
+      << " using 1:8 axes x1y2 with linespoints lw 1.5 dt 2 pt 6 ps 0.6 lc rgb '#1b9e77' title 'validation bits per byte'";
   s << "\n";
   return s.str();
 }
@@ -339,7 +385,7 @@ Picture loss_curve_png(const std::string& csv, const std::string& png, const std
                                   ? csv_abs.filename().string()
                                   : csv_abs.lexically_normal().string();
   const std::string name = fs::path(png).filename().string();
-  return draw_picture(png, loss_curve_script(csv_ref, name, title, validation), "plot", {900, 500});
+  return draw_picture(png, loss_curve_script(csv_ref, name, title, validation, loss_data(csv)), "plot", {900, 500});
 }
 
 std::string attention_map_script(const Array& M, const std::vector<unsigned char>& allowed, const HeatmapLabels& labels,

@@ -65,12 +65,27 @@ struct HeatmapLabels {
 /// become visible escapes ("␣", "\n", "\x07", "\xC3"); anything else is kept.
 std::string tick_label(const std::string& token);
 
-/// Loss against step from a log.csv (columns step,lr,loss,...), log scale, 900 x 500;
-/// `validation`: also the validation loss (column 7, val_loss, points where it is not empty).
-/// `png_name` is the output's file name; the CSV is named relative to the script's folder.
-/// Returns the gnuplot script's text.
+/// What a loss curve's axes are chosen from: the smallest and largest loss in the log (training
+/// and validation; 0 when unknown) and whether the log has the val_bpb column (column 8).
+struct LossData {
+  /// The smallest and largest loss, both > 0 when known. @{
+  double lo = 0, hi = 0;
+  /// @}
+  bool bits_per_byte = false;  ///< Also draw the validation bits per byte, on a right-hand axis.
+};
+
+/// Loss against step from a log.csv (columns step,lr,loss,...), 900 x 500; `validation`: also
+/// the validation loss (column 7, val_loss, points where it is not empty). The loss axis is
+/// chosen from `data`: linear over the losses' range (with a margin) when they span less than
+/// a factor of 10, so that it has several labels; a log scale over their range when they span
+/// more (or when the range is unknown). `data.bits_per_byte`: the validation bits per byte
+/// (column 8) too, on a right-hand axis. `png_name` is the output's file name; the CSV is
+/// named relative to the script's folder. Returns the gnuplot script's text.
 std::string loss_curve_script(const std::string& csv, const std::string& png_name, const std::string& title,
-                              bool validation = false);
+                              bool validation = false, const LossData& data = {});
+/// The LossData of a log.csv (the losses of columns 3 and 7, the val_bpb column); a file that
+/// cannot be read gives {} (the picture then has a log scale, as before).
+LossData loss_data(const std::string& csv);
 /// Writes loss_curve_script's script for the picture `png` beside it and draws it (see the
 /// file's description for a missing gnuplot). ValueError when the path is bad, a file cannot
 /// be written, or gnuplot fails.

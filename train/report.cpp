@@ -12,6 +12,7 @@
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/ops/join.hpp>
@@ -154,9 +155,12 @@ GradcheckReport read_gradcheck(const std::string& path) {
   if (!t) bad(fs::exists(path, ec) ? "cannot read the file" : "does not exist");
   json j;
   try {
+    xg::json::check_limits(*t);  // nlohmann recurses: bounded depth and size first
     j = json::parse(*t);
   } catch (const json::exception& e) {
     bad(std::string("not JSON (") + e.what() + "); give the file xgrad gradcheck --json wrote");
+  } catch (const FormatError& e) {
+    bad(std::string(e.what()) + "; give the file xgrad gradcheck --json wrote");
   }
   if (!j.is_object() || j.value("tool", "") != "xgrad gradcheck" || !j.contains("checks") || !j["checks"].is_array())
     bad("not an xgrad gradcheck --json report (no \"tool\": \"xgrad gradcheck\" with a \"checks\" array)");
@@ -234,8 +238,11 @@ RunOutput read_run_output(const RunSummary& run) {
   }
   if (const std::optional<std::string> cfg = slurp(fs::path(run.dir) / "config.json")) {
     try {
+      xg::json::check_limits(*cfg);
       out.config_json = json::parse(*cfg).dump(2);
     } catch (const json::exception&) {
+      out.config_json = *cfg;
+    } catch (const FormatError&) {
       out.config_json = *cfg;  // read_run already refused a config.json that is not JSON
     }
   } else {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <xgrad/io/input_file.hpp>
+#include <xgrad/core/detail/sha256.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/safetensors.hpp>
@@ -50,8 +51,11 @@ void RunLog::commit() {
   } else if (!write_sync(file_)) {
     throw FormatError("[train] writing " + path_.string() + " failed: " + std::strerror(errno));
   }
+  written_ += pending_;
   pending_.clear();
 }
+
+std::string RunLog::digest() const { return xg::detail::sha256_hex(written_ + pending_); }
 
 bool RunLog::write_sync(std::FILE* f) {
   return std::fwrite(pending_.data(), 1, pending_.size(), f) == pending_.size() && std::fflush(f) == 0 &&

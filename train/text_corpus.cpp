@@ -107,8 +107,20 @@ void for_each_piece(const std::string& path, std::uint64_t offset, std::uint64_t
 // that leads back to a folder it is in (a loop the walk would follow forever) is a UsageError
 // naming it; a folder reached twice by other links is walked once. Entries that are not regular
 // files (FIFOs, devices, sockets, dangling links) are left out.
-void walk_folder(const std::string& arg, const fs::path& dir, std::vector<std::pair<dev_t, ino_t>>& open,
-                 std::set<std::pair<dev_t, ino_t>>& walked, std::set<fs::path>& seen, std::vector<fs::path>& files) {
+// p is dir or below it (both canonical).
+bool inside(const fs::path& p, const fs::path& dir) {
+  auto d = dir.begin(), q = p.begin();
+  for (; d != dir.end(); ++d, ++q)
+    if (q == p.end() || *q != *d) return false;
+  return true;
+}
+
+// Collects the regular files below `dir` in sorted order, each once (by canonical path),
+// leaving out the folder `skip` (canonical; "" for none: the run's own --out) and refusing
+// symbolic-link loops by name.
+void walk_folder(const std::string& arg, const fs::path& dir, const fs::path& skip,
+                 std::vector<std::pair<dev_t, ino_t>>& open, std::set<std::pair<dev_t, ino_t>>& walked,
+                 std::set<fs::path>& seen, std::vector<fs::path>& files) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0)
     throw UsageError(op_message("train", "--text '" + arg + "': cannot read the folder " + dir.string() + ": " +
@@ -135,10 +147,13 @@ void walk_folder(const std::string& arg, const fs::path& dir, std::vector<std::p
       continue;  // a dangling link
     }
     if (S_ISDIR(es.st_mode)) {
-      walk_folder(arg, e, open, walked, seen, files);
+      std::error_code probe;
+      if (!skip.empty() && fs::canonical(e, probe) == skip) continue;  // the run's own folder: not the text
+      walk_folder(arg, e, skip, open, walked, seen, files);
     } else if (S_ISREG(es.st_mode)) {
       const fs::path canon = fs::canonical(e, ec);
-      if (!ec && seen.insert(canon).second) files.push_back(e);
+      if (ec || (!skip.empty() && inside(canon, skip))) continue;  // reached through a link
+      if (seen.insert(canon).second) files.push_back(e);
     }
   }
   open.pop_back();
@@ -149,17 +164,23 @@ constexpr std::size_t kHeader = 6 + 2 + 8 + 8;  // magic, width (u16), count (u6
 
 }  // namespace
 
-std::vector<Document> list_documents(const std::string& path) {
+std::vector<Document> list_documents(const std::string& path, const std::string& exclude) {
   std::error_code ec;
   if (path.empty()) throw UsageError(op_message("train", "--text needs a file or a folder, got ''"));
   if (!fs::exists(path, ec)) throw UsageError(op_message("train", "--text '" + path + "' does not exist"));
   std::vector<fs::path> files;
   const fs::path root(path);
+  // The excluded folder, canonical, when it exists ("" otherwise: nothing of it to read).
+  fs::path skip;
+  if (!exclude.empty() && fs::is_directory(exclude, ec)) skip = fs::canonical(exclude, ec);
   if (fs::is_directory(root, ec)) {
+    if (!skip.empty() && inside(fs::canonical(root, ec), skip))
+      throw UsageError(op_message("train", "--text '" + shown_value(path) + "' is the output folder --out '" +
+                                               shown_value(exclude) + "' or inside it; give the text's own folder"));
     std::set<fs::path> seen;
     std::set<std::pair<dev_t, ino_t>> walked;
     std::vector<std::pair<dev_t, ino_t>> open;
-    walk_folder(path, root, open, walked, seen, files);
+    walk_folder(path, root, skip, open, walked, seen, files);
     std::sort(files.begin(), files.end());
     if (files.empty()) throw UsageError(op_message("train", "--text '" + path + "' is a folder without files"));
   } else {

@@ -36,7 +36,11 @@ constexpr std::uint64_t kDocumentBytes = 1 << 20;
 /// the path when it does not exist, is a folder without files, or holds only empty files; a
 /// file that looks binary (a NUL byte, or more than 10% of its first 64 KiB not UTF-8) is a
 /// UsageError naming it.
-std::vector<Document> list_documents(const std::string& path);
+///
+/// `exclude` (a run's output folder, or ""): when it is inside the folder `path`, nothing in it
+/// is read (the run's own token files, logs and checkpoints are not its text); when `path` is
+/// that folder or inside it, UsageError.
+std::vector<Document> list_documents(const std::string& path, const std::string& exclude = "");
 
 /// The bytes of `doc` (FormatError if its file changed since it was listed).
 std::string read_document(const Document& doc);

@@ -490,7 +490,7 @@ void check_options(const TokenizerTrainOptions& o) {
   if (o.threads < 1 || o.threads > 128)  // SentencePiece's own limit
     bad("--threads " + std::to_string(o.threads) + ": must be in [1, 128]");
   if (!(o.character_coverage >= 0.0 && o.character_coverage <= 1.0))
-    bad("--character-coverage " + std::to_string(o.character_coverage) + ": must be in (0, 1], or 0 for automatic");
+    bad("--character-coverage " + number_text(o.character_coverage) + ": must be in (0, 1], or 0 for automatic");
   if (o.max_sentences < 1) bad("--max-sentences 0: must be at least 1");
 }
 

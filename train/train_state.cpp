@@ -108,7 +108,7 @@ void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity
   }
   if (!run.config_on_disk) {  // runs saved before config.json existed get theirs at their next checkpoint
     const std::string path = (fs::path(o.out) / kConfigFile).string();
-    io::write_atomically(path, options_json(o), "[train] " + path + ": ");
+    io::write_atomically(path, options_json(o, threads), "[train] " + path + ": ");
     run.config_on_disk = true;
   }
   log.commit();
@@ -117,6 +117,7 @@ void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity
   state["checkpoint"] = "xgrad-train-2";
   if (!run.id.empty()) state["run_id"] = run.id;
   state["step"] = std::to_string(step);
+  state["log_sha256"] = log.digest();  // log.csv as just committed: rows 1..step
   state["optimizer"] = opt.kind();
   state["data_rng"] = data.state();
   state["dropout_rng"] = dropout.state();

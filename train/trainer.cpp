@@ -21,6 +21,7 @@
 #include <sched.h>
 #endif
 
+#include <xgrad/core/detail/sha256.hpp>
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
@@ -124,6 +125,7 @@ struct Session {
 
   io::safetensors::File resume_state;  // --resume: the saved state (until restored)
   std::string state_path;
+  std::string log_sha256;  // --resume: the state's digest of log.csv ("" for states saved before it)
   RunIdentity run;  // rank 0: the run's identity
   std::unique_ptr<Task> task;
   std::unique_ptr<nn::AdamW> opt;
@@ -167,6 +169,8 @@ void resolve_options(Session& s) {
       const auto it = s.resume_state.metadata.find("run_id");
       s.run.id = it == s.resume_state.metadata.end() ? "" : it->second;
       check_run_id(s.run.id, o.resume, s.state_path);
+      const auto log = s.resume_state.metadata.find("log_sha256");
+      if (log != s.resume_state.metadata.end()) s.log_sha256 = log->second;
     }
     if (!o.resume.empty()) {
       const std::string out_dir = o.resume;
@@ -244,6 +248,37 @@ void agree_across_ranks(Session& s) {
   });
 }
 
+// One differing metadata value, theirs against mine, in a few dozen bytes whatever their sizes:
+// short values whole; long ones (a tokenizer model, a vocabulary) by size, digest and where
+// they first differ (for a vocabulary: the first differing entry).
+std::string metadata_difference(const std::string& key, const std::string& theirs, const std::string& mine) {
+  constexpr std::size_t kWhole = 40;
+  if (theirs.size() <= kWhole && mine.size() <= kWhole) return key + " " + shown_value(theirs) + " vs " + shown_value(mine);
+  const auto sized = [](const std::string& v) {
+    return std::to_string(v.size()) + " bytes, sha256 " + xg::detail::sha256_hex(v).substr(0, 16);
+  };
+  std::string where;
+  if (key == "vocabulary") {
+    try {
+      const Vocabulary a = Vocabulary::from_json(theirs), b = Vocabulary::from_json(mine);
+      std::size_t i = 0;
+      while (i < a.size() && i < b.size() && a.tokens[i] == b.tokens[i]) ++i;
+      where = std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " tokens";
+      if (i < a.size() && i < b.size())
+        where += ", entry " + std::to_string(i) + " '" + shown_value(a.tokens[i], 16) + "' vs '" +
+                 shown_value(b.tokens[i], 16) + "'";
+    } catch (const Error&) {
+      where.clear();
+    }
+  }
+  if (where.empty()) {
+    std::size_t i = 0;
+    while (i < theirs.size() && i < mine.size() && theirs[i] == mine[i]) ++i;
+    where = "first difference at byte " + std::to_string(i);
+  }
+  return key + " differs (" + sized(theirs) + " vs " + sized(mine) + "; " + where + ")";
+}
+
 // --init-from: the checkpoint must describe exactly this model (any metadata key this trainer
 // writes), then its weights replace the initial ones.
 void load_init_from(Session& s) {
@@ -251,11 +286,13 @@ void load_init_from(Session& s) {
   std::vector<std::string> differ;
   for (const auto& [k, v] : model_metadata(s.task->info())) {
     auto it = saved.find(k);
-    if (it == saved.end() || it->second != v)
-      differ.push_back(k + " " + (it == saved.end() ? "(missing)" : it->second) + " vs " + v);
+    if (it == saved.end())
+      differ.push_back(k + " (missing) vs " + shown_value(v, 40));
+    else if (it->second != v)
+      differ.push_back(metadata_difference(k, it->second, v));
   }
   if (!differ.empty())
-    throw UsageError(op_message("train", "--init-from " + s.o.init_from + " is not the model of this run (" +
+    throw UsageError(op_message("train", "--init-from " + shown_value(s.o.init_from) + " is not the model of this run (" +
                                              join(differ) + ")"));
   nn::safetensors::load_module(s.o.init_from, s.task->module());
 }
@@ -310,10 +347,17 @@ void open_run_folder(Session& s) {
         s.best_step = parse_int(f[0], "log.csv");
       }
     }
-    // Every check has passed: the files the task prepared join the run folder (a refused run
-    // leaves it as it was), then the log.
-    s.task->commit_files();
+    // The log to continue (nothing written yet): its kept rows must be the ones this run's
+    // checkpoint committed (a log.csv copied in from another run has rows of the same form).
     s.csv = std::make_unique<RunLog>(out / kLogFile, kept, bpb);
+    if (!s.log_sha256.empty() && s.csv->digest() != s.log_sha256)
+      throw FormatError("[train] " + (out / kLogFile).string() + ": its header and rows 1.." + std::to_string(s.start) +
+                        " have sha256 " + s.csv->digest().substr(0, 16) + ", the checkpoint of run " + s.run.id +
+                        " saved them with sha256 " + shown_value(s.log_sha256, 16) +
+                        ": not this run's log (copied from another run?); restore the run's own log.csv");
+    // Every check has passed: the files the task prepared join the run folder (a refused run
+    // leaves it as it was).
+    s.task->commit_files();
     prepare_out_folder(s.o.out);
     // Resuming: bring model.safetensors to the state's step first. It is written after the state,
     // so kills that keep landing between the two would otherwise leave it several steps behind;
@@ -327,9 +371,11 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
   const TrainOptions& o = s.o;
   const ModelInfo& info = s.task->info();
   const std::string others = describe_options(o);
-  s.out << "xgrad train: task " << o.task << ", " << info.kind << " d_model " << o.d_model << ", heads " << o.heads
+  // The model's kind as people name it: a decoder of Llama blocks is "llama", not "gpt".
+  const std::string kind = info.kind == "gpt" ? nn::architecture_name(info.config.arch) : info.kind;
+  s.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
         << "/" << info.config.H_kv << " (q/kv), layers " << o.layers << ", " << s.task->module().parameter_count()
-        << " parameters; " << o.steps << " steps of batch " << o.batch << ", lr " << o.lr << ", seed " << o.seed
+        << " parameters; " << o.steps << " steps of batch " << o.batch << ", lr " << number_text(o.lr) << ", seed " << o.seed
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
@@ -491,7 +537,9 @@ void report(Session& s, TrainResult& result) {
     s.out << "samples:\n" << samples.str();
     s.out << "validation loss " << val << ", perplexity " << std::exp(val);
     if (task.logs_bits_per_byte()) s.out << ", bits per byte " << result.metric;
-    if (!result.losses.empty()) s.out << "; training loss " << train_loss << " (mean of the last steps, dropout on)";
+    if (!result.losses.empty())
+      s.out << "; training loss " << train_loss << " (mean of the last steps"
+            << (s.o.dropout > 0 ? ", dropout " + number_text(s.o.dropout) + " on)" : ")");
     s.out << "\nbest validation loss " << s.best_val << " at step " << s.best_step << ": "
           << (fs::path(s.o.out) / kBestFile).string() << "\n";
   } else {

@@ -54,7 +54,19 @@ class Value {
   std::vector<std::pair<std::string, Value>> members_;
 };
 
-// Parses text; throws xg::FormatError("... at byte N: what is wrong") on any error.
+// The limits of every JSON text xgrad reads (this reader's and, through check_limits, the
+// nlohmann reader's; docs/reliability.md): at most kMaxDepth arrays and objects one inside
+// the other, at most kMaxBytes bytes of text.
+constexpr int kMaxDepth = 64;
+constexpr std::size_t kMaxBytes = std::size_t(100) << 20;
+
+// Throws xg::FormatError("JSON ...") when text is longer than kMaxBytes or nests arrays and
+// objects deeper than kMaxDepth (counted outside strings, in one pass without recursion): run
+// before handing text to a parser that recurses (nlohmann's reader and writer do).
+void check_limits(const std::string& text);
+
+// Parses text; throws xg::FormatError("... at byte N: what is wrong") on any error, including
+// text beyond the limits above.
 Value parse(const std::string& text);
 
 // s as a JSON string literal with quotes; throws xg::FormatError when s is not valid UTF-8.

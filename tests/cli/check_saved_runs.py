@@ -12,6 +12,7 @@ usage: check_saved_runs.py XGRAD WORKDIR
   (the random run id and the thread count aside: the default job now runs on the cores) and the
   same numbers (to float32 rounding across CPUs and thread counts).
 """
+import hashlib
 import json
 import re
 import math
@@ -97,10 +98,17 @@ check(used is not None, "default job: the record names its thread count")
 threads = int(used.group(1)) if used else 1
 check(mine["__metadata__"].get("threads") == (None if threads == 1 else str(threads)),
       f"default job: the state records its {threads} thread(s)")
+# Since then the state also records the digest of log.csv as committed with it ("log_sha256",
+# which ties the log to the checkpoint); it must be the digest of the log the run wrote.
+log_digest = mine["__metadata__"].get("log_sha256", "")
+check(log_digest == hashlib.sha256((out / "log.csv").read_bytes()).hexdigest(),
+      "default job: the state records the sha256 of its log.csv")
 entry = b'"threads":"%d",' % threads if threads != 1 else b""
-check(state_header.replace(run_id.encode(), theirs["__metadata__"]["run_id"].encode()).replace(entry, b"").rstrip(b" ")
+log_entry = b'"log_sha256":"%s",' % log_digest.encode()
+check(state_header.replace(run_id.encode(), theirs["__metadata__"]["run_id"].encode()).replace(entry, b"")
+      .replace(log_entry, b"").rstrip(b" ")
       == saved_state_header.rstrip(b" "),
-      "default job: train_state.safetensors header identical but for the run id and thread count")
+      "default job: train_state.safetensors header identical but for the run id, thread count and log digest")
 log_now = (out / "log.csv").read_text().splitlines()
 log_then = (FIXTURES / "default_steps3" / "log.csv").read_text().splitlines()
 check(log_now[0] == log_then[0], "default job: log.csv header identical")

@@ -1,5 +1,6 @@
 // layer_norm: the fused op, its VJP, and its composition as the oracle.
 #include <cmath>
+#include <limits>
 
 #include "tests/support/helpers.hpp"
 
@@ -40,4 +41,17 @@ TEST_CASE("layer_norm: the fused op equals its composition from mean, sub, sqrt,
       for (std::size_t k = 0; k < wrt.size(); ++k) require_close(ga[k], gb[k], 1e-12);
     }
   }
+}
+
+TEST_CASE("layer_norm: eps that is not positive and finite is a ValueError naming the op", "[ops][layer_norm]") {
+  Generator g(5);
+  const Tensor x(rnd({2, 3}, g, -3, 3));
+  for (double eps : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN(), 0.0, -1e-5}) {
+    INFO("eps " << eps);
+    CHECK_THROWS_WITH(ops::layer_norm(x, Tensor(), Tensor(), eps),
+                      Catch::StartsWith("[layer_norm] eps must be positive and finite"));
+    CHECK_THROWS_AS(ops::layer_norm_composed(x, Tensor(), Tensor(), eps), ValueError);
+  }
+  CHECK_NOTHROW(ops::layer_norm(x, Tensor(), Tensor(), 1e-5));
 }

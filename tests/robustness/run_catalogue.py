@@ -325,6 +325,14 @@ def mutate(path, mutation, fixtures):
         fmt = {"i32": "<i", "u8": "<B", "f32": "<f"}[op]
         packed = struct.pack(fmt, float(value) if op == "f32" else int(value))
         open(path, "wb").write(raw[:int(at)] + packed + raw[int(at) + len(packed):])
+    elif op == "nest":  # N arrays one inside another: [[[...]]]
+        open(path, "wb").write(b"[" * int(arg) + b"]" * int(arg))
+    elif op == "nestin":  # N=TEXT: TEXT with N nested arrays in place of its {}
+        n, text = arg.split("=", 1)
+        open(path, "wb").write(text.replace("{}", "[" * int(n) + "]" * int(n), 1).encode())
+    elif op == "bigvalue":  # KEY=N: a JSON object whose KEY is a string of N x's
+        key, n = arg.split("=", 1)
+        open(path, "wb").write(json.dumps({key: "x" * int(n)}).encode())
     elif op == "lines":  # keep the first N lines of a text file
         lines = raw.decode("latin-1").split("\n")
         open(path, "wb").write("\n".join(lines[:int(arg)]).encode("latin-1") + b"\n")

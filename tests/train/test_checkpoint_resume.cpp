@@ -7,15 +7,20 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
 
 #include "tests/support/helpers.hpp"
 #include "tests/support/tiny_runs.hpp"
+#include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
+#include <xgrad/train/options.hpp>
 #include <xgrad/train/tasks.hpp>
+#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/train/tokenizer.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -278,5 +283,181 @@ TEST_CASE("checkpoint: header metadata cannot make the loader allocate more than
   set_metadata(dir / "train_state.safetensors", "opt.layers", "100000000");
   CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("saved options are invalid") &&
                                                          Catch::Contains("--layers"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint: a damaged vocabulary (entries swapped) is refused at load, naming the first differing entry",
+          "[train][checkpoint][vocabulary]") {
+  const fs::path dir = fresh_dir("vocab");
+  std::ostringstream log;
+  train::run_training(xgt::tiny_sort_run(dir, 1), log);
+  const fs::path model = dir / "model.safetensors";
+  CHECK_NOTHROW(train::load_model(model.string()));
+  // The sort task's tokens are the digits and "|", in that order: two swapped are refused
+  // (generate, eval, convert, report and inspect all load through load_model).
+  set_metadata(model, "vocabulary", R"(["0","1","2","4","3","5","6","7","8","9","|"])");
+  CHECK_THROWS_AS(train::load_model(model.string()), FormatError);
+  CHECK_THROWS_WITH(train::load_model(model.string()),
+                    Catch::Contains("vocabulary entry 3 is '4'") && Catch::Contains("the sort task has '3'"));
+  // The byte tokenizer's vocabulary is exactly the 256 bytes in order.
+  nn::TransformerConfig c;
+  c.V_vocab = 256;
+  c.context = 8;
+  c.d_model = 16;
+  c.H_q = 2;
+  c.layers = 1;
+  train::ModelInfo info;
+  info.kind = "gpt";
+  info.task = "text";
+  info.config = c.resolved();
+  info.task_params = train::tokenizer_metadata(*train::make_byte_tokenizer());
+  for (int b = 0; b < 256; ++b) info.vocab.tokens.push_back(std::string(1, static_cast<char>(b)));
+  CHECK(train::model_info(train::model_metadata(info), "m").vocab.tokens == info.vocab.tokens);
+  std::swap(info.vocab.tokens[97], info.vocab.tokens[98]);
+  CHECK_THROWS_WITH(train::model_info(train::model_metadata(info), "m"),
+                    Catch::Contains("vocabulary entry 97 is 'b'") && Catch::Contains("bytes tokenizer"));
+  // Cut messages: a long token is shown cut, with its size.
+  std::swap(info.vocab.tokens[97], info.vocab.tokens[98]);
+  info.vocab.tokens[5] = std::string(5000, 'z');
+  const io::safetensors::Metadata long_token = train::model_metadata(info);
+  try {
+    train::model_info(long_token, "m");
+    FAIL("a 5000-byte token was accepted");
+  } catch (const FormatError& e) {
+    CHECK(std::string(e.what()).size() < 400);
+    CHECK_THAT(e.what(), Catch::Contains("(5000 bytes)"));
+  }
+  // charlm's vocabulary (no tokenizer): distinct single bytes in increasing order.
+  info.task = "charlm";
+  info.task_params.clear();
+  info.vocab.tokens.clear();
+  for (int b = 0; b < 256; ++b) info.vocab.tokens.push_back(std::string(1, static_cast<char>(b)));
+  CHECK_NOTHROW(train::model_info(train::model_metadata(info), "m"));
+  std::swap(info.vocab.tokens[10], info.vocab.tokens[11]);
+  CHECK_THROWS_WITH(train::model_info(train::model_metadata(info), "m"), Catch::Contains("vocabulary entry 11"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("resume: a state with --pos rope that lacks a RoPE key is refused, never resumed with the default",
+          "[train][checkpoint]") {
+  const fs::path dir = fresh_dir("rope_keys");
+  std::ostringstream log;
+  train::TrainOptions o = xgt::tiny_sort_run(dir / "rope", 4);
+  o.pos = "rope";
+  o.rope_base = 500;  // not the default: a resume that defaulted it would train another model
+  o.stop_at = 2;
+  train::run_training(o, log);
+  const fs::path state = dir / "rope" / "train_state.safetensors";
+  const std::string saved = slurp(state);
+  for (const char* key : {"opt.rope_base", "opt.rope_fraction", "opt.rope_layout"}) {
+    INFO(key);
+    io::safetensors::File f = io::safetensors::load(state.string());
+    REQUIRE(f.metadata.erase(key) == 1);
+    io::safetensors::save(state.string(), f.tensors, f.metadata);
+    CHECK_THROWS_WITH(train::run_training(xgt::resume_options(dir / "rope"), log),
+                      Catch::Contains("opt.pos rope") && Catch::Contains(std::string("lacks '") + key + "'"));
+    std::ofstream(state, std::ios::binary) << saved;
+  }
+  CHECK(train::run_training(xgt::resume_options(dir / "rope"), log).steps_done == 4);
+  // A state older than positions (no opt.pos and no RoPE keys): learned positions, resumes.
+  train::TrainOptions l = xgt::tiny_sort_run(dir / "learned", 4);
+  l.stop_at = 2;
+  train::run_training(l, log);
+  const fs::path lstate = dir / "learned" / "train_state.safetensors";
+  io::safetensors::File f = io::safetensors::load(lstate.string());
+  for (const char* key : {"opt.pos", "opt.rope_base", "opt.rope_fraction", "opt.rope_layout"})
+    REQUIRE(f.metadata.erase(key) == 1);
+  io::safetensors::save(lstate.string(), f.tensors, f.metadata);
+  CHECK(train::run_training(xgt::resume_options(dir / "learned"), log).steps_done == 4);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("resume: the run options a state may lack, and the value each then has", "[train][checkpoint]") {
+  // States of xgrad 0.2.0 (tests/fixtures/runs_v0, resumed by check_saved_runs.py) hold every
+  // run option but these, added since: each written only when not at this value, so a state
+  // without it means that value.
+  const std::map<std::string, std::string> added_since_0_2 = {
+      {"tokenizer", "bytes"}, {"val_fraction", "0.10000000000000001"}, {"init_from", ""},       {"arch", "gpt"},
+      {"multiple_of", "256"}, {"norm_eps", "1.0000000000000001e-05"},  {"tie_embeddings", "true"}};
+  // And these, written by 0.2.0 always, have the value runs had before they existed (learned
+  // positions, float32, no window); a RoPE key is required beside opt.pos rope (above).
+  const std::map<std::string, std::string> older = {{"dtype", "float32"},    {"pos", "learned"},
+                                                    {"rope_base", "10000"},  {"rope_fraction", "1"},
+                                                    {"rope_layout", "interleaved"}, {"window", "0"}};
+  std::map<std::string, std::string> legacy, omitted;
+  for (const train::OptionSpec& s : train::option_schema()) {
+    if (s.role != train::OptionRole::run || !s.has_legacy) continue;
+    (s.omit_when_legacy ? omitted : legacy)[s.name] = s.legacy;
+  }
+  CHECK(omitted == added_since_0_2);
+  CHECK(legacy == older);
+}
+
+TEST_CASE("resume: a log.csv copied in from another run is refused (the state holds its digest)",
+          "[train][checkpoint]") {
+  const fs::path dir = fresh_dir("log_digest");
+  std::ostringstream log;
+  for (const char* name : {"a", "b"}) {
+    train::TrainOptions o = xgt::tiny_sort_run(dir / name, 4);
+    o.stop_at = 2;
+    train::run_training(o, log);
+  }
+  // Both logs are well formed, with rows 1..2: b's log in a's folder is not a's.
+  const std::string a_log = slurp(dir / "a" / "log.csv");
+  fs::copy_file(dir / "b" / "log.csv", dir / "a" / "log.csv", fs::copy_options::overwrite_existing);
+  REQUIRE(slurp(dir / "a" / "log.csv") != a_log);
+  CHECK_THROWS_WITH(train::run_training(xgt::resume_options(dir / "a"), log),
+                    Catch::Contains("log.csv") && Catch::Contains("not this run's log"));
+  CHECK(slurp(dir / "a" / "log.csv") != a_log);  // nothing rewritten by the refusal
+  std::ofstream(dir / "a" / "log.csv", std::ios::binary) << a_log;
+  CHECK(train::run_training(xgt::resume_options(dir / "a"), log).steps_done == 4);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("init-from: a model with another vocabulary is refused in one short line naming the first differing entry",
+          "[train][checkpoint][init_from]") {
+  const fs::path dir = fresh_dir("init_from_vocab");
+  std::string lower, upper;
+  for (int i = 0; i < 20; ++i) {
+    lower += "abcdefghijklmnopqrstuvwxyz\n";
+    upper += "ABCDEFGHIJKLMNOPQRSTUVWXYZ\n";
+  }
+  write_file(dir / "lower.txt", lower);
+  write_file(dir / "upper.txt", upper);
+  // A charlm model (as xgrad 0.2.0 saved them) of the lower-case text.
+  nn::TransformerConfig c;
+  c.context = 8;
+  c.d_model = 16;
+  c.H_q = 2;
+  c.layers = 1;
+  train::ModelInfo info;
+  info.kind = "gpt";
+  info.task = "charlm";
+  info.vocab = train::CharLMTask((dir / "lower.txt").string(), c.context).vocab();
+  c.V_vocab = info.vocab.size();
+  info.config = c.resolved();
+  Generator g(1);
+  nn::GPT model(info.config, g);
+  const std::string path = (dir / "lower.safetensors").string();
+  nn::safetensors::save_module(path, model, train::model_metadata(info));
+  // Starting from it on the upper-case text: the vocabularies differ.
+  train::TrainOptions o = xgt::tiny_sort_run(dir / "run", 2);
+  o.init_from = path;
+  o.text = (dir / "upper.txt").string();
+  const std::set<std::string> given = {"init_from", "text"};
+  train::apply_init_from(o, given);
+  REQUIRE(o.task == "charlm");
+  try {
+    std::ostringstream log;
+    train::run_training(o, log);
+    FAIL("a model of another vocabulary was accepted");
+  } catch (const UsageError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK_THAT(m, Catch::Contains("vocabulary differs (") && Catch::Contains("entry 1 'a' vs 'A'") &&
+                      Catch::Contains("27 vs 27 tokens"));
+    CHECK(m.find("abcdefghij") == std::string::npos);  // not the vocabulary itself
+    CHECK(m.size() < 400);
+  }
   fs::remove_all(dir);
 }

@@ -259,3 +259,32 @@ TEST_CASE("train: results go to the output stream, progress and warnings to the 
   CHECK_FALSE(fs::exists(dir / "run" / "loss.png"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("plots: the loss axis is chosen from the losses and text runs get a bits-per-byte curve", "[plots]") {
+  // Losses between 4 and 7: a linear axis over them (a log axis from 1 to 10 had two labels).
+  const std::string narrow = train::loss_curve_script("log.csv", "loss.png", "t", true, {4.0, 7.0, false});
+  CHECK(narrow.find("logscale") == std::string::npos);
+  CHECK_THAT(narrow, Catch::Contains("set yrange [3.85") && Catch::Contains(":7.15"));
+  // Over more than a decade: a log scale over their range.
+  const std::string wide = train::loss_curve_script("log.csv", "loss.png", "t", true, {0.01, 5.0, false});
+  CHECK_THAT(wide, Catch::Contains("set logscale y") && Catch::Contains("set yrange [0.0090909"));
+  CHECK(wide.find("using 1:8") == std::string::npos);
+  // Unknown: a log scale, as before.
+  CHECK_THAT(train::loss_curve_script("log.csv", "loss.png", "t"), Catch::Contains("set logscale y"));
+  // A text run's log (val_bpb column): the bits per byte on the right-hand axis, drawn by gnuplot.
+  const fs::path dir = temp_dir("plots_bpb");
+  {
+    std::ofstream csv(dir / "log.csv");
+    csv << "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb\n";
+    for (int s = 1; s <= 20; ++s)
+      csv << s << ",0.001," << 6.0 - 0.1 * s << ",1,100,0.1," << (s % 5 == 0 ? "5.5,7.9" : ",") << "\n";
+  }
+  const train::LossData d = train::loss_data((dir / "log.csv").string());
+  CHECK(d.bits_per_byte);
+  CHECK(d.lo == 6.0 - 0.1 * 20);
+  CHECK(d.hi == 6.0 - 0.1);
+  const train::Picture p = train::loss_curve_png((dir / "log.csv").string(), (dir / "loss.png").string(), "t", true);
+  CHECK(p.drawn);
+  CHECK_THAT(read(dir / "loss.gp"), Catch::Contains("using 1:8 axes x1y2") && Catch::Contains("validation bits per byte") &&
+                                        !Catch::Contains("logscale"));
+}

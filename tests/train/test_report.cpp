@@ -96,3 +96,18 @@ TEST_CASE("report: text from a run folder cannot end the page's data script", "[
   CHECK(page.find("a\\u003c/script\\u003e\\u003cb\\u003erun") != std::string::npos);
   CHECK(page.find("<script src") == std::string::npos);
 }
+
+TEST_CASE("report: a deeply nested --gradcheck file is a FormatError naming the limit, not a crash", "[report]") {
+  const fs::path dir = xgt::temp_dir("report_nested");
+  const fs::path deep = dir / "deep.json";
+  xgt::write_file(deep, std::string(500000, '[') + std::string(500000, ']'));
+  CHECK_THROWS_AS(train::read_gradcheck(deep.string()), FormatError);
+  CHECK_THROWS_WITH(train::read_gradcheck(deep.string()),
+                    Catch::Contains("deep.json") && Catch::Contains("nesting deeper than 64"));
+  // Inside a report's shape, where the reader shows a field's JSON (which recursed and crashed
+  // with signal 11 at this depth).
+  const fs::path inner = dir / "inner.json";
+  xgt::write_file(inner, R"({"tool": "xgrad gradcheck", "checks": [{"check": "x", "status": "passed", "kind": )" +
+                             std::string(200000, '[') + std::string(200000, ']') + "}]}");
+  CHECK_THROWS_WITH(train::read_gradcheck(inner.string()), Catch::Contains("nesting deeper than 64"));
+}

@@ -11,6 +11,9 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/io/safetensors.hpp>
+#include <xgrad/train/convert.hpp>
+#include <xgrad/train/options.hpp>
 #include <xgrad/train/text_corpus.hpp>
 #include <xgrad/train/trainer.hpp>
 
@@ -270,4 +273,90 @@ TEST_CASE("text task: a corpus smaller than one training window is a usage error
   std::ostringstream log;
   CHECK_THROWS_AS(train::run_training(o, log), UsageError);
   CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context"));
+}
+
+TEST_CASE("text corpus: the run's own --out folder inside --text is not read; --text inside --out is refused", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_out_inside");
+  write(dir / "a.txt", lines(200, "alpha"));
+  write(dir / "b.txt", lines(200, "beta"));
+  write(dir / "run" / "log.csv", "step,lr\n1,0.1\n");  // a run's files: not text of the corpus
+  write(dir / "run" / "deep" / "notes.txt", "not read\n");
+  const auto docs = train::list_documents(dir.string(), (dir / "run").string());
+  std::set<std::string> names;
+  for (const auto& d : docs) names.insert(d.name.substr(0, d.name.find('#')));
+  CHECK(names == std::set<std::string>{"a.txt", "b.txt"});
+  CHECK(train::list_documents(dir.string()).size() > docs.size());  // without the exclusion they are read
+  CHECK_THROWS_WITH(train::list_documents((dir / "run").string(), (dir / "run").string()),
+                    Catch::Contains("is the output folder"));
+  CHECK_THROWS_WITH(train::list_documents((dir / "run" / "deep").string(), (dir / "run").string()),
+                    Catch::Contains("inside it"));
+  // End to end: `--text DIR --out DIR/run`, stopped and resumed, reads only a.txt and b.txt
+  // both times (the resume would otherwise find the run's token files and logs in its text).
+  fs::remove_all(dir / "run");
+  train::TrainOptions o;
+  o.task = "text";
+  o.text = dir.string();
+  o.out = (dir / "run").string();
+  o.steps = 4;
+  o.stop_at = 2;
+  o.lr = 0.005;
+  o.batch = 4;
+  o.context = 16;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.threads = 1;
+  o.progress = o.plot = false;
+  std::ostringstream log;
+  train::run_training(o, log);
+  train::TrainOptions again;
+  again.resume = o.out;
+  again.progress = again.plot = false;
+  CHECK(train::run_training(again, log).steps_done == 4);
+  CHECK_THAT(log.str(), Catch::Contains(std::to_string(docs.size()) + " documents,"));
+}
+
+TEST_CASE("text task: the model records --val-fraction and convert holds out the same documents", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_val_fraction");
+  for (int i = 0; i < 12; ++i) write(dir / "corpus" / ("doc" + std::to_string(i) + ".txt"), lines(40, "word" + std::to_string(i)));
+  train::TrainOptions o;
+  o.task = "text";
+  o.text = (dir / "corpus").string();
+  o.out = (dir / "run").string();
+  o.val_fraction = 0.5;
+  o.steps = 2;
+  o.lr = 0.005;
+  o.batch = 4;
+  o.context = 16;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.threads = 1;
+  o.progress = o.plot = false;
+  std::ostringstream log;
+  train::run_training(o, log);
+  const std::string model = (dir / "run" / "model.safetensors").string();
+  CHECK(io::safetensors::load_header(model).metadata.at("val_fraction") == "0.5");
+  train::ConvertOptions c;
+  c.in = model;
+  c.out = (dir / "half.safetensors").string();
+  c.kv_heads = 2;
+  c.text = o.text;
+  const std::size_t positions = train::convert_checkpoint(c).positions;
+  // The same model said to be of a run with the old default: other documents, other positions.
+  io::safetensors::File f = io::safetensors::load(model);
+  f.metadata["val_fraction"] = train::exact(0.1);
+  const std::string tenth = (dir / "tenth.safetensors").string();
+  io::safetensors::save(tenth, f.tensors, f.metadata);
+  c.in = tenth;
+  c.out = (dir / "tenth_out.safetensors").string();
+  const std::size_t positions_tenth = train::convert_checkpoint(c).positions;
+  CHECK(positions != positions_tenth);
+  // A model saved before the key: 0.1.
+  f.metadata.erase("val_fraction");
+  const std::string old = (dir / "old.safetensors").string();
+  io::safetensors::save(old, f.tensors, f.metadata);
+  c.in = old;
+  c.out = (dir / "old_out.safetensors").string();
+  CHECK(train::convert_checkpoint(c).positions == positions_tenth);
 }

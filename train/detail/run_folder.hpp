@@ -41,6 +41,10 @@ class RunLog {
 
   void row(const std::string& r) { pending_ += r + "\n"; }
   void commit();
+  // The SHA-256 of the log's text so far, committed and pending (64 hex digits): saved with
+  // each checkpoint (state metadata 'log_sha256', the log just committed), so that a resume
+  // knows the log's rows are this run's own.
+  std::string digest() const;
   const std::filesystem::path& path() const { return path_; }
 
  private:
@@ -48,6 +52,7 @@ class RunLog {
 
   std::filesystem::path path_;
   std::string pending_;
+  std::string written_;  // everything committed (the digest's text)
   std::FILE* file_ = nullptr;
 };
 

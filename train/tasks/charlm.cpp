@@ -190,7 +190,7 @@ class CharLMTraining : public GPTTask {
     const std::size_t p = std::min<std::size_t>(16, o_.context / 2);  // prompt, then room to write
     const std::vector<std::int64_t> prompt(b.tokens.data.begin(), b.tokens.data.begin() + static_cast<long>(p));
     const std::vector<std::int64_t> written = continue_text(*gpt_, prompt, o_.context, 240, sample_gen);
-    samples << "  sample: \"" << info_.vocab.decode(prompt) << "|" << info_.vocab.decode(written) << "\"\n";
+    samples << "  sample (prompt|what the model wrote): \"" << info_.vocab.decode(prompt) << "|" << info_.vocab.decode(written) << "\"\n";
     module().train();
   }
 

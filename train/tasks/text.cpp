@@ -74,6 +74,8 @@ class TextTraining : public GPTTask {
     c.V_vocab = info_.vocab.size();
     info_.config = c.resolved();
     info_.task_params = tokenizer_metadata(*tok_);
+    // convert and eval hold out the same documents (models saved before this key: 0.1).
+    info_.task_params["val_fraction"] = exact(o.val_fraction);
     for (const std::string& t : info_.vocab.tokens) token_bytes_.push_back(t.size());
     windows_ = validation_windows(val_->size(), T, kMaxValidationWindows);
     for (std::uint64_t start : windows_.starts)
@@ -132,7 +134,7 @@ class TextTraining : public GPTTask {
     for (std::size_t i = 0; i < p; ++i) prompt.push_back((*val_)[i]);
     const std::vector<std::int64_t> written = continue_text(*gpt_, prompt, o_.context, 120, sample_gen);
     // Printable: a model that has not learned UTF-8 yet writes any bytes (\xNN escapes them).
-    samples << "  sample: \"" << printable(tok_->decode(prompt)) << "|" << printable(tok_->decode(written)) << "\"\n";
+    samples << "  sample (prompt|what the model wrote): \"" << printable(tok_->decode(prompt)) << "|" << printable(tok_->decode(written)) << "\"\n";
     module().train();
   }
 
@@ -240,7 +242,7 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
                                                "' is a llama2.c tokenizer.bin: it is for generate and tokenizer "
                                                "encode/decode; --task text trains with a SentencePiece .model or bytes"));
     if (comm.rank() != 0) return;
-    const std::vector<Document> docs = list_documents(o.text);
+    const std::vector<Document> docs = list_documents(o.text, o.out);
     std::vector<Document> train_docs, val_docs;
     split_documents(docs, o.val_fraction, train_docs, val_docs);
     corpus = corpus_fingerprint(docs);
@@ -258,7 +260,7 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
     train = std::make_unique<TokenFile>(pending->train->temporary_path());
     val = std::make_unique<TokenFile>(pending->val->temporary_path());
     split = std::to_string(docs.size()) + " documents, " + std::to_string(val_docs.size()) + " for validation (--val-fraction " +
-            std::to_string(o.val_fraction).substr(0, 4) + "), tokenised in " + std::to_string(seconds).substr(0, 5) +
+            number_text(o.val_fraction) + "), tokenised in " + std::to_string(seconds).substr(0, 5) +
             " s";
   });
   train = share(comm, std::move(train));

@@ -10,6 +10,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <nlohmann/json.hpp>
+#include <xgrad/io/detail/json.hpp>
 
 namespace xg::train {
 
@@ -52,8 +53,11 @@ Vocabulary Vocabulary::from_json(const std::string& text) {
   Vocabulary v;
   nlohmann::json a;
   try {
+    xg::json::check_limits(text);  // nlohmann recurses: bounded depth and size first
     a = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
+    throw FormatError(op_message("vocabulary", what + ": " + e.what()));
+  } catch (const FormatError& e) {
     throw FormatError(op_message("vocabulary", what + ": " + e.what()));
   }
   if (!a.is_array()) throw FormatError(op_message("vocabulary", what));
