@@ -1,4 +1,4 @@
-// The float32 GEMM options of issue 21, side by side in one run (docs/performance.md, "libxsmm,
+// The float32 GEMM options of issue 21, side by side in one run (bench/NOTES.md, "libxsmm,
 // BLIS and oneDNN's matmul primitive: measured"): xgrad's BLAS doorway (core/detail/blas.hpp,
 // oneDNN dnnl_sgemm in xgrad's pool), OpenBLAS (in the pool and on its own threads), oneDNN's
 // matmul primitive, BLIS and libxsmm, on the products xgrad's training computes: square n, the

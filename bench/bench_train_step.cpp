@@ -8,7 +8,8 @@
 // --arch llama (xgrad only, issue 19): the same model with nn::LlamaBlocks instead (RMSNorm,
 // RoPE, no biases, SwiGLU of llama2.c's width rule with multiple_of 32), no position embedding,
 // a final RMSNorm and a head without bias: the block's cost against the GPT block's at the
-// same width and depth (docs/performance.md compares time per step per parameter).
+// same width and depth (bench/NOTES.md, "Training step: Llama block vs GPT block", compares
+// time per step per parameter).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

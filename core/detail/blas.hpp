@@ -14,7 +14,7 @@
 // for a CPU model it does not know) and the CPU has AVX2 + FMA; OpenBLAS otherwise. The
 // environment variable XGRAD_FLOAT64_GEMM=xgrad|openblas|auto forces it.
 // Every library runs single-threaded inside xgrad's one pool (core/parallel.hpp);
-// docs/performance.md has the measurements behind the choice.
+// bench/NOTES.md has the measurements behind the choice (docs/performance.md, "GEMM", the rule).
 #pragma once
 
 #include <cstddef>
