@@ -299,6 +299,7 @@ namespace {
 constexpr std::size_t kMaxConfig = 64;
 struct Columns {
   std::size_t name = 5, config = 13, worst = 26;
+  std::size_t status = 6;  // "passed", "FAILED"; 7 at --order 2, where "skipped" occurs
 };
 
 std::string cut(const std::string& s, std::size_t w) { return s.size() <= w ? s : s.substr(0, w - 3) + "..."; }
@@ -320,15 +321,15 @@ std::string time_str(double seconds) {
 void print_header(std::ostream& out, const Columns& w) {
   out << fit("check", w.name) << "  " << fit("dtype", 7) << "  " << fit("configuration", w.config) << "  "
       << rfit("max abs err", 11) << "  " << rfit("max rel err", 11) << "  " << fit("worst element", w.worst) << "  "
-      << fit("status", 7) << "  " << rfit("time", 8) << "\n";
-  out << std::string(w.name + w.config + w.worst + 7 + 11 + 11 + 7 + 8 + 7 * 2, '-') << "\n";
+      << fit("status", w.status) << "  " << rfit("time", 8) << "\n";
+  out << std::string(w.name + w.config + w.worst + 7 + 11 + 11 + w.status + 8 + 7 * 2, '-') << "\n";
 }
 
 void print_row(std::ostream& out, const Columns& w, const CheckRecord& r, DType dtype) {
   const CheckResult& c = r.result;
   out << fit(r.name, w.name) << "  " << fit(dtype_name(dtype), 7) << "  " << fit(cut(r.config, w.config), w.config) << "  "
       << rfit(sci(c.max_abs_error), 11) << "  " << rfit(c.max_rel_error < 0 ? "-" : sci(c.max_rel_error), 11) << "  "
-      << fit(c.worst.empty() ? "-" : c.worst, w.worst) << "  " << fit(c.skipped ? "skipped" : c.passed ? "passed" : "FAILED", 7) << "  "
+      << fit(c.worst.empty() ? "-" : c.worst, w.worst) << "  " << fit(c.skipped ? "skipped" : c.passed ? "passed" : "FAILED", w.status) << "  "
       << rfit(time_str(r.seconds), 8) << "\n";
 }
 
@@ -355,7 +356,8 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
   SuiteReport rep;
   rep.options = opts;
   const auto sel = suite.select(opts.filter);
-  const Columns w = columns_for(sel);
+  Columns w = columns_for(sel);
+  if (opts.order == 2) w.status = 7;
   if (opts.order != 1 && opts.order != 2)
     throw UsageError(op_message("gradcheck", "--order must be 1 or 2, got " + std::to_string(opts.order)));
   const Tolerances tol = Tolerances::for_order(opts.dtype, opts.order);
