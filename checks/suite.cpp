@@ -67,6 +67,15 @@ Tolerances Tolerances::for_dtype(DType dtype) {
   return t;
 }
 
+Tolerances Tolerances::for_order(DType dtype, int order) {
+  Tolerances t = for_dtype(dtype);
+  if (order == 2 && dtype == DType::float32) {
+    t.atol = 5e-2;
+    t.rtol = 5e-2;
+  }
+  return t;
+}
+
 double unit_roundoff(DType dtype) { return dtype == DType::float32 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53); }
 
 CheckResult CheckResult::from_report(const GradcheckReport& r) {
@@ -105,8 +114,21 @@ CheckResult CheckResult::property(double error, double tol, const std::string& w
   return c;
 }
 
-CheckResult CheckResult::combine(const std::vector<CheckResult>& parts) {
-  if (parts.empty()) throw ValueError(op_message("gradcheck", "CheckResult::combine needs at least one part"));
+CheckResult CheckResult::skip(const std::string& reason) {
+  CheckResult c;
+  c.skipped = true;
+  c.mode = "skipped";
+  c.worst = "-";
+  c.message = reason;
+  return c;
+}
+
+CheckResult CheckResult::combine(const std::vector<CheckResult>& all_parts) {
+  if (all_parts.empty()) throw ValueError(op_message("gradcheck", "CheckResult::combine needs at least one part"));
+  std::vector<CheckResult> parts;
+  for (const CheckResult& p : all_parts)
+    if (!p.skipped) parts.push_back(p);
+  if (parts.empty()) return all_parts.front();
   CheckResult c;
   c.passed = true;
   c.mode = parts.front().mode;
@@ -134,8 +156,16 @@ CheckResult CheckResult::combine(const std::vector<CheckResult>& parts) {
 // ---------------------------------------------------------------------------------------
 // Context
 
-CheckContext::CheckContext(DType dtype, std::uint64_t seed, bool full, const std::string& check_name)
-    : dtype_(dtype), seed_(seed), full_(full), gen_(derive_seed(seed, check_name)), tol_(Tolerances::for_dtype(dtype)) {}
+CheckContext::CheckContext(DType dtype, std::uint64_t seed, bool full, const std::string& check_name, int order)
+    : dtype_(dtype),
+      seed_(seed),
+      full_(full),
+      order_(order),
+      gen_(derive_seed(seed, check_name)),
+      tol_(Tolerances::for_order(dtype, order)) {
+  if (order != 1 && order != 2)
+    throw ValueError(op_message("gradcheck", "order must be 1 or 2, got " + std::to_string(order)));
+}
 
 Array CheckContext::normal(const Shape& shape, double stddev) {
   return random_normal(shape, gen_, DType::float64, 0.0, stddev).astype(dtype_);
@@ -176,7 +206,21 @@ CheckResult CheckContext::gradcheck(const GradcheckFn& f, const std::vector<Arra
   std::vector<Array> xs;
   xs.reserve(inputs.size());
   for (const Array& x : inputs) xs.push_back(cast(x));
-  return CheckResult::from_report(xg::gradcheck(f, xs, opts, names));
+  if (order_ == 1) return CheckResult::from_report(xg::gradcheck(f, xs, opts, names));
+  GradcheckOptions o = opts;  // a check's own tolerances, no tighter than the order's
+  o.eps = std::max(o.eps, tol_.eps);
+  o.atol = std::max(o.atol, tol_.atol);
+  o.rtol = std::max(o.rtol, tol_.rtol);
+  ++second_order_runs_;
+  CheckResult gg = CheckResult::from_report(xg::gradgradcheck(f, xs, o, names));
+  CheckResult jv = CheckResult::from_report(xg::jvpcheck(f, xs, o, names));
+  const std::string mode = gg.mode + "+jvp";
+  gg.message = "gradgradcheck: " + gg.message;
+  jv.worst = "jvp: " + jv.worst;
+  jv.message = "jvpcheck: " + jv.message;
+  CheckResult c = CheckResult::combine({gg, jv});
+  c.mode = mode;
+  return c;
 }
 
 CheckResult CheckContext::gradgradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
@@ -184,6 +228,7 @@ CheckResult CheckContext::gradgradcheck(const GradcheckFn& f, const std::vector<
   std::vector<Array> xs;
   xs.reserve(inputs.size());
   for (const Array& x : inputs) xs.push_back(cast(x));
+  ++second_order_runs_;
   return CheckResult::from_report(xg::gradgradcheck(f, xs, options(), names));
 }
 
@@ -195,6 +240,9 @@ CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
 CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
                                            const std::vector<std::pair<std::string, Tensor>>& leaves,
                                            const GradcheckOptions& opts) {
+  if (order_ == 2)
+    return CheckResult::skip("no second-order form: gradcheck_leaves checks leaves in place (module parameters) at "
+                             "first order only; the ops inside have second-order checks of their own");
   return CheckResult::from_report(xg::gradcheck_leaves(f, leaves, opts));
 }
 
@@ -251,6 +299,7 @@ namespace {
 constexpr std::size_t kMaxConfig = 64;
 struct Columns {
   std::size_t name = 5, config = 13, worst = 26;
+  std::size_t status = 6;  // "passed", "FAILED"; 7 at --order 2, where "skipped" occurs
 };
 
 std::string cut(const std::string& s, std::size_t w) { return s.size() <= w ? s : s.substr(0, w - 3) + "..."; }
@@ -272,15 +321,15 @@ std::string time_str(double seconds) {
 void print_header(std::ostream& out, const Columns& w) {
   out << fit("check", w.name) << "  " << fit("dtype", 7) << "  " << fit("configuration", w.config) << "  "
       << rfit("max abs err", 11) << "  " << rfit("max rel err", 11) << "  " << fit("worst element", w.worst) << "  "
-      << fit("status", 6) << "  " << rfit("time", 8) << "\n";
-  out << std::string(w.name + w.config + w.worst + 7 + 11 + 11 + 6 + 8 + 7 * 2, '-') << "\n";
+      << fit("status", w.status) << "  " << rfit("time", 8) << "\n";
+  out << std::string(w.name + w.config + w.worst + 7 + 11 + 11 + w.status + 8 + 7 * 2, '-') << "\n";
 }
 
 void print_row(std::ostream& out, const Columns& w, const CheckRecord& r, DType dtype) {
   const CheckResult& c = r.result;
   out << fit(r.name, w.name) << "  " << fit(dtype_name(dtype), 7) << "  " << fit(cut(r.config, w.config), w.config) << "  "
       << rfit(sci(c.max_abs_error), 11) << "  " << rfit(c.max_rel_error < 0 ? "-" : sci(c.max_rel_error), 11) << "  "
-      << fit(c.worst.empty() ? "-" : c.worst, w.worst) << "  " << fit(c.passed ? "passed" : "FAILED", 6) << "  "
+      << fit(c.worst.empty() ? "-" : c.worst, w.worst) << "  " << fit(c.skipped ? "skipped" : c.passed ? "passed" : "FAILED", w.status) << "  "
       << rfit(time_str(r.seconds), 8) << "\n";
 }
 
@@ -307,13 +356,26 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
   SuiteReport rep;
   rep.options = opts;
   const auto sel = suite.select(opts.filter);
-  const Columns w = columns_for(sel);
-  const Tolerances tol = Tolerances::for_dtype(opts.dtype);
+  Columns w = columns_for(sel);
+  if (opts.order == 2) w.status = 7;
+  if (opts.order != 1 && opts.order != 2)
+    throw UsageError(op_message("gradcheck", "--order must be 1 or 2, got " + std::to_string(opts.order)));
+  const Tolerances tol = Tolerances::for_order(opts.dtype, opts.order);
   out << "xgrad gradcheck: " << sel.size() << " check" << (sel.size() == 1 ? "" : "s") << ", "
-      << dtype_name(opts.dtype) << ", seed " << opts.seed << (opts.full ? ", full sweep" : "") << "\n";
+      << dtype_name(opts.dtype) << ", seed " << opts.seed << (opts.full ? ", full sweep" : "")
+      << (opts.order == 2 ? ", order 2" : "") << "\n";
+  if (opts.order == 2)
+    out << "order 2: gradient checks run gradgradcheck (the recorded VJP's gradient against central differences of "
+           "first-order gradients)\nand jvpcheck (forward-mode J u against central differences and <v, J u> = "
+           "<J^T v, u>); checks without a second-order form are skipped\n";
   out << "gradient checks: central differences, step h = " << num(tol.eps)
       << " * max(1, |x|); pass when |analytic - numeric| <= " << num(tol.atol) << " + " << num(tol.rtol)
       << " |numeric|\n";
+  if (opts.order == 2 && opts.dtype == DType::float32)
+    out << "float32 at order 2: looser tolerances, atol " << num(tol.atol) << " and rtol " << num(tol.rtol)
+        << " (order 1: " << num(Tolerances::for_dtype(opts.dtype).atol) << " and "
+        << num(Tolerances::for_dtype(opts.dtype).rtol)
+        << "): the numeric side differences first-order gradients, which carry their own rounding\n";
   if (opts.dtype == DType::float32) {
     const double u = unit_roundoff(DType::float32);
     out << "float32: unit roundoff u = " << sci(u, 1) << "; a central difference then keeps about two thirds of the "
@@ -330,8 +392,11 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
     const auto s = std::chrono::steady_clock::now();
     try {
       Tape tape;  // whatever the check records is freed with it
-      CheckContext ctx(opts.dtype, opts.seed, opts.full, c->name);
+      CheckContext ctx(opts.dtype, opts.seed, opts.full, c->name, opts.order);
       r.result = c->run(ctx);
+      if (opts.order == 2 && !r.result.skipped && ctx.second_order_runs() == 0)
+        r.result = CheckResult::skip("no second-order form: a " + c->kind +
+                                     " check that runs no gradcheck (its verdict does not depend on the order)");
     } catch (const std::exception& e) {
       r.result = CheckResult{};
       r.result.passed = false;
@@ -342,7 +407,7 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
     r.config = r.result.config.empty() ? c->config : r.result.config;
-    (r.result.passed ? rep.passed : rep.failed)++;
+    (r.result.skipped ? rep.skipped : r.result.passed ? rep.passed : rep.failed)++;
     print_row(out, w, r, opts.dtype);
     out.flush();
     rep.records.push_back(std::move(r));
@@ -351,22 +416,25 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
   if (rep.failed > 0) {
     out << "\nFailures:\n";
     for (const CheckRecord& r : rep.records)
-      if (!r.result.passed) {
+      if (!r.result.passed && !r.result.skipped) {
         out << "  " << r.name << " (" << dtype_name(opts.dtype) << ", " << r.config << ")\n";
         out << "    " << r.result.message << "\n";
       }
   }
   out << "\n" << rep.records.size() << " checks in " << time_str(rep.seconds) << "\n";
-  out << rep.passed << " passed, " << rep.failed << " failed" << std::endl;
+  out << rep.passed << " passed, " << rep.failed << " failed";
+  if (rep.skipped > 0) out << ", " << rep.skipped << " skipped";
+  out << std::endl;
   return rep;
 }
 
 std::string report_json(const SuiteReport& rep) {
   using nlohmann::ordered_json;
-  const Tolerances tol = Tolerances::for_dtype(rep.options.dtype);
+  const Tolerances tol = Tolerances::for_order(rep.options.dtype, rep.options.order);
   ordered_json j;
   j["tool"] = "xgrad gradcheck";
   j["dtype"] = dtype_name(rep.options.dtype);
+  j["order"] = rep.options.order;
   j["seed"] = rep.options.seed;
   j["full"] = rep.options.full;
   j["filter"] = rep.options.filter;
@@ -386,7 +454,7 @@ std::string report_json(const SuiteReport& rep) {
     else
       e["max_rel_error"] = nullptr;
     e["worst_element"] = c.worst;
-    e["status"] = c.passed ? "passed" : "failed";
+    e["status"] = c.skipped ? "skipped" : c.passed ? "passed" : "failed";
     e["passed"] = c.passed;
     e["time_s"] = r.seconds;
     e["mode"] = c.mode;
@@ -396,13 +464,17 @@ std::string report_json(const SuiteReport& rep) {
   }
   j["checks"] = std::move(checks);
   j["summary"] = {{"total", rep.records.size()},
+                  {"order", rep.options.order},
                   {"passed", rep.passed},
                   {"failed", rep.failed},
+                  {"skipped", rep.skipped},
                   {"time_s", rep.seconds}};
   return j.dump(2);
 }
 
 int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out) {
+  if (opts.order != 1 && opts.order != 2)
+    throw UsageError(op_message("gradcheck", "--order must be 1 or 2, got " + std::to_string(opts.order)));
   if (opts.list) {
     list_checks(suite, opts, out);
     return 0;

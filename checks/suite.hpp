@@ -9,7 +9,9 @@
 /// CheckContext::gradcheck_leaves (leaves that already exist, such as module parameters).
 /// Property checks compute an invariant themselves and report an error measure against a
 /// tolerance (CheckResult::property). Every check runs in float64 or, with `--dtype` float32,
-/// in single precision with the tolerances of Tolerances::for_dtype.
+/// in single precision with the tolerances of Tolerances::for_dtype. With `--order 2` gradient
+/// checks check second derivatives (gradgradcheck and jvpcheck) and checks without a
+/// second-order form are skipped.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,11 @@ struct Tolerances {
   double rtol = 1e-3;  ///< Relative tolerance (see atol).
   /// The step and tolerances of `dtype` (the table above): float64 or float32.
   static Tolerances for_dtype(DType dtype);
+  /// The step and tolerances of a run at derivative `order` (1 or 2) in `dtype`. Order 2
+  /// differentiates first-order gradients numerically, whose own rounding is larger than the
+  /// function's: float64 keeps the order-1 values, float32 loosens atol and rtol to 5e-2
+  /// (docs/gradcheck.md).
+  static Tolerances for_order(DType dtype, int order);
 };
 
 /// Unit roundoff: 2^-53 for float64, 2^-24 for float32.
@@ -56,6 +63,7 @@ struct CheckResult {
   std::string mode;           ///< "full", "projection" (gradient checks) or "property"; "error" when it threw.
   std::size_t comparisons = 0;  ///< How many values were compared (Jacobian entries, projections, properties).
   std::string config;         ///< When not empty, replaces the registered configuration text.
+  bool skipped = false;       ///< The check has no form at the run's order: status "skipped", message says why.
 
   /// A gradient check's verdict from a gradcheck report: its errors, mode and comparison
   /// count, the worst element as "input[index]", and a message with the analytic and numeric
@@ -69,7 +77,11 @@ struct CheckResult {
   /// Several sub-results (configurations of one check) folded into one: it passes when all
   /// pass; the errors are the largest; worst and message come from the worst failing part
   /// (or the one with the largest error when all pass). ValueError when `parts` is empty.
+  /// Skipped parts are left out; when every part is skipped, the result is the first one.
   static CheckResult combine(const std::vector<CheckResult>& parts);
+  /// A check (or part) that has no form at the run's order: skipped (not passed), mode
+  /// "skipped", `reason` as its message.
+  static CheckResult skip(const std::string& reason);
 };
 
 /// What a running check gets: the precision, the seed, the sweep size, and a generator seeded
@@ -77,8 +89,9 @@ struct CheckResult {
 class CheckContext {
  public:
   /// The context of the check named `check_name` in a run in `dtype` with `seed`; `full`
-  /// asks for the larger sweep (`--full`). run_suite makes one per check.
-  CheckContext(DType dtype, std::uint64_t seed, bool full, const std::string& check_name);
+  /// asks for the larger sweep (`--full`); `order` is the derivative order checked (1 or 2,
+  /// `--order`; ValueError otherwise). run_suite makes one per check.
+  CheckContext(DType dtype, std::uint64_t seed, bool full, const std::string& check_name, int order = 1);
 
   /// The run's precision: inputs and tolerances are in it.
   DType dtype() const { return dtype_; }
@@ -86,9 +99,14 @@ class CheckContext {
   std::uint64_t seed() const { return seed_; }
   /// Whether the run asked for the larger sweep (`--full`).
   bool full() const { return full_; }
+  /// The derivative order the run checks (`--order`): 1 or 2.
+  int order() const { return order_; }
+  /// How many second-order comparisons (gradgradcheck, jvpcheck) this check has run: at order
+  /// 2, a check that ran none is reported as skipped.
+  std::size_t second_order_runs() const { return second_order_runs_; }
   /// This check's generator, seeded from (seed, check name); draws for inputs of its own.
   Generator& gen() { return gen_; }
-  /// The step and tolerances of the run's dtype (Tolerances::for_dtype).
+  /// The step and tolerances of the run's dtype and order (Tolerances::for_order).
   const Tolerances& tolerances() const { return tol_; }
 
   /// Random inputs in the run's dtype: standard normal times `stddev`.
@@ -113,10 +131,13 @@ class CheckContext {
 
   /// f on leaves made from `inputs` (converted to the run's dtype) against central
   /// differences: full Jacobian when small, random projections otherwise. `names` label the
-  /// inputs in the worst element ("x[1, 2]"); options() are used.
+  /// inputs in the worst element ("x[1, 2]"); options() are used. At order 2 it checks f's
+  /// second derivatives instead: xg::gradgradcheck and xg::jvpcheck, one verdict (mode e.g.
+  /// "full+jvp"; the worst element and message name which of the two it comes from).
   CheckResult gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs,
                         const std::vector<std::string>& names = {});
-  /// The same with explicit gradcheck options `opts` (e.g. a forced mode or looser tolerances).
+  /// The same with explicit gradcheck options `opts` (e.g. a forced mode or looser tolerances;
+  /// at order 2 in float32, no tighter than the order's tolerances).
   CheckResult gradcheck(const GradcheckFn& f, const std::vector<Array>& inputs, const std::vector<std::string>& names,
                         const GradcheckOptions& opts);
   /// Second derivatives of f on leaves made from `inputs` (converted to the run's dtype):
@@ -127,7 +148,8 @@ class CheckContext {
   /// f() reads existing leaves (module parameters, input tensors), given by name in
   /// `leaves`; each leaf's gradient is checked against central differences of f, with
   /// options() (xg::gradcheck_leaves). The leaves are not converted to the run's dtype, and f
-  /// must be deterministic.
+  /// must be deterministic. At order 2 it is skipped (CheckResult::skip): leaves checked in
+  /// place have no second-order form in the suite.
   CheckResult gradcheck_leaves(const std::function<Tensor()>& f,
                                const std::vector<std::pair<std::string, Tensor>>& leaves);
   /// The same with explicit gradcheck options `opts`.
@@ -139,6 +161,8 @@ class CheckContext {
   DType dtype_;
   std::uint64_t seed_;
   bool full_;
+  int order_;
+  std::size_t second_order_runs_ = 0;
   Generator gen_;
   Tolerances tol_;
 };
@@ -187,6 +211,7 @@ struct RunOptions {
   DType dtype = DType::float64;  ///< Precision of every check (`--dtype`).
   std::uint64_t seed = 20240501;  ///< Seed of every check's inputs, cotangents and directions (`--seed`).
   bool full = false;      ///< Larger sweeps (`--full`).
+  int order = 1;          ///< Derivative order checked (`--order`): 1 (gradcheck) or 2 (gradgradcheck and jvpcheck).
   std::string filter;     ///< Which checks run; see GradcheckSuite::select (`--filter`).
   std::string json_path;  ///< Also write the JSON report here when not empty (`--json`).
   bool list = false;      ///< List the selected checks instead of running them (`--list`).
@@ -206,17 +231,19 @@ struct CheckRecord {
 struct SuiteReport {
   RunOptions options;                ///< The options of the run.
   std::vector<CheckRecord> records;  ///< One per selected check, in registration order.
-  /// How many checks passed and failed. @{
-  std::size_t passed = 0, failed = 0;
+  /// How many checks passed, failed and were skipped (no form at the run's order). @{
+  std::size_t passed = 0, failed = 0, skipped = 0;
   /// @}
   double seconds = 0;                ///< Wall time of the whole run.
-  /// Whether at least one check ran and none failed.
-  bool all_passed() const { return failed == 0 && !records.empty(); }
+  /// Whether at least one check passed and none failed (skipped checks neither pass nor fail).
+  bool all_passed() const { return failed == 0 && passed > 0; }
 };
 
 /// Runs the selected checks in registration order, printing the table to `out` as rows
-/// complete, then the details of each failure, then the last line "N passed, M failed".
-/// A check that throws fails with the exception's message.
+/// complete, then the details of each failure, then the last line "N passed, M failed" (with
+/// ", K skipped" when a check was skipped). A check that throws fails with the exception's
+/// message. At order 2 a check that ran no second-order comparison is skipped
+/// (CheckContext::second_order_runs), with the reason in its message.
 SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out);
 /// The report as JSON text (same fields as the table, plus options and tolerances).
 std::string report_json(const SuiteReport& report);
@@ -224,12 +251,13 @@ std::string report_json(const SuiteReport& report);
 void list_checks(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out);
 
 /// Everything a command does: list or run, write `--json`, and return the exit status:
-/// 0 when every selected check passed, 1 when one failed. A filter that selects nothing or a
+/// 0 when no selected check failed and at least one passed, 1 otherwise. An order other than
+/// 1 or 2 throws UsageError. A filter that selects nothing or a
 /// `--json` path that cannot be opened throws UsageError before any check runs.
 int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, std::ostream& out);
 
 /// main() for a program of your own checks: parses the flags of `xgrad gradcheck` (`--json`,
-/// `--list`, `--filter`, `--seed`, `--dtype`, `--full`), runs the suite and returns the exit
+/// `--list`, `--filter`, `--seed`, `--dtype`, `--full`, `--order`), runs the suite and returns the exit
 /// status (2 for a bad flag, reported as one line "<program>: <message>" on stderr). To add
 /// flags of your own, use the overload in <xgrad/checks/suite_cli.hpp> (CLI11).
 int gradcheck_main(const GradcheckSuite& suite, int argc, char** argv);

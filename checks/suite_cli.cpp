@@ -41,6 +41,15 @@ void add_gradcheck_options(CLI::App& app, RunOptions& opts) {
       ->default_str("float64")
       ->type_name("DTYPE");
   app.add_flag("--full", opts.full, "Larger sweeps: bigger shapes and more random configurations");
+  app.add_option_function<std::string>(
+         "--order", [&opts](const std::string& s) { opts.order = s == "2" ? 2 : 1; },
+         "Derivative order checked: 1 (gradcheck) or 2 (second derivatives: gradgradcheck and the forward-mode "
+         "jvpcheck; checks without a second-order form are skipped; float32 uses atol and rtol 5e-2)")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v == "1" || v == "2" ? std::string() : "must be 1 or 2, got '" + v + "'"; },
+          "1|2"))
+      ->default_str("1")
+      ->type_name("ORDER");
 }
 
 int gradcheck_main(const GradcheckSuite& suite, int argc, char** argv, const std::function<void(CLI::App&)>& extra,

@@ -17,7 +17,7 @@ class App;
 
 namespace xg {
 
-/// The flags `--json`, `--list`, `--filter`, `--seed`, `--dtype`, `--full` on a CLI11 app,
+/// The flags `--json`, `--list`, `--filter`, `--seed`, `--dtype`, `--full`, `--order` on a CLI11 app,
 /// writing into opts (which must outlive parsing). Shared by `xgrad gradcheck` and
 /// gradcheck_main.
 void add_gradcheck_options(CLI::App& app, RunOptions& opts);

@@ -1,7 +1,8 @@
 // `xgrad gradcheck`: runs the built-in gradient checks and invariants (checks/) and prints
-// the table; --json, --list, --filter, --seed, --dtype, --full (docs/gradcheck.md). The exit
-// status is 0 only when every selected check passed, 1 when one failed; a bad flag (a
-// --filter that matches nothing, an unwritable --json path) is a usage error, 2.
+// the table; --json, --list, --filter, --seed, --dtype, --full, --order (docs/gradcheck.md). The exit
+// status is 0 only when no selected check failed and one passed (--order 2 skips checks
+// without a second-order form), 1 otherwise; a bad flag (a --filter that matches nothing, an
+// unwritable --json path, an --order other than 1 or 2) is a usage error, 2.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>

@@ -122,4 +122,14 @@ GradcheckReport gradgradcheck(const GradcheckFn& f, const std::vector<Array>& in
                               const GradcheckOptions& opts = {},
                               const std::vector<std::string>& names = {});
 
+/// Checks forward mode (jvp(), core/higher_order.hpp) two ways, for `opts.projections` random
+/// tangents u (opts.seed): J u from jvp() against the central difference
+/// (f(x + h u) - f(x - h u)) / 2h element by element (h = eps * max(1, max |x|)), and the
+/// transpose identity <v, J u> = <J^T v, u> with a random cotangent v and J^T v from a plain
+/// first-order backward pass. Mode "jvp"; the worst comparison is named "J u" (with the output
+/// element) or "<v, J u>". jvp() runs on the ops' second-order rules, so a rule with wrong
+/// values fails here too. Options, report and float64 rule as gradcheck().
+GradcheckReport jvpcheck(const GradcheckFn& f, const std::vector<Array>& inputs, const GradcheckOptions& opts = {},
+                         const std::vector<std::string>& names = {});
+
 }  // namespace xg

@@ -181,6 +181,10 @@ GradcheckReport read_gradcheck(const std::string& path) {
     return "";
   };
   r.dtype = str(j, "dtype", "the report's");
+  if (j.contains("order")) {  // reports before --order have none: order 1
+    if (!j["order"].is_number_integer() || (j["order"] != 1 && j["order"] != 2)) bad("\"order\" is not 1 or 2");
+    r.order = j["order"].get<int>();
+  }
   if (j.contains("tolerances") && j["tolerances"].is_object()) {
     const json& tol = j["tolerances"];
     r.atol = num(tol.value("atol", json()), "tolerances.atol").value_or(0);
@@ -196,7 +200,8 @@ GradcheckReport read_gradcheck(const std::string& path) {
     GradcheckRow row;
     row.check = c["check"].get<std::string>();
     row.status = c["status"].get<std::string>();
-    if (row.status != "passed" && row.status != "failed") bad(at + ": status '" + row.status + "' is not passed or failed");
+    if (row.status != "passed" && row.status != "failed" && row.status != "skipped")
+      bad(at + ": status '" + row.status + "' is not passed, failed or skipped");
     row.kind = str(c, "kind", at);
     row.configuration = str(c, "configuration", at);
     row.message = str(c, "message", at);
@@ -360,7 +365,7 @@ json page_data(const ReportInput& in) {
                         {"worst_element", text(c.worst_element)},
                         {"mode", text(c.mode)},
                         {"message", text(c.message)}});
-    d["gradcheck"] = {{"path", text(g.path)}, {"dtype", g.dtype}, {"atol", number(g.atol)},
+    d["gradcheck"] = {{"path", text(g.path)}, {"dtype", g.dtype}, {"order", g.order}, {"atol", number(g.atol)},
                       {"rtol", number(g.rtol)}, {"eps", number(g.eps)}, {"checks", checks}};
   } else {
     d["gradcheck"] = nullptr;

@@ -61,7 +61,7 @@ struct GradcheckRow {
   std::string check;          ///< The check's name, e.g. "ops/softmax".
   std::string kind;           ///< "gradient", "reference", "invariant", ...
   std::string configuration;  ///< Its one-line configuration.
-  std::string status;         ///< "passed" or "failed".
+  std::string status;         ///< "passed", "failed" or "skipped" (no form at the run's `--order`).
   std::string message;        ///< Details (empty when it passed).
   std::string worst_element;  ///< Where the error is largest, e.g. "x[1, 2]".
   std::string mode;           ///< "full", "projection", "property", "mixed" or "error".
@@ -73,6 +73,7 @@ struct GradcheckRow {
 struct GradcheckReport {
   std::string path;   ///< The file it was read from.
   std::string dtype;  ///< The precision of the run: "float64" or "float32".
+  int order = 1;      ///< The derivative order checked (`--order`; 1 for reports without the field).
   double atol = 0;    ///< The absolute tolerance the checks were run with.
   double rtol = 0;    ///< The relative tolerance the checks were run with.
   double eps = 0;     ///< The relative finite-difference step.

@@ -349,3 +349,144 @@ TEST_CASE("gradcheck suite: XG_GRADCHECK registers into the default suite", "[gr
   o.filter = "macro/";
   CHECK(run_quiet(default_gradcheck_suite(), o).all_passed());
 }
+
+namespace {
+
+// x^3 with a correct first-order VJP 3 x^2 g; its second-order rule is right, or returns the
+// right values with a factor 2 (a wrong differentiable VJP that first order cannot see).
+Tensor cube_with_rule(const Tensor& x, bool wrong_rule) {
+  return custom_op(
+      wrong_rule ? "cube_wrong_rule" : "cube_right_rule", {x},
+      [](const std::vector<Array>& in) {
+        Array y = in[0].clone();
+        for (std::size_t i = 0; i < y.size(); ++i) y.set_flat(i, std::pow(in[0].flat(i), 3));
+        return y;
+      },
+      [](const VjpContext& c) {
+        Array g = c.grad_output.clone();
+        for (std::size_t i = 0; i < g.size(); ++i) g.set_flat(i, g.flat(i) * 3 * std::pow(c.inputs[0].flat(i), 2));
+        return Cotangents{g};
+      },
+      [wrong_rule](const DiffVjpContext& c) {
+        return DiffCotangents{c.grad_output * (c.inputs[0] * c.inputs[0] * (wrong_rule ? 6.0 : 3.0))};
+      });
+}
+
+// A suite of one right and one wrong second-order rule, a property check and a module check.
+GradcheckSuite order_suite() {
+  GradcheckSuite s;
+  const auto inputs = [](CheckContext& ctx) { return std::vector<Array>{ctx.uniform({2, 3}, 0.5, 1.5)}; };
+  s.add_gradient_check("mine/cube-right", "x (2, 3)", inputs,
+                       [](const std::vector<Tensor>& in) { return cube_with_rule(in[0], false); }, {"x"});
+  s.add_gradient_check("mine/cube-wrong-rule", "x (2, 3)", inputs,
+                       [](const std::vector<Tensor>& in) { return cube_with_rule(in[0], true); }, {"x"});
+  s.add("mine/property", "invariant", "an exact property",
+        [](CheckContext&) { return CheckResult::property(0.0, 0.0, "", "zero"); });
+  s.add("mine/module", "gradient", "Scale(3) parameters", [](CheckContext& ctx) {
+    Scale m(3);
+    const Tensor x(ctx.cast(Array::from_vector({3}, {0.5, 1.0, 2.0}, DType::float64)));
+    return ctx.gradcheck_leaves([&] { return x * m.w; }, m.named_parameters());
+  });
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck suite: order 2 fails a wrong second-order rule by name and skips checks without one",
+          "[gradcheck][suite][higher_order]") {
+  const GradcheckSuite s = order_suite();
+  // Order 1 cannot see the wrong rule: everything passes, nothing is skipped.
+  std::string text1;
+  const SuiteReport r1 = run_quiet(s, RunOptions{}, &text1);
+  CHECK(r1.passed == 4);
+  CHECK(r1.skipped == 0);
+  CHECK(last_line(text1) == "4 passed, 0 failed");
+
+  RunOptions o2;
+  o2.order = 2;
+  std::string text;
+  const SuiteReport r = run_quiet(s, o2, &text);
+  INFO(text);
+  CHECK(r.passed == 1);
+  CHECK(r.failed == 1);
+  CHECK(r.skipped == 2);
+  CHECK_FALSE(r.all_passed());
+  CHECK(last_line(text) == "1 passed, 1 failed, 2 skipped");
+  const CheckResult& right = result_of(r, "mine/cube-right");
+  CHECK(right.passed);
+  CHECK(right.mode == "full+jvp");
+  CHECK(right.comparisons > 0);
+  const CheckResult& bad = result_of(r, "mine/cube-wrong-rule");
+  CHECK_FALSE(bad.passed);
+  CHECK_FALSE(bad.skipped);
+  CHECK(bad.max_abs_error > 0.5);
+  // The failure details name the check and which comparison caught it.
+  CHECK_THAT(text, Catch::Contains("Failures:") && Catch::Contains("  mine/cube-wrong-rule (float64") &&
+                       Catch::Contains("gradgradcheck: worst element"));
+  CHECK_THAT(text, Catch::Contains("order 2"));
+  const CheckResult& prop = result_of(r, "mine/property");
+  CHECK(prop.skipped);
+  CHECK_FALSE(prop.passed);
+  CHECK_THAT(prop.message, Catch::Contains("no second-order form") && Catch::Contains("invariant"));
+  const CheckResult& mod = result_of(r, "mine/module");
+  CHECK(mod.skipped);
+  CHECK_THAT(mod.message, Catch::Contains("gradcheck_leaves"));
+
+  // The JSON report: order, skipped rows and counts.
+  const auto j = nlohmann::json::parse(report_json(r));
+  CHECK(j["order"] == 2);
+  CHECK(j["summary"]["order"] == 2);
+  CHECK(j["summary"]["passed"] == 1);
+  CHECK(j["summary"]["failed"] == 1);
+  CHECK(j["summary"]["skipped"] == 2);
+  CHECK(j["checks"][1]["status"] == "failed");
+  CHECK(j["checks"][2]["status"] == "skipped");
+  CHECK(j["checks"][2]["passed"] == false);
+  CHECK(j["checks"][2]["mode"] == "skipped");
+  CHECK(nlohmann::json::parse(report_json(r1))["order"] == 1);
+
+  // Exit status: the wrong rule fails the run; the right one alone passes; skipped alone is not a pass.
+  std::ostringstream os;
+  CHECK(run_gradcheck_command(s, o2, os) == 1);
+  o2.filter = "mine/cube-right";
+  std::ostringstream os2;
+  CHECK(run_gradcheck_command(s, o2, os2) == 0);
+  o2.filter = "mine/property";
+  std::ostringstream os3;
+  CHECK(run_gradcheck_command(s, o2, os3) == 1);
+  CHECK(last_line(os3.str()) == "0 passed, 0 failed, 1 skipped");
+
+  // float32 at order 2: the looser tolerances are stated and the right rule passes.
+  RunOptions o32;
+  o32.order = 2;
+  o32.dtype = DType::float32;
+  o32.filter = "mine/cube-right";
+  std::string text32;
+  const SuiteReport r32 = run_quiet(s, o32, &text32);
+  INFO(text32);
+  CHECK(r32.all_passed());
+  CHECK_THAT(text32, Catch::Contains("float32 at order 2") && Catch::Contains("atol 0.05"));
+}
+
+TEST_CASE("gradcheck suite: an order other than 1 or 2 is a usage error and combine skips skipped parts",
+          "[gradcheck][suite][higher_order][errors]") {
+  const GradcheckSuite s = order_suite();
+  for (int order : {0, 3, -1}) {
+    RunOptions o;
+    o.order = order;
+    std::ostringstream os;
+    CHECK_THROWS_AS(run_gradcheck_command(s, o, os), UsageError);
+    CHECK_THROWS_WITH(run_gradcheck_command(s, o, os), Catch::Contains("--order must be 1 or 2"));
+    CHECK(os.str().empty());
+  }
+  CHECK_THROWS_AS(CheckContext(DType::float64, 1, false, "x", 3), ValueError);
+  const CheckResult ok = CheckResult::property(0.5, 1.0, "a", "half");
+  const CheckResult sk = CheckResult::skip("no second-order form");
+  const CheckResult both = CheckResult::combine({sk, ok});
+  CHECK(both.passed);
+  CHECK_FALSE(both.skipped);
+  CHECK(both.max_abs_error == 0.5);
+  const CheckResult none = CheckResult::combine({sk, sk});
+  CHECK(none.skipped);
+  CHECK(none.message == "no second-order form");
+}

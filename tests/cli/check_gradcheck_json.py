@@ -2,7 +2,10 @@
 
 Usage: check_gradcheck_json.py XGRAD REPORT_PATH [extra xgrad gradcheck flags...]
 Passes when xgrad exits 0, the file is valid JSON with the documented fields, at least 40
-checks ran, every one passed, and the summary agrees with the rows and the printed last line.
+checks ran, none failed, and the summary agrees with the rows and the printed last line.
+With `--order 2` among the flags: the report says order 2, a skipped check has mode "skipped"
+and its reason in the message, and no op check ("ops/...") is skipped (every op has a
+second-order form). At order 1 nothing may be skipped.
 """
 import json
 import subprocess
@@ -11,6 +14,7 @@ import sys
 
 def main() -> int:
     xgrad, path, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+    order = int(extra[extra.index("--order") + 1]) if "--order" in extra else 1
     run = subprocess.run([xgrad, "gradcheck", "--json", path, *extra], capture_output=True, text=True)
     sys.stdout.write(run.stdout[-2000:])
     if run.returncode != 0:
@@ -18,8 +22,9 @@ def main() -> int:
         return 1
     with open(path) as f:
         d = json.load(f)
-    for key in ("tool", "dtype", "seed", "full", "tolerances", "checks", "summary"):
+    for key in ("tool", "dtype", "order", "seed", "full", "tolerances", "checks", "summary"):
         assert key in d, f"missing top-level key {key!r}"
+    assert d["order"] == order, f"order {d['order']!r}, ran with {order}"
     rows = d["checks"]
     assert len(rows) >= 40, f"only {len(rows)} checks"
     fields = ("check", "kind", "dtype", "configuration", "max_abs_error", "max_rel_error", "worst_element",
@@ -28,18 +33,27 @@ def main() -> int:
     for r in rows:
         for key in fields:
             assert key in r, f"check {r.get('check')!r} lacks {key!r}"
-        assert r["status"] in ("passed", "failed")
+        assert r["status"] in ("passed", "failed", "skipped"), r["status"]
         assert r["passed"] == (r["status"] == "passed")
+        if r["status"] == "skipped":
+            assert order == 2, f"{r['check']!r} skipped at order {order}"
+            assert r["mode"] == "skipped" and "no second-order form" in r["message"], r
+            assert not r["check"].startswith("ops/"), f"op check {r['check']!r} skipped at order 2"
         assert r["time_s"] >= 0
         assert r["check"] not in names, f"duplicate check {r['check']!r}"
         names.add(r["check"])
-    failed = [r["check"] for r in rows if not r["passed"]]
+    failed = [r["check"] for r in rows if r["status"] == "failed"]
     assert not failed, f"failed checks: {failed}"
+    passed = sum(r["status"] == "passed" for r in rows)
+    skipped = sum(r["status"] == "skipped" for r in rows)
+    assert passed > 0, "no check passed"
     s = d["summary"]
-    assert s["total"] == len(rows) and s["passed"] == len(rows) and s["failed"] == 0, s
+    assert s["order"] == order, s
+    assert s["total"] == len(rows) and s["passed"] == passed and s["failed"] == 0 and s["skipped"] == skipped, s
     last = run.stdout.strip().splitlines()[-1]
-    assert last == f"{len(rows)} passed, 0 failed", last
-    print(f"JSON report OK: {len(rows)} checks, all passed ({d['dtype']})")
+    expect = f"{passed} passed, 0 failed" + (f", {skipped} skipped" if skipped else "")
+    assert last == expect, (last, expect)
+    print(f"JSON report OK: {len(rows)} checks, {passed} passed, {skipped} skipped ({d['dtype']}, order {order})")
     return 0
 
 

@@ -99,3 +99,82 @@ TEST_CASE("gradcheck: float32 inputs are refused unless the caller opts in", "[c
   o.rtol = 1e-2;
   CHECK(gradcheck(f, {x}, o).passed);
 }
+
+namespace {
+
+// x^3 with a correct first-order VJP 3 x^2 g and a second-order rule that returns `factor`
+// times it (1: right; 2: values doubled, which jvp, built on the rule, inherits).
+Tensor cube_rule_times(const Tensor& x, double factor) {
+  return custom_op(
+      "cube_rule_times", {x},
+      [](const std::vector<Array>& in) {
+        Array y = in[0].clone();
+        for (std::size_t i = 0; i < y.size(); ++i) y.set_flat(i, std::pow(in[0].flat(i), 3));
+        return y;
+      },
+      [](const VjpContext& c) {
+        Array g = c.grad_output.clone();
+        for (std::size_t i = 0; i < g.size(); ++i) g.set_flat(i, g.flat(i) * 3 * std::pow(c.inputs[0].flat(i), 2));
+        return Cotangents{g};
+      },
+      [factor](const DiffVjpContext& c) {
+        return DiffCotangents{c.grad_output * (c.inputs[0] * c.inputs[0] * (3.0 * factor))};
+      });
+}
+
+}  // namespace
+
+TEST_CASE("jvpcheck: forward mode of real ops agrees with central differences and the transpose identity",
+          "[core][gradcheck][higher_order]") {
+  Generator gen(5);
+  const Array a = rnd({3, 4}, gen), b = rnd({4, 2}, gen);
+  const GradcheckOptions o;
+  const GradcheckReport r = jvpcheck(
+      [](const std::vector<Tensor>& in) { return ops::softmax(ops::tanh(ops::matmul(in[0], in[1]))); }, {a, b}, o,
+      {"a", "b"});
+  INFO(r.summary());
+  CHECK(r.passed);
+  CHECK(r.mode == "jvp");
+  // Per random tangent: the 3 x 2 output elements and one transpose identity.
+  CHECK(r.comparisons == static_cast<std::size_t>(o.projections) * (6 + 1));
+  CHECK(r.max_abs_error < 1e-7);
+}
+
+TEST_CASE("jvpcheck: a wrong second-order rule gives a wrong jvp and is caught", "[core][gradcheck][higher_order]") {
+  Generator gen(9);
+  const Array x = rnd({4}, gen, 0.5, 1.5);
+  const GradcheckReport ok = jvpcheck([](const std::vector<Tensor>& in) { return cube_rule_times(in[0], 1.0); }, {x});
+  INFO(ok.summary());
+  CHECK(ok.passed);
+  const GradcheckReport bad = jvpcheck([](const std::vector<Tensor>& in) { return cube_rule_times(in[0], 2.0); }, {x});
+  INFO(bad.summary());
+  CHECK_FALSE(bad.passed);
+  CHECK((bad.input_name == "J u" || bad.input_name == "<v, J u>"));
+  // Whichever comparison is worst, the jvp side is twice the true value there.
+  CHECK(std::fabs(bad.analytic - 2 * bad.numeric) <= 1e-6 * std::fabs(bad.numeric) + 1e-9);
+  // Each of the two comparisons catches it on its own: one tangent, one output element.
+  const GradcheckReport one = jvpcheck([](const std::vector<Tensor>& in) { return cube_rule_times(in[0], 2.0); },
+                                       {Array::from_vector({1}, {1.25}, DType::float64)});
+  INFO(one.summary());
+  CHECK_FALSE(one.passed);
+  CHECK(one.comparisons == 2 * static_cast<std::size_t>(GradcheckOptions{}.projections));
+}
+
+TEST_CASE("jvpcheck: float32 is refused unless allowed and bad options are errors",
+          "[core][gradcheck][higher_order][errors]") {
+  const Array x32 = Array::from_vector({2}, {0.5, 1.0}, DType::float32);
+  const auto f = [](const std::vector<Tensor>& in) { return ops::tanh(in[0]); };
+  CHECK_THROWS_WITH(jvpcheck(f, {x32}, {}, {"x"}), Catch::Contains("[jvpcheck]") && Catch::Contains("x") &&
+                                                          Catch::Contains("float32"));
+  GradcheckOptions o32;
+  o32.allow_float32 = true;
+  o32.eps = 5e-3;
+  o32.atol = o32.rtol = 1e-2;
+  const GradcheckReport r = jvpcheck(f, {x32}, o32);
+  INFO(r.summary());
+  CHECK(r.passed);
+  GradcheckOptions bad;
+  bad.projections = 0;
+  CHECK_THROWS_AS(jvpcheck(f, {Array::from_vector({1}, {0.5}, DType::float64)}, bad), ValueError);
+  CHECK_THROWS_AS(jvpcheck(f, {}), ValueError);
+}

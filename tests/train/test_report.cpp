@@ -51,6 +51,19 @@ TEST_CASE("report: a gradcheck JSON report is read with its nulls and a foreign 
   const fs::path bad_status = dir / "s.json";
   xgt::write_file(bad_status, R"({"tool": "xgrad gradcheck", "checks": [{"check": "x", "status": "maybe"}]})");
   CHECK_THROWS_WITH(train::read_gradcheck(bad_status.string()), Catch::Contains("checks[0]") && Catch::Contains("maybe"));
+  CHECK(r.order == 1);  // a report without "order" is first order
+  // An --order 2 report: its order and a skipped check are read.
+  const fs::path order2 = dir / "o2.json";
+  xgt::write_file(order2, R"({"tool": "xgrad gradcheck", "dtype": "float64", "order": 2,
+    "checks": [{"check": "invariants/x", "status": "skipped", "message": "no second-order form"}]})");
+  const train::GradcheckReport r2 = train::read_gradcheck(order2.string());
+  CHECK(r2.order == 2);
+  REQUIRE(r2.checks.size() == 1);
+  CHECK(r2.checks[0].status == "skipped");
+  CHECK(r2.checks[0].message == "no second-order form");
+  const fs::path order3 = dir / "o3.json";
+  xgt::write_file(order3, R"({"tool": "xgrad gradcheck", "order": 3, "checks": []})");
+  CHECK_THROWS_WITH(train::read_gradcheck(order3.string()), Catch::Contains("o3.json") && Catch::Contains("order"));
 }
 
 TEST_CASE("report: result.txt gives the samples and the RESULT lines and a run without it has none", "[report]") {
