@@ -5,6 +5,7 @@
 // create_graph, then one reverse pass over it, with respect to every parameter, v random
 // normal). The two are timed in alternating rounds (--warmup untimed rounds, then --steps timed
 // ones), each on a scoped tape of its own; the closing line is the ratio of the medians.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -13,6 +14,7 @@
 
 #include "bench/bench_model.hpp"
 #include "bench/common.hpp"
+#include <xgrad/core/detail/profile.hpp>
 #include <xgrad/core/higher_order.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
@@ -22,7 +24,31 @@ using namespace xg;
 
 namespace {
 
-void run(const bench::TrainFlags& f, const std::string& arch) {
+// --profile: `rounds` more hvps with the op timers on (core/detail/profile.hpp), after the timed
+// rounds: per op (its first-order VJPs and second-order rules both count as backward time) in ms
+// per hvp, the 12 largest.
+void print_profile(std::size_t rounds, const std::function<void()>& hvp_once) {
+  detail::reset_profile();
+  detail::set_profiling(true);
+  for (std::size_t i = 0; i < rounds; ++i) hvp_once();
+  detail::set_profiling(false);
+  const double n = double(rounds);
+  std::vector<detail::OpTime> ops = detail::op_profile();
+  std::sort(ops.begin(), ops.end(), [](const detail::OpTime& a, const detail::OpTime& b) {
+    return a.forward_ms + a.backward_ms > b.forward_ms + b.backward_ms;
+  });
+  bench::print_line("profile of the hvp over " + std::to_string(rounds) + " rounds, ms per hvp; GEMM doorway " +
+                    bench::fmt(detail::gemm_profile_ms() / n, 3) + ":");
+  for (std::size_t k = 0; k < ops.size() && k < 12; ++k) {
+    char line[200];
+    std::snprintf(line, sizeof line, "  op %-24s fwd %9.3f (%4llu)  bwd %9.3f (%4llu)", ops[k].op.c_str(),
+                  ops[k].forward_ms / n, static_cast<unsigned long long>(ops[k].forward_calls / rounds),
+                  ops[k].backward_ms / n, static_cast<unsigned long long>(ops[k].backward_calls / rounds));
+    bench::print_line(line);
+  }
+}
+
+void run(const bench::TrainFlags& f, const std::string& arch, bool profile) {
   bench::validate(f);
   set_num_threads(f.threads);
   if (f.no_memory_cache) set_memory_cache_limit(0);
@@ -84,6 +110,7 @@ void run(const bench::TrainFlags& f, const std::string& arch) {
   bench::print_summary("hvp (forward + create_graph backward + backward)", hvp_ms, "ms");
   bench::print_line("|gradient| " + bench::fmt(g_norm, 6) + ", v . Hv " + bench::fmt(vHv, 6));
   bench::print_peak_rss();
+  if (profile) print_profile(f.steps, hessian_vector);
   const double ratio = bench::summarize(hvp_ms).median / bench::summarize(grad_ms).median;
   bench::print_result("hvp_over_gradient", ratio, "x");
 }
@@ -93,6 +120,7 @@ void run(const bench::TrainFlags& f, const std::string& arch) {
 int main(int argc, char** argv) {
   bench::TrainFlags f;
   std::string arch = "gpt";
+  bool profile = false;
   return bench::run_program(
       "bench_hvp", "A Hessian-vector product against a gradient on bench_train_step's model, xgrad", argc, argv,
       [&](CLI::App& app) {
@@ -100,6 +128,7 @@ int main(int argc, char** argv) {
         app.add_option("--arch", arch, "block: gpt (LayerNorm, GELU, biases) or llama (RMSNorm, RoPE, SwiGLU, no biases)")
             ->check(CLI::IsMember({"gpt", "llama"}))
             ->capture_default_str();
+        app.add_flag("--profile", profile, "after the timed rounds, as many hvps again with the op timers on");
       },
-      [&] { run(f, arch); });
+      [&] { run(f, arch, profile); });
 }
