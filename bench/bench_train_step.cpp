@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/bench_model.hpp"
 #include "bench/common.hpp"
 #include "bench/xgrad_pool.hpp"
 #include <xgrad/core/detail/blas.hpp>
@@ -34,60 +35,6 @@
 using namespace xg;
 
 namespace {
-
-class BenchModel : public nn::Module {
- public:
-  BenchModel(const nn::TransformerConfig& c, Generator& gen)
-      : llama_(c.arch == nn::Architecture::llama),
-        tok(c.V_vocab, c.d_model, gen),
-        pos(c.context, c.d_model, gen),
-        ln_f(c.d_model),
-        norm(c.d_model, c.dtype, c.norm_eps),
-        head(c.d_model, c.V_vocab, gen, /*bias=*/!llama_) {
-    register_module("tok", tok);
-    if (!llama_) register_module("pos", pos);
-    for (std::size_t l = 0; l < c.layers; ++l) {
-      if (llama_)
-        blocks.push_back(std::make_unique<nn::LlamaBlock>(c, gen));
-      else
-        blocks.push_back(std::make_unique<nn::DecoderBlock>(c, gen));
-      register_module("blocks." + std::to_string(l), *blocks.back());
-    }
-    register_module(llama_ ? "norm" : "ln_f", llama_ ? static_cast<nn::Module&>(norm) : ln_f);
-    register_module("head", head);
-    std::vector<std::int64_t> p(c.context);
-    for (std::size_t t = 0; t < c.context; ++t) p[t] = static_cast<std::int64_t>(t);
-    positions_ = IndexArray({c.context}, p);
-    call_.visibility = nn::Visibility::causal(c.context, c.context);
-  }
-
-  // tokens [B, T] -> logits [B, T, vocab]
-  Tensor operator()(const IndexArray& tokens) {
-    Tensor h = llama_ ? tok(tokens) : tok(tokens) + pos(positions_);  // llama: RoPE in the blocks
-    for (auto& block : blocks) h = (*block)(h, call_);
-    return head(llama_ ? norm(h) : ln_f(h));
-  }
-
- private:
-  bool llama_;
-
- public:
-  nn::Embedding tok, pos;
-  std::vector<std::unique_ptr<nn::DecoderLayer>> blocks;
-  nn::LayerNorm ln_f;
-  nn::RMSNorm norm;
-  nn::Linear head;
-
- private:
-  IndexArray positions_;
-  nn::AttentionCall call_;
-};
-
-IndexArray random_ids(const Shape& shape, std::size_t vocab, Generator& gen) {
-  std::vector<std::int64_t> ids(numel(shape));
-  for (auto& id : ids) id = static_cast<std::int64_t>(gen.below(vocab));
-  return IndexArray(shape, ids);
-}
 
 // --profile: `steps` more steps with the op and GEMM timers on (core/detail/profile.hpp), after
 // the timed ones (which run without them). Prints the phases of a step, the time inside the
@@ -143,11 +90,11 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
   cfg = cfg.resolved();
 
   Generator gen(f.seed);
-  BenchModel model(cfg, gen);
+  bench::BenchModel model(cfg, gen);
   nn::AdamW opt(model.named_parameters(), /*lr=*/3e-4, /*weight_decay=*/1e-2, /*beta1=*/0.9, /*beta2=*/0.999,
                 /*eps=*/1e-8);
-  const IndexArray tokens = random_ids({f.batch, f.seq}, f.vocab, gen);
-  const IndexArray targets = random_ids({f.batch, f.seq}, f.vocab, gen);
+  const IndexArray tokens = bench::random_ids({f.batch, f.seq}, f.vocab, gen);
+  const IndexArray targets = bench::random_ids({f.batch, f.seq}, f.vocab, gen);
 
   bench::print_header("bench_train_step", "xgrad", f);
   bench::print_line("arch " + arch + ", feed-forward width " + std::to_string(cfg.d_ff));

@@ -48,6 +48,88 @@ Tensor scalar_output(const std::string& op, const ScalarFn& f, const Tensor& x) 
   return y;
 }
 
+// a + b for one-element a and b: one recorded op (first order only).
+Tensor add_scalars(const std::string& name, const Tensor& a, const Tensor& b) {
+  return record(name, kernels::add(a.value(), b.value()), {a, b},
+                [](const VjpContext& c) { return Cotangents{c.grad_output, c.grad_output}; });
+}
+
+// sum_k <g[k], v[k]> over the recorded g[k] (constants do not depend on the leaves: skipped);
+// undefined when none is recorded.
+Tensor dot_all(const std::vector<Tensor>& g, const std::vector<Array>& v) {
+  Tensor s;
+  for (std::size_t k = 0; k < g.size(); ++k) {
+    if (!g[k].requires_grad()) continue;
+    const Tensor d = dot_constant(g[k], v[k]);
+    s = s.defined() ? add_scalars("hvp_sum", s, d) : d;
+  }
+  return s;
+}
+
+// The checks of the parameter forms: leaves requiring grad, and (when `v` is given) one v per
+// parameter like it.
+void check_params(const std::string& op, const std::vector<Tensor>& params, const std::vector<Array>* v) {
+  if (params.empty()) throw ValueError(op_message(op, "needs at least one parameter"));
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const std::string name = "params[" + std::to_string(k) + "]";
+    if (!params[k].defined()) throw ValueError(op_message(op, name + " is undefined"));
+    if (!params[k].is_leaf() || !params[k].requires_grad())
+      throw ValueError(op_message(op, name + " must be a leaf that requires grad (a parameter)"));
+  }
+  if (!v) return;
+  if (v->size() != params.size())
+    throw ValueError(op_message(op, std::to_string(v->size()) + " vectors v for " + std::to_string(params.size()) +
+                                        " parameters"));
+  for (std::size_t k = 0; k < params.size(); ++k)
+    check_like(op, "v[" + std::to_string(k) + "]", (*v)[k], "params[" + std::to_string(k) + "]", params[k].value());
+}
+
+std::vector<Array> zeros_like(const std::vector<Tensor>& params) {
+  std::vector<Array> z;
+  for (const Tensor& p : params) z.push_back(Array::zeros(p.shape(), p.dtype()));
+  return z;
+}
+
+Tensor scalar_loss(const std::string& op, const LossFn& f) {
+  Tensor y = f();
+  if (!y.defined()) throw ValueError(op_message(op, "f returned an undefined Tensor"));
+  if (y.size() != 1)
+    throw ValueError(op_message(op, "f must return one element, returned shape " + shape_str(y.shape())));
+  return y;
+}
+
+Array rademacher(const Shape& shape, DType dtype, Generator& gen) {
+  Array v = Array::zeros(shape, dtype);
+  for (std::size_t i = 0; i < v.size(); ++i) v.set_flat(i, (gen.next_u64() >> 63) ? 1.0 : -1.0);
+  return v;
+}
+
+// Hutchinson's estimate for the leaves `wrt` of the recorded loss y.
+std::vector<Array> hutchinson(const Tensor& y, const std::vector<Tensor>& wrt, std::size_t samples, Generator& gen) {
+  std::vector<Array> diag = zeros_like(wrt);
+  if (!y.requires_grad()) return diag;
+  const std::vector<Tensor> g = grad(y, wrt, Tensor(), graph_opts());
+  for (std::size_t n = 0; n < samples; ++n) {
+    std::vector<Array> v;
+    for (const Tensor& p : wrt) v.push_back(rademacher(p.shape(), p.dtype(), gen));
+    const Tensor s = dot_all(g, v);
+    if (!s.defined()) return diag;  // f is linear in the leaves: H = 0
+    BackwardOptions keep;
+    keep.retain_graph = true;
+    const std::vector<Array> hv = grad(s, wrt, Array(), keep);
+    for (std::size_t k = 0; k < wrt.size(); ++k)
+      diag[k] = kernels::add(diag[k], kernels::mul(v[k], hv[k]));
+  }
+  const double inv = 1.0 / double(samples);
+  for (Array& d : diag)
+    for (std::size_t i = 0; i < d.size(); ++i) d.set_flat(i, d.flat(i) * inv);
+  return diag;
+}
+
+void check_samples(const std::string& op, std::size_t samples) {
+  if (samples == 0) throw ValueError(op_message(op, "samples must be at least 1, got 0"));
+}
+
 }  // namespace
 
 JvpResult jvp(const TensorFn& f, const std::vector<Array>& primals, const std::vector<Array>& tangents) {
@@ -76,9 +158,7 @@ JvpResult jvp(const TensorFn& f, const std::vector<Array>& primals, const std::v
   for (std::size_t k = 0; k < g.size(); ++k) {
     if (!g[k].requires_grad()) continue;  // a constant: it does not depend on u
     const Tensor d = dot_constant(g[k], tangents[k]);
-    s = s.defined() ? record("jvp_sum", kernels::add(s.value(), d.value()), {s, d},
-                             [](const VjpContext& c) { return Cotangents{c.grad_output, c.grad_output}; })
-                    : d;
+    s = s.defined() ? add_scalars("jvp_sum", s, d) : d;
   }
   if (!s.defined()) return r;
   r.tangent = grad(s, {u})[0];
@@ -97,6 +177,38 @@ Array hvp(const ScalarFn& f, const Array& x, const Array& v) {
   const Tensor g = grad(y, {xt}, Tensor(), graph_opts())[0];
   if (!g.requires_grad()) return Array::zeros(x.shape(), x.dtype());  // f is linear in x
   return grad(dot_constant(g, v), {xt})[0];
+}
+
+std::vector<Array> hvp(const LossFn& f, const std::vector<Tensor>& params, const std::vector<Array>& v) {
+  const std::string op = "hvp";
+  check_params(op, params, &v);
+  Tape tape;
+  EnableGradGuard recording;
+  const Tensor y = scalar_loss(op, f);
+  if (!y.requires_grad()) return zeros_like(params);
+  const Tensor s = dot_all(grad(y, params, Tensor(), graph_opts()), v);
+  if (!s.defined()) return zeros_like(params);  // f is linear in the parameters
+  return grad(s, params);
+}
+
+Array hutchinson_diagonal(const ScalarFn& f, const Array& x, std::size_t samples, Generator& gen) {
+  const std::string op = "hutchinson_diagonal";
+  if (!x.defined()) throw ValueError(op_message(op, "x is undefined"));
+  check_samples(op, samples);
+  Tape tape;
+  EnableGradGuard recording;
+  const Tensor xt(x, true);
+  return hutchinson(scalar_output(op, f, xt), {xt}, samples, gen)[0];
+}
+
+std::vector<Array> hutchinson_diagonal(const LossFn& f, const std::vector<Tensor>& params, std::size_t samples,
+                                       Generator& gen) {
+  const std::string op = "hutchinson_diagonal";
+  check_params(op, params, nullptr);
+  check_samples(op, samples);
+  Tape tape;
+  EnableGradGuard recording;
+  return hutchinson(scalar_loss(op, f), params, samples, gen);
 }
 
 Array hessian(const ScalarFn& f, const Array& x, std::size_t max_elements) {

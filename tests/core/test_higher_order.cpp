@@ -518,3 +518,96 @@ TEST_CASE("jvp, hvp and hessian refuse bad shapes and dtypes naming the argument
              Catch::Contains("[hessian]") && Catch::Contains("at most 1024"));
   CHECK_THAT(error_of<ValueError>([&] { hessian(s, x, 2); }), Catch::Contains("at most 2"));
 }
+
+TEST_CASE("hvp with respect to existing leaves equals the one-input hvp over the same vector",
+          "[core][higher_order]") {
+  Generator gen(31);
+  const Array a = rnd({2, 3}, gen), b = rnd({3}, gen), va = rnd({2, 3}, gen), vb = rnd({3}, gen);
+  const Tensor A(a, true), Bt(b, true);
+  const auto loss = [](const Tensor& p, const Tensor& q) { return ops::sum(ops::exp(ops::tanh(p) * q)); };
+  const std::vector<Array> hv = hvp([&] { return loss(A, Bt); }, {A, Bt}, {va, vb});
+  REQUIRE(hv.size() == 2);
+  // The reference: both parameters packed into one vector of 9, through the one-input hvp.
+  std::vector<double> x, v;
+  for (std::size_t i = 0; i < 6; ++i) x.push_back(a.flat(i)), v.push_back(va.flat(i));
+  for (std::size_t i = 0; i < 3; ++i) x.push_back(b.flat(i)), v.push_back(vb.flat(i));
+  const Array packed = hvp(
+      [&](const Tensor& t) {
+        return loss(ops::reshape(ops::slice(t, 0, 0, 6), {2, 3}), ops::slice(t, 0, 6, 9));
+      },
+      from({9}, x), from({9}, v));
+  std::vector<double> first(packed.to_vector()), second(first.begin() + 6, first.end());
+  first.resize(6);
+  require_near(hv[0], from({2, 3}, first), 1e-14);
+  require_near(hv[1], from({3}, second), 1e-14);
+  CHECK_FALSE(A.has_grad());  // .grad() untouched
+  CHECK_THAT(error_of<ValueError>([&] { hvp([&] { return loss(A, Bt); }, {A, A * 2.0}, {va, va}); }),
+             Catch::Contains("[hvp]") && Catch::Contains("params[1] must be a leaf"));
+  CHECK_THAT(error_of<ShapeError>([&] { hvp([&] { return loss(A, Bt); }, {A, Bt}, {va, va}); }),
+             Catch::Contains("[hvp]") && Catch::Contains("v[1] has shape (2, 3)"));
+}
+
+TEST_CASE("hutchinson_diagonal is exact for a diagonal Hessian and within its bound otherwise",
+          "[core][higher_order]") {
+  Generator gen(37);
+  // Diagonal Hessian (-2 tanh (1 - tanh^2)): the off-diagonal terms vanish, one sample is exact.
+  const Array x = rnd({5}, gen);
+  const ScalarFn diagonal = [](const Tensor& t) { return ops::sum(ops::tanh(t)); };
+  Generator draws(1);
+  const Array exact_diag = hutchinson_diagonal(diagonal, x, 1, draws);
+  const Array H1 = hessian(diagonal, x);
+  Array d1 = Array::zeros({5}, DType::float64);
+  for (std::size_t i = 0; i < 5; ++i) d1.set_flat(i, H1.flat(i * 5 + i));
+  REQUIRE(H1.flat(0) != 0.0);
+  require_near(exact_diag, d1, 1e-15);
+
+  // A dense Hessian: each element of the mean of N samples is within 6 standard deviations,
+  // sqrt(sum_{j != i} H_ij^2 / N), of H_ii.
+  const Array y = rnd({6}, gen);
+  const ScalarFn dense = [](const Tensor& t) { return ops::sum(ops::exp(t) * ops::softmax(t * t, -1)); };
+  const Array H = hessian(dense, y);
+  const std::size_t N = 2000;
+  const Array est = hutchinson_diagonal(dense, y, N, draws);
+  double off_total = 0;
+  for (std::size_t i = 0; i < 6; ++i) {
+    double off = 0;
+    for (std::size_t j = 0; j < 6; ++j)
+      if (j != i) off += H.flat(i * 6 + j) * H.flat(i * 6 + j);
+    off_total += off;
+    const double bound = 6 * std::sqrt(off / double(N));
+    INFO("i " << i << ": estimate " << text(est.flat(i)) << ", H_ii " << text(H.flat(i * 6 + i)) << ", bound "
+              << text(bound));
+    CHECK(std::fabs(est.flat(i) - H.flat(i * 6 + i)) <= bound);
+  }
+  REQUIRE(off_total > 1e-3);  // the case has off-diagonal terms to average away
+  // One sample is not the diagonal here (the off-diagonal terms do not cancel in one draw).
+  const Array one = hutchinson_diagonal(dense, y, 1, draws);
+  double miss = 0;
+  for (std::size_t i = 0; i < 6; ++i) miss = std::max(miss, std::fabs(one.flat(i) - H.flat(i * 6 + i)));
+  CHECK(miss > 1e-6);
+
+  // The parameter form over two leaves agrees with the diagonal of the packed Hessian's blocks.
+  const Tensor P(rnd({2, 2}, gen), true), Q(rnd({2}, gen), true);
+  const auto pq = [&] { return ops::sum(ops::tanh(P) * ops::exp(Q)); };  // d2/dP dQ != 0, diagonals too
+  const std::vector<Array> dpq = hutchinson_diagonal(LossFn(pq), {P, Q}, N, draws);
+  REQUIRE(dpq.size() == 2);
+  REQUIRE(dpq[0].shape() == Shape{2, 2});
+  for (std::size_t r = 0; r < 2; ++r)
+    for (std::size_t c = 0; c < 2; ++c) {
+      const double t = std::tanh(P.value().flat(r * 2 + c)), e = std::exp(Q.value().flat(c));
+      const double hpp = -2 * t * (1 - t * t) * e;  // d2/dP_rc^2
+      const double hpq = (1 - t * t) * e;           // d2/dP_rc dQ_c: the only off-diagonal term
+      CHECK(std::fabs(dpq[0].flat(r * 2 + c) - hpp) <= 6 * std::sqrt(hpq * hpq / double(N)));
+    }
+  for (std::size_t c = 0; c < 2; ++c) {
+    double hqq = 0, off = 0;
+    for (std::size_t r = 0; r < 2; ++r) {
+      const double t = std::tanh(P.value().flat(r * 2 + c)), e = std::exp(Q.value().flat(c));
+      hqq += t * e;
+      off += std::pow((1 - t * t) * e, 2);
+    }
+    CHECK(std::fabs(dpq[1].flat(c) - hqq) <= 6 * std::sqrt(off / double(N)));
+  }
+  CHECK_THAT(error_of<ValueError>([&] { hutchinson_diagonal(dense, y, 0, draws); }),
+             Catch::Contains("[hutchinson_diagonal]") && Catch::Contains("samples must be at least 1"));
+}

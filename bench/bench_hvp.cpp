@@ -1,0 +1,134 @@
+// The cost of a Hessian-vector product against a gradient (docs/higher-order.md): on
+// bench_train_step's model (bench/bench_model.hpp, the same flags), one gradient (forward,
+// cross-entropy on random targets, backward: grad() of the loss with respect to every
+// parameter) and one hvp (xg::hvp, core/higher_order.hpp: the gradient recorded with
+// create_graph, then one reverse pass over it, with respect to every parameter, v random
+// normal). The two are timed in alternating rounds (--warmup untimed rounds, then --steps timed
+// ones), each on a scoped tape of its own; the closing line is the ratio of the medians.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/bench_model.hpp"
+#include "bench/common.hpp"
+#include <xgrad/core/detail/profile.hpp>
+#include <xgrad/core/higher_order.hpp>
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/ops/loss.hpp>
+
+using namespace xg;
+
+namespace {
+
+// --profile: `rounds` more hvps with the op timers on (core/detail/profile.hpp), after the timed
+// rounds: per op (its first-order VJPs and second-order rules both count as backward time) in ms
+// per hvp, the 12 largest.
+void print_profile(std::size_t rounds, const std::function<void()>& hvp_once) {
+  detail::reset_profile();
+  detail::set_profiling(true);
+  for (std::size_t i = 0; i < rounds; ++i) hvp_once();
+  detail::set_profiling(false);
+  const double n = double(rounds);
+  std::vector<detail::OpTime> ops = detail::op_profile();
+  std::sort(ops.begin(), ops.end(), [](const detail::OpTime& a, const detail::OpTime& b) {
+    return a.forward_ms + a.backward_ms > b.forward_ms + b.backward_ms;
+  });
+  bench::print_line("profile of the hvp over " + std::to_string(rounds) + " rounds, ms per hvp; GEMM doorway " +
+                    bench::fmt(detail::gemm_profile_ms() / n, 3) + ":");
+  for (std::size_t k = 0; k < ops.size() && k < 12; ++k) {
+    char line[200];
+    std::snprintf(line, sizeof line, "  op %-24s fwd %9.3f (%4llu)  bwd %9.3f (%4llu)", ops[k].op.c_str(),
+                  ops[k].forward_ms / n, static_cast<unsigned long long>(ops[k].forward_calls / rounds),
+                  ops[k].backward_ms / n, static_cast<unsigned long long>(ops[k].backward_calls / rounds));
+    bench::print_line(line);
+  }
+}
+
+void run(const bench::TrainFlags& f, const std::string& arch, bool profile) {
+  bench::validate(f);
+  set_num_threads(f.threads);
+  if (f.no_memory_cache) set_memory_cache_limit(0);
+  nn::TransformerConfig cfg;
+  cfg.V_vocab = f.vocab;
+  cfg.context = f.seq;
+  cfg.d_model = f.d;
+  cfg.H_q = f.heads;
+  cfg.H_kv = f.kv();
+  cfg.layers = f.layers;
+  if (arch == "llama") {
+    cfg.arch = nn::Architecture::llama;
+    cfg.pos = nn::PositionScheme::rope;
+    cfg.multiple_of = 32;
+    cfg.tie_embeddings = false;
+  }
+  cfg = cfg.resolved();
+
+  Generator gen(f.seed);
+  bench::BenchModel model(cfg, gen);
+  const std::vector<Tensor> params = model.parameters();
+  const IndexArray tokens = bench::random_ids({f.batch, f.seq}, f.vocab, gen);
+  const IndexArray targets = bench::random_ids({f.batch, f.seq}, f.vocab, gen);
+  std::vector<Array> v;
+  for (const Tensor& p : params) v.push_back(random_normal(p.shape(), gen, p.dtype()));
+
+  bench::print_header("bench_hvp", "xgrad", f);
+  bench::print_line("arch " + arch + ", feed-forward width " + std::to_string(cfg.d_ff));
+  bench::print_line("parameters: " + std::to_string(model.parameter_count()) + " in " +
+                    std::to_string(params.size()) + " tensors");
+
+  const LossFn loss = [&] { return ops::cross_entropy(model(tokens), targets); };
+  double g_norm = 0, vHv = 0;
+  const auto gradient = [&] {
+    Tape tape;
+    const std::vector<Array> g = grad(loss(), params);
+    double s = 0;
+    for (const Array& a : g)
+      for (std::size_t i = 0; i < a.size(); ++i) s += a.flat(i) * a.flat(i);
+    g_norm = std::sqrt(s);
+  };
+  const auto hessian_vector = [&] {
+    const std::vector<Array> hv = hvp(loss, params, v);
+    double s = 0;
+    for (std::size_t k = 0; k < hv.size(); ++k)
+      for (std::size_t i = 0; i < hv[k].size(); ++i) s += v[k].flat(i) * hv[k].flat(i);
+    vHv = s;
+  };
+  for (std::size_t i = 0; i < f.warmup; ++i) {
+    gradient();
+    hessian_vector();
+  }
+  std::vector<double> grad_ms, hvp_ms;
+  for (std::size_t i = 0; i < f.steps; ++i) {
+    grad_ms.push_back(bench::time_reps(0, 1, gradient)[0]);
+    hvp_ms.push_back(bench::time_reps(0, 1, hessian_vector)[0]);
+  }
+  bench::print_summary("gradient (forward + backward)", grad_ms, "ms");
+  bench::print_summary("hvp (forward + create_graph backward + backward)", hvp_ms, "ms");
+  bench::print_line("|gradient| " + bench::fmt(g_norm, 6) + ", v . Hv " + bench::fmt(vHv, 6));
+  bench::print_peak_rss();
+  if (profile) print_profile(f.steps, hessian_vector);
+  const double ratio = bench::summarize(hvp_ms).median / bench::summarize(grad_ms).median;
+  bench::print_result("hvp_over_gradient", ratio, "x");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::TrainFlags f;
+  std::string arch = "gpt";
+  bool profile = false;
+  return bench::run_program(
+      "bench_hvp", "A Hessian-vector product against a gradient on bench_train_step's model, xgrad", argc, argv,
+      [&](CLI::App& app) {
+        bench::add_flags(app, f);
+        app.add_option("--arch", arch, "block: gpt (LayerNorm, GELU, biases) or llama (RMSNorm, RoPE, SwiGLU, no biases)")
+            ->check(CLI::IsMember({"gpt", "llama"}))
+            ->capture_default_str();
+        app.add_flag("--profile", profile, "after the timed rounds, as many hvps again with the op timers on");
+      },
+      [&] { run(f, arch, profile); });
+}
