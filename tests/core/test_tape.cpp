@@ -13,7 +13,7 @@ using namespace xgt;
 
 TEST_CASE("tensor: creation helpers give the requested shapes, dtypes and values", "[core]") {
   CHECK(zeros({2, 3}).shape() == Shape{2, 3});
-  CHECK(zeros({2, 3}).dtype() == default_dtype());  // float64 in this suite (tests/support/catch_main.cpp); tests/nn/test_api.cpp checks both
+  CHECK(zeros({2, 3}).dtype() == default_dtype());  // float64 in this suite (tests/support/catch_main.cpp); tests/core/test_dtype_defaults.cpp checks both
   CHECK(ones({4}, DType::float64).value().to_vector() == std::vector<double>{1, 1, 1, 1});
   CHECK(full({2}, 2.5).value().to_vector() == std::vector<double>{2.5, 2.5});
   CHECK(arange(0, 5).value().to_vector() == std::vector<double>{0, 1, 2, 3, 4});

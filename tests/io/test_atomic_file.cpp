@@ -12,12 +12,6 @@ using namespace xg;
 namespace fs = std::filesystem;
 
 namespace {
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 std::size_t files_in(const fs::path& dir) {
   std::size_t n = 0;
   for (const auto& e : fs::directory_iterator(dir)) n += e.is_regular_file() || e.is_directory();
@@ -32,13 +26,13 @@ TEST_CASE("atomic file: commit replaces the target whole and leaves no temporary
   io::AtomicFile f(target.string(), "[test] ");
   f.write("new ", 4);
   // Until commit the target keeps its old bytes.
-  CHECK(read_all(target) == "old contents");
+  CHECK(xgt::read_file(target) == "old contents");
   f.write("bytes", 5);
   f.commit();
-  CHECK(read_all(target) == "new bytes");
+  CHECK(xgt::read_file(target) == "new bytes");
   CHECK(files_in(dir) == 1);
   io::write_atomically(target.string(), std::string("\0x", 2), "[test] ");
-  CHECK(read_all(target) == std::string("\0x", 2));
+  CHECK(xgt::read_file(target) == std::string("\0x", 2));
   CHECK(files_in(dir) == 1);
 }
 
@@ -50,7 +44,7 @@ TEST_CASE("atomic file: without commit or after a failure the target keeps its b
     io::AtomicFile f(target.string(), "[test] ");
     f.write("half of a new fi", 16);
   }  // abandoned, as when an exception unwinds a writer
-  CHECK(read_all(target) == "old");
+  CHECK(xgt::read_file(target) == "old");
   CHECK(files_in(dir) == 1);
   {
     io::AtomicFile f(target.string(), "[test] ");
@@ -58,7 +52,7 @@ TEST_CASE("atomic file: without commit or after a failure the target keeps its b
     f.fail();  // a writer's own step failed (a seek, say)
     CHECK_THROWS_AS(f.commit(), FormatError);
   }
-  CHECK(read_all(target) == "old");
+  CHECK(xgt::read_file(target) == "old");
   CHECK(files_in(dir) == 1);
   // A target that cannot be replaced (a folder): the message starts with `where`.
   fs::create_directories(dir / "sub");

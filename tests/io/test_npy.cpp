@@ -16,11 +16,6 @@ namespace npy = xg::io::npy;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 void spit(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -128,7 +123,7 @@ TEST_CASE("npy save/load round-trips float32, float64 and int64 bit for bit", "[
       REQUIRE(!v.is_index());
       REQUIRE(v.shape() == s);
       // The data is 64-byte aligned after the header, as NumPy writes it.
-      const std::string bytes = slurp(path);
+      const std::string bytes = xgt::read_file(path);
       REQUIRE((bytes.size() - a.size() * (dt == DType::float32 ? 4 : 8)) % 64 == 0);
     }
   }
@@ -151,14 +146,14 @@ TEST_CASE("npy save writes exactly the bytes NumPy 1.24's np.save writes", "[npy
   std::string want = std::string("\x93NUMPY\x01\x00v\x00", 10) + "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
   want.append(127 - want.size(), ' ');
   want += "\n" + f4_bytes({0, 1, 2, 3, 4, 5});
-  REQUIRE(slurp(path) == want);
+  REQUIRE(xgt::read_file(path) == want);
   npy::save(path, Array::scalar(1.5, DType::float64));
   std::string scalar = std::string("\x93NUMPY\x01\x00v\x00", 10) + "{'descr': '<f8', 'fortran_order': False, 'shape': (), }";
   scalar.append(127 - scalar.size(), ' ');
   const double x = 1.5;
-  REQUIRE(slurp(path) == scalar + "\n" + std::string(reinterpret_cast<const char*>(&x), 8));
+  REQUIRE(xgt::read_file(path) == scalar + "\n" + std::string(reinterpret_cast<const char*>(&x), 8));
   npy::save(path, IndexArray{7, 8, 9});
-  REQUIRE(slurp(path).substr(10, 60) == "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }   ");
+  REQUIRE(xgt::read_file(path).substr(10, 60) == "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }   ");
 }
 
 TEST_CASE("npy reads format versions 2.0 and 3.0 and headers written by hand", "[npy]") {
@@ -260,7 +255,7 @@ TEST_CASE("npy load/load_index check the element type and name the file", "[npy]
   REQUIRE_FORMAT_ERROR(npy::load((dir / "missing.npy").string()), "missing.npy: cannot open the file");
   REQUIRE_FORMAT_ERROR(npy::load(dir.string()), "cannot read the file");  // a folder
   // A truncated file on disk (not only in memory).
-  const std::string bytes = slurp(f);
+  const std::string bytes = xgt::read_file(f);
   spit(f, bytes.substr(0, bytes.size() - 3));
   REQUIRE_FORMAT_ERROR(npy::load(f), "truncated: shape (2) of <f8 needs 16 data bytes, the file has 13");
   REQUIRE_THROWS_AS(npy::save((dir / "no" / "such" / "dir.npy").string(), Array::of({1.0})), FormatError);
@@ -312,7 +307,7 @@ TEST_CASE("npz rejects damaged and unsupported archives with a FormatError", "[n
   const auto dir = xgt::temp_dir("npz_errors");
   const std::string path = (dir / "z.npz").string();
   npy::save_npz(path, z);
-  const std::string good = slurp(path);
+  const std::string good = xgt::read_file(path);
   REQUIRE_NOTHROW(npy::parse_npz(good));
   const std::size_t cd = central_of(good);
   auto patched = [&](std::size_t at, std::initializer_list<unsigned char> bytes) {

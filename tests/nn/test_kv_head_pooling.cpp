@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tests/support/helpers.hpp"
+#include "tests/support/tiny_runs.hpp"
 #include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/convert.hpp>
@@ -53,21 +54,13 @@ void require_equal(const Array& a, const Array& b) {
   for (std::size_t i = 0; i < a.size(); ++i) REQUIRE(a.flat(i) == b.flat(i));
 }
 
-// A small sort run with 4 heads (MHA), trained a few steps, saved in `dir`.
+// The tiny sort run (tests/support/tiny_runs.hpp) with 4 heads (MHA), batch 16 and 50 held-out
+// problems, trained a few steps, saved in `out`.
 train::TrainOptions small_sort(const fs::path& out, std::int64_t steps) {
-  train::TrainOptions o;
-  o.out = out.string();
-  o.steps = steps;
+  train::TrainOptions o = xgt::tiny_sort_run(out, steps);
   o.batch = 16;
-  o.d_model = 16;
   o.heads = 4;
-  o.layers = 1;
-  o.n_digits = 4;
-  o.warmup = 2;
   o.heldout = 50;
-  o.threads = 1;
-  o.progress = false;
-  o.plot = false;
   return o;
 }
 

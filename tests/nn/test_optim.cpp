@@ -50,7 +50,7 @@ void check_values(const Tensor& p, const std::vector<double>& expected, double t
 
 }  // namespace
 
-TEST_CASE("optim claims: SGD without momentum is p_t = p_0 - lr sum g_k", "[optim][claims]") {
+TEST_CASE("optim: SGD without momentum is p_t = p_0 - lr sum g_k", "[optim][closed_form]") {
   Tensor p = param({1.0, -2.0});
   SGD opt({{"p", p}}, 0.1);
   run(opt, {p}, {{{0.5, 0.25}}, {{-1.0, 2.0}}, {{0.3, -0.7}}});
@@ -58,7 +58,7 @@ TEST_CASE("optim claims: SGD without momentum is p_t = p_0 - lr sum g_k", "[opti
   CHECK(opt.step_count() == 3);
 }
 
-TEST_CASE("optim claims: SGD with momentum, p_3 = p_0 - lr((1+mu+mu^2) g_1 + (1+mu) g_2 + g_3)", "[optim][claims]") {
+TEST_CASE("optim: SGD with momentum gives p_3 = p_0 - lr((1+mu+mu^2) g_1 + (1+mu) g_2 + g_3)", "[optim][closed_form]") {
   const double lr = 0.1, mu = 0.9;
   Tensor p = param({1.0, -2.0});
   SGD opt({{"p", p}}, lr, mu);
@@ -75,7 +75,7 @@ TEST_CASE("optim claims: SGD with momentum, p_3 = p_0 - lr((1+mu+mu^2) g_1 + (1+
   for (int k = 0; k < 2; ++k) CHECK(st[0].second.flat(k) == Approx(mu * mu * g1[k] + mu * g2[k] + g3[k]).epsilon(1e-15));
 }
 
-TEST_CASE("optim claims: SGD with momentum and L2 weight decay, scalar steps d_t = g_t + wd p_{t-1}", "[optim][claims]") {
+TEST_CASE("optim: SGD with momentum and L2 weight decay takes scalar steps d_t = g_t + wd p_{t-1}", "[optim][closed_form]") {
   const double lr = 0.05, mu = 0.8, wd = 0.1;
   Tensor p = param({2.0});
   SGD opt({{"p", p}}, lr, mu, wd);
@@ -85,7 +85,7 @@ TEST_CASE("optim claims: SGD with momentum and L2 weight decay, scalar steps d_t
   check_values(p, {1.9073}, 1e-14);
 }
 
-TEST_CASE("optim claims: Adam against Kingma & Ba's closed form for 3 steps (first step = lr sign(g))", "[optim][claims]") {
+TEST_CASE("optim: Adam against Kingma & Ba's closed form for 3 steps (first step = lr sign(g))", "[optim][closed_form]") {
   const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8;
   Tensor p = param({0.5, -1.5, 3.0});
   Adam opt({{"p", p}}, lr, b1, b2, eps);
@@ -113,7 +113,7 @@ TEST_CASE("optim claims: Adam against Kingma & Ba's closed form for 3 steps (fir
   }
 }
 
-TEST_CASE("optim claims: Adam with L2 weight decay adds wd p to the gradient before the moments", "[optim][claims]") {
+TEST_CASE("optim: Adam with L2 weight decay adds wd p to the gradient before the moments", "[optim][closed_form]") {
   const double lr = 0.1, b1 = 0.5, b2 = 0.75, eps = 1e-3, wd = 0.2;
   Tensor p = param({1.0});
   Adam opt({{"p", p}}, lr, b1, b2, eps, wd);
@@ -127,8 +127,8 @@ TEST_CASE("optim claims: Adam with L2 weight decay adds wd p to the gradient bef
   check_values(p, {p2}, 1e-14);
 }
 
-TEST_CASE("optim claims: AdamW decays the weights before the Adam step, p_t = p_{t-1}(1 - lr wd) - lr m^/(sqrt v^ + eps)",
-          "[optim][claims]") {
+TEST_CASE("optim: AdamW decays the weights before the Adam step: p_t = p_{t-1}(1 - lr wd) - lr m^/(sqrt v^ + eps)",
+          "[optim][closed_form]") {
   const double lr = 0.01, wd = 0.1, b1 = 0.9, b2 = 0.99, eps = 1e-8;
   Tensor p = param({2.0, -1.0});
   AdamW opt({{"p", p}}, lr, wd, b1, b2, eps);
@@ -156,7 +156,7 @@ TEST_CASE("optim claims: AdamW decays the weights before the Adam step, p_t = p_
   CHECK(p.value().flat(1) == Approx(-1.0 * std::pow(1 - lr * wd, 3)).epsilon(1e-15));
 }
 
-TEST_CASE("optim claims: clip_grad_norm scales by max_norm / N over all parameters, returns N", "[optim][claims]") {
+TEST_CASE("optim: clip_grad_norm scales by max_norm / N over all parameters and returns N", "[optim][closed_form]") {
   Tensor a = param({0.0, 0.0}), b = param({0.0}), c = param({5.0});
   set_grad(a, {3.0, 4.0});
   set_grad(b, {12.0});  // global norm sqrt(9 + 16 + 144) = 13
@@ -171,7 +171,7 @@ TEST_CASE("optim claims: clip_grad_norm scales by max_norm / N over all paramete
   CHECK_THROWS_WITH(clip_grad_norm(ps, 0.0), Catch::Contains("clip_grad_norm") && Catch::Contains("max_norm"));
 }
 
-TEST_CASE("optim claims: warmup_cosine equals its closed form", "[optim][claims]") {
+TEST_CASE("optim: warmup_cosine equals its closed form", "[optim][closed_form]") {
   const double hi = 1e-3, lo = 1e-4;
   const std::int64_t W = 4, T = 12;
   // Warmup: lr_max (s + 1) / W.

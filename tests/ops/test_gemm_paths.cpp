@@ -1,4 +1,4 @@
-// The float32 GEMM paths of the BLAS doorway (core/detail/blas.hpp; issue 21): each backend this
+// The float32 GEMM paths of the BLAS doorway (core/detail/blas.hpp): each backend this
 // build has (OpenBLAS, oneDNN) against the float64 path (OpenBLAS dgemm) on odd shapes,
 // transposed operands, padded leading dimensions, alpha and beta, and which kernels and ISA
 // ran. ctest runs these tests twice: as built (the CPU's widest ISA) and with XGRAD_ISA=avx2

@@ -1,4 +1,4 @@
-// bfloat16 mixed precision for float32 matmuls (core/matmul_dtype.hpp, issue 21).
+// bfloat16 mixed precision for float32 matmuls (core/matmul_dtype.hpp).
 // - The kernel (core/detail/bf16_gemm.hpp) against a float64 product of the bfloat16-rounded
 //   inputs on odd shapes, transposed operands, padded leading dimensions, alpha and beta: only
 //   float32 accumulation error is allowed, so a kernel that did not round its inputs fails.

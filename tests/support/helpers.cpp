@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <sstream>
 #include <fstream>
 
 #include <unistd.h>
@@ -57,6 +58,14 @@ void write_file(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f << bytes;
   REQUIRE(f.good());
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) FAIL("cannot open " << p.string() << " for reading");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 double max_scaled_diff(const Array& a, const Array& b) {

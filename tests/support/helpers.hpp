@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <string>
 
 #include <xgrad/xgrad.hpp>
 
@@ -28,6 +29,9 @@ std::filesystem::path temp_dir(const std::string& name);
 
 // Writes `bytes` to the file `p` (replacing it) and requires the write to succeed.
 void write_file(const std::filesystem::path& p, const std::string& bytes);
+
+// The bytes of the file `p`; fails the test (naming the file) if it cannot be opened.
+std::string read_file(const std::filesystem::path& p);
 
 // Asserts two arrays have equal shapes and max |a - b| <= tol.
 void require_close(const Array& a, const Array& b, double tol);

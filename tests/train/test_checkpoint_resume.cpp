@@ -31,11 +31,6 @@ namespace {
 
 fs::path fresh_dir(const std::string& name) { return temp_dir("reliability_" + name); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Rewrites one metadata value of a saved safetensors file (tensors unchanged).
 void set_metadata(const fs::path& p, const std::string& key, const std::string& value) {
   io::safetensors::File f = io::safetensors::load(p.string());
@@ -47,7 +42,7 @@ void set_metadata(const fs::path& p, const std::string& key, const std::string& 
 std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
   std::map<std::string, std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = slurp(e.path());
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = read_file(e.path());
   return out;
 }
 
@@ -138,11 +133,11 @@ TEST_CASE("resume: log.csv holds exactly the checkpoint's rows and a different r
   }
   CHECK_THROWS_WITH(train::run_training(again, log), Catch::Contains("log.csv:2"));
   // A different run in the folder: refused, nothing touched; --overwrite replaces it.
-  const std::string before = slurp(dir / "train_state.safetensors");
+  const std::string before = read_file(dir / "train_state.safetensors");
   train::TrainOptions other = xgt::tiny_sort_run(dir, 4);
   other.seed = 7;
   CHECK_THROWS_WITH(train::run_training(other, log), Catch::Contains("holds a different run") && Catch::Contains("seed"));
-  CHECK(slurp(dir / "train_state.safetensors") == before);
+  CHECK(read_file(dir / "train_state.safetensors") == before);
   other.overwrite = true;
   CHECK(train::run_training(other, log).steps_done == 4);
   fs::remove_all(dir);
@@ -156,7 +151,7 @@ TEST_CASE("resume: refuses a state without any one of its tensors or with a stra
   o.stop_at = 2;
   train::run_training(o, log);
   const fs::path state = dir / "train_state.safetensors";
-  const std::string good = slurp(state);
+  const std::string good = read_file(state);
   const io::safetensors::File f = io::safetensors::load(state.string());
   REQUIRE(f.tensors.size() > 6);
   std::size_t moments = 0;
@@ -227,7 +222,7 @@ TEST_CASE("run id: made per run and kept by --resume while model.safetensors sta
   CHECK(x != y);  // the same flags, two runs
   CHECK(io::safetensors::load((dir / "x" / "train_state.safetensors").string()).metadata.at("run_id") == x);
   // The model is the same bytes for the same flags (no run id in it).
-  CHECK(slurp(dir / "x" / "model.safetensors") == slurp(dir / "y" / "model.safetensors"));
+  CHECK(read_file(dir / "x" / "model.safetensors") == read_file(dir / "y" / "model.safetensors"));
   CHECK(io::safetensors::load((dir / "x" / "model.safetensors").string()).metadata.count("run_id") == 0);
   // Stopped and resumed: the same id throughout, and the same end as the uninterrupted run.
   train::TrainOptions z = xgt::tiny_sort_run(dir / "z", 4);
@@ -237,7 +232,7 @@ TEST_CASE("run id: made per run and kept by --resume while model.safetensors sta
   CHECK(train::run_training(xgt::resume_options(dir / "z"), log).steps_done == 4);
   CHECK(first_line(dir / "z" / "run_id.txt") == id);
   CHECK(io::safetensors::load((dir / "z" / "train_state.safetensors").string()).metadata.at("run_id") == id);
-  CHECK(slurp(dir / "z" / "model.safetensors") == slurp(dir / "x" / "model.safetensors"));
+  CHECK(read_file(dir / "z" / "model.safetensors") == read_file(dir / "x" / "model.safetensors"));
   // Starting the same run again in its folder (allowed without --overwrite) makes a new run.
   train::run_training(xgt::tiny_sort_run(dir / "x", 4), log);
   CHECK(first_line(dir / "x" / "run_id.txt") != x);
@@ -259,7 +254,7 @@ TEST_CASE("run id: a run saved before run ids (none in the state or the folder) 
   CHECK(train::run_training(xgt::resume_options(dir / "old"), log).steps_done == 4);
   CHECK_FALSE(fs::exists(dir / "old" / "run_id.txt"));  // it stays a run without an id
   CHECK(io::safetensors::load((dir / "old" / "train_state.safetensors").string()).metadata.count("run_id") == 0);
-  CHECK(slurp(dir / "old" / "model.safetensors") == slurp(dir / "ref" / "model.safetensors"));
+  CHECK(read_file(dir / "old" / "model.safetensors") == read_file(dir / "ref" / "model.safetensors"));
   fs::remove_all(dir);
 }
 
@@ -269,7 +264,7 @@ TEST_CASE("checkpoint: header metadata cannot make the loader allocate more than
   std::ostringstream log;
   train::run_training(xgt::tiny_sort_run(dir, 1), log);
   const fs::path model = dir / "model.safetensors";
-  const std::string good = slurp(model);
+  const std::string good = read_file(model);
   set_metadata(model, "d_ff", "1000000000000");
   CHECK_THROWS_WITH(train::load_model(model.string()), Catch::Contains("d_ff") && Catch::Contains("exceeds the limit"));
   std::ofstream(model, std::ios::binary) << good;

@@ -26,13 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A safetensors file by hand: one F32 tensor "w" of shape [2] (values 1, 2) and `meta` as
 // __metadata__ (keys and values without characters that need escaping).
 std::string safetensors_bytes(const std::map<std::string, std::string>& meta, std::size_t trailing = 0) {
@@ -417,7 +410,7 @@ TEST_CASE("compare: the picture's script plots every run's logs in its colour, b
   const train::Picture pic = train::compare_png(runs, png, train::CompareX::tokens);
   CHECK(pic.drawn);
   CHECK(pic.script == (dir / "pics" / "cmp.gp").string());
-  CHECK(read(pic.script) == by_tokens);
+  CHECK(read_file(pic.script) == by_tokens);
   const train::ImageSize size = train::png_size(png);
   CHECK(size.width == 1000);
   CHECK(size.height == 600);

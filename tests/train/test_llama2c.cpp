@@ -76,11 +76,6 @@ std::string write(const fs::path& p, const std::string& bytes) {
   return p.string();
 }
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
 // `fn` throws E whose message is one line naming `path` and containing every one of `words`.
 template <class E, class Fn>
 void refuses(Fn fn, const std::string& path, const std::vector<std::string>& words) {
@@ -113,7 +108,7 @@ TEST_CASE("llama2c import then export gives a legacy file back byte for byte (ti
     CHECK(meta.at("llama2c_tables") == "0:3f7fffff,7:7fc00123,12:80000000");
     CHECK(meta.at("tie_embeddings") == (shared ? "true" : "false"));
     l2c::export_file(ckpt, back);
-    CHECK(slurp(back) == slurp(bin));
+    CHECK(xgt::read_file(back) == xgt::read_file(bin));
   }
 }
 

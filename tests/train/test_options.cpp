@@ -29,13 +29,6 @@ std::string other_value(const OptionSpec& s, const TrainOptions& d) {
   return now == "3" ? "4" : "3";
 }
 
-std::string read(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 TEST_CASE("option table: every run option survives the checkpoint metadata round trip", "[options]") {
@@ -212,13 +205,13 @@ TEST_CASE("config json: --config RUN/config.json repeats the run exactly", "[opt
   std::ostringstream log;
   train::run_training(a, log);
   TrainOptions b;
-  const auto given = train::apply_config_json(b, read(dir / "a" / "config.json"), "config.json");
+  const auto given = train::apply_config_json(b, xgt::read_file(dir / "a" / "config.json"), "config.json");
   CHECK(given.count("out") == 0);  // where a run is written is not part of it
   b.out = (dir / "b").string();
   b.progress = b.plot = false;
   train::run_training(b, log);
-  CHECK(read(dir / "a" / "model.safetensors") == read(dir / "b" / "model.safetensors"));
-  CHECK(read(dir / "a" / "config.json") == read(dir / "b" / "config.json"));
+  CHECK(xgt::read_file(dir / "a" / "model.safetensors") == xgt::read_file(dir / "b" / "model.safetensors"));
+  CHECK(xgt::read_file(dir / "a" / "config.json") == xgt::read_file(dir / "b" / "config.json"));
 }
 
 TEST_CASE("train --arch llama: the checkpoint names the architecture and loads and resumes as a Llama model", "[options][llama]") {

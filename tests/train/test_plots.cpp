@@ -20,13 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Sets PATH for the lifetime of the object (each test case runs in its own process under ctest).
 class PathOverride {
  public:
@@ -172,13 +165,13 @@ TEST_CASE("plots: gnuplot draws valid PNGs of the planned size, each with its sc
   CHECK(loss.drawn);
   CHECK(loss.size.width == 900);
   CHECK(loss.size.height == 500);
-  CHECK_THAT(read(dir / "loss.gp"), Catch::Contains("plot \"log.csv\" using 1:3"));  // relative to the script
+  CHECK_THAT(read_file(dir / "loss.gp"), Catch::Contains("plot \"log.csv\" using 1:3"));  // relative to the script
 
   const train::Picture map =
       train::attention_map_png(causal_weights(), causal_allowed(3), abc_labels(), (dir / "map.png").string());
   REQUIRE(map.drawn);
   CHECK(map.script == (dir / "map.gp").string());
-  CHECK(read(dir / "map.gp") == train::attention_map_script(causal_weights(), causal_allowed(3), abc_labels(), "map.png"));
+  CHECK(read_file(dir / "map.gp") == train::attention_map_script(causal_weights(), causal_allowed(3), abc_labels(), "map.png"));
   const train::ImageSize got = train::png_size((dir / "map.png").string());
   CHECK(got.width == map.size.width);
   CHECK(got.height == map.size.height);

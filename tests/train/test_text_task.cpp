@@ -27,13 +27,6 @@ void write(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
 }
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string lines(std::size_t n, const std::string& word) {
   std::string s;
   for (std::size_t i = 0; i < n; ++i) s += word + " number " + std::to_string(i) + " is here.\n";
@@ -211,7 +204,7 @@ TEST_CASE("text task: bytes training logs bits per byte as val_loss over ln 2 an
   const train::TrainResult r = train::run_training(o, log);
   CHECK(r.metric_name == "val_bits_per_byte");
   CHECK_THAT(log.str(), Catch::Contains("RESULT val_bits_per_byte"));
-  std::istringstream csv(read(dir / "run" / "log.csv"));
+  std::istringstream csv(xgt::read_file(dir / "run" / "log.csv"));
   std::string line;
   std::getline(csv, line);
   CHECK(line == "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb");

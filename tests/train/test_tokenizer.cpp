@@ -20,13 +20,6 @@ using namespace xg;
 using xgt::error_of;
 using train::Tokenizer;
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 
 
 // A mixed corpus: lines drawn from several scripts and kinds of text, about 60 KB.
@@ -212,7 +205,7 @@ TEST_CASE("sentencepiece tokenizer round-trips every byte string exactly", "[tok
     for (const std::string& s : hard_cases()) require_round_trip(*t, s);
     for (const std::string& s : random_strings(3000, 11)) require_round_trip(*t, s);
     // The training text itself, whole.
-    const std::string corpus = read_file(trained(type).corpus / "a.txt");
+    const std::string corpus = xgt::read_file(trained(type).corpus / "a.txt");
     const std::vector<std::int64_t> ids = t->encode(corpus);
     CHECK(t->decode(ids) == corpus);
     if (type != "char") CHECK(ids.size() < corpus.size() * 7 / 10);  // it learned pieces longer than bytes
@@ -253,7 +246,7 @@ TEST_CASE("sentencepiece tokenizer writes invalid UTF-8 and U+2581 as byte piece
 TEST_CASE("sentencepiece tokenizer is identified by the SHA-256 of its model", "[tokenizer]") {
   if (!train::sentencepiece_available()) return;  // checked by the round-trip test
   const Trained& a = trained("bpe");
-  const std::string bytes = read_file(a.model);
+  const std::string bytes = xgt::read_file(a.model);
   const auto t = train::load_tokenizer(a.model.string());
   CHECK(t->serialized() == bytes);
   CHECK(t->digest() == detail::sha256_hex("sentencepiece" + bytes));
@@ -267,13 +260,13 @@ TEST_CASE("sentencepiece tokenizer is identified by the SHA-256 of its model", "
   train::TokenizerTrainOptions o;
   o.vocab_size = 420;
   train::train_sentencepiece({a.corpus.string()}, o, (dir / "same.model").string());
-  CHECK(read_file(dir / "same.model") == bytes);
+  CHECK(xgt::read_file(dir / "same.model") == bytes);
   // With 2 threads: another model (SentencePiece's trainer depends on the count), the same
   // one every time.
   o.threads = 2;
   train::train_sentencepiece({a.corpus.string()}, o, (dir / "t2a.model").string());
   train::train_sentencepiece({a.corpus.string()}, o, (dir / "t2b.model").string());
-  CHECK(read_file(dir / "t2a.model") == read_file(dir / "t2b.model"));
+  CHECK(xgt::read_file(dir / "t2a.model") == xgt::read_file(dir / "t2b.model"));
   o.threads = 1;
   // Another model (another vocabulary size, another type) has another digest.
   o.vocab_size = 421;
@@ -295,7 +288,7 @@ TEST_CASE("sentencepiece training reads every file of a folder and writes only t
   const std::string report = train::train_sentencepiece(
       {(a.corpus / "a.txt").string(), (a.corpus / "b.txt").string()}, o, (dir / "t.model").string());
   // The two files named one by one make the same model as their folder.
-  CHECK(read_file(dir / "t.model") == read_file(a.model));
+  CHECK(xgt::read_file(dir / "t.model") == xgt::read_file(a.model));
   CHECK(report.find("vocabulary 420 (256 byte pieces, 3 control, 161 of text)") != std::string::npos);
   CHECK(report.find("corpus: 2 files, ") != std::string::npos);
   CHECK(report.find("wrote " + (dir / "t.model").string()) != std::string::npos);
@@ -313,7 +306,7 @@ TEST_CASE("sentencepiece training reads every file of a folder and writes only t
 TEST_CASE("loading a tokenizer refuses files that are missing or empty or truncated or corrupt or foreign", "[tokenizer]") {
   if (!train::sentencepiece_available()) return;  // checked by the round-trip test
   const auto dir = xgt::temp_dir("tokenizer_bad_files");
-  const std::string good = read_file(trained().model);
+  const std::string good = xgt::read_file(trained().model);
   const auto format_error = [&](const std::string& name, const std::string& bytes) {
     xgt::write_file(dir / name, bytes);
     const std::string path = (dir / name).string();

@@ -106,13 +106,6 @@ TEST_CASE("train: resume continues the exact loss trajectory of an uninterrupted
 
 namespace {
 
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A run of small_sort stopped at `stop` with `threads` worker threads, and its resumption
 // with `resume_threads` (0: the default); returns the resumed call's result and its record.
 struct Resumed {
@@ -164,7 +157,7 @@ TEST_CASE("train: a resumed run takes the thread count its checkpoint saved and 
   joined.insert(joined.end(), r.after.losses.begin(), r.after.losses.end());
   CHECK(joined == uninterrupted.losses);  // bit for bit
   // The final model file, byte for byte; the state too but for its run id.
-  CHECK(file_bytes(parts / "model.safetensors") == file_bytes(whole / "model.safetensors"));
+  CHECK(read_file(parts / "model.safetensors") == read_file(whole / "model.safetensors"));
   auto s_whole = io::safetensors::load((whole / "train_state.safetensors").string());
   auto s_parts = io::safetensors::load((parts / "train_state.safetensors").string());
   s_whole.metadata.erase("run_id");
@@ -307,8 +300,7 @@ TEST_CASE("checkpoint: malformed files are rejected with a message naming the pr
   CHECK(ok.metadata.at("k") == "v");
   CHECK(ok.get("a").to_vector() == std::vector<double>{1.0, 2.0});
 
-  std::ifstream in(good, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = read_file(good);
   std::uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   const std::string header = bytes.substr(8, n), data = bytes.substr(8 + n);
@@ -534,12 +526,7 @@ TEST_CASE("charlm: validation loss in log.csv and RESULT lines and the plot and 
                        Catch::Contains("RESULT train_loss ") && Catch::Contains("eval at step 3: val_loss"));
   CHECK(text.substr(text.rfind("RESULT")).rfind("RESULT val_loss ", 0) == 0);  // the last line is the metric
   // The loss curve has both series (training: column 3, validation: column 7).
-  const std::string gp = [&] {
-    std::ifstream in(dir / "out" / "loss.gp");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }();
+  const std::string gp = read_file(dir / "out" / "loss.gp");
   CHECK_THAT(gp, Catch::Contains("using 1:3") && Catch::Contains("using 1:7") && Catch::Contains("validation loss"));
   CHECK(train::loss_curve_script("log.csv", "loss.png", "t").find("using 1:7") == std::string::npos);
 

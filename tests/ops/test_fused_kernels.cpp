@@ -1,4 +1,4 @@
-// The fused work between the GEMMs (issue 21): bias_gelu and the one-op cross_entropy against
+// The fused work between the GEMMs: bias_gelu and the one-op cross_entropy against
 // their compositions, the run-time-dispatched float32 kernels (LayerNorm rows, the multi-tensor
 // Adam(W) update) on every ISA build this CPU runs against the float64 path, on odd shapes.
 #include <cmath>

@@ -1,5 +1,5 @@
-// Claims of docs/math.md that the code implements, each with a test that fails if the claim
-// were false: SPEC 1.1 / (5.9) (rows sum to 1, columns do not, A not symmetric even when
+// Properties docs/math.md states of attention, each with a test that fails if the property
+// did not hold: SPEC 1.1 / (5.9) (rows sum to 1, columns do not, A not symmetric even when
 // Q = K, without a mask), (5.8) (correlated coordinates: score variance tr(C_q C_k)),
 // (5.10) (attention commutes with a linear map applied to V), Algorithm 5.1 step 3 (a
 // non-finite score from finite inputs is an error naming the step, on both paths and both
@@ -21,8 +21,8 @@ double at4(const Array& a, std::size_t b, std::size_t h, std::size_t i, std::siz
 
 }  // namespace
 
-TEST_CASE("claims: softmax weights, rows sum to 1, columns do not, A not symmetric although Q = K, no mask (5.9), SPEC 1.1",
-          "[attention][claims]") {
+TEST_CASE("attention properties: with no mask and Q = K the weight rows sum to 1 but not the columns and A is not symmetric (5.9) SPEC 1.1",
+          "[attention][properties]") {
   Generator g(911);
   const std::size_t T = 5, d = 3;
   const Array X = rnd({1, 1, T, d}, g, -2, 2);
@@ -62,8 +62,8 @@ TEST_CASE("claims: softmax weights, rows sum to 1, columns do not, A not symmetr
   CHECK(at4(A, 0, 0, 0, 1) / at4(A, 0, 0, 1, 0) == Approx(Z(1) / Z(0)).epsilon(1e-12));
 }
 
-TEST_CASE("claims: correlated query/key coordinates give score variance tr(C_q C_k), not d_k s_q^2 s_k^2 (5.8)",
-          "[attention][claims]") {
+TEST_CASE("attention properties: correlated query/key coordinates give score variance tr(C_q C_k) and not d_k s_q^2 s_k^2 (5.8)",
+          "[attention][properties]") {
   // q = z_q L_q^T and k = z_k L_k^T with z standard normal, so C_q = L_q L_q^T and
   // C_k = L_k L_k^T (d_k = 4, strongly correlated coordinates). As in the (5.5)-(5.7) test,
   // each pair is a sample with two keys, key 0 = 0 (score 0) and key 1 = k; the raw score
@@ -131,8 +131,8 @@ TEST_CASE("claims: correlated query/key coordinates give score variance tr(C_q C
   CHECK(std::fabs(isotropic - trM) > 20 * se);
 }
 
-TEST_CASE("claims: attention commutes with a linear map applied to V, P(o_i) = sum_j a_ij P(v_j) (5.10)",
-          "[attention][claims]") {
+TEST_CASE("attention properties: attention commutes with a linear map applied to V: P(o_i) = sum_j a_ij P(v_j) (5.10)",
+          "[attention][properties]") {
   Generator g(1010);
   const std::size_t B = 2, H_q = 4, H_kv = 2, T = 5, S = 7, d_k = 3, d_v = 4, d_p = 3;
   const Array Q = rnd({B, H_q, T, d_k}, g, -2, 2), K = rnd({B, H_kv, S, d_k}, g, -2, 2);
@@ -181,8 +181,8 @@ TEST_CASE("claims: attention commutes with a linear map applied to V, P(o_i) = s
   }
 }
 
-TEST_CASE("claims: a non-finite score from finite inputs is an error naming Algorithm 5.1 step 3, both paths and dtypes",
-          "[attention][claims][errors]") {
+TEST_CASE("attention properties: a non-finite score from finite inputs is an error naming Algorithm 5.1 step 3 on both paths and dtypes",
+          "[attention][properties][errors]") {
   // float64: 1e200 * 1e200 overflows; float32: 1e20 * 1e20 = 1e40 overflows (max ~3.4e38).
   for (const DType dt : {DType::float64, DType::float32}) {
     const double big = dt == DType::float64 ? 1e200 : 1e20;
@@ -240,8 +240,8 @@ IndexArray to_index(const std::vector<std::vector<std::int64_t>>& v) {
 
 }  // namespace
 
-TEST_CASE("claims: availability mask for streaming sources (SPEC 8), alone and intersected, fused == composed",
-          "[attention][claims][visibility]") {
+TEST_CASE("availability mask: streaming sources (SPEC 8) alone and intersected with the fused path equal to the composed",
+          "[attention][properties][visibility]") {
   // Sample 0: source positions arrive one per step in order (0, 1, 2, ...); sample 1 arrives
   // in bursts and out of order (position 4 before position 3).
   const std::vector<std::vector<std::int64_t>> arrival = {{0, 1, 2, 3, 4, 5, 6, 7}, {0, 0, 2, 5, 3, 3, 6, 9}};
@@ -343,7 +343,8 @@ TEST_CASE("claims: availability mask for streaming sources (SPEC 8), alone and i
   CHECK(as == std::vector<unsigned char>{1, 1, 0, 1, 1, 1});
 }
 
-TEST_CASE("claims: availability mask bad input names available(arrival, query_time)", "[attention][claims][errors]") {
+TEST_CASE("availability mask: bad input is an error naming Visibility::available and the offending value",
+          "[attention][properties][errors]") {
   const IndexArray arr({2, 3}, {0, 1, 2, 0, 1, 2});
   const IndexArray tm({2, 2}, {0, 1, 2, 3});
   CHECK_NOTHROW(Visibility::available(arr, tm));
@@ -371,7 +372,7 @@ TEST_CASE("claims: availability mask bad input names available(arrival, query_ti
                   VisibilityError);
 }
 
-TEST_CASE("claims: the reference's allowed sets from definitions, and their size errors", "[attention][claims][reference]") {
+TEST_CASE("attention reference: the allowed sets from their definitions and their size errors", "[attention][properties][reference]") {
   // (5.12) bottom-right causal with T = 2, S = 3 (queries at 1, 2), key padding 2 for sample 1.
   checks::reference::AllowedSets a;
   a.causal = true;

@@ -1,24 +1,14 @@
-// API ergonomics found while using xgrad from outside (docs/architecture.md): layers built from
-// given weights, strict set_weights, dtype mixing named at the layer, printing, and the one
-// default dtype.
-#include <sstream>
-
+// Layers built from given weights (Linear, Embedding, LayerNorm, FeedForward, the attention
+// layers), strict set_weights, and dtype mixing named at the layer. The default dtype:
+// tests/core/test_dtype_defaults.cpp; printing: tests/core/test_printing.cpp.
 #include "tests/support/helpers.hpp"
 
 using namespace xg;
 using namespace xg::nn;
 using namespace xgt;
 
-namespace {
-// Restores the default dtype when a test changes it (the suite runs with float64).
-struct DefaultDTypeGuard {
-  DType saved = default_dtype();
-  ~DefaultDTypeGuard() { set_default_dtype(saved); }
-};
-}  // namespace
-
-TEST_CASE("api: Linear, Embedding, LayerNorm and FeedForward from given weights compute with those weights",
-          "[nn][api]") {
+TEST_CASE("layers from weights: Linear Embedding LayerNorm and FeedForward compute with the given weights",
+          "[nn][layers]") {
   const Array W = Array::of({{1.0, 2.0, 0.0}, {0.0, -1.0, 3.0}}), b = Array::of({0.5, 0.0, -0.5});
   Linear lin(W, b);
   const Array y = lin(Tensor(Array::of({{1.0, 1.0}}))).value();  // [1, 1] W + b = [1, 1, 3] + b
@@ -46,7 +36,7 @@ TEST_CASE("api: Linear, Embedding, LayerNorm and FeedForward from given weights 
   XGT_CHECK_SAME(ff(Tensor(x)).value(), gx.value());  // identity projections around GELU
 }
 
-TEST_CASE("api: layers from weights refuse wrong ranks, shapes and mixed dtypes by name", "[nn][api][errors]") {
+TEST_CASE("layers from weights: wrong ranks or shapes and mixed dtypes are refused by name", "[nn][layers][errors]") {
   const Array W = Array::zeros({2, 3}, DType::float64);
   CHECK_THROWS_WITH(Linear(Array::zeros({6}, DType::float64)), Catch::Contains("[linear] W must have 2 dimensions"));
   CHECK_THROWS_WITH(Linear(W, Array::zeros({2}, DType::float64)),
@@ -60,7 +50,7 @@ TEST_CASE("api: layers from weights refuse wrong ranks, shapes and mixed dtypes 
   CHECK_THROWS_AS(FeedForward(W, Array(), Array::zeros({2, 3}, DType::float64), Array()), ShapeError);
 }
 
-TEST_CASE("api: attention layers from named weights equal the layer they were taken from", "[nn][api][attention]") {
+TEST_CASE("layers from weights: attention layers from named weights equal the layer they were taken from", "[nn][layers][attention]") {
   Generator g(3);
   AttentionConfig c;
   c.d_model = 8;
@@ -109,8 +99,8 @@ TEST_CASE("api: attention layers from named weights equal the layer they were ta
   CHECK_THROWS_WITH(MultiHeadAttention(c, dtype), Catch::Contains("'W_QKV' is float32, the parameter is float64"));
 }
 
-TEST_CASE("api: a float64 input to a float32 layer is a DTypeError naming the layer and both dtypes",
-          "[nn][api][errors]") {
+TEST_CASE("layer dtypes: a float64 input to a float32 layer is a DTypeError naming the layer and both dtypes",
+          "[nn][layers][errors]") {
   Generator g(1);
   const Tensor x64(random_normal({2, 3, 4}, g, DType::float64));
   Linear lin(4, 4, g, true, DType::float32);
@@ -136,47 +126,4 @@ TEST_CASE("api: a float64 input to a float32 layer is a DTypeError naming the la
                     Catch::Contains("[add]") && Catch::Contains("float32") && Catch::Contains("float64"));
   Tensor leaf(Array::zeros({2}, DType::float32), true);
   CHECK_THROWS_AS(leaf.set_value(Array::zeros({2}, DType::float64)), DTypeError);
-}
-
-TEST_CASE("api: one default dtype for creation helpers and layers, settable", "[core][api]") {
-  DefaultDTypeGuard guard;
-  Generator g(2);
-  for (const DType d : {DType::float32, DType::float64}) {
-    set_default_dtype(d);
-    CHECK(default_dtype() == d);
-    CHECK(Array::of({1.0}).dtype() == d);
-    CHECK(Array::of({{1.0, 2.0}, {3.0, 4.0}}).dtype() == d);
-    CHECK(random_normal({2}, g).dtype() == d);
-    CHECK(random_uniform({2}, g).dtype() == d);
-    CHECK(zeros({2}).dtype() == d);
-    CHECK(ones({2}).dtype() == d);
-    CHECK(full({2}, 3.0).dtype() == d);
-    CHECK(arange(0, 3).dtype() == d);
-    CHECK(randn({2}, g).dtype() == d);
-    CHECK(Linear(2, 2, g).W.dtype() == d);
-    CHECK(Embedding(3, 2, g).weight.dtype() == d);
-    CHECK(LayerNorm(2).gamma.dtype() == d);
-    CHECK(AttentionConfig().dtype == d);
-    CHECK(CrossAttentionConfig().dtype == d);
-    CHECK(TransformerConfig().dtype == d);
-  }
-}
-
-TEST_CASE("api: operator<< prints Arrays and Tensors", "[core][api]") {
-  std::ostringstream a;
-  a << Array::of({{1.0, 2.5}, {-3.0, 4.0}});
-  CHECK(a.str() == Array::of({{1.0, 2.5}, {-3.0, 4.0}}).str());
-  CHECK(a.str().find("2.5") != std::string::npos);
-
-  std::ostringstream leaf, out, plain, undef;
-  Tensor x(Array::of({1.0, 2.0}), true);
-  x.set_name("x");
-  leaf << x;
-  CHECK(leaf.str() == "tensor(" + x.value().str() + ", dtype=float64, requires_grad=true, name=x)");
-  out << ops::sum(x);
-  CHECK(out.str() == "tensor(3, dtype=float64, grad_fn=sum)");
-  plain << Tensor(Array::of({1.0}, DType::float32));
-  CHECK(plain.str() == "tensor(" + Array::of({1.0}, DType::float32).str() + ", dtype=float32)");
-  undef << Tensor();
-  CHECK(undef.str() == "tensor(<undefined>)");
 }
