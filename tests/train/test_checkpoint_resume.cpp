@@ -343,7 +343,7 @@ TEST_CASE("resume: a state with --pos rope that lacks a RoPE key is refused, nev
   o.stop_at = 2;
   train::run_training(o, log);
   const fs::path state = dir / "rope" / "train_state.safetensors";
-  const std::string saved = slurp(state);
+  const std::string saved = xgt::read_file(state);
   for (const char* key : {"opt.rope_base", "opt.rope_fraction", "opt.rope_layout"}) {
     INFO(key);
     io::safetensors::File f = io::safetensors::load(state.string());
@@ -398,12 +398,12 @@ TEST_CASE("resume: a log.csv copied in from another run is refused (the state ho
     train::run_training(o, log);
   }
   // Both logs are well formed, with rows 1..2: b's log in a's folder is not a's.
-  const std::string a_log = slurp(dir / "a" / "log.csv");
+  const std::string a_log = xgt::read_file(dir / "a" / "log.csv");
   fs::copy_file(dir / "b" / "log.csv", dir / "a" / "log.csv", fs::copy_options::overwrite_existing);
-  REQUIRE(slurp(dir / "a" / "log.csv") != a_log);
+  REQUIRE(xgt::read_file(dir / "a" / "log.csv") != a_log);
   CHECK_THROWS_WITH(train::run_training(xgt::resume_options(dir / "a"), log),
                     Catch::Contains("log.csv") && Catch::Contains("not this run's log"));
-  CHECK(slurp(dir / "a" / "log.csv") != a_log);  // nothing rewritten by the refusal
+  CHECK(xgt::read_file(dir / "a" / "log.csv") != a_log);  // nothing rewritten by the refusal
   std::ofstream(dir / "a" / "log.csv", std::ios::binary) << a_log;
   CHECK(train::run_training(xgt::resume_options(dir / "a"), log).steps_done == 4);
   fs::remove_all(dir);

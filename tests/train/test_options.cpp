@@ -348,15 +348,15 @@ TEST_CASE("config json: --config RUN/config.json repeats a run made with another
   a.progress = a.plot = false;
   std::ostringstream log;
   train::run_training(a, log);
-  CHECK_THAT(read(dir / "a" / "config.json"), Catch::Contains("\"threads\": 3"));
+  CHECK_THAT(xgt::read_file(dir / "a" / "config.json"), Catch::Contains("\"threads\": 3"));
   TrainOptions b;
-  const auto given = train::apply_config_json(b, read(dir / "a" / "config.json"), "config.json");
+  const auto given = train::apply_config_json(b, xgt::read_file(dir / "a" / "config.json"), "config.json");
   CHECK(given.count("threads") == 1);
   CHECK(b.threads == 3);
   b.out = (dir / "b").string();
   b.progress = b.plot = false;
   CHECK(train::run_training(b, log).threads == 3);
-  CHECK(read(dir / "a" / "model.safetensors") == read(dir / "b" / "model.safetensors"));
+  CHECK(xgt::read_file(dir / "a" / "model.safetensors") == xgt::read_file(dir / "b" / "model.safetensors"));
   // The thread count matters here: the same run on 2 threads ends with other bits (what a
   // repeat that took the default of a 2-core machine got before config.json recorded it).
   TrainOptions c = b;
@@ -364,6 +364,6 @@ TEST_CASE("config json: --config RUN/config.json repeats a run made with another
   c.threads = 2;
   train::run_training(c, log);
   // Not guaranteed (only equal bits are, for equal partitions): said, not asserted.
-  if (read(dir / "a" / "model.safetensors") == read(dir / "c" / "model.safetensors"))
+  if (xgt::read_file(dir / "a" / "model.safetensors") == xgt::read_file(dir / "c" / "model.safetensors"))
     WARN("2 and 3 threads gave the same bits here: this case does not show that the count matters");
 }

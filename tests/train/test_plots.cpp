@@ -278,6 +278,6 @@ TEST_CASE("plots: the loss axis is chosen from the losses and text runs get a bi
   CHECK(d.hi == 6.0 - 0.1);
   const train::Picture p = train::loss_curve_png((dir / "log.csv").string(), (dir / "loss.png").string(), "t", true);
   CHECK(p.drawn);
-  CHECK_THAT(read(dir / "loss.gp"), Catch::Contains("using 1:8 axes x1y2") && Catch::Contains("validation bits per byte") &&
+  CHECK_THAT(xgt::read_file(dir / "loss.gp"), Catch::Contains("using 1:8 axes x1y2") && Catch::Contains("validation bits per byte") &&
                                         !Catch::Contains("logscale"));
 }
