@@ -816,17 +816,15 @@ void backward(const Tensor& y, const Array& seed, BackwardOptions opts) {
   }
 }
 
-std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Array& seed,
-                        BackwardOptions opts) {
-  if (opts.create_graph)
-    throw ValueError(op_message("grad", "create_graph returns recorded Tensors: call the overload with a Tensor "
-                                        "seed, grad(y, wrt, Tensor(seed), opts) (Tensor() for a one-element y)"));
+namespace {
+
+// grad()'s targets: checks y and each of wrt (defined, requiring grad, a non-leaf on y's tape)
+// and files wrt[k] under its leaf or node in `cap` (Capture or GraphCapture).
+template <class Cap>
+void capture_targets(const Tensor& y, const std::vector<Tensor>& wrt, Cap& cap) {
   if (!y.defined()) throw ValueError(op_message("grad", "y is an undefined Tensor"));
   std::shared_ptr<TapeImpl> y_tape;
   if (!y.impl()->is_leaf) y_tape = live_tape_of(*y.impl(), "grad", "y");
-  std::vector<Array> out(wrt.size());
-  Capture cap;
-  cap.out = &out;
   for (std::size_t k = 0; k < wrt.size(); ++k) {
     const std::string name = "wrt[" + std::to_string(k) + "]";
     const auto& w = wrt[k].impl();
@@ -840,6 +838,19 @@ std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const A
       cap.nodes[w->node].push_back(k);
     }
   }
+}
+
+}  // namespace
+
+std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Array& seed,
+                        BackwardOptions opts) {
+  if (opts.create_graph)
+    throw ValueError(op_message("grad", "create_graph returns recorded Tensors: call the overload with a Tensor "
+                                        "seed, grad(y, wrt, Tensor(seed), opts) (Tensor() for a one-element y)"));
+  std::vector<Array> out(wrt.size());
+  Capture cap;
+  cap.out = &out;
+  capture_targets(y, wrt, cap);
   LeafGrads leaves;
   opts.on_leaf_grad = nullptr;  // backward() only
   sweep(y, seed, opts, &cap, leaves);
@@ -859,25 +870,10 @@ std::vector<Tensor> grad(const Tensor& y, const std::vector<Tensor>& wrt, const 
     const std::vector<Array> g = grad(y, wrt, seed.defined() ? seed.value() : Array(), opts);
     return std::vector<Tensor>(g.begin(), g.end());
   }
-  if (!y.defined()) throw ValueError(op_message("grad", "y is an undefined Tensor"));
-  std::shared_ptr<TapeImpl> y_tape;
-  if (!y.impl()->is_leaf) y_tape = live_tape_of(*y.impl(), "grad", "y");
   std::vector<Tensor> out(wrt.size());
   GraphCapture cap;
   cap.out = &out;
-  for (std::size_t k = 0; k < wrt.size(); ++k) {
-    const std::string name = "wrt[" + std::to_string(k) + "]";
-    const auto& w = wrt[k].impl();
-    if (!w) throw ValueError(op_message("grad", name + " is undefined"));
-    if (!w->requires_grad) throw TapeError(op_message("grad", name + " does not require grad"));
-    if (w->is_leaf) {
-      cap.leaves[w.get()].push_back(k);
-    } else {
-      if (live_tape_of(*w, "grad", name) != y_tape)
-        throw TapeError(op_message("grad", name + " was recorded on another tape than y"));
-      cap.nodes[w->node].push_back(k);
-    }
-  }
+  capture_targets(y, wrt, cap);
   GraphLeafGrads leaves;
   graph_sweep(y, seed, opts, &cap, leaves);
   for (auto& [leaf, g] : leaves.items) {
