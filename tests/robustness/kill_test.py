@@ -227,7 +227,7 @@ def signals_test(xgrad, work, steps):
     p.send_signal(signal.SIGINT)  # (two signals sent at once would merge into one)
     _, err = p.communicate(timeout=120)
     if p.returncode != 130:
-        fail(f"second SIGINT: exit {p.returncode}, expected 130")
+        fail(f"second SIGINT: exit {p.returncode}, expected 130; stderr: {err.decode(errors='replace')[-1500:]!r}")
     if b"checkpoint written" in err:
         fail("second SIGINT: the run finished its step and wrote a checkpoint instead of leaving at once")
     check_consistent(out, "second SIGINT")
