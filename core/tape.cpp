@@ -425,27 +425,37 @@ void DiffVjpContext::throw_first_order_mismatch() {
 
 namespace {
 
+void accumulate_recorded(Tensor& slot, const Tensor& g);  // (below) the sum, recorded on the tape
+void add_into(Array& slot, const Array& g) { accumulate(slot, g); }
+void add_into(Tensor& slot, const Tensor& g) { accumulate_recorded(slot, g); }
+
 // Gradients that reach leaves during one sweep, committed only when the sweep completes, so a
-// VJP that throws leaves every .grad() as it was.
-struct LeafGrads {
-  std::vector<std::pair<std::shared_ptr<TensorImpl>, Array>> items;
+// VJP that throws leaves every .grad() as it was. G: Array (the plain sweep) or Tensor (the
+// recorded sweep of create_graph, whose sums are recorded too).
+template <class G>
+struct LeafGradsOf {
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, G>> items;
   std::unordered_map<const TensorImpl*, std::size_t> index;
 
-  void add(const std::shared_ptr<TensorImpl>& leaf, const Array& g) {
+  void add(const std::shared_ptr<TensorImpl>& leaf, const G& g) {
     auto [it, fresh] = index.emplace(leaf.get(), items.size());
     if (fresh)
       items.emplace_back(leaf, g);
     else
-      accumulate(items[it->second].second, g);
+      add_into(items[it->second].second, g);
   }
 };
+using LeafGrads = LeafGradsOf<Array>;
+using GraphLeafGrads = LeafGradsOf<Tensor>;
 
 // What grad() wants back: wrt positions per leaf and per node (a tensor may be listed twice).
-struct Capture {
+template <class G>
+struct CaptureOf {
   std::unordered_map<const TensorImpl*, std::vector<std::size_t>> leaves;
   std::unordered_map<std::size_t, std::vector<std::size_t>> nodes;
-  std::vector<Array>* out = nullptr;
+  std::vector<G>* out = nullptr;
 };
+using Capture = CaptureOf<Array>;
 
 void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::size_t pos) {
   const std::string who = n.op + " vjp";
@@ -605,23 +615,7 @@ Tensor identity_recorded(const Tensor& x) {
       [](const DiffVjpContext& c) { return DiffCotangents{c.grad_output}; });
 }
 
-struct GraphLeafGrads {
-  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> items;
-  std::unordered_map<const TensorImpl*, std::size_t> index;
-
-  void add(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
-    auto [it, fresh] = index.emplace(leaf.get(), items.size());
-    if (fresh)
-      items.emplace_back(leaf, g);
-    else
-      accumulate_recorded(items[it->second].second, g);
-  }
-};
-
-struct GraphCapture {
-  std::unordered_map<const TensorImpl*, std::vector<std::size_t>> leaves;
-  std::unordered_map<std::size_t, std::vector<std::size_t>> nodes;
-  std::vector<Tensor>* out = nullptr;
+struct GraphCapture : CaptureOf<Tensor> {
   // The captured nodes are where the sweep stops: their rules do not run (composed_vjp's
   // local backward through an op's composition, which must not leave it).
   bool terminal = false;
