@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <xgrad/xgrad.hpp>
+
+#include "flags.hpp"
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/tasks.hpp>
 
@@ -28,22 +30,8 @@ struct Args {
   double min_accuracy = 0.0;
 };
 
-// The whole text must be digits (CLI11 alone would wrap "-1" and read "" as 0).
-std::string digits_only(std::string& s) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-    return "must be a non-negative integer, got '" + s + "'";
-  errno = 0;
-  (void)std::strtoull(s.c_str(), nullptr, 10);
-  return errno == ERANGE ? "'" + s + "' is out of range" : std::string();
-}
-
-// The whole text must be a finite number (CLI11 alone reads "" as 0, and NaN passes a range).
-std::string a_number(std::string& s) {
-  char* end = nullptr;
-  double v = 0;
-  if (!s.empty() && !std::isspace(static_cast<unsigned char>(s[0]))) v = std::strtod(s.c_str(), &end);
-  return end && *end == '\0' && std::isfinite(v) ? std::string() : "must be a finite number, got '" + s + "'";
-}
+using examples::a_number;
+using examples::digits_only;
 
 // Parses the flags; returns -1 to go on, or the exit status (0 after --help, 2 for a bad flag).
 int parse(int argc, char** argv, Args& a) {
