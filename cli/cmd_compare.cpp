@@ -10,7 +10,7 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
-#include <xgrad/train/compare.hpp>
+#include <xgrad/runs/compare.hpp>
 
 namespace xg::cli {
 
@@ -41,22 +41,22 @@ void run_compare(const CompareArgs& a) {
     files.push_back({"--json", a.json_path, true});
   }
   for (const std::string& run : a.runs) {
-    train::check_run_folder(run);
-    for (const std::string& f : train::kRunFolderFiles)
+    runs::check_run_folder(run);
+    for (const std::string& f : runs::kRunFolderFiles)
       files.push_back({"RUN's " + f, (std::filesystem::path(run) / f).string(), false});
   }
   check_distinct_files(cmd, files);
 
-  const train::CompareX x = a.x == "tokens" ? train::CompareX::tokens : train::CompareX::step;
-  const std::vector<train::RunSummary> runs = train::read_runs(a.runs);
+  const runs::CompareX x = a.x == "tokens" ? runs::CompareX::tokens : runs::CompareX::step;
+  const std::vector<runs::RunSummary> runs = runs::read_runs(a.runs);
   // The picture's x axis must be known for every run (a UsageError), before anything is written.
-  if (!a.out.empty()) train::check_x_axis(runs, x);
+  if (!a.out.empty()) runs::check_x_axis(runs, x);
 
   const bool table = a.json_path != "-";
-  if (table) std::cout << train::compare_table(runs) << std::flush;
-  train::Picture pic;
+  if (table) std::cout << runs::compare_table(runs) << std::flush;
+  runs::Picture pic;
   if (!a.out.empty()) {
-    pic = train::compare_png(runs, a.out, x);
+    pic = runs::compare_png(runs, a.out, x);
     if (!pic.drawn)
       warn(pic.note);
     else if (table)
@@ -64,7 +64,7 @@ void run_compare(const CompareArgs& a) {
                 << pic.script << ")\n";
   }
   if (!a.json_path.empty())
-    write_json(cmd, "--json", a.json_path, train::compare_json(runs, x, a.out.empty() ? nullptr : &pic));
+    write_json(cmd, "--json", a.json_path, runs::compare_json(runs, x, a.out.empty() ? nullptr : &pic));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // `xgrad eval --checkpoint M --text FILES|DIRS`: how well a text-task model predicts a text:
 // cross-entropy in nats per token, bits per byte (comparable across tokenizers), perplexity,
 // token and byte counts. The text is tokenised with the tokenizer the checkpoint carries and
-// measured over the windows the training run's validation uses (train/text_corpus.hpp), so
+// measured over the windows the training run's validation uses (text/corpus.hpp), so
 // `--split val` with the run's --val-fraction gives the run's own validation numbers.
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -13,8 +13,10 @@
 
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
+#include <xgrad/runs/run_folder.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/text/corpus.hpp>
+#include <xgrad/train/evaluation.hpp>
 
 namespace xg::cli {
 
@@ -26,7 +28,7 @@ namespace fs = std::filesystem;
 struct EvalArgs {
   std::string checkpoint, text, tokenizer, split = "all", json_path;
   double val_fraction = 0.1;
-  std::size_t batch = 32, max_windows = train::kMaxValidationWindows;
+  std::size_t batch = 32, max_windows = text::kMaxValidationWindows;
 };
 
 // The model file --checkpoint names: the file itself, or a run folder's final model
@@ -34,7 +36,7 @@ struct EvalArgs {
 std::string checkpoint_file(const std::string& checkpoint) {
   std::error_code ec;
   if (!fs::is_directory(checkpoint, ec)) return checkpoint;
-  const fs::path model = fs::path(checkpoint) / "model.safetensors";
+  const fs::path model = fs::path(checkpoint) / runs::kModelFile;
   if (!fs::exists(model, ec))
     throw UsageError(op_message("eval", "--checkpoint '" + checkpoint + "' is a folder without model.safetensors; give a "
                                             "model file, or the folder of a finished text run (its model.safetensors)"));
@@ -78,39 +80,39 @@ void run_eval(EvalArgs a) {
     throw UsageError(op_message("eval", "--checkpoint " + a.checkpoint + " is a " + m.info.task +
                                             " model without a tokenizer; xgrad eval measures models of xgrad train "
                                             "--task text"));
-  std::unique_ptr<train::Tokenizer> tok = train::tokenizer_of_metadata(meta, a.checkpoint);
+  std::unique_ptr<text::Tokenizer> tok = text::tokenizer_of_metadata(meta, a.checkpoint);
   if (!a.tokenizer.empty()) {
-    const std::unique_ptr<train::Tokenizer> given = train::load_tokenizer(a.tokenizer);
+    const std::unique_ptr<text::Tokenizer> given = text::load_tokenizer(a.tokenizer);
     if (given->digest() != tok->digest())
       throw UsageError(op_message("eval", "--tokenizer " + a.tokenizer + " (" + given->description() +
                                               ") differs from the tokenizer of " + a.checkpoint + " (" +
                                               tok->description() + ")"));
   }
   // The corpus reader is train's: its errors name eval here.
-  std::vector<train::Document> docs;
+  std::vector<text::Document> docs;
   try {
-    docs = train::list_documents(a.text);
+    docs = text::list_documents(a.text);
   } catch (const UsageError& e) {
     const std::string m = e.what(), tag = "[train] ";
     throw UsageError(op_message("eval", m.rfind(tag, 0) == 0 ? m.substr(tag.size()) : m));
   }
-  std::vector<train::Document> chosen = docs;
+  std::vector<text::Document> chosen = docs;
   if (a.split != "all") {
-    std::vector<train::Document> tr, val;
-    train::split_documents(docs, a.val_fraction, tr, val);
+    std::vector<text::Document> tr, val;
+    text::split_documents(docs, a.val_fraction, tr, val);
     chosen = a.split == "val" ? val : tr;
   }
   // In memory: eval reads its text once.
   std::vector<std::uint32_t> ids;
   std::uint64_t bytes = 0;
-  for (const train::Document& d : chosen) {
-    const std::string text = train::read_document(d);
+  for (const text::Document& d : chosen) {
+    const std::string text = text::read_document(d);
     for (std::int64_t id : tok->encode(text)) ids.push_back(static_cast<std::uint32_t>(id));
     bytes += d.size;
   }
-  const train::TokenFile tokens(std::move(ids), bytes);
+  const text::TokenFile tokens(std::move(ids), bytes);
   const std::size_t T = m.info.config.context;
-  const train::ValidationWindows w = train::validation_windows(tokens.size(), T, a.max_windows);
+  const text::ValidationWindows w = text::validation_windows(tokens.size(), T, a.max_windows);
   if (w.starts.empty())
     throw UsageError(op_message("eval", "--text '" + a.text + "': " + std::to_string(tokens.size()) +
                                             " tokens; at least 2 are needed"));

@@ -21,9 +21,9 @@
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/text/corpus.hpp>
 #include <xgrad/train/generate.hpp>
-#include <xgrad/train/plots.hpp>
+#include <xgrad/runs/plots.hpp>
 #include <xgrad/version.hpp>
 
 namespace xg::cli {
@@ -56,24 +56,24 @@ json token_text(const std::string& t) {
   }
 }
 
-json token_json(const train::Vocabulary& v, std::int64_t id) {
+json token_json(const text::Vocabulary& v, std::int64_t id) {
   return {{"id", id}, {"text", token_text(v.tokens.at(static_cast<std::size_t>(id)))}};
 }
 
-json tokens_json(const train::Vocabulary& v, const std::vector<std::int64_t>& ids) {
+json tokens_json(const text::Vocabulary& v, const std::vector<std::int64_t>& ids) {
   json a = json::array();
   for (std::int64_t id : ids) a.push_back(token_json(v, id));
   return a;
 }
 
 // The prompt as token ids, one character each; a character outside the vocabulary is a bad flag.
-std::vector<std::int64_t> tokenize(const train::Vocabulary& v, const std::string& text) {
+std::vector<std::int64_t> tokenize(const text::Vocabulary& v, const std::string& text) {
   std::vector<std::int64_t> ids;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const std::string c(1, text[i]);
     const auto it = std::find(v.tokens.begin(), v.tokens.end(), c);
     if (it == v.tokens.end())
-      usage("--prompt: unknown token '" + train::tick_label(c) + "' at position " + std::to_string(i) +
+      usage("--prompt: unknown token '" + runs::tick_label(c) + "' at position " + std::to_string(i) +
             " (the checkpoint's vocabulary has " + std::to_string(v.size()) + " tokens: " + v.to_json() + ")");
     ids.push_back(it - v.tokens.begin());
   }
@@ -101,9 +101,9 @@ Ranked rank(const Array& step_logits) {
 }
 
 // A prompt for a title: visible escapes, at most 40 characters.
-std::string short_text(const train::Vocabulary& v, const std::vector<std::int64_t>& ids) {
+std::string short_text(const text::Vocabulary& v, const std::vector<std::int64_t>& ids) {
   std::string s;
-  for (std::size_t i = 0; i < ids.size() && i < 40; ++i) s += train::tick_label(v.tokens[static_cast<std::size_t>(ids[i])]);
+  for (std::size_t i = 0; i < ids.size() && i < 40; ++i) s += runs::tick_label(v.tokens[static_cast<std::size_t>(ids[i])]);
   return ids.size() > 40 ? s + "..." : s;
 }
 
@@ -147,12 +147,12 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   // The tokenizer: --tokenizer, or the one a text-task model carries; without one, prompts
   // are one token a character of the checkpoint's vocabulary.
   const io::safetensors::Metadata meta = io::safetensors::load_header(a.checkpoint).metadata;
-  std::unique_ptr<train::Tokenizer> tok;
-  train::Vocabulary tok_vocab;  // with --tokenizer: each id's text, in place of the checkpoint's
+  std::unique_ptr<text::Tokenizer> tok;
+  text::Vocabulary tok_vocab;  // with --tokenizer: each id's text, in place of the checkpoint's
   if (!a.tokenizer.empty()) {
     if (!m.gpt)
       usage("--tokenizer needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
-    tok = train::load_tokenizer(a.tokenizer);
+    tok = text::load_tokenizer(a.tokenizer);
     if (tok->vocab_size() != c.V_vocab)
       usage("--tokenizer '" + a.tokenizer + "' (" + tok->description() + ") has " + std::to_string(tok->vocab_size()) +
             " ids, but the model of " + a.checkpoint + " has a vocabulary of " + std::to_string(c.V_vocab) +
@@ -164,13 +164,13 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
     for (std::size_t id = 0; id < tok->vocab_size(); ++id) {
       const auto i = static_cast<std::int64_t>(id);
       // BOS and EOS decode to nothing: show their pieces.
-      tok_vocab.tokens.push_back(l2c && (i == train::kLlama2cBos || i == train::kLlama2cEos) ? tok->piece(i)
+      tok_vocab.tokens.push_back(l2c && (i == text::kLlama2cBos || i == text::kLlama2cEos) ? tok->piece(i)
                                                                                               : tok->decode({i}));
     }
   } else if (meta.count("tokenizer")) {
-    tok = train::tokenizer_of_metadata(meta, a.checkpoint);
+    tok = text::tokenizer_of_metadata(meta, a.checkpoint);
   }
-  const train::Vocabulary& vocab = a.tokenizer.empty() ? m.info.vocab : tok_vocab;
+  const text::Vocabulary& vocab = a.tokenizer.empty() ? m.info.vocab : tok_vocab;
   // A llama2.c tokenizer starts the prompt with BOS (an empty prompt is BOS alone), and
   // generation stops when the model emits BOS or EOS.
   const bool llama2c = tok && tok->kind() == "llama2c";
@@ -214,7 +214,7 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   so.top_k = a.top_k;
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
-  if (llama2c) so.stop_tokens = {train::kLlama2cBos, train::kLlama2cEos};
+  if (llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
   train::Generation g;
   if (m.gpt) {
     g = train::generate(*m.gpt, {prompt}, max_new, so);
@@ -261,13 +261,13 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
     allowed = vis.expand_allowed("generate", {1, 1, seq.size(), seq.size()});
   }
   if (!a.attention_map.empty()) {
-    train::HeatmapLabels labels;
+    runs::HeatmapLabels labels;
     labels.title = "attention weights: layer " + std::to_string(a.layer) + ", query head " + std::to_string(a.head) +
                    " (" + std::to_string(seq.size()) + " x " + std::to_string(seq.size()) + ")\nprompt \"" +
                    short_text(vocab, prompt) + "\" + " + std::to_string(out.size()) + " generated tokens";
     for (std::int64_t id : seq) labels.x_ticks.push_back(vocab.tokens[static_cast<std::size_t>(id)]);
     labels.y_ticks = labels.x_ticks;
-    const train::Picture pic = train::attention_map_png(weights, allowed, labels, a.attention_map);
+    const runs::Picture pic = runs::attention_map_png(weights, allowed, labels, a.attention_map);
     picture = {{"png", pic.png}, {"script", pic.script}, {"drawn", pic.drawn}};
     if (pic.drawn) {
       picture["width"] = pic.size.width;

@@ -13,7 +13,8 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/io/atomic_file.hpp>
-#include <xgrad/train/report.hpp>
+#include <xgrad/runs/report.hpp>
+#include <xgrad/train/attention_report.hpp>
 
 namespace xg::cli {
 
@@ -56,8 +57,8 @@ void run_report(const ReportArgs& a, const CLI::App& cmd) {
   // The page may replace no file it reads.
   std::vector<FileRole> files{{"--out", a.out, true}};
   for (const std::string& run : a.runs) {
-    as_report([&] { train::check_run_folder(run); });
-    for (const std::string& f : train::kRunFolderFiles)
+    as_report([&] { runs::check_run_folder(run); });
+    for (const std::string& f : runs::kRunFolderFiles)
       files.push_back({"RUN's " + f, (std::filesystem::path(run) / f).string(), false});
   }
   if (!a.checkpoint.empty()) files.push_back({"--checkpoint", a.checkpoint, false});
@@ -71,14 +72,14 @@ void run_report(const ReportArgs& a, const CLI::App& cmd) {
     io::require_input_file(a.gradcheck, "[report] --gradcheck");  // a FIFO or a device: refused by name
   }
 
-  train::ReportInput in;
+  runs::ReportInput in;
   in.title = a.title;
-  in.library = train::load_dygraphs();  // before any work: a missing package is the first thing said
-  in.runs = as_report([&] { return train::read_runs(a.runs); });
-  for (const train::RunSummary& r : in.runs) in.outputs.push_back(train::read_run_output(r));
-  if (!a.gradcheck.empty()) in.gradcheck = train::read_gradcheck(a.gradcheck);
+  in.library = runs::load_dygraphs();  // before any work: a missing package is the first thing said
+  in.runs = as_report([&] { return runs::read_runs(a.runs); });
+  for (const runs::RunSummary& r : in.runs) in.outputs.push_back(runs::read_run_output(r));
+  if (!a.gradcheck.empty()) in.gradcheck = runs::read_gradcheck(a.gradcheck);
   if (!a.checkpoint.empty()) in.attention = train::attention_report(a.checkpoint, a.prompt);
-  const std::string page = train::report_html(in);
+  const std::string page = runs::report_html(in);
   io::write_atomically(a.out, page, "[report] --out " + a.out + ": ");
   std::cout << "wrote " << a.out << " (" << page.size() / 1024 << " KiB: " << in.runs.size()
             << (in.runs.size() == 1 ? " run" : " runs");

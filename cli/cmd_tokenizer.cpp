@@ -1,7 +1,7 @@
 // `xgrad tokenizer train|encode|decode` (docs/cli.md): trains a SentencePiece tokenizer on
 // text files, and turns text into ids and back with it (or with the byte tokenizer, or a
 // llama2.c tokenizer.bin), exactly:
-// decode(encode(s)) == s for any bytes (train/tokenizer.hpp has the rule).
+// decode(encode(s)) == s for any bytes (text/tokenizer.hpp has the rule).
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +14,7 @@
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/input_file.hpp>
-#include <xgrad/train/tokenizer.hpp>
+#include <xgrad/text/tokenizer.hpp>
 
 namespace xg::cli {
 
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 struct TrainArgs {
-  train::TokenizerTrainOptions o;
+  text::TokenizerTrainOptions o;
   std::vector<std::string> paths;
   std::string out;
   bool overwrite = false;
@@ -56,7 +56,7 @@ std::string read_stdin() {
 void run_train(const TrainArgs& a) {
   const std::string cmd = "tokenizer train";
   // Without SentencePiece, that is the one thing to say (the library says it).
-  if (!train::sentencepiece_available()) (void)train::train_sentencepiece(a.paths, a.o, a.out);
+  if (!text::sentencepiece_available()) (void)text::train_sentencepiece(a.paths, a.o, a.out);
   std::error_code ec;
   if (fs::exists(a.out, ec) && !fs::is_directory(a.out, ec) && !a.overwrite)
     throw UsageError(op_message(cmd, "--out '" + a.out + "' exists; pass --overwrite to replace it"));
@@ -64,10 +64,10 @@ void run_train(const TrainArgs& a) {
   for (const std::string& p : a.paths) roles.push_back({"FILES", p, false});
   check_distinct_files(cmd, roles);
   check_output_file(cmd, "--out", a.out);
-  std::cout << train::train_sentencepiece(a.paths, a.o, a.out) << std::flush;
+  std::cout << text::train_sentencepiece(a.paths, a.o, a.out) << std::flush;
 }
 
-json tokenizer_json(const train::Tokenizer& t, const std::string& spec) {
+json tokenizer_json(const text::Tokenizer& t, const std::string& spec) {
   return {{"kind", t.kind()},
           {"spec", spec},
           {"vocab_size", t.vocab_size()},
@@ -81,7 +81,7 @@ std::string read_operand(const std::string& path) {
 }
 
 // One text's line: the ids, or with --json one object (with "file" for a FILES operand).
-void print_encoded(const train::Tokenizer& t, const CodeArgs& a, const std::string& text, const std::string* file) {
+void print_encoded(const text::Tokenizer& t, const CodeArgs& a, const std::string& text, const std::string* file) {
   const std::vector<std::int64_t> ids = t.encode(text);
   if (!a.json) {
     std::string line;
@@ -103,7 +103,7 @@ void print_encoded(const train::Tokenizer& t, const CodeArgs& a, const std::stri
 }
 
 void run_encode(const CodeArgs& a) {
-  const std::unique_ptr<train::Tokenizer> t = train::load_tokenizer(a.tokenizer);
+  const std::unique_ptr<text::Tokenizer> t = text::load_tokenizer(a.tokenizer);
   if (a.files.empty()) {
     print_encoded(*t, a, a.text_given->count() > 0 ? a.text : read_stdin(), nullptr);
     return;
@@ -116,9 +116,9 @@ void run_encode(const CodeArgs& a) {
 }
 
 void run_decode(const CodeArgs& a) {
-  const std::unique_ptr<train::Tokenizer> t = train::load_tokenizer(a.tokenizer);
+  const std::unique_ptr<text::Tokenizer> t = text::load_tokenizer(a.tokenizer);
   const std::string text = a.ids_given->count() > 0 ? a.ids : read_stdin();
-  const std::string out = t->decode(train::parse_token_ids(text, t->vocab_size()));
+  const std::string out = t->decode(text::parse_token_ids(text, t->vocab_size()));
   std::cout.write(out.data(), static_cast<std::streamsize>(out.size()));
 }
 

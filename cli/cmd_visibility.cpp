@@ -11,7 +11,7 @@
 #include "commands.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/visibility.hpp>
-#include <xgrad/train/plots.hpp>
+#include <xgrad/runs/plots.hpp>
 
 namespace xg::cli {
 
@@ -39,7 +39,7 @@ void add_visibility(CLI::App& app) {
       std::string file;
       nn::Visibility v;
       std::size_t T, S;
-      train::HeatmapLabels labels;
+      runs::HeatmapLabels labels;
       std::string what;
     };
     // Documents A (positions 0-2), B (3-4), C (5-7): labels carry the document's letter.
@@ -62,7 +62,7 @@ void add_visibility(CLI::App& app) {
     std::string skipped;
     for (const Pattern& p : patterns) {
       const std::string path = (fs::path(*out) / p.file).string();
-      const train::Picture pic = train::visibility_png(p.v, p.T, p.S, p.labels, path);
+      const runs::Picture pic = runs::visibility_png(p.v.expand_allowed("visibility_png", {1, 1, p.T, p.S}), p.T, p.S, p.labels, path);
       if (pic.drawn) {
         std::cout << path << " (" << pic.size.width << "x" << pic.size.height << "): " << p.what << "\n";
       } else {

@@ -5,7 +5,7 @@ find_package(Doxygen QUIET)
 find_package(Python3 QUIET COMPONENTS Interpreter)
 if(DOXYGEN_FOUND AND Python3_Interpreter_FOUND)
   # Every installed header: the .hpp files directly in the engine's core/, io/, ops/, nn/, and
-  # checks/, distributed/, train/ when they are built (internal headers live in subfolders such
+  # checks/, text/, runs/, distributed/, train/ when they are built (internal headers live in subfolders such
   # as detail/ and are never read), through the build tree's include folder so that the pages
   # show <xgrad/...> include lines. Then the umbrella header and the Markdown pages. The same
   # rule as the install rules (CMakeLists.txt).
@@ -14,7 +14,7 @@ if(DOXYGEN_FOUND AND Python3_Interpreter_FOUND)
     list(APPEND xgrad_doc_dirs checks)
   endif()
   if(XGRAD_BUILD_TRAIN)
-    list(APPEND xgrad_doc_dirs distributed train)
+    list(APPEND xgrad_doc_dirs text runs distributed train)
   endif()
   set(xgrad_doc_headers)
   foreach(dir IN LISTS xgrad_doc_dirs)

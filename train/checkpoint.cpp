@@ -1,4 +1,5 @@
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <cctype>
 #include <cerrno>
@@ -9,7 +10,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/safetensors.hpp>
-#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/text/corpus.hpp>
 
 namespace xg::train {
 
@@ -21,7 +22,7 @@ std::size_t get_size(const io::safetensors::Metadata& m, const std::string& key,
                      std::size_t max) {
   auto it = m.find(key);
   if (it == m.end()) throw FormatError("[checkpoint] " + path + ": metadata lacks '" + key + "'");
-  const std::uint64_t v = parse_uint(it->second, "[checkpoint] " + path + ": metadata '" + key + "'");
+  const std::uint64_t v = io::parse_uint(it->second, "[checkpoint] " + path + ": metadata '" + key + "'");
   if (v > max)
     throw FormatError("[checkpoint] " + path + ": metadata '" + key + "' = " + it->second + " exceeds the limit " +
                       std::to_string(max));
@@ -34,27 +35,13 @@ std::string get(const io::safetensors::Metadata& m, const std::string& key, cons
   return it->second;
 }
 
-// A double as text that reads back to the same double.
-std::string exact_text(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-bool digits_only(const std::string& t, std::size_t from) {
-  if (t.size() <= from) return false;
-  for (std::size_t i = from; i < t.size(); ++i)
-    if (t[i] < '0' || t[i] > '9') return false;
-  return true;
-}
-
 // The tokens a task's vocabulary must hold, in id order, when the task fixes them.
 std::vector<std::string> fixed_tokens(const ModelInfo& info, const io::safetensors::Metadata& m,
                                       const std::string& path) {
   std::vector<std::string> want;
   if (info.task == "sort" && m.count("n_values")) {  // every sort model xgrad train writes says n_values
     const std::string nv = m.at("n_values");
-    const std::uint64_t n = parse_uint(nv, "[checkpoint] " + path + ": metadata 'n_values'");
+    const std::uint64_t n = io::parse_uint(nv, "[checkpoint] " + path + ": metadata 'n_values'");
     if (n > 1000) throw FormatError("[checkpoint] " + path + ": metadata 'n_values' = " + shown_value(nv) + " exceeds 1000");
     for (std::uint64_t v = 0; v < n; ++v) want.push_back(std::to_string(v));
     want.push_back("|");
@@ -71,7 +58,7 @@ std::string token_text(const std::string& t) { return "'" + shown_value(t, 24) +
 
 // The stored vocabulary against what made it: a task's fixed tokens, a tokenizer's pieces
 // (bytes: the 256 bytes in order; sentencepiece, llama2c: each id's decoded text of the
-// embedded model, whose digest tokenizer_of_metadata checks), charlm's sorted distinct bytes.
+// embedded model, whose digest text::tokenizer_of_metadata checks), charlm's sorted distinct bytes.
 // A swapped or edited entry would make every later step read and write other text.
 void check_vocabulary(const ModelInfo& info, const io::safetensors::Metadata& m, const std::string& path) {
   const std::vector<std::string>& have = info.vocab.tokens;
@@ -79,8 +66,8 @@ void check_vocabulary(const ModelInfo& info, const io::safetensors::Metadata& m,
   std::string source;
   if (m.count("tokenizer")) {
     const std::string kind = m.at("tokenizer");
-    if (kind == "sentencepiece" && !sentencepiece_available()) return;  // cannot be rebuilt here; generate says so
-    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(m, path);
+    if (kind == "sentencepiece" && !text::sentencepiece_available()) return;  // cannot be rebuilt here; generate says so
+    const std::unique_ptr<text::Tokenizer> tok = text::tokenizer_of_metadata(m, path);
     if (tok->vocab_size() != have.size())
       throw FormatError("[checkpoint] " + path + ": the model's vocabulary has " + std::to_string(have.size()) +
                         " tokens, its tokenizer (" + tok->description() + ") has " +
@@ -108,30 +95,6 @@ void check_vocabulary(const ModelInfo& info, const io::safetensors::Metadata& m,
 }
 
 }  // namespace
-
-std::int64_t parse_int(const std::string& text, const std::string& where) {
-  if (!digits_only(text, text.size() > 0 && text[0] == '-' ? 1 : 0))
-    throw FormatError(where + ": '" + shown_value(text) + "' is not an integer");
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), nullptr, 10);
-  if (errno == ERANGE) throw FormatError(where + ": '" + shown_value(text) + "' is out of range");
-  return v;
-}
-
-std::uint64_t parse_uint(const std::string& text, const std::string& where) {
-  if (!digits_only(text, 0)) throw FormatError(where + ": '" + shown_value(text) + "' is not a non-negative integer");
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno == ERANGE) throw FormatError(where + ": '" + shown_value(text) + "' is out of range");
-  return v;
-}
-
-double parse_double(const std::string& text, const std::string& where) {
-  char* end = nullptr;
-  const double v = text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ? NAN : std::strtod(text.c_str(), &end);
-  if (!end || *end != '\0' || !std::isfinite(v)) throw FormatError(where + ": '" + shown_value(text) + "' is not a finite number");
-  return v;
-}
 
 std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConfig& c) {
   // In long double: exact for every count that fits (< 2^64), saturating above.
@@ -164,7 +127,7 @@ io::safetensors::Metadata model_metadata(const ModelInfo& info) {
   if (c.arch == nn::Architecture::llama) {
     m["arch"] = nn::architecture_name(c.arch);
     m["multiple_of"] = std::to_string(c.multiple_of);
-    m["norm_eps"] = exact_text(c.norm_eps);
+    m["norm_eps"] = io::exact_text(c.norm_eps);
     m["tie_embeddings"] = c.tie_embeddings ? "true" : "false";
   }
   m["format"] = "xgrad-1";
@@ -187,8 +150,8 @@ io::safetensors::Metadata model_metadata(const ModelInfo& info) {
   // what they were before the key existed.
   if (c.pos != nn::PositionScheme::learned) m["pos"] = nn::position_scheme_name(c.pos);
   if (c.pos == nn::PositionScheme::rope) {
-    m["rope_base"] = exact_text(c.rope.base);
-    m["rope_fraction"] = exact_text(c.rope.fraction);
+    m["rope_base"] = io::exact_text(c.rope.base);
+    m["rope_fraction"] = io::exact_text(c.rope.fraction);
     m["rope_layout"] = ops::rope_layout_name(c.rope.layout);
   }
   return m;
@@ -202,7 +165,7 @@ ModelInfo model_info(const io::safetensors::Metadata& m, const std::string& path
   if (get(m, "layout", path) != "in_x_out")
     throw FormatError("[checkpoint] " + path + ": unsupported weight layout '" + get(m, "layout", path) + "'");
   info.task = get(m, "task", path);
-  info.vocab = Vocabulary::from_json(get(m, "vocabulary", path));
+  info.vocab = text::Vocabulary::from_json(get(m, "vocabulary", path));
   nn::TransformerConfig& c = info.config;
   c.V_vocab = get_size(m, "V_vocab", path, 1u << 20);
   c.context = get_size(m, "context", path, 1u << 16);
@@ -233,7 +196,7 @@ ModelInfo model_info(const io::safetensors::Metadata& m, const std::string& path
     }
     if (info.kind != "gpt") throw FormatError("[checkpoint] " + path + ": metadata 'arch' is for GPT models only");
     c.multiple_of = get_size(m, "multiple_of", path, 1u << 16);
-    c.norm_eps = parse_double(get(m, "norm_eps", path), "[checkpoint] " + path + ": metadata 'norm_eps'");
+    c.norm_eps = io::parse_double(get(m, "norm_eps", path), "[checkpoint] " + path + ": metadata 'norm_eps'");
     const std::string tie = get(m, "tie_embeddings", path);
     if (tie != "true" && tie != "false")
       throw FormatError("[checkpoint] " + path + ": metadata 'tie_embeddings' = '" + tie + "' is not true or false");
@@ -252,8 +215,8 @@ ModelInfo model_info(const io::safetensors::Metadata& m, const std::string& path
     throw FormatError("[checkpoint] " + path + ": metadata 'pos' = '" + nn::position_scheme_name(c.pos) +
                       "' but an encoder_decoder has learned position embeddings only");
   if (c.pos == nn::PositionScheme::rope) {
-    c.rope.base = parse_double(get(m, "rope_base", path), "[checkpoint] " + path + ": metadata 'rope_base'");
-    c.rope.fraction = parse_double(get(m, "rope_fraction", path), "[checkpoint] " + path + ": metadata 'rope_fraction'");
+    c.rope.base = io::parse_double(get(m, "rope_base", path), "[checkpoint] " + path + ": metadata 'rope_base'");
+    c.rope.fraction = io::parse_double(get(m, "rope_fraction", path), "[checkpoint] " + path + ": metadata 'rope_fraction'");
     const std::string layout = get(m, "rope_layout", path);
     try {
       c.rope.layout = ops::rope_layout_from_name(layout);

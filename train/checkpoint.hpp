@@ -20,18 +20,9 @@ struct ModelInfo {
   std::string kind;  ///< "gpt" or "encoder_decoder".
   std::string task;  ///< "sort", "reverse", "charlm".
   nn::TransformerConfig config;  ///< The model's configuration (resolved when read by model_info).
-  Vocabulary vocab;  ///< The task's vocabulary: token ids of the model's inputs and outputs.
+  text::Vocabulary vocab;  ///< The task's vocabulary: token ids of the model's inputs and outputs.
   io::safetensors::Metadata task_params;  ///< The task's sizes, e.g. n_digits, min_len, max_len.
 };
-
-/// Checked conversion of text read from files (metadata, log.csv) to a signed integer: the
-/// whole text must be the number (digits, optionally after '-'), in range; otherwise
-/// FormatError "<where>: '<text>' is not an integer" (or "is out of range").
-std::int64_t parse_int(const std::string& text, const std::string& where);
-/// The same for a non-negative integer (digits only).
-std::uint64_t parse_uint(const std::string& text, const std::string& where);
-/// The same for a finite floating-point number (FormatError for inf and nan too).
-double parse_double(const std::string& text, const std::string& where);
 
 /// Number of parameters of the model `kind` ("gpt" / "encoder_decoder") with this resolved
 /// configuration, computed without building it (saturates at UINT64_MAX).

@@ -1,4 +1,5 @@
 #include <xgrad/train/convert.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +12,7 @@
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/tasks.hpp>
-#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/text/corpus.hpp>
 
 namespace xg::train {
 
@@ -34,7 +35,7 @@ std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& 
   auto size_param = [&](const char* key) {
     auto it = info.task_params.find(key);
     if (it == info.task_params.end()) throw FormatError("[convert] checkpoint metadata lacks '" + std::string(key) + "'");
-    return static_cast<std::size_t>(parse_uint(it->second, "[convert] checkpoint metadata '" + std::string(key) + "'"));
+    return static_cast<std::size_t>(io::parse_uint(it->second, "[convert] checkpoint metadata '" + std::string(key) + "'"));
   };
   if (info.task == "sort") {
     const SortTask task(size_param("n_digits"), size_param("n_values"));
@@ -87,11 +88,11 @@ std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& 
     // into windows of the model's context as training's validation cuts them: at most 160
     // (10 batches of 16, as for charlm), evenly spread.
     const io::safetensors::Metadata meta = io::safetensors::load_header(o.in).metadata;
-    const std::unique_ptr<Tokenizer> tok = tokenizer_of_metadata(meta, o.in);
+    const std::unique_ptr<text::Tokenizer> tok = text::tokenizer_of_metadata(meta, o.in);
     // The run's --val-fraction, which its model records (models saved before it did: 0.1).
     double fraction = 0.1;
     if (meta.count("val_fraction")) {
-      fraction = parse_double(meta.at("val_fraction"), "[checkpoint] " + o.in + ": metadata 'val_fraction'");
+      fraction = io::parse_double(meta.at("val_fraction"), "[checkpoint] " + o.in + ": metadata 'val_fraction'");
       if (!(fraction > 0 && fraction <= 0.5))
         throw FormatError("[checkpoint] " + o.in + ": metadata 'val_fraction' = " + shown_value(meta.at("val_fraction")) +
                           " is not in (0, 0.5]");
@@ -103,19 +104,19 @@ std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& 
     const fs::path text_dir = fs::weakly_canonical(fs::absolute(o.text), ec);
     const std::string rel = ec ? std::string() : run_dir.lexically_relative(text_dir).string();
     const bool run_inside_text = !rel.empty() && rel != "." && rel.compare(0, 2, "..") != 0;
-    const std::vector<Document> docs = list_documents(o.text, run_inside_text ? run_dir.string() : std::string());
-    std::vector<Document> tr, val;
-    split_documents(docs, fraction, tr, val);
+    const std::vector<text::Document> docs = text::list_documents(o.text, run_inside_text ? run_dir.string() : std::string());
+    std::vector<text::Document> tr, val;
+    text::split_documents(docs, fraction, tr, val);
     if (val.empty()) val = docs;
     std::vector<std::uint32_t> ids;
     std::uint64_t bytes = 0;
-    for (const Document& d : val) {
-      for (std::int64_t id : tok->encode(read_document(d))) ids.push_back(static_cast<std::uint32_t>(id));
+    for (const text::Document& d : val) {
+      for (std::int64_t id : tok->encode(text::read_document(d))) ids.push_back(static_cast<std::uint32_t>(id));
       bytes += d.size;
     }
-    const TokenFile tokens(std::move(ids), bytes);
+    const text::TokenFile tokens(std::move(ids), bytes);
     const std::size_t T = info.config.context;
-    const ValidationWindows w = validation_windows(tokens.size(), T, 160);
+    const text::ValidationWindows w = text::validation_windows(tokens.size(), T, 160);
     if (w.starts.empty())
       throw UsageError(op_message("convert", "--text '" + o.text + "': " + std::to_string(tokens.size()) +
                                                  " tokens; at least 2 are needed"));
@@ -166,7 +167,7 @@ std::size_t exact_matches(LoadedModel& m, const Batch& b, const ModelInfo& info)
   std::size_t right = 0;
   if (m.gpt) {
     if (info.task != "sort") return 0;
-    auto size_param = [&](const char* k) { return static_cast<std::size_t>(parse_uint(info.task_params.at(k), k)); };
+    auto size_param = [&](const char* k) { return static_cast<std::size_t>(io::parse_uint(info.task_params.at(k), k)); };
     const SortTask task(size_param("n_digits"), size_param("n_values"));
     std::vector<std::vector<std::int64_t>> prompts;
     for (const auto& d : b.problems) prompts.push_back(task.prompt(d));
@@ -174,7 +175,7 @@ std::size_t exact_matches(LoadedModel& m, const Batch& b, const ModelInfo& info)
     for (std::size_t i = 0; i < b.problems.size(); ++i) right += g.tokens[i] == task.answer(b.problems[i]);
     return right;
   }
-  auto size_param = [&](const char* k) { return static_cast<std::size_t>(parse_uint(info.task_params.at(k), k)); };
+  auto size_param = [&](const char* k) { return static_cast<std::size_t>(io::parse_uint(info.task_params.at(k), k)); };
   const ReverseTask task(size_param("min_len"), size_param("max_len"));
   SampleOptions so;
   so.stop_token = task.eos();

@@ -1,5 +1,6 @@
 // llama2.c model files in and out (train/llama2c.hpp; docs/llama.md has the formats).
 #include <xgrad/train/llama2c.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -451,7 +452,7 @@ void export_file(const std::string& in, const std::string& bin) {
       if (colon == std::string::npos || entry.size() - colon - 1 != 8 ||
           entry.find_first_not_of("0123456789abcdef", colon + 1) != std::string::npos)
         throw FormatError(bad + " (entry '" + entry + "')");
-      const std::uint64_t index = parse_uint(entry.substr(0, colon), bad);
+      const std::uint64_t index = io::parse_uint(entry.substr(0, colon), bad);
       if (index >= tables.size())
         throw FormatError(where(in) + "metadata 'llama2c_tables': index " + std::to_string(index) +
                           " is past the RoPE tables' " + std::to_string(tables.size()) + " entries");

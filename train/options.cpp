@@ -1,4 +1,5 @@
 #include <xgrad/train/options.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -336,15 +337,15 @@ void set_option_text(TrainOptions& o, const OptionSpec& spec, const std::string&
           if (text != "true" && text != "false") throw FormatError(where + ": '" + shown_value(text) + "' is not true or false");
           v = text == "true";
         } else if constexpr (std::is_same_v<T, double>) {
-          v = parse_double(text, where);
+          v = io::parse_double(text, where);
         } else if constexpr (std::is_signed_v<T>) {
-          const std::int64_t x = parse_int(text, where);
+          const std::int64_t x = io::parse_int(text, where);
           if (x < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
               x > static_cast<std::int64_t>(std::numeric_limits<T>::max()))
             throw FormatError(where + ": '" + shown_value(text) + "' is out of range");
           v = static_cast<T>(x);
         } else {
-          const std::uint64_t x = parse_uint(text, where);
+          const std::uint64_t x = io::parse_uint(text, where);
           // Sizes beyond 2^40 are no sane option of this trainer (and could overflow products).
           if (std::is_same_v<T, std::size_t> && x > (std::uint64_t(1) << 40))
             throw FormatError(where + " = " + shown_value(text) + " is out of range");

@@ -17,27 +17,13 @@
 
 #include <xgrad/core/array.hpp>
 #include <xgrad/core/random.hpp>
+#include <xgrad/text/corpus.hpp>
+#include <xgrad/text/vocabulary.hpp>
 
 namespace xg::train {
 
 /// The target id that takes no loss (the cross-entropy's ignore_index): prompts and padding.
 constexpr std::int64_t kIgnore = -100;
-
-/// Tokens are strings (a digit, a separator, a character); ids index `tokens`.
-struct Vocabulary {
-  std::vector<std::string> tokens;  ///< The token of each id, in id order.
-  /// The number of tokens, V_vocab.
-  std::size_t size() const { return tokens.size(); }
-  /// The id of token `t`; ValueError naming the token if unknown.
-  std::int64_t id(const std::string& t) const;
-  /// The tokens of `ids` concatenated; ValueError for an id outside [0, size()).
-  std::string decode(const std::vector<std::int64_t>& ids) const;
-  /// JSON array of the tokens (saved in checkpoints): a UTF-8 token as a string, any other
-  /// as an array of its byte values, so every vocabulary reads back exactly.
-  std::string to_json() const;
-  /// The vocabulary of to_json()'s text; FormatError when `json` is not such an array.
-  static Vocabulary from_json(const std::string& json);
-};
 
 /// Decoder-only batch: next-token targets (kIgnore where no loss is taken).
 struct LMBatch {
@@ -61,7 +47,7 @@ class SortTask {
   /// ValueError unless n_digits >= 1 and 2 <= n_values <= 10.
   explicit SortTask(std::size_t n_digits = 8, std::size_t n_values = 10);
   /// The digits 0 .. n_values - 1 and then "|" (id sep()).
-  const Vocabulary& vocab() const { return vocab_; }
+  const text::Vocabulary& vocab() const { return vocab_; }
   /// n, the number of digits per problem.
   std::size_t n() const { return n_; }
   /// The length of a whole sequence, 2n + 1 (digits, separator, sorted digits).
@@ -85,12 +71,12 @@ class SortTask {
 
  private:
   std::size_t n_, values_;
-  Vocabulary vocab_;
+  text::Vocabulary vocab_;
   std::vector<std::vector<std::int64_t>> excluded_;
 };
 
 /// The reverse task (encoder-decoder): a source of min_len .. max_len random digits, the
-/// target the same digits reversed. Vocabulary: the digits 0 .. 9, then PAD "_", BOS "<" and
+/// target the same digits reversed. text::Vocabulary: the digits 0 .. 9, then PAD "_", BOS "<" and
 /// EOS ">".
 class ReverseTask {
  public:
@@ -98,7 +84,7 @@ class ReverseTask {
   /// 1 <= min_len <= max_len.
   ReverseTask(std::size_t min_len = 3, std::size_t max_len = 8);
   /// The digits, PAD, BOS and EOS.
-  const Vocabulary& vocab() const { return vocab_; }
+  const text::Vocabulary& vocab() const { return vocab_; }
   /// The longest source, max_len.
   std::size_t max_len() const { return max_len_; }
   /// The longest decoder sequence, max_len + 1 (BOS or EOS added to the target).
@@ -125,14 +111,8 @@ class ReverseTask {
 
  private:
   std::size_t min_len_, max_len_;
-  Vocabulary vocab_;
+  text::Vocabulary vocab_;
   std::vector<std::vector<std::int64_t>> excluded_;
-};
-
-/// One text of a charlm corpus: its file name (without folder) and its bytes.
-struct TextFile {
-  std::string name;  ///< The file name, without folder.
-  std::string text;  ///< The file's bytes.
 };
 
 /// The charlm task (decoder-only): next-byte prediction over a corpus of texts. The
@@ -140,29 +120,20 @@ struct TextFile {
 class CharLMTask {
  public:
   /// Reads the text (FormatError/ValueError if unreadable or shorter than a few windows);
-  /// the last 10% is the validation split. `path` is a file or a folder (read_corpus);
+  /// the last 10% is the validation split. `path` is a file or a folder (text::read_corpus);
   /// `context` is the window T of every batch.
   CharLMTask(const std::string& path, std::size_t context);
-  /// The same from the file's contents, already read (read_text); `path` names it in messages.
+  /// The same from the file's contents, already read (text::read_text); `path` names it in messages.
   CharLMTask(const std::string& path, std::size_t context, const std::string& contents);
-  /// A corpus of several texts (read_corpus): the last 10% of every text is the validation
+  /// A corpus of several texts (text::read_corpus): the last 10% of every text is the validation
   /// split, the first 90% the training split (each split the texts one after the other).
-  CharLMTask(const std::string& path, std::size_t context, const std::vector<TextFile>& corpus);
-  /// The bytes of the file at `path`; ValueError if unreadable (or a folder).
-  static std::string read_text(const std::string& path);
-  /// `path` a file: that file. A folder: every regular file in it (symbolic links resolved,
-  /// a file reached by several names read once, under its own name), sorted by name.
-  /// ValueError naming the path if it is missing, unreadable or a folder without files.
-  static std::vector<TextFile> read_corpus(const std::string& path);
-  /// "name:bytes:checksum" per text, joined by ";" (FNV-1a 64, hex): saved with a run so that
-  /// resume can tell that the corpus changed.
-  static std::string fingerprint(const std::vector<TextFile>& corpus);
+  CharLMTask(const std::string& path, std::size_t context, const std::vector<text::TextFile>& corpus);
   /// The number of tokens (bytes) in the training split.
   std::size_t train_size() const { return train_.size(); }
   /// The number of tokens (bytes) in the validation split.
   std::size_t validation_size() const { return val_.size(); }
   /// One token per distinct byte of the corpus, in byte order.
-  const Vocabulary& vocab() const { return vocab_; }
+  const text::Vocabulary& vocab() const { return vocab_; }
   /// The window T of a batch.
   std::size_t context() const { return context_; }
   /// B windows [B, context] at uniformly random offsets of the training split (or the
@@ -173,7 +144,7 @@ class CharLMTask {
 
  private:
   std::size_t context_;
-  Vocabulary vocab_;
+  text::Vocabulary vocab_;
   std::vector<std::int64_t> train_, val_;
 };
 

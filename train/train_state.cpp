@@ -1,4 +1,5 @@
 #include <xgrad/train/detail/train_state.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -100,14 +101,14 @@ void save_model(Task& task, const std::string& path, std::int64_t step, const io
 }
 
 void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity& run, const nn::Optimizer& opt,
-                     std::int64_t step, const Generator& data, const Generator& dropout, RunLog& log) {
+                     std::int64_t step, const Generator& data, const Generator& dropout, runs::RunLog& log) {
   // A new run's first checkpoint names the run in the folder before any of its files lands.
   if (!run.id.empty() && !run.on_disk) {
-    write_run_id(o.out, run.id);
+    runs::write_run_id(o.out, run.id);
     run.on_disk = true;
   }
   if (!run.config_on_disk) {  // runs saved before config.json existed get theirs at their next checkpoint
-    const std::string path = (fs::path(o.out) / kConfigFile).string();
+    const std::string path = (fs::path(o.out) / runs::kConfigFile).string();
     io::write_atomically(path, options_json(o, threads), "[train] " + path + ": ");
     run.config_on_disk = true;
   }
@@ -126,14 +127,14 @@ void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity
   io::safetensors::NamedArrays tensors;
   for (const auto& [name, p] : task.module().named_parameters()) tensors.emplace_back(kParamPrefix + name, p.value());
   for (auto& [name, a] : opt.state()) tensors.emplace_back(kOptimPrefix + name, std::move(a));
-  io::safetensors::save((fs::path(o.out) / kStateFile).string(), tensors, state);
-  save_model(task, (fs::path(o.out) / kModelFile).string(), step);
+  io::safetensors::save((fs::path(o.out) / runs::kStateFile).string(), tensors, state);
+  save_model(task, (fs::path(o.out) / runs::kModelFile).string(), step);
 }
 
 int saved_threads(const io::safetensors::Metadata& state, const std::string& state_path) {
   const auto it = state.find("threads");
   if (it == state.end()) return 1;
-  const std::int64_t n = parse_int(it->second, "[train] " + state_path + ": metadata 'threads'");
+  const std::int64_t n = io::parse_int(it->second, "[train] " + state_path + ": metadata 'threads'");
   if (n < 1 || n > 1024)
     throw FormatError("[train] " + state_path + ": metadata 'threads' is " + it->second +
                       ", not a thread count in [1, 1024]");
@@ -143,7 +144,7 @@ int saved_threads(const io::safetensors::Metadata& state, const std::string& sta
 ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
                               bool root, std::uint64_t n_expected) {
   ResumePoint p;
-  p.step = parse_int(state.metadata.count("step") ? state.metadata.at("step") : "",
+  p.step = io::parse_int(state.metadata.count("step") ? state.metadata.at("step") : "",
                      "[train] " + state_path + ": metadata 'step'");
   if (p.step < 1 || p.step > o.steps)
     throw FormatError("[train] " + state_path + ": step " + std::to_string(p.step) + " outside [1, " +
@@ -157,7 +158,7 @@ ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOpt
     // be from the same step (written one after the other, a kill could separate them).
     // Rank 0 reads it; the others receive the parameters by broadcast.
     if (root) {
-      const std::string model_path = (fs::path(o.out) / kModelFile).string();
+      const std::string model_path = (fs::path(o.out) / runs::kModelFile).string();
       const io::safetensors::File model = io::safetensors::load(model_path);
       const auto it = model.metadata.find("step");
       if (it == model.metadata.end() || it->second != std::to_string(p.step))

@@ -2,12 +2,14 @@
 // order: the options (from the command line or the resumed state), the ranks' agreement, the
 // task and its model (restored from the checkpoint on --resume), the run folder, the steps,
 // and the report. The task (train/task.hpp), the option table (train/options.hpp), the run
-// folder (train/run_folder.cpp) and the checkpoint (train/train_state.cpp) live elsewhere.
+// folder (runs/run_folder.cpp) and the checkpoint (train/train_state.cpp) live elsewhere.
 #include <xgrad/train/trainer.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -33,9 +35,9 @@
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/detail/run_folder.hpp>
+#include <xgrad/runs/run_folder.hpp>
 #include <xgrad/train/detail/train_state.hpp>
-#include <xgrad/train/plots.hpp>
+#include <xgrad/runs/plots.hpp>
 #include <xgrad/train/task.hpp>
 
 namespace xg::train {
@@ -87,6 +89,47 @@ int default_threads(int local_ranks) {
   return std::max(1, cores / std::max(1, local_ranks));
 }
 
+// A saved option value for a message: a number stored with every digit (0.0050000000000000001)
+// as the shortest text that reads back as the same double (0.005); anything else as it is.
+std::string shown(const std::string& v) {
+  if (v.find_first_of(".eE") == std::string::npos) return v;
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size() || !std::isfinite(d)) return v;
+  return io::shortest_text(d);
+}
+
+// A new run in `out`: refuse a folder that holds a different run unless --overwrite (the
+// same options are the same run: starting it again is harmless).
+void check_out_folder(const TrainOptions& o) {
+  const fs::path out(o.out);
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    throw UsageError(op_message("train", "--out " + o.out + " exists and is not a directory"));
+  if (o.overwrite) return;
+  std::vector<std::string> present;
+  for (const char* f : {runs::kStateFile, runs::kModelFile, runs::kBestFile, runs::kLogFile, runs::kRunIdFile, runs::kConfigFile})
+    if (fs::exists(out / f, ec)) present.push_back(f);
+  if (present.empty()) return;
+  const std::string advice = "; continue it with --resume " + o.out + ", choose another --out, or pass --overwrite";
+  io::safetensors::Metadata saved;
+  try {
+    saved = io::safetensors::load((out / runs::kStateFile).string()).metadata;
+  } catch (const Error&) {
+    throw UsageError(op_message("train", "--out " + o.out + " holds files of another run (" + join(present) + ")" + advice));
+  }
+  std::vector<std::string> differ;
+  for (const auto& [k, v] : options_metadata(o)) {
+    auto it = saved.find(k);
+    // Runs saved before an option existed have its legacy value (the table's).
+    const OptionSpec* spec = find_option(k.substr(4));
+    const std::string was = it != saved.end() ? it->second : spec && spec->has_legacy ? spec->legacy : "?";
+    if (was != v) differ.push_back(k.substr(4) + " " + shown(was) + " -> " + shown(v));
+  }
+  if (!differ.empty())
+    throw UsageError(op_message("train", "--out " + o.out + " holds a different run (" + join(differ) + ")" + advice));
+}
+
 std::string read_bytes(const std::string& path) {
   io::require_input_file(path, "[train] the checkpoint", io::InputError::format);
   std::ifstream in(path, std::ios::binary);
@@ -134,7 +177,7 @@ struct Session {
   std::int64_t start = 0;  // the step the run continues from
   int threads = 1;
 
-  std::unique_ptr<RunLog> csv;  // rank 0
+  std::unique_ptr<runs::RunLog> csv;  // rank 0
   // Validation tasks: the lowest validation loss so far and its step (on resume, from the log).
   double best_val = std::numeric_limits<double>::infinity();
   std::int64_t best_step = 0;
@@ -144,7 +187,7 @@ struct Session {
 
 // Reads the state to resume (rank 0 reads, the others get its bytes).
 void read_resume_state(Session& s) {
-  s.state_path = (fs::path(s.o.resume) / kStateFile).string();
+  s.state_path = (fs::path(s.o.resume) / runs::kStateFile).string();
   std::string bytes;
   dist::together(s.comm, [&] {
     if (!s.root) return;
@@ -168,7 +211,7 @@ void resolve_options(Session& s) {
       // would otherwise continue that run here, over this run's log and model).
       const auto it = s.resume_state.metadata.find("run_id");
       s.run.id = it == s.resume_state.metadata.end() ? "" : it->second;
-      check_run_id(s.run.id, o.resume, s.state_path);
+      runs::check_run_id(s.run.id, o.resume, s.state_path);
       const auto log = s.resume_state.metadata.find("log_sha256");
       if (log != s.resume_state.metadata.end()) s.log_sha256 = log->second;
     }
@@ -190,7 +233,7 @@ void resolve_options(Session& s) {
       validate_options(o);
       if (s.root) {
         check_out_folder(o);
-        s.run.id = new_run_id();
+        s.run.id = runs::new_run_id();
       }
     }
     if (o.batch % static_cast<std::size_t>(s.world) != 0)
@@ -202,7 +245,7 @@ void resolve_options(Session& s) {
   });
   s.run.on_disk = !s.o.resume.empty();  // checked against run_id.txt above
   std::error_code ec;
-  s.run.config_on_disk = !s.o.resume.empty() && fs::exists(fs::path(s.o.out) / kConfigFile, ec);
+  s.run.config_on_disk = !s.o.resume.empty() && fs::exists(fs::path(s.o.out) / runs::kConfigFile, ec);
 }
 
 // The worker threads per rank. A new run: --threads, or 0 for the cores. A resumed run: the
@@ -260,7 +303,7 @@ std::string metadata_difference(const std::string& key, const std::string& their
   std::string where;
   if (key == "vocabulary") {
     try {
-      const Vocabulary a = Vocabulary::from_json(theirs), b = Vocabulary::from_json(mine);
+      const text::Vocabulary a = text::Vocabulary::from_json(theirs), b = text::Vocabulary::from_json(mine);
       std::size_t i = 0;
       while (i < a.size() && i < b.size() && a.tokens[i] == b.tokens[i]) ++i;
       where = std::to_string(a.size()) + " vs " + std::to_string(b.size()) + " tokens";
@@ -304,10 +347,10 @@ void build(Session& s) {
     const TrainOptions& o = s.o;
     Task& task = *s.task;
     // Everything that will be saved must be savable before any work is done.
-    io::safetensors::check_metadata(model_metadata(task.info()), (fs::path(o.out) / kModelFile).string());
+    io::safetensors::check_metadata(model_metadata(task.info()), (fs::path(o.out) / runs::kModelFile).string());
     const std::map<std::string, std::string> opts = options_metadata(o);
     io::safetensors::check_metadata(io::safetensors::Metadata(opts.begin(), opts.end()),
-                                    (fs::path(o.out) / kStateFile).string());
+                                    (fs::path(o.out) / runs::kStateFile).string());
     const std::uint64_t n_expected = parameter_count(task.info().kind, task.info().config);
     if (n_expected > 1000000000)
       throw UsageError(op_message("train", "the model would have " + std::to_string(n_expected) +
@@ -339,30 +382,30 @@ void open_run_folder(Session& s) {
     const fs::path out(s.o.out);
     const bool bpb = s.task->logs_bits_per_byte();
     const std::vector<std::string> kept =
-        s.start > 0 ? rows_up_to(out / kLogFile, s.start, bpb) : std::vector<std::string>{};
+        s.start > 0 ? runs::rows_up_to(out / runs::kLogFile, s.start, bpb) : std::vector<std::string>{};
     for (const std::string& row : kept) {
-      const std::vector<std::string> f = csv_fields(row);
-      if (!f[6].empty() && parse_double(f[6], "log.csv") < s.best_val) {
-        s.best_val = parse_double(f[6], "log.csv");
-        s.best_step = parse_int(f[0], "log.csv");
+      const std::vector<std::string> f = runs::csv_fields(row);
+      if (!f[6].empty() && io::parse_double(f[6], "log.csv") < s.best_val) {
+        s.best_val = io::parse_double(f[6], "log.csv");
+        s.best_step = io::parse_int(f[0], "log.csv");
       }
     }
     // The log to continue (nothing written yet): its kept rows must be the ones this run's
     // checkpoint committed (a log.csv copied in from another run has rows of the same form).
-    s.csv = std::make_unique<RunLog>(out / kLogFile, kept, bpb);
+    s.csv = std::make_unique<runs::RunLog>(out / runs::kLogFile, kept, bpb);
     if (!s.log_sha256.empty() && s.csv->digest() != s.log_sha256)
-      throw FormatError("[train] " + (out / kLogFile).string() + ": its header and rows 1.." + std::to_string(s.start) +
+      throw FormatError("[train] " + (out / runs::kLogFile).string() + ": its header and rows 1.." + std::to_string(s.start) +
                         " have sha256 " + s.csv->digest().substr(0, 16) + ", the checkpoint of run " + s.run.id +
                         " saved them with sha256 " + shown_value(s.log_sha256, 16) +
                         ": not this run's log (copied from another run?); restore the run's own log.csv");
     // Every check has passed: the files the task prepared join the run folder (a refused run
     // leaves it as it was).
     s.task->commit_files();
-    prepare_out_folder(s.o.out);
+    runs::prepare_out_folder(s.o.out);
     // Resuming: bring model.safetensors to the state's step first. It is written after the state,
     // so kills that keep landing between the two would otherwise leave it several steps behind;
     // this keeps it at the state's step or one behind (docs/reliability.md).
-    if (s.start > 0) save_model(*s.task, (out / kModelFile).string(), s.start);
+    if (s.start > 0) save_model(*s.task, (out / runs::kModelFile).string(), s.start);
   });
 }
 
@@ -436,7 +479,7 @@ bool validate_at(Session& s, std::int64_t step, double val) {
   if (!(val < s.best_val)) return false;
   s.best_val = val;
   s.best_step = step;
-  if (s.root) save_model(*s.task, (fs::path(s.o.out) / kBestFile).string(), step, {{"val_loss", exact(val)}});
+  if (s.root) save_model(*s.task, (fs::path(s.o.out) / runs::kBestFile).string(), step, {{"val_loss", exact(val)}});
   return true;
 }
 
@@ -507,9 +550,9 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
 // Returns the picture's path when drawn ("" otherwise).
 std::string draw_loss_curve(Session& s) {
   if (!s.o.plot || !s.root) return "";
-  const std::string png = (fs::path(s.o.out) / "loss.png").string();
+  const std::string png = (fs::path(s.o.out) / runs::kLossPicture).string();
   try {
-    const Picture p = loss_curve_png(s.csv->path().string(), png, "xgrad train: " + s.o.task, s.task->has_validation());
+    const runs::Picture p = runs::loss_curve_png(s.csv->path().string(), png, "xgrad train: " + s.o.task, s.task->has_validation());
     if (p.drawn) return png;
     s.progress << "xgrad: warning: " << p.note << "\n" << std::flush;
   } catch (const Error& e) {
@@ -541,14 +584,14 @@ void report(Session& s, TrainResult& result) {
       s.out << "; training loss " << train_loss << " (mean of the last steps"
             << (s.o.dropout > 0 ? ", dropout " + number_text(s.o.dropout) + " on)" : ")");
     s.out << "\nbest validation loss " << s.best_val << " at step " << s.best_step << ": "
-          << (fs::path(s.o.out) / kBestFile).string() << "\n";
+          << (fs::path(s.o.out) / runs::kBestFile).string() << "\n";
   } else {
     result.metric = task.evaluate(s.comm, s.root ? &samples : nullptr);
     s.out << "samples:\n" << samples.str();
   }
   result.metric_name = task.metric_name();
   // Rank 0 alone has the log (csv) and writes files.
-  std::string written = s.root ? (fs::path(s.o.out) / kModelFile).string() + ", " + s.csv->path().string() : "";
+  std::string written = s.root ? (fs::path(s.o.out) / runs::kModelFile).string() + ", " + s.csv->path().string() : "";
   const std::string png = draw_loss_curve(s);
   if (!png.empty()) written += ", " + png;
   s.out << "wrote " << written << "\n";
@@ -568,7 +611,7 @@ void report(Session& s, TrainResult& result) {
   s.out << results.str();
   // result.txt: what the run printed at its end, for xgrad report (samples, RESULT lines).
   if (s.root) {
-    const std::string path = (fs::path(s.o.out) / kResultFile).string();
+    const std::string path = (fs::path(s.o.out) / runs::kResultFile).string();
     try {
       io::write_atomically(path, "samples:\n" + samples.str() + results.str(), "[train] " + path + ": ");
     } catch (const Error& e) {
@@ -616,7 +659,7 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   result.threads = s.threads;
   if (s.root) {  // a resumed run is unfinished again until report() writes its new result.txt
     std::error_code ec;
-    fs::remove(fs::path(s.o.out) / kResultFile, ec);
+    fs::remove(fs::path(s.o.out) / runs::kResultFile, ec);
   }
   train_loop(s, reducer, shard, result);
   result.allreduce_seconds = reducer.total_seconds();

@@ -1,5 +1,5 @@
 // SHA-256 (FIPS 180-4), internal: how xgrad names the contents of a file it must recognise
-// again (a tokenizer model, train/tokenizer.hpp). Not installed (see CMakeLists.txt).
+// again (a tokenizer model, text/tokenizer.hpp). Not installed (see CMakeLists.txt).
 #pragma once
 
 #include <array>

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""xgrad's llama2.c tokenizer (train/tokenizer_llama2c.cpp) against two references (run by
+"""xgrad's llama2.c tokenizer (text/tokenizer_llama2c.cpp) against two references (run by
 run_llama2c_tokenizer.sh as the ctest llama2c_tokenizer_interop).
 
 Usage: llama2c_tokenizer_check.py XGRAD WORKDIR

@@ -14,7 +14,7 @@ Usage: sentencepiece_check.py XGRAD WORKDIR
    --json FILES...` (each line a file of its own; the first 20 also through stdin, which must
    give the same ids). A line of valid UTF-8 without U+2581 must give exactly sp.encode(line)
    (for the models whose normaliser keeps the line as it is); any other line must give what
-   reference_encode() below computes: xgrad's documented rule (train/tokenizer.hpp, docs/cli.md)
+   reference_encode() below computes: xgrad's documented rule (text/tokenizer.hpp, docs/cli.md)
    written again here on Python's sentencepiece and Python's own UTF-8 decoder. Every line
    must decode back to its bytes (decoded here, and through `xgrad tokenizer decode` for a
    sample).
@@ -120,7 +120,7 @@ def corpus_text(rng, lines):
 # --- xgrad's rule, written again on Python's sentencepiece -------------------------------------
 
 class Reference:
-    """The lossless rule of train/tokenizer.hpp on top of Python's sentencepiece."""
+    """The lossless rule of text/tokenizer.hpp on top of Python's sentencepiece."""
 
     def __init__(self, path):
         self.sp = spm.SentencePieceProcessor(model_file=path)

@@ -19,8 +19,8 @@
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/train/tasks.hpp>
-#include <xgrad/train/text_corpus.hpp>
-#include <xgrad/train/tokenizer.hpp>
+#include <xgrad/text/corpus.hpp>
+#include <xgrad/text/tokenizer.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -305,7 +305,7 @@ TEST_CASE("checkpoint: a damaged vocabulary (entries swapped) is refused at load
   info.kind = "gpt";
   info.task = "text";
   info.config = c.resolved();
-  info.task_params = train::tokenizer_metadata(*train::make_byte_tokenizer());
+  info.task_params = text::tokenizer_metadata(*text::make_byte_tokenizer());
   for (int b = 0; b < 256; ++b) info.vocab.tokens.push_back(std::string(1, static_cast<char>(b)));
   CHECK(train::model_info(train::model_metadata(info), "m").vocab.tokens == info.vocab.tokens);
   std::swap(info.vocab.tokens[97], info.vocab.tokens[98]);

@@ -14,6 +14,7 @@
 #include "tests/support/helpers.hpp"
 #include "tests/support/tiny_runs.hpp"
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/io/number.hpp>
 #include <xgrad/train/generate.hpp>
 #include <xgrad/train/tasks.hpp>
 #include <xgrad/train/trainer.hpp>
@@ -49,9 +50,9 @@ TEST_CASE("charlm: non-ASCII text checkpoints, resumes and generates", "[train]"
   const train::TrainOptions again = xgt::resume_options(dir / "out");
   CHECK(train::run_training(again, log).steps_done == 4);
   // Vocabularies written before (JSON strings) still read.
-  CHECK(train::Vocabulary::from_json("[\"a\",\"|\"]").tokens == std::vector<std::string>{"a", "|"});
-  CHECK_THROWS_AS(train::Vocabulary::from_json("[[256]]"), FormatError);
-  CHECK_THROWS_AS(train::Vocabulary::from_json("{}"), FormatError);
+  CHECK(text::Vocabulary::from_json("[\"a\",\"|\"]").tokens == std::vector<std::string>{"a", "|"});
+  CHECK_THROWS_AS(text::Vocabulary::from_json("[[256]]"), FormatError);
+  CHECK_THROWS_AS(text::Vocabulary::from_json("{}"), FormatError);
   // What cannot be saved is refused before training, never at the first checkpoint.
   train::TrainOptions bad = xgt::tiny_sort_run(dir / "bad", 2);
   bad.task = "charlm";
@@ -98,13 +99,13 @@ TEST_CASE("train options: every option's range is checked before any work", "[tr
 }
 
 TEST_CASE("train options: checked number conversions name the source", "[train]") {
-  CHECK(train::parse_int("-12", "w") == -12);
-  CHECK(train::parse_uint("12", "w") == 12);
-  CHECK(train::parse_double("1.5e-3", "w") == 1.5e-3);
+  CHECK(io::parse_int("-12", "w") == -12);
+  CHECK(io::parse_uint("12", "w") == 12);
+  CHECK(io::parse_double("1.5e-3", "w") == 1.5e-3);
   for (const char* bad : {"", "x", "1x", " 1", "-", "99999999999999999999"})
-    CHECK_THROWS_WITH(train::parse_int(bad, "log.csv:3"), Catch::Contains("log.csv:3"));
-  CHECK_THROWS_AS(train::parse_uint("-1", "w"), FormatError);
-  for (const char* bad : {"nan", "inf", "1e400", "1,5", ""}) CHECK_THROWS_AS(train::parse_double(bad, "w"), FormatError);
+    CHECK_THROWS_WITH(io::parse_int(bad, "log.csv:3"), Catch::Contains("log.csv:3"));
+  CHECK_THROWS_AS(io::parse_uint("-1", "w"), FormatError);
+  for (const char* bad : {"nan", "inf", "1e400", "1,5", ""}) CHECK_THROWS_AS(io::parse_double(bad, "w"), FormatError);
 }
 
 TEST_CASE("generate: non-finite parameters are refused and no token comes from non-finite logits", "[train]") {

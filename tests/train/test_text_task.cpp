@@ -1,4 +1,4 @@
-// The text task's corpus (train/text_corpus.hpp) and the task end to end with the byte tokenizer.
+// The text task's corpus (text/corpus.hpp) and the task end to end with the byte tokenizer.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,7 +14,7 @@
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/convert.hpp>
 #include <xgrad/train/options.hpp>
-#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/text/corpus.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -40,7 +40,7 @@ TEST_CASE("text corpus: a folder's files are documents in path order with empty 
   write(dir / "b.txt", "bee\n");
   write(dir / "a" / "z.txt", "zed\n");
   write(dir / "empty.txt", "");
-  const auto docs = train::list_documents(dir.string());
+  const auto docs = text::list_documents(dir.string());
   REQUIRE(docs.size() == 2);
   CHECK(docs[0].name == "a/z.txt");
   CHECK(docs[1].name == "b.txt");
@@ -51,7 +51,7 @@ TEST_CASE("text corpus: a large file is cut into documents at line ends that add
   const fs::path dir = xgt::temp_dir("text_big");
   const std::string text = lines(60000, "line");  // about 1.6 MB: two documents or more
   write(dir / "big.txt", text);
-  const auto docs = train::list_documents((dir / "big.txt").string());
+  const auto docs = text::list_documents((dir / "big.txt").string());
   REQUIRE(docs.size() >= 2);
   std::uint64_t at = 0;
   for (const auto& d : docs) {
@@ -72,54 +72,54 @@ TEST_CASE("text corpus: symbolic-link loops are refused naming the link and FIFO
   fs::create_directories(dir / "c" / "sub");
   fs::create_directory_symlink("..", dir / "c" / "sub" / "up");  // c/sub/up -> c: a loop
   fs::create_directory_symlink("..", dir / "c" / "sub" / "up2");
-  CHECK_THROWS_WITH(train::list_documents((dir / "c").string()),
+  CHECK_THROWS_WITH(text::list_documents((dir / "c").string()),
                     Catch::Contains((dir / "c" / "sub" / "up").string() + " leads back to a folder it is in"));
   write(dir / "d" / "a.txt", text);
   fs::create_symlink("b", dir / "d" / "a");
   fs::create_symlink("a", dir / "d" / "b");
-  CHECK_THROWS_WITH(train::list_documents((dir / "d").string()), Catch::Contains("is a loop of symbolic links"));
+  CHECK_THROWS_WITH(text::list_documents((dir / "d").string()), Catch::Contains("is a loop of symbolic links"));
   // Two links to one folder that is no ancestor: read once, no error.
   write(dir / "e" / "shared" / "a.txt", text);
   fs::create_directory_symlink("shared", dir / "e" / "l1");
   fs::create_directory_symlink("shared", dir / "e" / "l2");
-  CHECK(train::list_documents((dir / "e").string()).size() == train::list_documents((dir / "e" / "shared").string()).size());
+  CHECK(text::list_documents((dir / "e").string()).size() == text::list_documents((dir / "e" / "shared").string()).size());
   const std::string fifo = (dir / "pipe").string();
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  CHECK_THROWS_WITH(train::list_documents(fifo), Catch::Contains("is a named pipe (FIFO), not a regular file"));
-  CHECK_THROWS_WITH(train::list_documents("/dev/zero"), Catch::Contains("is a character device"));
+  CHECK_THROWS_WITH(text::list_documents(fifo), Catch::Contains("is a named pipe (FIFO), not a regular file"));
+  CHECK_THROWS_WITH(text::list_documents("/dev/zero"), Catch::Contains("is a character device"));
 }
 
 TEST_CASE("text corpus: missing paths and folders without text are usage errors", "[text]") {
   const fs::path dir = xgt::temp_dir("text_bad");
-  CHECK_THROWS_AS(train::list_documents((dir / "missing").string()), UsageError);
+  CHECK_THROWS_AS(text::list_documents((dir / "missing").string()), UsageError);
   fs::create_directories(dir / "none");
-  CHECK_THROWS_WITH(train::list_documents((dir / "none").string()), Catch::Contains("without files"));
+  CHECK_THROWS_WITH(text::list_documents((dir / "none").string()), Catch::Contains("without files"));
   write(dir / "empties" / "e.txt", "");
-  CHECK_THROWS_WITH(train::list_documents((dir / "empties").string()), Catch::Contains("holds no text"));
+  CHECK_THROWS_WITH(text::list_documents((dir / "empties").string()), Catch::Contains("holds no text"));
   write(dir / "bin" / "x.bin", std::string("abc\0def", 7));
-  CHECK_THROWS_WITH(train::list_documents((dir / "bin").string()), Catch::Contains("looks binary"));
+  CHECK_THROWS_WITH(text::list_documents((dir / "bin").string()), Catch::Contains("looks binary"));
   std::string noise;
   for (int i = 0; i < 1000; ++i) noise += static_cast<char>(0x80 + i % 64);
   write(dir / "noise" / "n.txt", noise);
-  CHECK_THROWS_WITH(train::list_documents((dir / "noise").string()), Catch::Contains("not UTF-8"));
+  CHECK_THROWS_WITH(text::list_documents((dir / "noise").string()), Catch::Contains("not UTF-8"));
 }
 
 TEST_CASE("text corpus: the split is by document and the same every time with both sides non-empty", "[text]") {
-  std::vector<train::Document> docs;
+  std::vector<text::Document> docs;
   for (int i = 0; i < 200; ++i) docs.push_back({"p", "doc" + std::to_string(i), 0, 10});
-  std::vector<train::Document> tr, val, tr2, val2;
-  train::split_documents(docs, 0.1, tr, val);
-  train::split_documents(docs, 0.1, tr2, val2);
+  std::vector<text::Document> tr, val, tr2, val2;
+  text::split_documents(docs, 0.1, tr, val);
+  text::split_documents(docs, 0.1, tr2, val2);
   CHECK(tr.size() + val.size() == 200);
   CHECK(val.size() >= 8);
   CHECK(val.size() <= 35);
   REQUIRE(val.size() == val2.size());
   for (std::size_t i = 0; i < val.size(); ++i) CHECK(val[i].name == val2[i].name);
-  std::vector<train::Document> two = {{"p", "x", 0, 1}, {"p", "y", 0, 1}};
-  train::split_documents(two, 0.1, tr, val);
+  std::vector<text::Document> two = {{"p", "x", 0, 1}, {"p", "y", 0, 1}};
+  text::split_documents(two, 0.1, tr, val);
   CHECK(tr.size() == 1);
   CHECK(val.size() == 1);
-  CHECK_THROWS_WITH(train::split_documents({{"p", "only", 0, 5}}, 0.1, tr, val), Catch::Contains("one document"));
+  CHECK_THROWS_WITH(text::split_documents({{"p", "only", 0, 5}}, 0.1, tr, val), Catch::Contains("one document"));
 }
 
 TEST_CASE("text corpus: a token file holds the ids of the text and reads back through its map", "[text]") {
@@ -128,60 +128,60 @@ TEST_CASE("text corpus: a token file holds the ids of the text and reads back th
   for (int b = 0; b < 256; ++b) text += static_cast<char>(b == 0 ? 1 : b);
   text += "\n";
   write(dir / "t.txt", text);
-  const auto tok = train::make_byte_tokenizer();
-  std::vector<train::Document> docs = {{(dir / "t.txt").string(), "t.txt", 0, text.size()}};
-  const std::uint64_t n = train::tokenize_documents(docs, *tok, (dir / "t.bin").string());
+  const auto tok = text::make_byte_tokenizer();
+  std::vector<text::Document> docs = {{(dir / "t.txt").string(), "t.txt", 0, text.size()}};
+  const std::uint64_t n = text::tokenize_documents(docs, *tok, (dir / "t.bin").string());
   CHECK(n == text.size());
   CHECK(fs::file_size(dir / "t.bin") == 24 + text.size());  // one byte a token for 256 ids
-  const train::TokenFile f((dir / "t.bin").string());
+  const text::TokenFile f((dir / "t.bin").string());
   REQUIRE(f.size() == text.size());
   CHECK(f.bytes() == text.size());
   std::vector<std::int64_t> ids;
   for (std::uint64_t i = 0; i < f.size(); ++i) ids.push_back(f[i]);
   CHECK(tok->decode(ids) == text);
   write(dir / "bad.bin", "xgtok1 and then nothing that fits");
-  CHECK_THROWS_AS(train::TokenFile((dir / "bad.bin").string()), FormatError);
+  CHECK_THROWS_AS(text::TokenFile((dir / "bad.bin").string()), FormatError);
   write(dir / "short.bin", "xg");
-  CHECK_THROWS_AS(train::TokenFile((dir / "short.bin").string()), FormatError);
+  CHECK_THROWS_AS(text::TokenFile((dir / "short.bin").string()), FormatError);
 }
 
 TEST_CASE("text corpus: base64 matches RFC 4648 and refuses other text", "[text]") {
-  CHECK(train::base64_encode("") == "");
-  CHECK(train::base64_encode("f") == "Zg==");
-  CHECK(train::base64_encode("fo") == "Zm8=");
-  CHECK(train::base64_encode("foobar") == "Zm9vYmFy");
+  CHECK(text::base64_encode("") == "");
+  CHECK(text::base64_encode("f") == "Zg==");
+  CHECK(text::base64_encode("fo") == "Zm8=");
+  CHECK(text::base64_encode("foobar") == "Zm9vYmFy");
   std::string all;
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
-  CHECK(train::base64_decode(train::base64_encode(all), "t") == all);
-  CHECK(train::base64_decode("Zm8=", "t") == "fo");
-  CHECK_THROWS_AS(train::base64_decode("Zm8", "t"), FormatError);
-  CHECK_THROWS_AS(train::base64_decode("Zm!=", "t"), FormatError);
+  CHECK(text::base64_decode(text::base64_encode(all), "t") == all);
+  CHECK(text::base64_decode("Zm8=", "t") == "fo");
+  CHECK_THROWS_AS(text::base64_decode("Zm8", "t"), FormatError);
+  CHECK_THROWS_AS(text::base64_decode("Zm!=", "t"), FormatError);
 }
 
 TEST_CASE("text corpus: printable keeps UTF-8 and line breaks and escapes control and stray bytes", "[text]") {
-  CHECK(train::printable("plain text\n\tnext") == "plain text\n\tnext");
-  CHECK(train::printable("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
-  CHECK(train::printable(std::string("a\x1b[2Jb\x07\x7f", 8)) == "a\\x1B[2Jb\\x07\\x7F");
-  CHECK(train::printable(std::string("\0", 1)) == "\\x00");
+  CHECK(text::printable("plain text\n\tnext") == "plain text\n\tnext");
+  CHECK(text::printable("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  CHECK(text::printable(std::string("a\x1b[2Jb\x07\x7f", 8)) == "a\\x1B[2Jb\\x07\\x7F");
+  CHECK(text::printable(std::string("\0", 1)) == "\\x00");
   // Stray continuation, truncated sequence, overlong form, surrogate, above U+10FFFF.
-  CHECK(train::printable("\x80x") == "\\x80x");
-  CHECK(train::printable("\xC3") == "\\xC3");
-  CHECK(train::printable("\xE2\x82") == "\\xE2\\x82");
-  CHECK(train::printable("\xC0\xAF") == "\\xC0\\xAF");
-  CHECK(train::printable("\xED\xA0\x80") == "\\xED\\xA0\\x80");
-  CHECK(train::printable("\xF4\x90\x80\x80") == "\\xF4\\x90\\x80\\x80");
+  CHECK(text::printable("\x80x") == "\\x80x");
+  CHECK(text::printable("\xC3") == "\\xC3");
+  CHECK(text::printable("\xE2\x82") == "\\xE2\\x82");
+  CHECK(text::printable("\xC0\xAF") == "\\xC0\\xAF");
+  CHECK(text::printable("\xED\xA0\x80") == "\\xED\\xA0\\x80");
+  CHECK(text::printable("\xF4\x90\x80\x80") == "\\xF4\\x90\\x80\\x80");
 }
 
 TEST_CASE("text corpus: uncapped validation windows make every token after the first a target once", "[text]") {
   for (std::uint64_t n : {2u, 3u, 17u, 64u, 65u, 1000u}) {
-    const auto w = train::validation_windows(n, 8, 1000000);
+    const auto w = text::validation_windows(n, 8, 1000000);
     std::multiset<std::uint64_t> targets;
     for (std::uint64_t s : w.starts)
       for (std::uint64_t t = s + 1; t <= std::min<std::uint64_t>(s + 8, n - 1); ++t) targets.insert(t);
     CHECK(targets.size() == n - 1);
     CHECK(std::set<std::uint64_t>(targets.begin(), targets.end()).size() == n - 1);
   }
-  CHECK(train::validation_windows(100000, 8, 10).starts.size() == 10);
+  CHECK(text::validation_windows(100000, 8, 10).starts.size() == 10);
 }
 
 TEST_CASE("text task: bytes training logs bits per byte as val_loss over ln 2 and reports it", "[text]") {
@@ -240,10 +240,10 @@ TEST_CASE("text task: bytes training logs bits per byte as val_loss over ln 2 an
 TEST_CASE("text corpus: one file of a few pages still splits into documents", "[text]") {
   const fs::path dir = xgt::temp_dir("text_one_file");
   write(dir / "one.txt", lines(1500, "page"));  // about 40 KB
-  const auto docs = train::list_documents((dir / "one.txt").string());
+  const auto docs = text::list_documents((dir / "one.txt").string());
   CHECK(docs.size() >= 8);
-  std::vector<train::Document> tr, val;
-  train::split_documents(docs, 0.1, tr, val);
+  std::vector<text::Document> tr, val;
+  text::split_documents(docs, 0.1, tr, val);
   CHECK(!tr.empty());
   CHECK(!val.empty());
 }
@@ -274,14 +274,14 @@ TEST_CASE("text corpus: the run's own --out folder inside --text is not read; --
   write(dir / "b.txt", lines(200, "beta"));
   write(dir / "run" / "log.csv", "step,lr\n1,0.1\n");  // a run's files: not text of the corpus
   write(dir / "run" / "deep" / "notes.txt", "not read\n");
-  const auto docs = train::list_documents(dir.string(), (dir / "run").string());
+  const auto docs = text::list_documents(dir.string(), (dir / "run").string());
   std::set<std::string> names;
   for (const auto& d : docs) names.insert(d.name.substr(0, d.name.find('#')));
   CHECK(names == std::set<std::string>{"a.txt", "b.txt"});
-  CHECK(train::list_documents(dir.string()).size() > docs.size());  // without the exclusion they are read
-  CHECK_THROWS_WITH(train::list_documents((dir / "run").string(), (dir / "run").string()),
+  CHECK(text::list_documents(dir.string()).size() > docs.size());  // without the exclusion they are read
+  CHECK_THROWS_WITH(text::list_documents((dir / "run").string(), (dir / "run").string()),
                     Catch::Contains("is the output folder"));
-  CHECK_THROWS_WITH(train::list_documents((dir / "run" / "deep").string(), (dir / "run").string()),
+  CHECK_THROWS_WITH(text::list_documents((dir / "run" / "deep").string(), (dir / "run").string()),
                     Catch::Contains("inside it"));
   // End to end: `--text DIR --out DIR/run`, stopped and resumed, reads only a.txt and b.txt
   // both times (the resume would otherwise find the run's token files and logs in its text).

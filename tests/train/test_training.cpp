@@ -11,9 +11,10 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/core/runtime.hpp>
+#include <xgrad/text/corpus.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/generate.hpp>
-#include <xgrad/train/plots.hpp>
+#include <xgrad/runs/plots.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -433,7 +434,7 @@ std::vector<std::vector<std::string>> csv_rows(const fs::path& path) {
 TEST_CASE("charlm: a folder is a sorted and deduplicated corpus split at the tail of every text", "[train][charlm]") {
   const fs::path dir = temp_dir("charlm_corpus");
   const fs::path texts = charlm_corpus(dir);
-  const auto corpus = train::CharLMTask::read_corpus(texts.string());
+  const auto corpus = text::read_corpus(texts.string());
   REQUIRE(corpus.size() == 3);  // z-link is a-text
   CHECK(corpus[0].name == "a-text");
   CHECK(corpus[1].name == "b-text");
@@ -454,17 +455,17 @@ TEST_CASE("charlm: a folder is a sorted and deduplicated corpus split at the tai
   for (std::int64_t id : b.tokens.data) seen += task.vocab().tokens[static_cast<std::size_t>(id)];
   CHECK(seen.find("licence") != std::string::npos);
   // The fingerprint names every text with its size and changes with any byte.
-  const std::string fp = train::CharLMTask::fingerprint(corpus);
+  const std::string fp = text::fingerprint(corpus);
   CHECK_THAT(fp, Catch::StartsWith("a-text:" + std::to_string(corpus[0].text.size()) + ":"));
   auto changed = corpus;
   changed[1].text[3] = 'X';
-  CHECK(train::CharLMTask::fingerprint(changed) != fp);
+  CHECK(text::fingerprint(changed) != fp);
   // A missing folder, an empty one: clear errors that suggest --text FILE.
-  CHECK_THROWS_WITH(train::CharLMTask::read_corpus((dir / "missing").string()),
+  CHECK_THROWS_WITH(text::read_corpus((dir / "missing").string()),
                     Catch::Contains("cannot read the text file") && Catch::Contains("missing") &&
                         Catch::Contains("--text FILE"));
   fs::create_directories(dir / "empty");
-  CHECK_THROWS_WITH(train::CharLMTask::read_corpus((dir / "empty").string()),
+  CHECK_THROWS_WITH(text::read_corpus((dir / "empty").string()),
                     Catch::Contains("holds no files") && Catch::Contains("--text FILE"));
   fs::remove_all(dir);
 }
@@ -528,7 +529,7 @@ TEST_CASE("charlm: validation loss in log.csv and RESULT lines and the plot and 
   // The loss curve has both series (training: column 3, validation: column 7).
   const std::string gp = read_file(dir / "out" / "loss.gp");
   CHECK_THAT(gp, Catch::Contains("using 1:3") && Catch::Contains("using 1:7") && Catch::Contains("validation loss"));
-  CHECK(train::loss_curve_script("log.csv", "loss.png", "t").find("using 1:7") == std::string::npos);
+  CHECK(runs::loss_curve_script("log.csv", "loss.png", "t").find("using 1:7") == std::string::npos);
 
   // Resume refuses a corpus that changed since the run was saved.
   o.steps = 14;

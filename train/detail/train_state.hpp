@@ -11,7 +11,7 @@
 #include <xgrad/core/random.hpp>
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/io/safetensors.hpp>
-#include <xgrad/train/detail/run_folder.hpp>
+#include <xgrad/runs/run_folder.hpp>
 #include <xgrad/train/task.hpp>
 
 namespace xg::train::detail {
@@ -29,7 +29,7 @@ struct RunIdentity {
 // `threads`: the worker threads per rank the run ran with (metadata "threads", written when
 // not 1: checkpoints of earlier versions lack the key, and their runs had 1 by default).
 void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity& run, const nn::Optimizer& opt,
-                     std::int64_t step, const Generator& data, const Generator& dropout, RunLog& log);
+                     std::int64_t step, const Generator& data, const Generator& dropout, runs::RunLog& log);
 // The worker threads per rank a checkpoint's run ran with ("threads"; 1 when it lacks the key,
 // the default of the versions that did not save it). FormatError naming `state_path` for a
 // value that is not a count in [1, 1024].

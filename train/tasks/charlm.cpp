@@ -20,29 +20,24 @@
 
 namespace xg::train {
 
-std::string CharLMTask::read_text(const std::string& path) {
-  // A regular file of at most kTextLimit bytes: a FIFO or a device is refused by name.
-  return io::read_input_file(path, io::kTextLimit, "[charlm] the text file");
-}
-
-CharLMTask::CharLMTask(const std::string& path, std::size_t context) : CharLMTask(path, context, read_corpus(path)) {}
+CharLMTask::CharLMTask(const std::string& path, std::size_t context) : CharLMTask(path, context, text::read_corpus(path)) {}
 
 CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::string& text)
-    : CharLMTask(path, context, std::vector<TextFile>{{std::filesystem::path(path).filename().string(), text}}) {}
+    : CharLMTask(path, context, std::vector<text::TextFile>{{std::filesystem::path(path).filename().string(), text}}) {}
 
-CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::vector<TextFile>& corpus)
+CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::vector<text::TextFile>& corpus)
     : context_(context) {
   std::size_t total = 0;
-  for (const TextFile& f : corpus) total += f.text.size();
+  for (const text::TextFile& f : corpus) total += f.text.size();
   if (total < 20 * (context + 1))
     throw ValueError(op_message("charlm", path + " has " + std::to_string(total) + " bytes; need at least " +
                                               std::to_string(20 * (context + 1)) + " for context " +
                                               std::to_string(context)));
   std::set<unsigned char> chars;
-  for (const TextFile& f : corpus) chars.insert(f.text.begin(), f.text.end());
+  for (const text::TextFile& f : corpus) chars.insert(f.text.begin(), f.text.end());
   for (unsigned char c : chars) vocab_.tokens.push_back(std::string(1, static_cast<char>(c)));
   // The tail of every text: validation then reads the same kinds of text as training.
-  for (const TextFile& f : corpus) {
+  for (const text::TextFile& f : corpus) {
     const auto ids = encode(f.text);
     const std::size_t split = ids.size() * 9 / 10;
     train_.insert(train_.end(), ids.begin(), ids.begin() + static_cast<long>(split));
@@ -52,59 +47,6 @@ CharLMTask::CharLMTask(const std::string& path, std::size_t context, const std::
     throw ValueError(op_message("charlm", path + ": the validation split (the last 10% of each text) has " +
                                               std::to_string(val_.size()) + " bytes; need at least " +
                                               std::to_string(context + 2) + " for context " + std::to_string(context)));
-}
-
-std::vector<TextFile> CharLMTask::read_corpus(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) {
-    if (!fs::exists(path, ec))
-      throw ValueError(op_message("charlm", "cannot read the text file " + path +
-                                                " (no such file or folder; pass --text FILE, a text file or a folder of them)"));
-    return {{fs::path(path).filename().string(), read_text(path)}};
-  }
-  std::vector<std::pair<std::string, fs::path>> files;  // (name, resolved path)
-  std::set<std::string> seen;
-  fs::directory_iterator it(path, ec), end;
-  if (ec)
-    throw ValueError(op_message("charlm", "cannot read the text folder " + path + ": " + ec.message() +
-                                              " (pass --text FILE)"));
-  for (; it != end; it.increment(ec)) {
-    if (ec) throw ValueError(op_message("charlm", "cannot list the text folder " + path + ": " + ec.message()));
-    std::error_code e2;
-    const fs::path target = fs::canonical(it->path(), e2);
-    if (e2 || !fs::is_regular_file(target, e2)) continue;  // a dangling link, a subfolder, a device
-    if (seen.insert(target.string()).second) files.emplace_back(target.filename().string(), target);
-  }
-  if (files.empty())
-    throw ValueError(op_message("charlm", "the text folder " + path + " holds no files (pass --text FILE)"));
-  std::sort(files.begin(), files.end());
-  // The folder is read whole: its files together stay within the limit of one text.
-  std::uint64_t total = 0;
-  for (const auto& f : files) {
-    std::error_code e2;
-    const std::uintmax_t n = fs::file_size(f.second, e2);
-    total += e2 ? 0 : static_cast<std::uint64_t>(n);
-  }
-  if (total > io::kTextLimit)
-    throw UsageError(op_message("charlm", "the text folder " + path + " holds " + std::to_string(total) +
-                                              " bytes, more than the limit of " + io::size_text(io::kTextLimit) +
-                                              " for a text read whole"));
-  std::vector<TextFile> corpus;
-  for (const auto& f : files) corpus.push_back({f.first, read_text(f.second.string())});
-  return corpus;
-}
-
-std::string CharLMTask::fingerprint(const std::vector<TextFile>& corpus) {
-  std::string out;
-  for (const TextFile& f : corpus) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : f.text) h = (h ^ c) * 1099511628211ull;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-    out += (out.empty() ? "" : ";") + f.name + ":" + std::to_string(f.text.size()) + ":" + hex;
-  }
-  return out;
 }
 
 std::vector<std::int64_t> CharLMTask::encode(const std::string& text) const {
@@ -137,8 +79,8 @@ namespace {
 
 class CharLMTraining : public GPTTask {
  public:
-  CharLMTraining(const TrainOptions& o, const std::vector<TextFile>& corpus)
-      : o_(o), data_(o.text, o.context, corpus), corpus_(CharLMTask::fingerprint(corpus)) {
+  CharLMTraining(const TrainOptions& o, const std::vector<text::TextFile>& corpus)
+      : o_(o), data_(o.text, o.context, corpus), corpus_(text::fingerprint(corpus)) {
     nn::TransformerConfig c = config_from_options(o);
     info_.task = "charlm";
     info_.kind = "gpt";
@@ -222,22 +164,22 @@ class CharLMTraining : public GPTTask {
  private:
   TrainOptions o_;
   CharLMTask data_;
-  std::string corpus_;  // CharLMTask::fingerprint of the texts, saved with the state
+  std::string corpus_;  // text::fingerprint of the texts, saved with the state
 };
 
 }  // namespace
 
 // Rank 0 reads the texts; every rank gets the same bytes.
 std::unique_ptr<Task> make_charlm(const TrainOptions& o, dist::Communicator& comm) {
-  std::vector<TextFile> corpus;
+  std::vector<text::TextFile> corpus;
   dist::together(comm, [&] {
-    if (comm.rank() == 0) corpus = CharLMTask::read_corpus(o.text);
+    if (comm.rank() == 0) corpus = text::read_corpus(o.text);
   });
   if (comm.size() > 1) {
     std::string count = std::to_string(corpus.size());
     comm.broadcast(count, 0);
     corpus.resize(static_cast<std::size_t>(std::stoull(count)));
-    for (TextFile& f : corpus) {
+    for (text::TextFile& f : corpus) {
       comm.broadcast(f.name, 0);
       comm.broadcast(f.text, 0);
     }

@@ -105,7 +105,7 @@ double heldout_exact_match(dist::Communicator& comm, std::size_t n,
   return comm.all_reduce(static_cast<double>(right), dist::ReduceOp::sum) / static_cast<double>(n);
 }
 
-bool exact_match(const Vocabulary& vocab, const std::vector<std::int64_t>& input, const std::vector<std::int64_t>& got,
+bool exact_match(const text::Vocabulary& vocab, const std::vector<std::int64_t>& input, const std::vector<std::int64_t>& got,
                  const std::vector<std::int64_t>& want, std::size_t i, std::ostream* samples) {
   const bool ok = got == want;
   if (samples && i < 4)

@@ -39,7 +39,7 @@ double heldout_exact_match(dist::Communicator& comm, std::size_t n,
 
 /// Whether `got` is `want` (an exact match); the first four of a shard (`i` < 4) also go to
 /// `samples` (when not null) as "  input -> got  (right)" or "(expected want)".
-bool exact_match(const Vocabulary& vocab, const std::vector<std::int64_t>& input, const std::vector<std::int64_t>& got,
+bool exact_match(const text::Vocabulary& vocab, const std::vector<std::int64_t>& input, const std::vector<std::int64_t>& got,
                  const std::vector<std::int64_t>& want, std::size_t i, std::ostream* samples);
 
 /// A task that trains a decoder-only model (nn::GPT).

@@ -16,7 +16,8 @@
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/train/generate.hpp>
-#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/text/corpus.hpp>
+#include <xgrad/train/evaluation.hpp>
 
 #include "common.hpp"
 
@@ -55,8 +56,8 @@ struct PendingTokens {
 
 class TextTraining : public GPTTask {
  public:
-  TextTraining(const TrainOptions& o, std::unique_ptr<Tokenizer> tok, std::unique_ptr<TokenFile> train,
-               std::unique_ptr<TokenFile> val, std::string corpus, std::string split)
+  TextTraining(const TrainOptions& o, std::unique_ptr<text::Tokenizer> tok, std::unique_ptr<text::TokenFile> train,
+               std::unique_ptr<text::TokenFile> val, std::string corpus, std::string split)
       : o_(o), tok_(std::move(tok)), train_(std::move(train)), val_(std::move(val)), corpus_(std::move(corpus)),
         split_(std::move(split)) {
     const std::size_t T = o.context;
@@ -73,11 +74,11 @@ class TextTraining : public GPTTask {
     c.context = T;
     c.V_vocab = info_.vocab.size();
     info_.config = c.resolved();
-    info_.task_params = tokenizer_metadata(*tok_);
+    info_.task_params = text::tokenizer_metadata(*tok_);
     // convert and eval hold out the same documents (models saved before this key: 0.1).
     info_.task_params["val_fraction"] = exact(o.val_fraction);
     for (const std::string& t : info_.vocab.tokens) token_bytes_.push_back(t.size());
-    windows_ = validation_windows(val_->size(), T, kMaxValidationWindows);
+    windows_ = text::validation_windows(val_->size(), T, text::kMaxValidationWindows);
     for (std::uint64_t start : windows_.starts)
       for (std::uint64_t t = start + 1; t <= std::min<std::uint64_t>(start + T, val_->size() - 1); ++t) {
         ++val_targets_;
@@ -134,7 +135,7 @@ class TextTraining : public GPTTask {
     for (std::size_t i = 0; i < p; ++i) prompt.push_back((*val_)[i]);
     const std::vector<std::int64_t> written = continue_text(*gpt_, prompt, o_.context, 120, sample_gen);
     // Printable: a model that has not learned UTF-8 yet writes any bytes (\xNN escapes them).
-    samples << "  sample (prompt|what the model wrote): \"" << printable(tok_->decode(prompt)) << "|" << printable(tok_->decode(written)) << "\"\n";
+    samples << "  sample (prompt|what the model wrote): \"" << text::printable(tok_->decode(prompt)) << "|" << text::printable(tok_->decode(written)) << "\"\n";
     module().train();
   }
 
@@ -172,10 +173,10 @@ class TextTraining : public GPTTask {
 
  private:
   TrainOptions o_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<TokenFile> train_, val_;
+  std::unique_ptr<text::Tokenizer> tok_;
+  std::unique_ptr<text::TokenFile> train_, val_;
   std::string corpus_, split_;
-  ValidationWindows windows_;
+  text::ValidationWindows windows_;
   std::vector<std::size_t> token_bytes_;  // bytes each id decodes to
   std::uint64_t val_targets_ = 0, val_bytes_ = 0;
   std::unique_ptr<PendingTokens> pending_;  // rank 0, until commit_files()
@@ -209,7 +210,7 @@ std::vector<fs::path> missing_folders(const fs::path& dir) {
 }
 
 // Rank 0's token file, shared with the other ranks (held in memory there).
-std::unique_ptr<TokenFile> share(dist::Communicator& comm, std::unique_ptr<TokenFile> mine) {
+std::unique_ptr<text::TokenFile> share(dist::Communicator& comm, std::unique_ptr<text::TokenFile> mine) {
   if (comm.size() == 1) return mine;
   std::string blob;
   if (comm.rank() == 0) {
@@ -224,28 +225,28 @@ std::unique_ptr<TokenFile> share(dist::Communicator& comm, std::unique_ptr<Token
   std::memcpy(&bytes, blob.data(), 8);
   std::vector<std::uint32_t> ids((blob.size() - 8) / 4);
   std::memcpy(ids.data(), blob.data() + 8, ids.size() * 4);
-  return std::make_unique<TokenFile>(std::move(ids), bytes);
+  return std::make_unique<text::TokenFile>(std::move(ids), bytes);
 }
 
 }  // namespace
 
 // Rank 0 reads and tokenises the texts into the run folder; the others get the tokens.
 std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm) {
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<TokenFile> train, val;
+  std::unique_ptr<text::Tokenizer> tok;
+  std::unique_ptr<text::TokenFile> train, val;
   std::unique_ptr<PendingTokens> pending;
   std::string corpus, split;
   dist::together(comm, [&] {
-    tok = load_tokenizer(o.tokenizer);
+    tok = text::load_tokenizer(o.tokenizer);
     if (tok->kind() == "llama2c")
       throw UsageError(op_message("train", "--tokenizer '" + o.tokenizer +
                                                "' is a llama2.c tokenizer.bin: it is for generate and tokenizer "
                                                "encode/decode; --task text trains with a SentencePiece .model or bytes"));
     if (comm.rank() != 0) return;
-    const std::vector<Document> docs = list_documents(o.text, o.out);
-    std::vector<Document> train_docs, val_docs;
-    split_documents(docs, o.val_fraction, train_docs, val_docs);
-    corpus = corpus_fingerprint(docs);
+    const std::vector<text::Document> docs = text::list_documents(o.text, o.out);
+    std::vector<text::Document> train_docs, val_docs;
+    text::split_documents(docs, o.val_fraction, train_docs, val_docs);
+    corpus = text::corpus_fingerprint(docs);
     check_token_paths(o);
     // The tokens go to temporary files in the run folder, committed as train.bin and val.bin
     // only once the run's checks have passed (commit_files); until then the folder is as it was.
@@ -254,11 +255,11 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
     fs::create_directories(o.out);
     const std::string train_path = (fs::path(o.out) / "train.bin").string(), val_path = (fs::path(o.out) / "val.bin").string();
     const auto t0 = std::chrono::steady_clock::now();
-    pending->train = tokenize_documents_pending(train_docs, *tok, train_path);
-    pending->val = tokenize_documents_pending(val_docs, *tok, val_path);
+    pending->train = text::tokenize_documents_pending(train_docs, *tok, train_path);
+    pending->val = text::tokenize_documents_pending(val_docs, *tok, val_path);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    train = std::make_unique<TokenFile>(pending->train->temporary_path());
-    val = std::make_unique<TokenFile>(pending->val->temporary_path());
+    train = std::make_unique<text::TokenFile>(pending->train->temporary_path());
+    val = std::make_unique<text::TokenFile>(pending->val->temporary_path());
     split = std::to_string(docs.size()) + " documents, " + std::to_string(val_docs.size()) + " for validation (--val-fraction " +
             number_text(o.val_fraction) + "), tokenised in " + std::to_string(seconds).substr(0, 5) +
             " s";

@@ -300,7 +300,7 @@ TEST_CASE("checkpoint metadata: the position scheme round-trips; without the key
   train::ModelInfo info;
   info.kind = "gpt";
   info.task = "sort";
-  info.vocab = train::Vocabulary{{"a", "b", "c"}};
+  info.vocab = text::Vocabulary{{"a", "b", "c"}};
   info.config.V_vocab = 3;
   info.config.context = 8;
   info.config.d_model = 8;

@@ -72,7 +72,7 @@
 #include <string_view>
 #include <vector>
 
-namespace xg::train {
+namespace xg::text {
 
 /// Text (bytes) to token ids and back; see the file comment for the lossless rule.
 class Tokenizer {
@@ -161,7 +161,7 @@ struct TokenizerTrainOptions {
 };
 
 /// Trains a SentencePiece model on the texts of `paths` (each a file or a folder, read as
-/// CharLMTask::read_corpus reads it) and writes it to `out` atomically (a temporary file,
+/// read_corpus reads it) and writes it to `out` atomically (a temporary file,
 /// fsync, rename). Returns a short report (pieces, corpus bytes, sentences, characters,
 /// seconds) for the CLI.
 ///
@@ -187,4 +187,4 @@ std::string binary_reason(std::string_view text);
 /// decimal integer or an id outside [0, vocab_size).
 std::vector<std::int64_t> parse_token_ids(std::string_view text, std::size_t vocab_size);
 
-}  // namespace xg::train
+}  // namespace xg::text

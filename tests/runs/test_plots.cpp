@@ -1,4 +1,4 @@
-// Pictures (train/plots.cpp): the gnuplot scripts carry the title, the axis names, the token
+// Pictures (runs/plots.cpp): the gnuplot scripts carry the title, the axis names, the token
 // labels, a colour scale and a colour for masked cells that the weight scale never uses; the
 // PNGs gnuplot draws from them are valid and of the size asked for; without gnuplot a picture
 // is skipped (its script still written, a stale PNG removed), and a failing gnuplot is an
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "tests/support/helpers.hpp"
-#include <xgrad/train/plots.hpp>
+#include <xgrad/runs/plots.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -46,8 +46,8 @@ Array causal_weights() { return Array::of({{1.0, 0.0, 0.0}, {0.25, 0.75, 0.0}, {
 std::vector<unsigned char> causal_allowed(std::size_t T) {
   return nn::Visibility::causal(T, T).expand_allowed("test", {1, 1, T, T});
 }
-train::HeatmapLabels abc_labels() {
-  train::HeatmapLabels l;
+runs::HeatmapLabels abc_labels() {
+  runs::HeatmapLabels l;
   l.title = "attention weights: layer 1, query head 0\nprompt \"ab\"";
   l.x_ticks = l.y_ticks = {"a", "b", "c"};
   return l;
@@ -56,19 +56,19 @@ train::HeatmapLabels abc_labels() {
 }  // namespace
 
 TEST_CASE("plots: tick labels make spaces, control characters and stray bytes visible", "[plots]") {
-  CHECK(train::tick_label("a") == "a");
-  CHECK(train::tick_label(" ") == "\xE2\x90\xA3");
-  CHECK(train::tick_label("\n") == "\\n");
-  CHECK(train::tick_label("\t") == "\\t");
-  CHECK(train::tick_label(std::string(1, '\x07')) == "\\x07");
-  CHECK(train::tick_label("\xC3") == "\\xC3");                // half of a two-byte character
-  CHECK(train::tick_label("\xC3\xA9") == "\xC3\xA9");         // é, whole
-  CHECK(train::tick_label("\xE0\x80\x80") == "\\xE0\\x80\\x80");  // overlong: not UTF-8
+  CHECK(runs::tick_label("a") == "a");
+  CHECK(runs::tick_label(" ") == "\xE2\x90\xA3");
+  CHECK(runs::tick_label("\n") == "\\n");
+  CHECK(runs::tick_label("\t") == "\\t");
+  CHECK(runs::tick_label(std::string(1, '\x07')) == "\\x07");
+  CHECK(runs::tick_label("\xC3") == "\\xC3");                // half of a two-byte character
+  CHECK(runs::tick_label("\xC3\xA9") == "\xC3\xA9");         // é, whole
+  CHECK(runs::tick_label("\xE0\x80\x80") == "\\xE0\\x80\\x80");  // overlong: not UTF-8
 }
 
 TEST_CASE("plots: the attention-map script has title, axis names, token labels, colour scale, masked colour",
           "[plots]") {
-  const std::string s = train::attention_map_script(causal_weights(), causal_allowed(3), abc_labels(), "map.png");
+  const std::string s = runs::attention_map_script(causal_weights(), causal_allowed(3), abc_labels(), "map.png");
   // Title (two lines, the quote escaped), axis names, output name.
   CHECK_THAT(s, Catch::Contains("set title \"attention weights: layer 1, query head 0\\nprompt \\\"ab\\\"\""));
   CHECK_THAT(s, Catch::Contains("set xlabel \"key position\""));
@@ -93,29 +93,29 @@ TEST_CASE("plots: the attention-map script has title, axis names, token labels, 
 }
 
 TEST_CASE("plots: labels needing escapes, and numbers instead of labels on long axes", "[plots]") {
-  train::HeatmapLabels l;
+  runs::HeatmapLabels l;
   l.title = "t";
   l.x_ticks = l.y_ticks = {"'", "\"", "%"};
-  const std::string s = train::attention_map_script(causal_weights(), causal_allowed(3), l, "m.png");
+  const std::string s = runs::attention_map_script(causal_weights(), causal_allowed(3), l, "m.png");
   CHECK_THAT(s, Catch::Contains("set xtics out nomirror (\"'\" 0, \"\\\"\" 1, \"%%\" 2)"));
 
-  const std::size_t T = train::kMaxTickLabels + 1;
+  const std::size_t T = runs::kMaxTickLabels + 1;
   Array M = Array::zeros({T, T}, DType::float64);
   for (std::size_t i = 0; i < T; ++i) M.set_flat(i * T, 1.0);  // every query on key 0
-  train::HeatmapLabels many;
+  runs::HeatmapLabels many;
   many.x_ticks = many.y_ticks = std::vector<std::string>(T, "x");
-  const std::string big = train::attention_map_script(M, causal_allowed(T), many, "big.png");
+  const std::string big = runs::attention_map_script(M, causal_allowed(T), many, "big.png");
   CHECK_THAT(big, Catch::Contains("set xtics out nomirror\n"));
   CHECK_THAT(big, !Catch::Contains("\"x\" 0"));
   CHECK_THAT(big, !Catch::Contains("set grid x2tics"));  // no cell lines on a dense grid
 }
 
 TEST_CASE("plots: the visibility script marks allowed and masked cells and names both in a legend", "[plots]") {
-  train::HeatmapLabels l;
+  runs::HeatmapLabels l;
   l.title = "causal visibility of 2 new queries";
   l.x_ticks = {"0", "1", "2", "3"};
   l.y_ticks = {"2", "3"};
-  const std::string s = train::visibility_script(nn::Visibility::causal(2, 4), 2, 4, l, "v.png");
+  const std::string s = runs::visibility_script(nn::Visibility::causal(2, 4).expand_allowed("test", {1, 1, 2, 4}), 2, 4, l, "v.png");
   CHECK_THAT(s, Catch::Contains("set title \"causal visibility of 2 new queries\""));
   CHECK_THAT(s, Catch::Contains("set xlabel \"key position\""));
   CHECK_THAT(s, Catch::Contains("set ylabel \"query position\""));
@@ -131,57 +131,61 @@ TEST_CASE("plots: bad input is an error naming the cell or the path", "[plots]")
   const auto labels = abc_labels();
   Array leak = causal_weights();
   leak.set_flat(1, 0.1);  // weight on a masked cell
-  CHECK_THROWS_WITH(train::attention_map_script(leak, allowed, labels, "m.png"),
+  CHECK_THROWS_WITH(runs::attention_map_script(leak, allowed, labels, "m.png"),
                     Catch::Contains("query 0, key 1") && Catch::Contains("masked"));
   Array nan = causal_weights();
   nan.set_flat(0, std::nan(""));
-  CHECK_THROWS_AS(train::attention_map_script(nan, allowed, labels, "m.png"), ValueError);
+  CHECK_THROWS_AS(runs::attention_map_script(nan, allowed, labels, "m.png"), ValueError);
   Array big = causal_weights();
   big.set_flat(0, 1.5);
-  CHECK_THROWS_WITH(train::attention_map_script(big, allowed, labels, "m.png"), Catch::Contains("[0, 1]"));
-  CHECK_THROWS_AS(train::attention_map_script(causal_weights(), causal_allowed(2), labels, "m.png"), ShapeError);
-  CHECK_THROWS_AS(train::attention_map_script(Array::zeros({3}, DType::float64), allowed, labels, "m.png"), ShapeError);
-  train::HeatmapLabels two = labels;
+  CHECK_THROWS_WITH(runs::attention_map_script(big, allowed, labels, "m.png"), Catch::Contains("[0, 1]"));
+  CHECK_THROWS_AS(runs::attention_map_script(causal_weights(), causal_allowed(2), labels, "m.png"), ShapeError);
+  CHECK_THROWS_AS(runs::attention_map_script(Array::zeros({3}, DType::float64), allowed, labels, "m.png"), ShapeError);
+  // The visibility picture takes T x S cells: another count, or no query or key, is refused.
+  CHECK_THROWS_WITH(runs::visibility_script(std::vector<unsigned char>(7, 1), 2, 4, labels, "v.png"),
+                    Catch::Contains("7 cells, expected 2 x 4"));
+  CHECK_THROWS_AS(runs::visibility_script({}, 0, 4, labels, "v.png"), ShapeError);
+  runs::HeatmapLabels two = labels;
   two.x_ticks = {"a", "b"};
-  CHECK_THROWS_WITH(train::attention_map_script(causal_weights(), allowed, two, "m.png"), Catch::Contains("tick labels"));
+  CHECK_THROWS_WITH(runs::attention_map_script(causal_weights(), allowed, two, "m.png"), Catch::Contains("tick labels"));
   const fs::path dir = temp_dir("plots_bad");
-  CHECK_THROWS_WITH(train::attention_map_png(causal_weights(), allowed, labels, (dir / "m.gp").string()),
+  CHECK_THROWS_WITH(runs::attention_map_png(causal_weights(), allowed, labels, (dir / "m.gp").string()),
                     Catch::Contains("its own gnuplot script"));
-  CHECK_THROWS_AS(train::attention_map_png(causal_weights(), allowed, labels, (dir / "no" / "m.png").string()),
+  CHECK_THROWS_AS(runs::attention_map_png(causal_weights(), allowed, labels, (dir / "no" / "m.png").string()),
                   ValueError);
-  CHECK_THROWS_AS(train::png_size((dir / "missing.png").string()), FormatError);
+  CHECK_THROWS_AS(runs::png_size((dir / "missing.png").string()), FormatError);
   fs::remove_all(dir);
 }
 
 TEST_CASE("plots: gnuplot draws valid PNGs of the planned size, each with its script beside it", "[plots]") {
-  REQUIRE_FALSE(train::find_gnuplot().empty());  // gnuplot-nox is a build requirement (scripts/setup.sh)
+  REQUIRE_FALSE(runs::find_gnuplot().empty());  // gnuplot-nox is a build requirement (scripts/setup.sh)
   const fs::path dir = temp_dir("plots_draw");
   {
     std::ofstream csv(dir / "log.csv");
     csv << "step,lr,loss\n";
     for (int s = 1; s <= 50; ++s) csv << s << ",0.001," << 3.0 / s << "\n";
   }
-  const train::Picture loss = train::loss_curve_png((dir / "log.csv").string(), (dir / "loss.png").string(), "test");
+  const runs::Picture loss = runs::loss_curve_png((dir / "log.csv").string(), (dir / "loss.png").string(), "test");
   CHECK(loss.drawn);
   CHECK(loss.size.width == 900);
   CHECK(loss.size.height == 500);
   CHECK_THAT(read_file(dir / "loss.gp"), Catch::Contains("plot \"log.csv\" using 1:3"));  // relative to the script
 
-  const train::Picture map =
-      train::attention_map_png(causal_weights(), causal_allowed(3), abc_labels(), (dir / "map.png").string());
+  const runs::Picture map =
+      runs::attention_map_png(causal_weights(), causal_allowed(3), abc_labels(), (dir / "map.png").string());
   REQUIRE(map.drawn);
   CHECK(map.script == (dir / "map.gp").string());
-  CHECK(read_file(dir / "map.gp") == train::attention_map_script(causal_weights(), causal_allowed(3), abc_labels(), "map.png"));
-  const train::ImageSize got = train::png_size((dir / "map.png").string());
+  CHECK(read_file(dir / "map.gp") == runs::attention_map_script(causal_weights(), causal_allowed(3), abc_labels(), "map.png"));
+  const runs::ImageSize got = runs::png_size((dir / "map.png").string());
   CHECK(got.width == map.size.width);
   CHECK(got.height == map.size.height);
   CHECK(got.width >= 560);  // room for the grid, the labels and the colour scale
   CHECK(got.height >= 400);
 
-  const train::Picture vis =
-      train::visibility_png(nn::Visibility::causal(3, 8), 3, 8, train::HeatmapLabels{}, (dir / "v.png").string());
+  const runs::Picture vis =
+      runs::visibility_png(nn::Visibility::causal(3, 8).expand_allowed("test", {1, 1, 3, 8}), 3, 8, runs::HeatmapLabels{}, (dir / "v.png").string());
   REQUIRE(vis.drawn);
-  CHECK(train::png_size((dir / "v.png").string()).width == vis.size.width);
+  CHECK(runs::png_size((dir / "v.png").string()).width == vis.size.width);
   CHECK(vis.size.width > vis.size.height);  // 8 keys wide, 3 queries high
   fs::remove_all(dir);
 }
@@ -191,9 +195,9 @@ TEST_CASE("plots: without gnuplot a picture is skipped (script written, stale PN
   fs::create_directories(dir / "bin");
   { std::ofstream(dir / "map.png") << "an old picture"; }
   PathOverride path((dir / "bin").string());
-  CHECK(train::find_gnuplot().empty());
-  const train::Picture p =
-      train::attention_map_png(causal_weights(), causal_allowed(3), abc_labels(), (dir / "map.png").string());
+  CHECK(runs::find_gnuplot().empty());
+  const runs::Picture p =
+      runs::attention_map_png(causal_weights(), causal_allowed(3), abc_labels(), (dir / "map.png").string());
   CHECK_FALSE(p.drawn);
   CHECK_THAT(p.note, Catch::Contains("gnuplot not found") && Catch::Contains("map.gp"));
   CHECK(fs::exists(dir / "map.gp"));
@@ -210,9 +214,9 @@ TEST_CASE("plots: a gnuplot that fails is an error naming it and what it said", 
   }
   fs::permissions(dir / "bin" / "gnuplot", fs::perms::owner_all);
   PathOverride path((dir / "bin").string());
-  CHECK(train::find_gnuplot() == (dir / "bin" / "gnuplot").string());
+  CHECK(runs::find_gnuplot() == (dir / "bin" / "gnuplot").string());
   CHECK_THROWS_WITH(
-      train::attention_map_png(causal_weights(), causal_allowed(3), abc_labels(), (dir / "map.png").string()),
+      runs::attention_map_png(causal_weights(), causal_allowed(3), abc_labels(), (dir / "map.png").string()),
       Catch::Contains("exit status 3") && Catch::Contains("something broke") && Catch::Contains("map.gp"));
   fs::remove_all(dir);
 }
@@ -255,15 +259,15 @@ TEST_CASE("train: results go to the output stream, progress and warnings to the 
 
 TEST_CASE("plots: the loss axis is chosen from the losses and text runs get a bits-per-byte curve", "[plots]") {
   // Losses between 4 and 7: a linear axis over them (a log axis from 1 to 10 had two labels).
-  const std::string narrow = train::loss_curve_script("log.csv", "loss.png", "t", true, {4.0, 7.0, false});
+  const std::string narrow = runs::loss_curve_script("log.csv", "loss.png", "t", true, {4.0, 7.0, false});
   CHECK(narrow.find("logscale") == std::string::npos);
   CHECK_THAT(narrow, Catch::Contains("set yrange [3.85") && Catch::Contains(":7.15"));
   // Over more than a decade: a log scale over their range.
-  const std::string wide = train::loss_curve_script("log.csv", "loss.png", "t", true, {0.01, 5.0, false});
+  const std::string wide = runs::loss_curve_script("log.csv", "loss.png", "t", true, {0.01, 5.0, false});
   CHECK_THAT(wide, Catch::Contains("set logscale y") && Catch::Contains("set yrange [0.0090909"));
   CHECK(wide.find("using 1:8") == std::string::npos);
   // Unknown: a log scale, as before.
-  CHECK_THAT(train::loss_curve_script("log.csv", "loss.png", "t"), Catch::Contains("set logscale y"));
+  CHECK_THAT(runs::loss_curve_script("log.csv", "loss.png", "t"), Catch::Contains("set logscale y"));
   // A text run's log (val_bpb column): the bits per byte on the right-hand axis, drawn by gnuplot.
   const fs::path dir = temp_dir("plots_bpb");
   {
@@ -272,11 +276,11 @@ TEST_CASE("plots: the loss axis is chosen from the losses and text runs get a bi
     for (int s = 1; s <= 20; ++s)
       csv << s << ",0.001," << 6.0 - 0.1 * s << ",1,100,0.1," << (s % 5 == 0 ? "5.5,7.9" : ",") << "\n";
   }
-  const train::LossData d = train::loss_data((dir / "log.csv").string());
+  const runs::LossData d = runs::loss_data((dir / "log.csv").string());
   CHECK(d.bits_per_byte);
   CHECK(d.lo == 6.0 - 0.1 * 20);
   CHECK(d.hi == 6.0 - 0.1);
-  const train::Picture p = train::loss_curve_png((dir / "log.csv").string(), (dir / "loss.png").string(), "t", true);
+  const runs::Picture p = runs::loss_curve_png((dir / "log.csv").string(), (dir / "loss.png").string(), "t", true);
   CHECK(p.drawn);
   CHECK_THAT(xgt::read_file(dir / "loss.gp"), Catch::Contains("using 1:8 axes x1y2") && Catch::Contains("validation bits per byte") &&
                                         !Catch::Contains("logscale"));

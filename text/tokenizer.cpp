@@ -1,7 +1,7 @@
-// Tokenizers (train/tokenizer.hpp): the byte tokenizer, and SentencePiece models wrapped so
+// Tokenizers (text/tokenizer.hpp): the byte tokenizer, and SentencePiece models wrapped so
 // that encoding is lossless for every byte string. The only file that includes SentencePiece
 // (when built with XGRAD_WITH_SENTENCEPIECE).
-#include <xgrad/train/tokenizer.hpp>
+#include <xgrad/text/tokenizer.hpp>
 
 #include <algorithm>
 #include <array>
@@ -21,14 +21,14 @@
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/detail/sha256.hpp>
 #include <xgrad/io/safetensors.hpp>
-#include <xgrad/train/tasks.hpp>
+#include <xgrad/text/corpus.hpp>
 
 #ifdef XGRAD_WITH_SENTENCEPIECE
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #endif
 
-namespace xg::train {
+namespace xg::text {
 
 namespace fs = std::filesystem;
 
@@ -160,7 +160,7 @@ class ByteTokenizer : public Tokenizer {
 
 namespace sp = sentencepiece;
 
-// A SentencePiece model behind the lossless rule (train/tokenizer.hpp). Every id's decoded
+// A SentencePiece model behind the lossless rule (text/tokenizer.hpp). Every id's decoded
 // text is computed once at load.
 class SentencePieceTokenizer : public Tokenizer {
  public:
@@ -624,7 +624,7 @@ std::vector<TextFile> read_texts(const std::vector<std::string>& paths, const st
     }
     // A FIFO or a device is refused by name before it is opened (opening a FIFO waits).
     if (!dir) io::require_input_file(p, "[" + std::string(kTrainOp) + "] FILES");
-    for (TextFile& f : CharLMTask::read_corpus(p)) {
+    for (TextFile& f : read_corpus(p)) {
       total += f.text.size();
       if (total > io::kTextLimit)
         throw UsageError(op_message(kTrainOp, "the corpus is more than " + io::size_text(io::kTextLimit) +
@@ -786,4 +786,4 @@ std::string train_sentencepiece(const std::vector<std::string>& paths, const Tok
 #endif
 }
 
-}  // namespace xg::train
+}  // namespace xg::text

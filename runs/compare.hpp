@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/train/plots.hpp>
+#include <xgrad/runs/plots.hpp>
 
-namespace xg::train {
+namespace xg::runs {
 
 /// One row of a log.csv (one training step).
 struct LogRow {
@@ -140,4 +140,4 @@ std::string compare_script(const std::vector<RunSummary>& runs, const std::strin
 /// skips the picture with Picture::note; a failing one throws ValueError).
 Picture compare_png(const std::vector<RunSummary>& runs, const std::string& png, CompareX x);
 
-}  // namespace xg::train
+}  // namespace xg::runs

@@ -1,4 +1,5 @@
-#include <xgrad/train/compare.hpp>
+#include <xgrad/runs/compare.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -14,16 +15,15 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
-#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/runs/run_folder.hpp>
 #include <xgrad/version.hpp>
 
-namespace xg::train {
+namespace xg::runs {
 
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kRunFolderFiles = {
-    "log.csv", "train_state.safetensors", "model.safetensors", "model_best.safetensors", "run_id.txt", "config.json",
-    "loss.png", "loss.gp", "result.txt"};
+    kLogFile, kStateFile, kModelFile, kBestFile, kRunIdFile, kConfigFile, kLossPicture, kLossScript, kResultFile};
 
 namespace {
 
@@ -32,23 +32,6 @@ const char* const kOp = "compare";
 const std::vector<std::string> kBaseColumns = {"step", "lr", "loss", "grad_norm", "tokens_per_s", "elapsed_s"};
 
 std::string where(const std::string& path) { return "[" + std::string(kOp) + "] " + path; }
-
-// A double as text that reads back to the same double.
-std::string exact(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-// The shortest text that reads back to v (0.0030000000000000001 -> 0.003).
-std::string shortest_exact(double v) {
-  char buf[40];
-  for (int p = 1; p <= 17; ++p) {
-    std::snprintf(buf, sizeof buf, "%.*g", p, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
 
 std::string fixed(double v, int decimals) {
   char buf[64];
@@ -82,7 +65,7 @@ std::string read_text(const fs::path& path) {
 // run_id.txt's id ("" when the folder has none): one line of 32 lowercase hex digits, as the
 // trainer writes and reads it (the line end may be missing).
 std::string read_run_id(const fs::path& dir) {
-  const fs::path path = dir / "run_id.txt";
+  const fs::path path = dir / kRunIdFile;
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "";
   const std::string text = read_text(path);
@@ -123,7 +106,7 @@ std::optional<std::uint64_t> tokens_per_step(const RunSummary& r, const std::str
   const auto get = [&](const std::string& key) -> std::optional<std::uint64_t> {
     const auto it = r.options.find(key);
     if (it == r.options.end()) return std::nullopt;
-    return parse_uint(it->second, where(source) + ": option '" + key + "'");
+    return io::parse_uint(it->second, where(source) + ": option '" + key + "'");
   };
   const auto product = [&](std::uint64_t a, std::uint64_t b) {
     std::uint64_t p = 0;
@@ -174,7 +157,7 @@ bool same_value(const std::string& a, const std::string& b) {
 std::string shown_value(const std::string& v) {
   if (integer_text(v)) return v;
   const std::optional<double> x = number_text(v);
-  return x ? shortest_exact(*x) : v;
+  return x ? io::shortest_text(*x) : v;
 }
 
 std::string path_components_suffix(const std::vector<std::string>& parts, const std::string& full, std::size_t k) {
@@ -217,16 +200,16 @@ RunLogData read_log(const std::string& path) {
       throw FormatError(at + ": expected " + std::to_string(log.columns.size()) + " comma-separated fields, found " +
                         std::to_string(fields.size()));
     LogRow row;
-    row.step = parse_int(fields[0], at + ": step");
+    row.step = io::parse_int(fields[0], at + ": step");
     const std::int64_t expected = static_cast<std::int64_t>(log.rows.size()) + 1;
     if (row.step != expected)
       throw FormatError(at + ": step " + fields[0] + " where step " + std::to_string(expected) + " belongs");
     double* base[] = {&row.lr, &row.loss, &row.grad_norm, &row.tokens_per_s, &row.elapsed_s};
     for (std::size_t i = 1; i < kBaseColumns.size(); ++i)
-      *base[i - 1] = parse_double(fields[i], at + ": " + log.columns[i]);
+      *base[i - 1] = io::parse_double(fields[i], at + ": " + log.columns[i]);
     for (std::size_t i = kBaseColumns.size(); i < fields.size(); ++i) {
       if (fields[i].empty()) continue;
-      const double v = parse_double(fields[i], at + ": " + log.columns[i]);
+      const double v = io::parse_double(fields[i], at + ": " + log.columns[i]);
       if (i + 1 == log.val_loss_column) row.val_loss = v;
       if (i + 1 == log.val_bpb_column) row.val_bpb = v;
     }
@@ -244,7 +227,7 @@ void check_run_folder(const std::string& dir) {
   if (!fs::exists(st)) bad("does not exist");
   if (!fs::is_directory(st)) bad("is a file, not a run folder (give the folder xgrad train --out wrote)");
   std::vector<std::string> missing;
-  for (const char* f : {"log.csv", "train_state.safetensors"})
+  for (const char* f : {kLogFile, kStateFile})
     if (!fs::exists(fs::symlink_status(fs::path(dir) / f, ec))) missing.push_back(f);
   if (!missing.empty())
     bad("not a run folder: " + join(missing, " and ") + (missing.size() > 1 ? " are" : " is") +
@@ -259,22 +242,22 @@ RunSummary read_run(const std::string& dir) {
   r.run_id = read_run_id(dir);
 
   // The state's header (never its tensors: a state can hold hundreds of megabytes).
-  const std::string state = (fs::path(dir) / "train_state.safetensors").string();
+  const std::string state = (fs::path(dir) / kStateFile).string();
   const io::safetensors::Header header = io::safetensors::load_header(state);
-  const fs::path config = fs::path(dir) / "config.json";
+  const fs::path config = fs::path(dir) / kConfigFile;
   std::string source = state;
   std::error_code ec;
   if (fs::exists(fs::symlink_status(config, ec))) {
     r.options = read_config(config);
-    r.options_source = "config.json";
+    r.options_source = kConfigFile;
     source = config.string();
   } else {
     for (const auto& [key, value] : header.metadata)
       if (key.rfind("opt.", 0) == 0 && key.size() > 4) r.options[key.substr(4)] = value;
-    r.options_source = "train_state.safetensors";
+    r.options_source = kStateFile;
   }
 
-  r.log = read_log((fs::path(dir) / "log.csv").string());
+  r.log = read_log((fs::path(dir) / kLogFile).string());
   const std::vector<LogRow>& rows = r.log.rows;
   r.steps = rows.back().step;
   r.tokens_per_step = tokens_per_step(r, source);
@@ -517,7 +500,7 @@ json::Value json_text(const std::string& s) {
 
 std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture) {
   using json::Value;
-  const auto number = [](double v) { return Value::make_number_text(exact(v)); };
+  const auto number = [](double v) { return Value::make_number_text(io::exact_text(v)); };
   const auto maybe = [&](const std::optional<double>& v) { return v ? number(*v) : Value(); };
   const auto integer = [](std::int64_t v) { return Value::make_number_text(std::to_string(v)); };
   Value list = Value::make_array();
@@ -619,7 +602,7 @@ std::string compare_script(const std::vector<RunSummary>& runs, const std::strin
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunSummary& r = runs[i];
     const std::string colour = kRunColours[i % (sizeof kRunColours / sizeof *kRunColours)];
-    const fs::path log = fs::weakly_canonical(fs::absolute(fs::path(r.dir) / "log.csv", ec), ec);
+    const fs::path log = fs::weakly_canonical(fs::absolute(fs::path(r.dir) / kLogFile, ec), ec);
     fs::path ref = log.lexically_relative(folder);
     if (ref.empty()) ref = log;
     const std::string xs = x == CompareX::step ? "1" : "($1*" + std::to_string(*r.tokens_per_step) + ".0)";
@@ -645,4 +628,4 @@ Picture compare_png(const std::vector<RunSummary>& runs, const std::string& png,
   return draw_picture(png, compare_script(runs, png, x), kOp, kCompareSize);
 }
 
-}  // namespace xg::train
+}  // namespace xg::runs

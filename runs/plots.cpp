@@ -1,4 +1,4 @@
-#include <xgrad/train/plots.hpp>
+#include <xgrad/runs/plots.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,7 +17,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/version.hpp>
 
-namespace xg::train {
+namespace xg::runs {
 
 namespace fs = std::filesystem;
 
@@ -220,11 +220,13 @@ std::string matrix_block(const std::string& name, std::size_t rows, std::size_t 
   return s + "EOD\n";
 }
 
-std::vector<unsigned char> visibility_cells(const nn::Visibility& v, std::size_t T, std::size_t S, const std::string& op) {
+void check_cells(const std::vector<unsigned char>& allowed, std::size_t T, std::size_t S, const std::string& op) {
   if (T == 0 || S == 0)
     throw ShapeError(op_message(op, "needs at least one query and one key, got " + std::to_string(T) + " x " +
                                         std::to_string(S)));
-  return v.expand_allowed(op, {1, 1, T, S});
+  if (allowed.size() != T * S)
+    throw ShapeError(op_message(op, "allowed has " + std::to_string(allowed.size()) + " cells, expected " +
+                                        std::to_string(T) + " x " + std::to_string(S)));
 }
 
 }  // namespace
@@ -421,9 +423,9 @@ Picture attention_map_png(const Array& M, const std::vector<unsigned char>& allo
   return draw_picture(png, text, "attention_map", heatmap_size(M.shape()[0], M.shape()[1]));
 }
 
-std::string visibility_script(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
-                              const std::string& png_name) {
-  const std::vector<unsigned char> allowed = visibility_cells(v, T, S, "visibility_png");
+std::string visibility_script(const std::vector<unsigned char>& allowed, std::size_t T, std::size_t S,
+                              const HeatmapLabels& labels, const std::string& png_name) {
+  check_cells(allowed, T, S, "visibility_png");
   std::ostringstream s;
   s << heatmap_frame(T, S, labels, png_name, "visibility_png") << "set palette defined (0 '" << kAllowedColour
     << "', 1 '" << kAllowedColour << "')\nunset colorbox\n"
@@ -435,9 +437,9 @@ std::string visibility_script(const nn::Visibility& v, std::size_t T, std::size_
   return s.str();
 }
 
-Picture visibility_png(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
-                       const std::string& png) {
-  const std::string text = visibility_script(v, T, S, labels, fs::path(png).filename().string());
+Picture visibility_png(const std::vector<unsigned char>& allowed, std::size_t T, std::size_t S,
+                       const HeatmapLabels& labels, const std::string& png) {
+  const std::string text = visibility_script(allowed, T, S, labels, fs::path(png).filename().string());
   return draw_picture(png, text, "visibility_png", heatmap_size(T, S));
 }
 
@@ -452,4 +454,4 @@ ImageSize png_size(const std::string& png) {
   return {be32(16), be32(20)};
 }
 
-}  // namespace xg::train
+}  // namespace xg::runs

@@ -1,5 +1,5 @@
-// The vocabulary of the built-in tasks: tokens as strings, saved in checkpoints as JSON.
-#include <xgrad/train/tasks.hpp>
+// The vocabulary of a model: tokens as strings, saved in checkpoints as JSON.
+#include <xgrad/text/vocabulary.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -9,10 +9,9 @@
 #include <sstream>
 
 #include <xgrad/core/error.hpp>
-#include <nlohmann/json.hpp>
 #include <xgrad/io/detail/json.hpp>
 
-namespace xg::train {
+namespace xg::text {
 
 std::int64_t Vocabulary::id(const std::string& t) const {
   for (std::size_t i = 0; i < tokens.size(); ++i)
@@ -34,48 +33,47 @@ std::string Vocabulary::decode(const std::vector<std::int64_t>& ids) const {
 // A token that is valid UTF-8 is a JSON string; any other token (a byte of a multi-byte
 // character, for charlm on any text) is an array of its byte values: lossless either way.
 std::string Vocabulary::to_json() const {
-  nlohmann::json a = nlohmann::json::array();
-  for (const std::string& t : tokens) {
-    try {
-      (void)nlohmann::json(t).dump();
-      a.push_back(t);
-    } catch (const nlohmann::json::exception&) {
-      nlohmann::json bytes = nlohmann::json::array();
-      for (unsigned char c : t) bytes.push_back(static_cast<int>(c));
-      a.push_back(bytes);
+  std::string out = "[";
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
+    if (i) out += ",";
+    if (json::valid_utf8(t)) {
+      out += json::quote(t);
+      continue;
     }
+    out += "[";
+    for (std::size_t k = 0; k < t.size(); ++k)
+      out += (k ? "," : "") + std::to_string(static_cast<unsigned char>(t[k]));
+    out += "]";
   }
-  return a.dump();
+  return out + "]";
 }
 
 Vocabulary Vocabulary::from_json(const std::string& text) {
   const std::string what = "not a JSON array of tokens (strings or arrays of byte values 0..255)";
   Vocabulary v;
-  nlohmann::json a;
+  json::Value a;
   try {
-    xg::json::check_limits(text);  // nlohmann recurses: bounded depth and size first
-    a = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(op_message("vocabulary", what + ": " + e.what()));
+    a = json::parse(text);
   } catch (const FormatError& e) {
     throw FormatError(op_message("vocabulary", what + ": " + e.what()));
   }
   if (!a.is_array()) throw FormatError(op_message("vocabulary", what));
-  for (const auto& t : a) {
+  for (const json::Value& t : a.items()) {
     if (t.is_string()) {
-      v.tokens.push_back(t.get<std::string>());
+      v.tokens.push_back(t.str());
       continue;
     }
-    if (!t.is_array() || t.empty()) throw FormatError(op_message("vocabulary", what + ": entry " + t.dump()));
+    if (!t.is_array() || t.items().empty()) throw FormatError(op_message("vocabulary", what + ": entry " + t.dump()));
     std::string bytes;
-    for (const auto& b : t) {
-      if (!b.is_number_unsigned() || b.get<std::uint64_t>() > 255)
-        throw FormatError(op_message("vocabulary", what + ": entry " + t.dump()));
-      bytes.push_back(static_cast<char>(b.get<std::uint64_t>()));
+    for (const json::Value& b : t.items()) {
+      std::uint64_t x = 0;
+      if (!b.as_uint(x) || x > 255) throw FormatError(op_message("vocabulary", what + ": entry " + t.dump()));
+      bytes.push_back(static_cast<char>(x));
     }
     v.tokens.push_back(bytes);
   }
   return v;
 }
 
-}  // namespace xg::train
+}  // namespace xg::text

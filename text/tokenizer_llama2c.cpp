@@ -1,7 +1,7 @@
-// llama2.c's tokenizer.bin (train/tokenizer.hpp, docs/llama.md): the file format, and the
+// llama2.c's tokenizer.bin (text/tokenizer.hpp, docs/llama.md): the file format, and the
 // encoder and decoder of llama2.c's run.c written again for xgrad. Needs nothing outside xgrad
 // (no SentencePiece).
-#include <xgrad/train/tokenizer.hpp>
+#include <xgrad/text/tokenizer.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -10,7 +10,7 @@
 
 #include <xgrad/core/error.hpp>
 
-namespace xg::train {
+namespace xg::text {
 
 namespace {
 
@@ -225,4 +225,4 @@ std::unique_ptr<Tokenizer> make_llama2c_tokenizer(const std::string& bytes, cons
   return std::make_unique<Llama2cTokenizer>(bytes, where);
 }
 
-}  // namespace xg::train
+}  // namespace xg::text

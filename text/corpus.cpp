@@ -1,4 +1,4 @@
-#include <xgrad/train/text_corpus.hpp>
+#include <xgrad/text/corpus.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,9 +16,8 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/input_file.hpp>
-#include <xgrad/core/tape.hpp>
 
-namespace xg::train {
+namespace xg::text {
 
 namespace fs = std::filesystem;
 
@@ -163,6 +162,64 @@ constexpr char kMagic[6] = {'x', 'g', 't', 'o', 'k', '1'};
 constexpr std::size_t kHeader = 6 + 2 + 8 + 8;  // magic, width (u16), count (u64), bytes (u64)
 
 }  // namespace
+
+std::string read_text(const std::string& path) {
+  // A regular file of at most kTextLimit bytes: a FIFO or a device is refused by name.
+  return io::read_input_file(path, io::kTextLimit, "[charlm] the text file");
+}
+
+std::vector<TextFile> read_corpus(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::exists(path, ec))
+      throw ValueError(op_message("charlm", "cannot read the text file " + path +
+                                                " (no such file or folder; pass --text FILE, a text file or a folder of them)"));
+    return {{fs::path(path).filename().string(), read_text(path)}};
+  }
+  std::vector<std::pair<std::string, fs::path>> files;  // (name, resolved path)
+  std::set<std::string> seen;
+  fs::directory_iterator it(path, ec), end;
+  if (ec)
+    throw ValueError(op_message("charlm", "cannot read the text folder " + path + ": " + ec.message() +
+                                              " (pass --text FILE)"));
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw ValueError(op_message("charlm", "cannot list the text folder " + path + ": " + ec.message()));
+    std::error_code e2;
+    const fs::path target = fs::canonical(it->path(), e2);
+    if (e2 || !fs::is_regular_file(target, e2)) continue;  // a dangling link, a subfolder, a device
+    if (seen.insert(target.string()).second) files.emplace_back(target.filename().string(), target);
+  }
+  if (files.empty())
+    throw ValueError(op_message("charlm", "the text folder " + path + " holds no files (pass --text FILE)"));
+  std::sort(files.begin(), files.end());
+  // The folder is read whole: its files together stay within the limit of one text.
+  std::uint64_t total = 0;
+  for (const auto& f : files) {
+    std::error_code e2;
+    const std::uintmax_t n = fs::file_size(f.second, e2);
+    total += e2 ? 0 : static_cast<std::uint64_t>(n);
+  }
+  if (total > io::kTextLimit)
+    throw UsageError(op_message("charlm", "the text folder " + path + " holds " + std::to_string(total) +
+                                              " bytes, more than the limit of " + io::size_text(io::kTextLimit) +
+                                              " for a text read whole"));
+  std::vector<TextFile> corpus;
+  for (const auto& f : files) corpus.push_back({f.first, read_text(f.second.string())});
+  return corpus;
+}
+
+std::string fingerprint(const std::vector<TextFile>& corpus) {
+  std::string out;
+  for (const TextFile& f : corpus) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : f.text) h = (h ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    out += (out.empty() ? "" : ";") + f.name + ":" + std::to_string(f.text.size()) + ":" + hex;
+  }
+  return out;
+}
 
 std::vector<Document> list_documents(const std::string& path, const std::string& exclude) {
   std::error_code ec;
@@ -374,30 +431,6 @@ ValidationWindows validation_windows(std::uint64_t tokens, std::size_t context, 
   return w;
 }
 
-WindowLoss window_loss(nn::GPT& gpt, const TokenFile& tokens, const ValidationWindows& w, std::size_t first,
-                       std::size_t last, std::size_t batch, const std::vector<std::size_t>& token_bytes) {
-  NoGradGuard ng;
-  WindowLoss out;
-  const std::size_t T = w.context;
-  for (std::size_t w0 = first; w0 < last; w0 += batch) {
-    const std::size_t B = std::min(batch, last - w0);
-    IndexArray in({B, T}, std::vector<std::int64_t>(B * T, 0)), tgt({B, T}, std::vector<std::int64_t>(B * T, -100));
-    std::uint64_t n = 0;
-    for (std::size_t s = 0; s < B; ++s) {
-      const std::uint64_t start = w.starts[w0 + s];
-      for (std::size_t t = 0; t < T && start + t + 1 < tokens.size(); ++t) {
-        in.data[s * T + t] = tokens[start + t];
-        tgt.data[s * T + t] = tokens[start + t + 1];
-        out.bytes += token_bytes[tokens[start + t + 1]];
-        ++n;
-      }
-    }
-    out.nats += gpt.loss(in, tgt, -100).item() * static_cast<double>(n);
-    out.targets += n;
-  }
-  return out;
-}
-
 std::string printable(const std::string& bytes) {
   std::string out;
   auto escape = [&](unsigned char c) {
@@ -483,4 +516,4 @@ std::string base64_decode(const std::string& text, const std::string& where) {
   return out;
 }
 
-}  // namespace xg::train
+}  // namespace xg::text

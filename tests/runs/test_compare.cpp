@@ -1,4 +1,4 @@
-// `xgrad compare` (train/compare.cpp) on run folders written by hand: log.csv and a
+// `xgrad compare` (runs/compare.cpp) on run folders written by hand: log.csv and a
 // train_state.safetensors whose header carries the options (bytes written here, not by
 // xgrad's writer). Final and best validation loss and bits per byte, tokens seen, wall time
 // over resumed sessions, labels of clashing folder names, the same run given twice, differing
@@ -17,7 +17,7 @@
 #include "tests/support/helpers.hpp"
 #include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
-#include <xgrad/train/compare.hpp>
+#include <xgrad/runs/compare.hpp>
 
 using namespace xg;
 using namespace xgt;
@@ -99,7 +99,7 @@ TEST_CASE("compare: a run's final and best validation loss, tokens seen and wall
           "[compare]") {
   const fs::path dir = temp_dir("compare_values");
   make_run(dir / "A", resumed_log(), sort_options(), "0123456789abcdef0123456789abcdef");
-  const train::RunSummary r = train::read_run((dir / "A").string());
+  const runs::RunSummary r = runs::read_run((dir / "A").string());
   CHECK(r.label == "A");
   CHECK(r.run_id == "0123456789abcdef0123456789abcdef");
   CHECK(r.options_source == "train_state.safetensors");
@@ -133,12 +133,12 @@ TEST_CASE("compare: a resumed session whose first step outlasts the whole sessio
   log += row(4, 2.0, 1, 0.5, 64) + row(5, 2.0, 2, 0.6, 64) + row(6, 2.0, 3, 0.7, 64);
   const fs::path dir = temp_dir("compare_slow_resume");
   make_run(dir / "A", log, sort_options());
-  const train::RunSummary r = train::read_run((dir / "A").string());
+  const runs::RunSummary r = runs::read_run((dir / "A").string());
   CHECK(r.sessions == 2);
   CHECK(r.wall_s == Approx(0.03 + 0.7).epsilon(1e-12));
   // Without the tokens per step, only a clock that goes back marks a session.
-  CHECK(train::session_starts(r.log.rows, std::nullopt) == std::vector<std::size_t>{0});
-  CHECK(train::session_starts(r.log.rows, 64) == std::vector<std::size_t>{0, 3});
+  CHECK(runs::session_starts(r.log.rows, std::nullopt) == std::vector<std::size_t>{0});
+  CHECK(runs::session_starts(r.log.rows, 64) == std::vector<std::size_t>{0, 3});
   fs::remove_all(dir);
 }
 
@@ -151,7 +151,7 @@ TEST_CASE("compare: validation bits per byte are read from a val_bpb column, the
   log += row(4, 1.5, 4, 0.4, 256, "1.5", ",2.25");
   const fs::path dir = temp_dir("compare_bpb");
   make_run(dir / "T", log, {{"opt.task", "text"}, {"opt.batch", "4"}, {"opt.context", "64"}});
-  const train::RunSummary r = train::read_run((dir / "T").string());
+  const runs::RunSummary r = runs::read_run((dir / "T").string());
   CHECK(r.log.val_bpb_column == 8);
   CHECK(*r.tokens_per_step == 4 * 64);
   CHECK(*r.final_val_loss == 1.5);
@@ -159,7 +159,7 @@ TEST_CASE("compare: validation bits per byte are read from a val_bpb column, the
   CHECK(*r.best_val_loss == 1.25);
   CHECK(r.best_val_step == 3);
   CHECK(*r.best_val_bpb == 1.75);
-  CHECK_THAT(train::compare_table({r}), Catch::Contains("val bpb") && Catch::Contains("2.2500") &&
+  CHECK_THAT(runs::compare_table({r}), Catch::Contains("val bpb") && Catch::Contains("2.2500") &&
                                             Catch::Contains("1.7500"));
   fs::remove_all(dir);
 }
@@ -170,7 +170,7 @@ TEST_CASE("compare: a log of the six-column format has no validation loss; old a
   std::string log = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s\n";
   for (int s = 1; s <= 3; ++s) log += base_row(s, 1.0 * s, s, 0.1 * s, 8 * 17) + "\n";
   make_run(dir / "R", log, {{"opt.task", "reverse"}, {"opt.batch", "8"}, {"opt.max_len", "8"}});
-  const train::RunSummary r = train::read_run((dir / "R").string());
+  const runs::RunSummary r = runs::read_run((dir / "R").string());
   CHECK(r.log.val_loss_column == 0);
   CHECK_FALSE(r.final_val_loss);
   CHECK_FALSE(r.best_val_loss);
@@ -179,22 +179,22 @@ TEST_CASE("compare: a log of the six-column format has no validation loss; old a
   CHECK(r.final_train_loss == 3.0);  // 5% of 3 rows, rounded up: the last one
 
   make_run(dir / "C", std::string(kHeader) + "\n" + row(1, 1.0, 1, 0.1, 10), {{"opt.task", "charlm"}, {"opt.batch", "2"}, {"opt.context", "5"}});
-  CHECK(*train::read_run((dir / "C").string()).tokens_per_step == 10);
+  CHECK(*runs::read_run((dir / "C").string()).tokens_per_step == 10);
   // A task compare does not know, or a missing size: tokens unknown (and --x tokens refused).
   make_run(dir / "U", std::string(kHeader) + "\n" + row(1, 1.0, 1, 0.1, 10), {{"opt.task", "future"}, {"opt.batch", "2"}});
   make_run(dir / "M", std::string(kHeader) + "\n" + row(1, 1.0, 1, 0.1, 10), {{"opt.task", "sort"}, {"opt.batch", "2"}});
   for (const char* name : {"U", "M"}) {
-    const train::RunSummary u = train::read_run((dir / name).string());
+    const runs::RunSummary u = runs::read_run((dir / name).string());
     CHECK_FALSE(u.tokens_per_step);
     CHECK_FALSE(u.tokens);
-    CHECK_NOTHROW(train::check_x_axis({u}, train::CompareX::step));
-    CHECK_THROWS_AS(train::check_x_axis({u}, train::CompareX::tokens), UsageError);
+    CHECK_NOTHROW(runs::check_x_axis({u}, runs::CompareX::step));
+    CHECK_THROWS_AS(runs::check_x_axis({u}, runs::CompareX::tokens), UsageError);
   }
-  CHECK_THROWS_WITH(train::check_x_axis({train::read_run((dir / "U").string())}, train::CompareX::tokens),
+  CHECK_THROWS_WITH(runs::check_x_axis({runs::read_run((dir / "U").string())}, runs::CompareX::tokens),
                     Catch::Contains("--x tokens") && Catch::Contains("'U'") && Catch::Contains("future"));
   // A size that is not a number is a bad state, named.
   make_run(dir / "B", std::string(kHeader) + "\n" + row(1, 1.0, 1, 0.1, 10), {{"opt.task", "sort"}, {"opt.batch", "x"}, {"opt.n_digits", "4"}});
-  CHECK_THROWS_WITH(train::read_run((dir / "B").string()),
+  CHECK_THROWS_WITH(runs::read_run((dir / "B").string()),
                     Catch::Contains("train_state.safetensors") && Catch::Contains("'batch'"));
   fs::remove_all(dir);
 }
@@ -205,7 +205,7 @@ TEST_CASE("compare: config.json, when present, gives the options (nested members
   write_file(dir / "A" / "config.json",
              R"({"task": "sort", "batch": 12, "n_digits": 4, "lr": 0.01, "model": {"d_model": 32, "arch": "gpt"},
                  "progress": false, "tags": [1, 2], "note": null})");
-  const train::RunSummary r = train::read_run((dir / "A").string());
+  const runs::RunSummary r = runs::read_run((dir / "A").string());
   CHECK(r.options_source == "config.json");
   const std::map<std::string, std::string> want = {{"task", "sort"}, {"batch", "12"},       {"n_digits", "4"},
                                                    {"lr", "0.01"},   {"model.d_model", "32"}, {"model.arch", "gpt"},
@@ -214,24 +214,24 @@ TEST_CASE("compare: config.json, when present, gives the options (nested members
   CHECK(*r.tokens_per_step == 12 * 8);
 
   write_file(dir / "A" / "config.json", "{\"task\": ");
-  CHECK_THROWS_WITH(train::read_run((dir / "A").string()), Catch::Contains("config.json") && Catch::Contains("JSON"));
+  CHECK_THROWS_WITH(runs::read_run((dir / "A").string()), Catch::Contains("config.json") && Catch::Contains("JSON"));
   write_file(dir / "A" / "config.json", "[1]");
-  CHECK_THROWS_WITH(train::read_run((dir / "A").string()), Catch::Contains("config.json") && Catch::Contains("object"));
+  CHECK_THROWS_WITH(runs::read_run((dir / "A").string()), Catch::Contains("config.json") && Catch::Contains("object"));
   fs::remove_all(dir);
 }
 
 TEST_CASE("compare: labels are folder names, or the shortest path suffixes that tell clashing names apart",
           "[compare]") {
-  CHECK(train::unique_labels({"/x/exp1/A", "/x/exp2/A", "/x/B/"}) == std::vector<std::string>{"exp1/A", "exp2/A", "B"});
-  CHECK(train::unique_labels({"/a/b", "/x/a/b"}) == std::vector<std::string>{"/a/b", "x/a/b"});
-  CHECK(train::unique_labels({"/p/q/r/A", "/p/s/r/A", "/t/A"}) == std::vector<std::string>{"q/r/A", "s/r/A", "t/A"});
+  CHECK(runs::unique_labels({"/x/exp1/A", "/x/exp2/A", "/x/B/"}) == std::vector<std::string>{"exp1/A", "exp2/A", "B"});
+  CHECK(runs::unique_labels({"/a/b", "/x/a/b"}) == std::vector<std::string>{"/a/b", "x/a/b"});
+  CHECK(runs::unique_labels({"/p/q/r/A", "/p/s/r/A", "/t/A"}) == std::vector<std::string>{"q/r/A", "s/r/A", "t/A"});
 
   const fs::path dir = temp_dir("compare_labels");
   make_run(dir / "exp1" / "A", resumed_log(), sort_options(), "0123456789abcdef0123456789abcdef");
   make_run(dir / "exp2" / "A", resumed_log(), sort_options("0.01"), "fedcba9876543210fedcba9876543210");
   make_run(dir / "B", resumed_log(), sort_options());
-  const std::vector<train::RunSummary> runs =
-      train::read_runs({(dir / "exp1" / "A").string(), (dir / "exp2" / "A/").string(), (dir / "B").string()});
+  const std::vector<runs::RunSummary> runs =
+      runs::read_runs({(dir / "exp1" / "A").string(), (dir / "exp2" / "A/").string(), (dir / "B").string()});
   REQUIRE(runs.size() == 3);
   CHECK(runs[0].label == "exp1/A");
   CHECK(runs[1].label == "exp2/A");
@@ -243,43 +243,43 @@ TEST_CASE("compare: the same run given twice, by path or by run id, is a usage e
   const fs::path dir = temp_dir("compare_same");
   make_run(dir / "A", resumed_log(), sort_options(), "0123456789abcdef0123456789abcdef");
   const std::string a = (dir / "A").string();
-  CHECK_THROWS_AS(train::read_runs({a, a}), UsageError);
-  CHECK_THROWS_WITH(train::read_runs({a, (dir / "A" / ".." / "A" / ".").string()}),
+  CHECK_THROWS_AS(runs::read_runs({a, a}), UsageError);
+  CHECK_THROWS_WITH(runs::read_runs({a, (dir / "A" / ".." / "A" / ".").string()}),
                     Catch::Contains("same folder") && Catch::Contains(a));
   fs::create_directory_symlink(dir / "A", dir / "link");
-  CHECK_THROWS_WITH(train::read_runs({a, (dir / "link").string()}), Catch::Contains("same folder"));
+  CHECK_THROWS_WITH(runs::read_runs({a, (dir / "link").string()}), Catch::Contains("same folder"));
   fs::copy(dir / "A", dir / "copy", fs::copy_options::recursive);
-  CHECK_THROWS_WITH(train::read_runs({a, (dir / "copy").string()}),
+  CHECK_THROWS_WITH(runs::read_runs({a, (dir / "copy").string()}),
                     Catch::Contains("same run") && Catch::Contains("0123456789abcdef0123456789abcdef") &&
                         Catch::Contains("copy"));
   // A copy with an id of its own is another run; runs without ids are never taken for one another.
   write_file(dir / "copy" / "run_id.txt", "fedcba9876543210fedcba9876543210\n");
-  CHECK(train::read_runs({a, (dir / "copy").string()}).size() == 2);
+  CHECK(runs::read_runs({a, (dir / "copy").string()}).size() == 2);
   fs::remove(dir / "A" / "run_id.txt");
   fs::remove(dir / "copy" / "run_id.txt");
-  CHECK(train::read_runs({a, (dir / "copy").string()}).size() == 2);
+  CHECK(runs::read_runs({a, (dir / "copy").string()}).size() == 2);
   write_file(dir / "copy" / "run_id.txt", "not an id\n");
-  CHECK_THROWS_WITH(train::read_runs({a, (dir / "copy").string()}), Catch::Contains("run_id.txt") && Catch::Contains("not a run id"));
+  CHECK_THROWS_WITH(runs::read_runs({a, (dir / "copy").string()}), Catch::Contains("run_id.txt") && Catch::Contains("not a run id"));
   fs::remove_all(dir);
 }
 
 TEST_CASE("compare: a path that is not a run folder is a usage error naming it and what is missing", "[compare]") {
   const fs::path dir = temp_dir("compare_notrun");
-  CHECK_THROWS_AS(train::read_runs({}), UsageError);
-  CHECK_THROWS_WITH(train::check_run_folder((dir / "nope").string()), Catch::Contains("nope") && Catch::Contains("does not exist"));
+  CHECK_THROWS_AS(runs::read_runs({}), UsageError);
+  CHECK_THROWS_WITH(runs::check_run_folder((dir / "nope").string()), Catch::Contains("nope") && Catch::Contains("does not exist"));
   write_file(dir / "file", "x");
-  CHECK_THROWS_WITH(train::check_run_folder((dir / "file").string()), Catch::Contains("is a file"));
+  CHECK_THROWS_WITH(runs::check_run_folder((dir / "file").string()), Catch::Contains("is a file"));
   fs::create_directories(dir / "empty");
-  CHECK_THROWS_WITH(train::check_run_folder((dir / "empty").string()),
+  CHECK_THROWS_WITH(runs::check_run_folder((dir / "empty").string()),
                     Catch::Contains("empty") && Catch::Contains("log.csv and train_state.safetensors are missing"));
   make_run(dir / "A", resumed_log(), sort_options());
   fs::remove(dir / "A" / "train_state.safetensors");
-  CHECK_THROWS_WITH(train::check_run_folder((dir / "A").string()),
+  CHECK_THROWS_WITH(runs::check_run_folder((dir / "A").string()),
                     Catch::Contains("train_state.safetensors is missing") && !Catch::Contains("log.csv"));
-  CHECK_THROWS_AS(train::read_run((dir / "A").string()), UsageError);
+  CHECK_THROWS_AS(runs::read_run((dir / "A").string()), UsageError);
   // Every folder is checked before any is read: a bad log in the first is not reported first.
   make_run(dir / "B", "garbage\n", sort_options());
-  CHECK_THROWS_AS(train::read_runs({(dir / "B").string(), (dir / "A").string()}), UsageError);
+  CHECK_THROWS_AS(runs::read_runs({(dir / "B").string(), (dir / "A").string()}), UsageError);
   fs::remove_all(dir);
 }
 
@@ -289,11 +289,11 @@ TEST_CASE("compare: a bad log.csv is a format error naming the file and line", "
   const std::string good = std::string(kHeader) + "\n" + row(1, 2.0, 1, 0.1, 64) + row(2, 1.0, 2, 0.2, 64);
   const auto fails = [&](const std::string& text, const std::string& where, const std::string& what) {
     write_file(log, text);
-    CHECK_THROWS_AS(train::read_log(log.string()), FormatError);
-    CHECK_THROWS_WITH(train::read_log(log.string()), Catch::Contains(log.string() + where) && Catch::Contains(what));
+    CHECK_THROWS_AS(runs::read_log(log.string()), FormatError);
+    CHECK_THROWS_WITH(runs::read_log(log.string()), Catch::Contains(log.string() + where) && Catch::Contains(what));
   };
   write_file(log, good);
-  CHECK(train::read_log(log.string()).rows.size() == 2);
+  CHECK(runs::read_log(log.string()).rows.size() == 2);
   fails("", ":1:", "empty");
   fails("step,loss\n1,2\n", ":1:", "not the header of a training log");
   fails("step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_loss\n", ":1:", "not the header");
@@ -306,7 +306,7 @@ TEST_CASE("compare: a bad log.csv is a format error naming the file and line", "
   fails(good + "5,0.001,1,0.5,100,0.3,\n", ":4:", "step 5 where step 3 belongs");
   fails(std::string(kHeader) + "\n" + "x,0.001,1,0.5,100,0.3,\n", ":2:", "step: 'x' is not an integer");
   fs::create_directories(dir / "d");
-  CHECK_THROWS_WITH(train::read_log((dir / "d").string()), Catch::Contains("not a regular file"));
+  CHECK_THROWS_WITH(runs::read_log((dir / "d").string()), Catch::Contains("not a regular file"));
   fs::remove_all(dir);
 }
 
@@ -321,10 +321,10 @@ TEST_CASE("compare: differing options (numbers compared as numbers, missing ones
   b["opt.out"] = "y";
   make_run(dir / "A", resumed_log(), a, "0123456789abcdef0123456789abcdef");
   make_run(dir / "B", std::string(kHeader) + "\n" + row(1, 2.0, 1, 0.1, 64), b);
-  const std::vector<train::RunSummary> runs = train::read_runs({(dir / "A").string(), (dir / "B").string()});
-  CHECK(train::differing_options(runs) == std::vector<std::string>{"seed", "window"});
+  const std::vector<runs::RunSummary> runs = runs::read_runs({(dir / "A").string(), (dir / "B").string()});
+  CHECK(runs::differing_options(runs) == std::vector<std::string>{"seed", "window"});
 
-  const std::string table = train::compare_table(runs);
+  const std::string table = runs::compare_table(runs);
   CHECK_THAT(table, Catch::Contains("options that differ:"));
   CHECK_THAT(table, Catch::Contains("seed    18446744073709551615  18446744073709551614"));
   CHECK_THAT(table, Catch::Contains("window  -                     4"));
@@ -334,7 +334,7 @@ TEST_CASE("compare: differing options (numbers compared as numbers, missing ones
   CHECK_THAT(table, Catch::Contains("\nB    sort      1      64  0.10s      2.0000         -                -\n"));
   CHECK_THAT(table, !Catch::Contains("bpb"));
 
-  const nlohmann::json j = nlohmann::json::parse(train::compare_json(runs, train::CompareX::tokens, nullptr));
+  const nlohmann::json j = nlohmann::json::parse(runs::compare_json(runs, runs::CompareX::tokens, nullptr));
   CHECK(j["command"] == "compare");
   CHECK(j["x"] == "tokens");
   CHECK(j["differing_options"] == nlohmann::json::array({"seed", "window"}));
@@ -370,9 +370,9 @@ TEST_CASE("compare: differing options (numbers compared as numbers, missing ones
 TEST_CASE("compare: a folder name that is not UTF-8 reaches the JSON document as U+FFFD", "[compare]") {
   const fs::path dir = temp_dir("compare_utf8");
   make_run(dir / "r\xff\xc3", resumed_log(), sort_options());
-  const std::vector<train::RunSummary> runs = train::read_runs({(dir / "r\xff\xc3").string()});
+  const std::vector<runs::RunSummary> runs = runs::read_runs({(dir / "r\xff\xc3").string()});
   CHECK(runs[0].label == "r\xff\xc3");
-  const nlohmann::json j = nlohmann::json::parse(train::compare_json(runs, train::CompareX::step, nullptr));
+  const nlohmann::json j = nlohmann::json::parse(runs::compare_json(runs, runs::CompareX::step, nullptr));
   CHECK(j["runs"][0]["label"] == "r\xef\xbf\xbd\xef\xbf\xbd");
   fs::remove_all(dir);
 }
@@ -384,10 +384,10 @@ TEST_CASE("compare: the picture's script plots every run's logs in its colour, b
   std::string flat = std::string(kHeader) + "\n" + row(1, 2.0, 1, 0.1, 64) + row(2, 1.9, 2, 0.2, 64);
   make_run(dir / "runs" / "B", flat, sort_options("0.01"));
   fs::create_directories(dir / "pics");
-  const std::vector<train::RunSummary> runs =
-      train::read_runs({(dir / "runs" / "A").string(), (dir / "runs" / "B").string()});
+  const std::vector<runs::RunSummary> runs =
+      runs::read_runs({(dir / "runs" / "A").string(), (dir / "runs" / "B").string()});
   const std::string png = (dir / "pics" / "cmp.png").string();
-  const std::string by_step = train::compare_script(runs, png, train::CompareX::step);
+  const std::string by_step = runs::compare_script(runs, png, runs::CompareX::step);
   CHECK_THAT(by_step, Catch::Contains("set output \"cmp.png\""));
   CHECK_THAT(by_step, Catch::Contains("set xlabel \"step\""));
   // Relative to the picture's folder, where gnuplot runs.
@@ -397,21 +397,21 @@ TEST_CASE("compare: the picture's script plots every run's logs in its colour, b
   CHECK_THAT(by_step, !Catch::Contains("\"../runs/B/log.csv\" using 1:7"));  // B has no validation loss
   CHECK_THAT(by_step, Catch::Contains("title \"A\"") && Catch::Contains("title \"B\""));
   CHECK_THAT(by_step, !Catch::Contains("logscale"));  // losses from 1.25 to 2.95: linear
-  const std::string by_tokens = train::compare_script(runs, png, train::CompareX::tokens);
+  const std::string by_tokens = runs::compare_script(runs, png, runs::CompareX::tokens);
   CHECK_THAT(by_tokens, Catch::Contains("set xlabel \"tokens seen\""));
   CHECK_THAT(by_tokens, Catch::Contains("\"../runs/A/log.csv\" using ($1*64.0):3"));
 
   std::string steep = std::string(kHeader) + "\n" + row(1, 8.0, 1, 0.1, 64) + row(2, 0.5, 2, 0.2, 64);
   make_run(dir / "runs" / "S", steep, sort_options());
-  CHECK_THAT(train::compare_script({train::read_run((dir / "runs" / "S").string())}, png, train::CompareX::step),
+  CHECK_THAT(runs::compare_script({runs::read_run((dir / "runs" / "S").string())}, png, runs::CompareX::step),
              Catch::Contains("set logscale y"));  // a factor 16: log scale
 
-  REQUIRE_FALSE(train::find_gnuplot().empty());  // gnuplot-nox is a build requirement
-  const train::Picture pic = train::compare_png(runs, png, train::CompareX::tokens);
+  REQUIRE_FALSE(runs::find_gnuplot().empty());  // gnuplot-nox is a build requirement
+  const runs::Picture pic = runs::compare_png(runs, png, runs::CompareX::tokens);
   CHECK(pic.drawn);
   CHECK(pic.script == (dir / "pics" / "cmp.gp").string());
   CHECK(read_file(pic.script) == by_tokens);
-  const train::ImageSize size = train::png_size(png);
+  const runs::ImageSize size = runs::png_size(png);
   CHECK(size.width == 1000);
   CHECK(size.height == 600);
   fs::remove_all(dir);

@@ -1,4 +1,4 @@
-// llama2.c's tokenizer.bin (train/tokenizer_llama2c.cpp): run.c's encode on small vocabularies
+// llama2.c's tokenizer.bin (text/tokenizer_llama2c.cpp): run.c's encode on small vocabularies
 // whose ids are worked out by hand in the comments (the leading-space rule, byte fallback,
 // UTF-8 grouping, best-score merges with the leftmost on a tie, BOS first and no EOS), decode,
 // loading by path, and one error per kind of bad file.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <xgrad/core/error.hpp>
-#include <xgrad/train/tokenizer.hpp>
+#include <xgrad/text/tokenizer.hpp>
 
 #include "tests/support/helpers.hpp"
 
@@ -78,7 +78,7 @@ std::vector<Piece> hand_pieces() {
   return p;
 }
 
-std::unique_ptr<train::Tokenizer> hand() { return train::make_llama2c_tokenizer(file_of(hand_pieces()), "hand.bin"); }
+std::unique_ptr<text::Tokenizer> hand() { return text::make_llama2c_tokenizer(file_of(hand_pieces()), "hand.bin"); }
 
 }  // namespace
 
@@ -141,7 +141,7 @@ TEST_CASE("llama2c tokenizer: without a \" \" piece the dummy prefix is the byte
   p.push_back({"x", 0});       // 259
   p.push_back({"xx", -1});     // 260
   p.push_back({"xx", 5});      // 261: the same bytes; the lower id (260) is the piece
-  const auto t = train::make_llama2c_tokenizer(file_of(p), "nospace.bin");
+  const auto t = text::make_llama2c_tokenizer(file_of(p), "nospace.bin");
   // BOS, <0x20> (0x20 + 3 = 35), x, x -> xx (260, not 261).
   CHECK(t->encode("xx") == Ids{1, 35, 260});
   CHECK(t->decode({1, 35, 260}) == "xx");
@@ -168,24 +168,24 @@ TEST_CASE("llama2c tokenizer: loaded by path and from a checkpoint's bytes", "[l
   const std::string bytes = file_of(hand_pieces());
   for (const char* name : {"tokenizer.bin", "renamed.model"}) {  // by its name, and by its contents
     std::ofstream(dir / name, std::ios::binary) << bytes;
-    const auto t = train::load_tokenizer((dir / name).string());
+    const auto t = text::load_tokenizer((dir / name).string());
     CHECK(t->kind() == "llama2c");
     CHECK(t->serialized() == bytes);
     CHECK(t->encode("ab") == Ids{1, 265});
   }
-  const auto t = train::tokenizer_from_serialized("llama2c", bytes, "checkpoint");
+  const auto t = text::tokenizer_from_serialized("llama2c", bytes, "checkpoint");
   CHECK(t->digest() == hand()->digest());
   CHECK(t->description().rfind("llama2c, vocabulary 270, sha256 ", 0) == 0);
   // A .bin that is not one says so as a tokenizer.bin.
   std::ofstream(dir / "bad.bin", std::ios::binary) << "hello";
-  CHECK(error_of<FormatError>([&] { train::load_tokenizer((dir / "bad.bin").string()); })
+  CHECK(error_of<FormatError>([&] { text::load_tokenizer((dir / "bad.bin").string()); })
             .find("not a llama2.c tokenizer.bin") != std::string::npos);
   fs::remove_all(dir);
 }
 
 TEST_CASE("llama2c tokenizer: a bad tokenizer.bin is a FormatError naming what is wrong", "[llama2c-tokenizer]") {
   const auto err = [](const std::string& bytes) {
-    return error_of<FormatError>([&] { train::make_llama2c_tokenizer(bytes, "t.bin"); });
+    return error_of<FormatError>([&] { text::make_llama2c_tokenizer(bytes, "t.bin"); });
   };
   const std::string good = file_of(hand_pieces());
   CHECK(err("").find("t.bin: not a llama2.c tokenizer.bin: it has 0 bytes, fewer than its 4-byte header") !=

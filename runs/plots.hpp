@@ -14,9 +14,8 @@
 #include <vector>
 
 #include <xgrad/core/array.hpp>
-#include <xgrad/nn/visibility.hpp>
 
-namespace xg::train {
+namespace xg::runs {
 
 /// The size of a picture in pixels.
 struct ImageSize {
@@ -109,15 +108,17 @@ Picture attention_map_png(const Array& M, const std::vector<unsigned char>& allo
 /// A visibility pattern [T, S] (layouts like those of Figure 5.1, or the causal suffix that
 /// illustrates (5.12)): allowed cells dark blue, masked
 /// (forbidden) cells grey, with a legend naming both. Returns the gnuplot script's text for
-/// the picture named `png_name`; ShapeError when T or S is 0.
-std::string visibility_script(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
-                              const std::string& png_name);
+/// the picture named `png_name`. `allowed` holds T x S cells, row-major, non-zero where a query
+/// may see a key (nn::Visibility::expand_allowed's output); ShapeError when T or S is 0 or
+/// `allowed` has another size.
+std::string visibility_script(const std::vector<unsigned char>& allowed, std::size_t T, std::size_t S,
+                              const HeatmapLabels& labels, const std::string& png_name);
 /// Writes visibility_script's script for the picture `png` beside it and draws it, as
 /// loss_curve_png does.
-Picture visibility_png(const nn::Visibility& v, std::size_t T, std::size_t S, const HeatmapLabels& labels,
-                       const std::string& png);
+Picture visibility_png(const std::vector<unsigned char>& allowed, std::size_t T, std::size_t S,
+                       const HeatmapLabels& labels, const std::string& png);
 
 /// Width and height of a PNG file (reads the IHDR chunk; FormatError if not a PNG).
 ImageSize png_size(const std::string& png);
 
-}  // namespace xg::train
+}  // namespace xg::runs

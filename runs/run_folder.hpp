@@ -1,6 +1,7 @@
-// The run folder of `xgrad train --out DIR`: its file names, log.csv (RunLog, and reading an
-// earlier log back on resume), the run id in run_id.txt, refusing a folder that holds another
-// run, and the leftovers of an interrupted checkpoint. Internal to train/.
+/// \file
+/// The run folder of `xgrad train --out DIR`, the one owner of its file names: log.csv (RunLog,
+/// and reading an earlier log back on resume), the run id in run_id.txt, and the leftovers of an
+/// interrupted checkpoint. `xgrad compare` and `xgrad report` read the same folders.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,10 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/train/options.hpp>
 
-namespace xg::train::detail {
+/// Training runs as folders of files, below the training loop: the run folder's layout, the
+/// log, comparing runs, the HTML report and gnuplot pictures. Knows nothing of models.
+namespace xg::runs {
 
 inline const char* const kStateFile = "train_state.safetensors";
 inline const char* const kModelFile = "model.safetensors";
@@ -20,6 +22,8 @@ inline const char* const kLogFile = "log.csv";
 inline const char* const kRunIdFile = "run_id.txt";  // the folder's run: the id of the run its files belong to
 inline const char* const kResultFile = "result.txt";  // the samples and RESULT lines of a finished run
 inline const char* const kConfigFile = "config.json";  // the run's options (xgrad train --config repeats the run)
+inline const char* const kLossPicture = "loss.png";   // the loss curve (gnuplot), and its script beside it
+inline const char* const kLossScript = "loss.gp";
 
 // log.csv, written so that it never runs ahead of nor lags behind the checkpoint: rows are
 // held in memory and committed (written, flushed, fsynced) just before each checkpoint. The
@@ -73,11 +77,8 @@ void write_run_id(const std::filesystem::path& dir, const std::string& id);
 // anything in the folder changes.
 void check_run_id(const std::string& state_id, const std::filesystem::path& dir, const std::string& state_path);
 
-// A new run in `out`: refuse a folder that holds a different run unless --overwrite (the
-// same options are the same run: starting it again is harmless).
-void check_out_folder(const TrainOptions& o);
 // Creates the folder (UsageError if it cannot be) and removes the temporary files of a
 // checkpoint that a kill interrupted (never read; the rename is the commit).
 void prepare_out_folder(const std::string& out);
 
-}  // namespace xg::train::detail
+}  // namespace xg::runs

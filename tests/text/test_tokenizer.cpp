@@ -1,4 +1,4 @@
-// Tokenizers (train/tokenizer.hpp): the byte tokenizer; SentencePiece models trained here on
+// Tokenizers (text/tokenizer.hpp): the byte tokenizer; SentencePiece models trained here on
 // a small mixed corpus (ASCII, accented Latin, CJK, emoji, tabs, CR/LF, control bytes), whose
 // encoding must be lossless for every byte string; the errors of loading and training; and
 // the ids text that `xgrad tokenizer decode` reads. In a build without SentencePiece the
@@ -12,13 +12,13 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/core/detail/sha256.hpp>
-#include <xgrad/train/tokenizer.hpp>
+#include <xgrad/text/tokenizer.hpp>
 
 namespace {
 
 using namespace xg;
 using xgt::error_of;
-using train::Tokenizer;
+using text::Tokenizer;
 
 
 
@@ -68,10 +68,10 @@ const Trained& trained(const std::string& model_type = "bpe") {
   xgt::write_file(t.corpus / "a.txt", mixed_corpus(1));
   xgt::write_file(t.corpus / "b.txt", mixed_corpus(2));
   t.model = t.dir / "tok.model";
-  train::TokenizerTrainOptions o;
+  text::TokenizerTrainOptions o;
   o.model_type = model_type;
   o.vocab_size = vocab_of(model_type);
-  train::train_sentencepiece({t.corpus.string()}, o, t.model.string());
+  text::train_sentencepiece({t.corpus.string()}, o, t.model.string());
   return cache.emplace(model_type, t).first->second;
 }
 
@@ -142,7 +142,7 @@ void require_round_trip(const Tokenizer& t, const std::string& s) {
 }  // namespace
 
 TEST_CASE("byte tokenizer maps every byte to its value and back", "[tokenizer]") {
-  const auto t = train::make_byte_tokenizer();
+  const auto t = text::make_byte_tokenizer();
   CHECK(t->kind() == "bytes");
   CHECK(t->vocab_size() == 256);
   std::string all;
@@ -163,22 +163,22 @@ TEST_CASE("byte tokenizer maps every byte to its value and back", "[tokenizer]")
         std::string::npos);
   CHECK(error_of<ValueError>([&] { t->decode({-1}); }).find("id -1") != std::string::npos);
   CHECK(error_of<ValueError>([&] { t->piece(300); }).find("id 300") != std::string::npos);
-  CHECK(train::load_tokenizer("bytes")->kind() == "bytes");
-  CHECK(train::tokenizer_from_serialized("bytes", "", "test")->vocab_size() == 256);
-  CHECK(error_of<ValueError>([] { train::tokenizer_from_serialized("bytes", "x", "ckpt"); }).find("ckpt") !=
+  CHECK(text::load_tokenizer("bytes")->kind() == "bytes");
+  CHECK(text::tokenizer_from_serialized("bytes", "", "test")->vocab_size() == 256);
+  CHECK(error_of<ValueError>([] { text::tokenizer_from_serialized("bytes", "x", "ckpt"); }).find("ckpt") !=
         std::string::npos);
-  CHECK(error_of<ValueError>([] { train::tokenizer_from_serialized("wordpiece", "", "ckpt"); })
+  CHECK(error_of<ValueError>([] { text::tokenizer_from_serialized("wordpiece", "", "ckpt"); })
             .find("unknown tokenizer kind 'wordpiece'") != std::string::npos);
 }
 
 TEST_CASE("token ids text is whitespace-separated decimal ids inside the vocabulary", "[tokenizer]") {
-  CHECK(train::parse_token_ids("", 10).empty());
-  CHECK(train::parse_token_ids(" \n\t ", 10).empty());
-  CHECK(train::parse_token_ids("1 2 3", 10) == std::vector<std::int64_t>{1, 2, 3});
-  CHECK(train::parse_token_ids("\t0\n9  \r\n5 ", 10) == std::vector<std::int64_t>{0, 9, 5});
-  CHECK(train::parse_token_ids("007", 10) == std::vector<std::int64_t>{7});
+  CHECK(text::parse_token_ids("", 10).empty());
+  CHECK(text::parse_token_ids(" \n\t ", 10).empty());
+  CHECK(text::parse_token_ids("1 2 3", 10) == std::vector<std::int64_t>{1, 2, 3});
+  CHECK(text::parse_token_ids("\t0\n9  \r\n5 ", 10) == std::vector<std::int64_t>{0, 9, 5});
+  CHECK(text::parse_token_ids("007", 10) == std::vector<std::int64_t>{7});
   const auto usage = [](const std::string& text) {
-    return error_of<UsageError>([&] { train::parse_token_ids(text, 10); });
+    return error_of<UsageError>([&] { text::parse_token_ids(text, 10); });
   };
   CHECK(usage("1 2 10").find("id 10 (word 3) is outside the vocabulary of 10 (ids 0..9)") != std::string::npos);
   CHECK(usage("-1").find("id -1 (word 1) is outside the vocabulary of 10") != std::string::npos);
@@ -192,14 +192,14 @@ TEST_CASE("token ids text is whitespace-separated decimal ids inside the vocabul
 }
 
 TEST_CASE("sentencepiece tokenizer round-trips every byte string exactly", "[tokenizer]") {
-  if (!train::sentencepiece_available()) {
-    CHECK(error_of<UsageError>([] { train::load_tokenizer("tok.model"); })
+  if (!text::sentencepiece_available()) {
+    CHECK(error_of<UsageError>([] { text::load_tokenizer("tok.model"); })
               .find("xgrad was built without SentencePiece (libsentencepiece-dev)") != std::string::npos);
     return;
   }
   for (const std::string type : {"bpe", "unigram", "char"}) {
     INFO("model type " << type);
-    const auto t = train::load_tokenizer(trained(type).model.string());
+    const auto t = text::load_tokenizer(trained(type).model.string());
     CHECK(t->kind() == "sentencepiece");
     CHECK(t->vocab_size() == vocab_of(type));
     for (const std::string& s : hard_cases()) require_round_trip(*t, s);
@@ -213,8 +213,8 @@ TEST_CASE("sentencepiece tokenizer round-trips every byte string exactly", "[tok
 }
 
 TEST_CASE("sentencepiece tokenizer writes invalid UTF-8 and U+2581 as byte pieces between runs", "[tokenizer]") {
-  if (!train::sentencepiece_available()) return;  // checked by the round-trip test
-  const auto t = train::load_tokenizer(trained().model.string());
+  if (!text::sentencepiece_available()) return;  // checked by the round-trip test
+  const auto t = text::load_tokenizer(trained().model.string());
   const auto byte_id = [&](unsigned char b) {
     const std::vector<std::int64_t> ids = t->encode(std::string(1, static_cast<char>(b)));
     REQUIRE(ids.size() == 1);
@@ -244,48 +244,48 @@ TEST_CASE("sentencepiece tokenizer writes invalid UTF-8 and U+2581 as byte piece
 }
 
 TEST_CASE("sentencepiece tokenizer is identified by the SHA-256 of its model", "[tokenizer]") {
-  if (!train::sentencepiece_available()) return;  // checked by the round-trip test
+  if (!text::sentencepiece_available()) return;  // checked by the round-trip test
   const Trained& a = trained("bpe");
   const std::string bytes = xgt::read_file(a.model);
-  const auto t = train::load_tokenizer(a.model.string());
+  const auto t = text::load_tokenizer(a.model.string());
   CHECK(t->serialized() == bytes);
   CHECK(t->digest() == detail::sha256_hex("sentencepiece" + bytes));
   CHECK(t->description() == "sentencepiece, vocabulary 420, sha256 " + t->digest().substr(0, 16));
   // The same bytes embedded (as a checkpoint would) give the same tokenizer.
-  const auto u = train::tokenizer_from_serialized("sentencepiece", bytes, "checkpoint");
+  const auto u = text::tokenizer_from_serialized("sentencepiece", bytes, "checkpoint");
   CHECK(u->digest() == t->digest());
   for (const std::string& s : hard_cases()) CHECK(u->encode(s) == t->encode(s));
   // Training is deterministic: the same corpus and options give the same bytes.
   const auto dir = xgt::temp_dir("tokenizer_digest");
-  train::TokenizerTrainOptions o;
+  text::TokenizerTrainOptions o;
   o.vocab_size = 420;
-  train::train_sentencepiece({a.corpus.string()}, o, (dir / "same.model").string());
+  text::train_sentencepiece({a.corpus.string()}, o, (dir / "same.model").string());
   CHECK(xgt::read_file(dir / "same.model") == bytes);
   // With 2 threads: another model (SentencePiece's trainer depends on the count), the same
   // one every time.
   o.threads = 2;
-  train::train_sentencepiece({a.corpus.string()}, o, (dir / "t2a.model").string());
-  train::train_sentencepiece({a.corpus.string()}, o, (dir / "t2b.model").string());
+  text::train_sentencepiece({a.corpus.string()}, o, (dir / "t2a.model").string());
+  text::train_sentencepiece({a.corpus.string()}, o, (dir / "t2b.model").string());
   CHECK(xgt::read_file(dir / "t2a.model") == xgt::read_file(dir / "t2b.model"));
   o.threads = 1;
   // Another model (another vocabulary size, another type) has another digest.
   o.vocab_size = 421;
-  train::train_sentencepiece({a.corpus.string()}, o, (dir / "other.model").string());
-  CHECK(train::load_tokenizer((dir / "other.model").string())->digest() != t->digest());
-  CHECK(train::load_tokenizer(trained("unigram").model.string())->digest() != t->digest());
+  text::train_sentencepiece({a.corpus.string()}, o, (dir / "other.model").string());
+  CHECK(text::load_tokenizer((dir / "other.model").string())->digest() != t->digest());
+  CHECK(text::load_tokenizer(trained("unigram").model.string())->digest() != t->digest());
 }
 
 TEST_CASE("sentencepiece training reads every file of a folder and writes only the model", "[tokenizer]") {
-  if (!train::sentencepiece_available()) {
-    CHECK(error_of<UsageError>([] { train::train_sentencepiece({"x"}, {}, "o.model"); })
+  if (!text::sentencepiece_available()) {
+    CHECK(error_of<UsageError>([] { text::train_sentencepiece({"x"}, {}, "o.model"); })
               .find("xgrad was built without SentencePiece (libsentencepiece-dev)") != std::string::npos);
     return;
   }
   const Trained& a = trained("bpe");
   const auto dir = xgt::temp_dir("tokenizer_files");
-  train::TokenizerTrainOptions o;
+  text::TokenizerTrainOptions o;
   o.vocab_size = 420;
-  const std::string report = train::train_sentencepiece(
+  const std::string report = text::train_sentencepiece(
       {(a.corpus / "a.txt").string(), (a.corpus / "b.txt").string()}, o, (dir / "t.model").string());
   // The two files named one by one make the same model as their folder.
   CHECK(xgt::read_file(dir / "t.model") == xgt::read_file(a.model));
@@ -297,20 +297,20 @@ TEST_CASE("sentencepiece training reads every file of a folder and writes only t
   CHECK(files == std::set<std::string>{"t.model"});  // no .vocab, no temporary file left
   // At most --max-sentences lines, drawn with the seed: another model, still lossless.
   o.max_sentences = 200;
-  const std::string drawn = train::train_sentencepiece({a.corpus.string()}, o, (dir / "d.model").string());
+  const std::string drawn = text::train_sentencepiece({a.corpus.string()}, o, (dir / "d.model").string());
   CHECK(drawn.find("(200 drawn with seed 0)") != std::string::npos);
-  const auto d = train::load_tokenizer((dir / "d.model").string());
+  const auto d = text::load_tokenizer((dir / "d.model").string());
   for (const std::string& s : hard_cases()) require_round_trip(*d, s);
 }
 
 TEST_CASE("loading a tokenizer refuses files that are missing or empty or truncated or corrupt or foreign", "[tokenizer]") {
-  if (!train::sentencepiece_available()) return;  // checked by the round-trip test
+  if (!text::sentencepiece_available()) return;  // checked by the round-trip test
   const auto dir = xgt::temp_dir("tokenizer_bad_files");
   const std::string good = xgt::read_file(trained().model);
   const auto format_error = [&](const std::string& name, const std::string& bytes) {
     xgt::write_file(dir / name, bytes);
     const std::string path = (dir / name).string();
-    const std::string m = error_of<FormatError>([&] { train::load_tokenizer(path); });
+    const std::string m = error_of<FormatError>([&] { text::load_tokenizer(path); });
     CHECK(m.find(path) != std::string::npos);
     return m;
   };
@@ -329,27 +329,27 @@ TEST_CASE("loading a tokenizer refuses files that are missing or empty or trunca
     for (int k = 0; k < 3; ++k) bad[g.below(bad.size())] = static_cast<char>(g.below(256));
     xgt::write_file(dir / "flip.model", bad);
     try {
-      const auto t = train::load_tokenizer((dir / "flip.model").string());
+      const auto t = text::load_tokenizer((dir / "flip.model").string());
       for (const std::string& s : hard_cases()) require_round_trip(*t, s);
     } catch (const FormatError& e) {
       CHECK(std::string(e.what()).find("flip.model") != std::string::npos);
     }
   }
   const std::string missing = (dir / "missing.model").string();
-  CHECK(error_of<UsageError>([&] { train::load_tokenizer(missing); }).find("'" + missing + "' does not exist") !=
+  CHECK(error_of<UsageError>([&] { text::load_tokenizer(missing); }).find("'" + missing + "' does not exist") !=
         std::string::npos);
-  CHECK(error_of<UsageError>([&] { train::load_tokenizer(dir.string()); }).find("is a folder") != std::string::npos);
-  CHECK(error_of<FormatError>([&] { train::tokenizer_from_serialized("sentencepiece", "junk", "ckpt.safetensors"); })
+  CHECK(error_of<UsageError>([&] { text::load_tokenizer(dir.string()); }).find("is a folder") != std::string::npos);
+  CHECK(error_of<FormatError>([&] { text::tokenizer_from_serialized("sentencepiece", "junk", "ckpt.safetensors"); })
             .find("ckpt.safetensors is not a SentencePiece model") != std::string::npos);
 }
 
 TEST_CASE("sentencepiece training refuses bad options and corpora before writing anything", "[tokenizer]") {
   const auto dir = xgt::temp_dir("tokenizer_bad_training");
   const std::string out = (dir / "out.model").string();
-  const auto usage = [&](const std::vector<std::string>& paths, const train::TokenizerTrainOptions& o) {
-    return error_of<UsageError>([&] { train::train_sentencepiece(paths, o, out); });
+  const auto usage = [&](const std::vector<std::string>& paths, const text::TokenizerTrainOptions& o) {
+    return error_of<UsageError>([&] { text::train_sentencepiece(paths, o, out); });
   };
-  train::TokenizerTrainOptions o;
+  text::TokenizerTrainOptions o;
   o.vocab_size = 259;
   CHECK(usage({"x"}, o).find("--vocab-size 259: must be at least 260") != std::string::npos);
   o.vocab_size = 2000000;
@@ -368,7 +368,7 @@ TEST_CASE("sentencepiece training refuses bad options and corpora before writing
   o = {};
   o.character_coverage = 1.5;
   CHECK(usage({"x"}, o).find("--character-coverage") != std::string::npos);
-  if (!train::sentencepiece_available()) return;  // the rest needs SentencePiece (checked above)
+  if (!text::sentencepiece_available()) return;  // the rest needs SentencePiece (checked above)
 
   o = {};
   o.vocab_size = 260;
@@ -396,20 +396,20 @@ TEST_CASE("sentencepiece training refuses bad options and corpora before writing
   CHECK(cov.find("--character-coverage 1") != std::string::npos);
   o.vocab_size = std::stoul(cov.substr(give + 18));
   CHECK(o.vocab_size > 300);
-  CHECK(train::train_sentencepiece({a.corpus.string()}, o, out).find("(100% of the text)") != std::string::npos);
-  CHECK(train::load_tokenizer(out)->vocab_size() == o.vocab_size);
+  CHECK(text::train_sentencepiece({a.corpus.string()}, o, out).find("(100% of the text)") != std::string::npos);
+  CHECK(text::load_tokenizer(out)->vocab_size() == o.vocab_size);
   std::filesystem::remove(out);
   o = {};
   // The output may not be the corpus or sit in a corpus folder.
   CHECK(error_of<UsageError>([&] {
-          train::train_sentencepiece({(dir / "small.txt").string()}, o, (dir / "small.txt").string());
+          text::train_sentencepiece({(dir / "small.txt").string()}, o, (dir / "small.txt").string());
         }).find("the output would replace the input") != std::string::npos);
   CHECK(error_of<UsageError>([&] {
-          train::train_sentencepiece({a.corpus.string()}, o, (a.corpus / "t.model").string());
+          text::train_sentencepiece({a.corpus.string()}, o, (a.corpus / "t.model").string());
         }).find("is in the corpus folder") != std::string::npos);
 
   const auto value = [&](const std::vector<std::string>& paths) {
-    return error_of<ValueError>([&] { train::train_sentencepiece(paths, {}, out); });
+    return error_of<ValueError>([&] { text::train_sentencepiece(paths, {}, out); });
   };
   xgt::write_file(dir / "empty.txt", "");
   CHECK(value({(dir / "empty.txt").string()}).find("no text") != std::string::npos);

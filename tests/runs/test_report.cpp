@@ -1,4 +1,4 @@
-// xgrad report's readers and page (train/report.hpp): the gradcheck JSON, a run's result.txt,
+// xgrad report's readers and page (runs/report.hpp): the gradcheck JSON, a run's result.txt,
 // and text from run folders that must stay text inside the page's <script> (a sample or a
 // label holding "</script>" may not end the data block).
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/core/error.hpp>
-#include <xgrad/train/report.hpp>
+#include <xgrad/runs/report.hpp>
 
 using namespace xg;
 namespace fs = std::filesystem;
@@ -29,7 +29,7 @@ TEST_CASE("report: a gradcheck JSON report is read with its nulls and a foreign 
                 "max_rel_error": null, "worst_element": "a[1]", "status": "passed", "message": ""},
                {"check": "ops/div", "kind": "gradient", "configuration": "", "max_abs_error": null,
                 "max_rel_error": 0.5, "worst_element": "b[0]", "status": "failed", "message": "too far"}]})JSON");
-  const train::GradcheckReport r = train::read_gradcheck(good.string());
+  const runs::GradcheckReport r = runs::read_gradcheck(good.string());
   REQUIRE(r.checks.size() == 2);
   CHECK(r.dtype == "float64");
   CHECK(r.atol == 1e-5);
@@ -43,41 +43,41 @@ TEST_CASE("report: a gradcheck JSON report is read with its nulls and a foreign 
 
   const fs::path not_json = dir / "n.json";
   xgt::write_file(not_json, "step,lr\n");
-  CHECK_THROWS_WITH(train::read_gradcheck(not_json.string()),
+  CHECK_THROWS_WITH(runs::read_gradcheck(not_json.string()),
                     Catch::Contains("n.json") && Catch::Contains("not JSON"));
   const fs::path foreign = dir / "f.json";
   xgt::write_file(foreign, R"({"lr": 0.01})");
-  CHECK_THROWS_AS(train::read_gradcheck(foreign.string()), FormatError);
+  CHECK_THROWS_AS(runs::read_gradcheck(foreign.string()), FormatError);
   const fs::path bad_status = dir / "s.json";
   xgt::write_file(bad_status, R"({"tool": "xgrad gradcheck", "checks": [{"check": "x", "status": "maybe"}]})");
-  CHECK_THROWS_WITH(train::read_gradcheck(bad_status.string()), Catch::Contains("checks[0]") && Catch::Contains("maybe"));
+  CHECK_THROWS_WITH(runs::read_gradcheck(bad_status.string()), Catch::Contains("checks[0]") && Catch::Contains("maybe"));
   CHECK(r.order == 1);  // a report without "order" is first order
   // An --order 2 report: its order and a skipped check are read.
   const fs::path order2 = dir / "o2.json";
   xgt::write_file(order2, R"({"tool": "xgrad gradcheck", "dtype": "float64", "order": 2,
     "checks": [{"check": "invariants/x", "status": "skipped", "message": "no second-order form"}]})");
-  const train::GradcheckReport r2 = train::read_gradcheck(order2.string());
+  const runs::GradcheckReport r2 = runs::read_gradcheck(order2.string());
   CHECK(r2.order == 2);
   REQUIRE(r2.checks.size() == 1);
   CHECK(r2.checks[0].status == "skipped");
   CHECK(r2.checks[0].message == "no second-order form");
   const fs::path order3 = dir / "o3.json";
   xgt::write_file(order3, R"({"tool": "xgrad gradcheck", "order": 3, "checks": []})");
-  CHECK_THROWS_WITH(train::read_gradcheck(order3.string()), Catch::Contains("o3.json") && Catch::Contains("order"));
+  CHECK_THROWS_WITH(runs::read_gradcheck(order3.string()), Catch::Contains("o3.json") && Catch::Contains("order"));
 }
 
 TEST_CASE("report: result.txt gives the samples and the RESULT lines and a run without it has none", "[report]") {
   const fs::path dir = xgt::temp_dir("report_result");
-  train::RunSummary run;
+  runs::RunSummary run;
   run.dir = dir.string();
   run.options = {{"lr", "0.01"}, {"task", "sort"}};
-  train::RunOutput none = train::read_run_output(run);
+  runs::RunOutput none = runs::read_run_output(run);
   CHECK_FALSE(none.samples.has_value());
   CHECK(none.result_lines.empty());
   CHECK(none.config_json.find("\"lr\": \"0.01\"") != std::string::npos);  // the options (text), as JSON
   xgt::write_file(dir / "result.txt", "samples:\n  1234| -> 1234  (right)\n  4321| -> 1234  (right)\n"
                                  "RESULT best_val_loss 0.5 step 10\nRESULT heldout_exact_match 1\n");
-  const train::RunOutput out = train::read_run_output(run);
+  const runs::RunOutput out = runs::read_run_output(run);
   REQUIRE(out.samples.has_value());
   CHECK(*out.samples == "  1234| -> 1234  (right)\n  4321| -> 1234  (right)\n");
   CHECK(out.result_lines ==
@@ -85,23 +85,23 @@ TEST_CASE("report: result.txt gives the samples and the RESULT lines and a run w
 }
 
 TEST_CASE("report: text from a run folder cannot end the page's data script", "[report]") {
-  train::ReportInput in;
-  train::RunSummary run;
+  runs::ReportInput in;
+  runs::RunSummary run;
   run.dir = "x";
   run.label = "a</script><b>run";
-  train::LogRow row;
+  runs::LogRow row;
   row.step = 1;
   row.loss = 2.0;
   run.log.rows = {row};
   run.steps = 1;
   run.sessions = 1;
   in.runs = {run};
-  train::RunOutput out;
+  runs::RunOutput out;
   out.samples = std::string("</script><script>document.title='x'</script>\n");
   out.config_json = "{}";
   in.outputs = {out};
   in.library = {"/* Dygraph */", "/* css */"};
-  const std::string page = train::report_html(in);
+  const std::string page = runs::report_html(in);
   // The page's own tags: 3 scripts (data, library, page). The run's text is escaped inside.
   std::size_t scripts = 0;
   for (std::size_t at = page.find("</script"); at != std::string::npos; at = page.find("</script", at + 1)) ++scripts;
@@ -114,13 +114,13 @@ TEST_CASE("report: a deeply nested --gradcheck file is a FormatError naming the 
   const fs::path dir = xgt::temp_dir("report_nested");
   const fs::path deep = dir / "deep.json";
   xgt::write_file(deep, std::string(500000, '[') + std::string(500000, ']'));
-  CHECK_THROWS_AS(train::read_gradcheck(deep.string()), FormatError);
-  CHECK_THROWS_WITH(train::read_gradcheck(deep.string()),
+  CHECK_THROWS_AS(runs::read_gradcheck(deep.string()), FormatError);
+  CHECK_THROWS_WITH(runs::read_gradcheck(deep.string()),
                     Catch::Contains("deep.json") && Catch::Contains("nesting deeper than 64"));
   // Inside a report's shape, where the reader shows a field's JSON (which recursed and crashed
   // with signal 11 at this depth).
   const fs::path inner = dir / "inner.json";
   xgt::write_file(inner, R"({"tool": "xgrad gradcheck", "checks": [{"check": "x", "status": "passed", "kind": )" +
                              std::string(200000, '[') + std::string(200000, ']') + "}]}");
-  CHECK_THROWS_WITH(train::read_gradcheck(inner.string()), Catch::Contains("nesting deeper than 64"));
+  CHECK_THROWS_WITH(runs::read_gradcheck(inner.string()), Catch::Contains("nesting deeper than 64"));
 }

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <xgrad/train/compare.hpp>
+#include <xgrad/runs/compare.hpp>
 
-namespace xg::train {
+namespace xg::runs {
 
 /// Where libjs-dygraphs installs the minified library (Debian 12: 2.2.1); its style sheet is
 /// beside it (dygraph.min.css).
@@ -48,13 +48,6 @@ struct AttentionReport {
   std::vector<std::size_t> windows;  ///< Each layer's sliding window (0: none).
 };
 
-/// Loads the checkpoint (a model file, or a run folder: its model.safetensors), encodes the
-/// prompt with the checkpoint's tokenizer (the text task's, from its metadata) or one token a
-/// character of its vocabulary, and runs the model once over the prompt with weights
-/// returned. UsageError (one line) for an encoder-decoder checkpoint, an empty prompt, a prompt
-/// the checkpoint's vocabulary cannot encode, and a prompt longer than the context;
-/// FormatError for a file that is not an xgrad model.
-AttentionReport attention_report(const std::string& checkpoint, const std::string& prompt);
 
 /// One check of an `xgrad gradcheck --json` report.
 struct GradcheckRow {
@@ -110,4 +103,4 @@ struct ReportInput {
 /// and style inline.
 std::string report_html(const ReportInput& input);
 
-}  // namespace xg::train
+}  // namespace xg::runs

@@ -1,4 +1,5 @@
-#include <xgrad/train/detail/run_folder.hpp>
+#include <xgrad/runs/run_folder.hpp>
+#include <xgrad/io/number.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,19 +17,12 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/safetensors.hpp>
-#include <xgrad/train/checkpoint.hpp>
 
-namespace xg::train::detail {
+namespace xg::runs {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
 
 }  // namespace
 
@@ -98,11 +92,11 @@ std::vector<std::string> rows_up_to(const fs::path& path, std::int64_t step, boo
     if (fields.size() != columns)
       throw FormatError(where + ": expected " + std::to_string(columns) + " comma-separated fields, found " +
                         std::to_string(fields.size()));
-    const std::int64_t s = parse_int(fields[0], where + ": step");
+    const std::int64_t s = io::parse_int(fields[0], where + ": step");
     if (s != static_cast<std::int64_t>(rows.size()) + 1)
       throw FormatError(where + ": step " + fields[0] + " where step " + std::to_string(rows.size() + 1) + " belongs");
     for (std::size_t i = 1; i < fields.size(); ++i)
-      if (i < 6 || !fields[i].empty()) parse_double(fields[i], where + ": field " + std::to_string(i + 1));
+      if (i < 6 || !fields[i].empty()) io::parse_double(fields[i], where + ": field " + std::to_string(i + 1));
     rows.push_back(v1 ? line + "," : line);
   }
   return rows;
@@ -167,54 +161,6 @@ void check_run_id(const std::string& state_id, const fs::path& dir, const std::s
                     ": the state belongs to another run; refusing to resume (nothing changed)");
 }
 
-namespace {
-// A saved option value for a message: a number stored with every digit (0.0050000000000000001)
-// as the shortest text that reads back as the same double (0.005); anything else as it is.
-std::string shown(const std::string& v) {
-  if (v.find_first_of(".eE") == std::string::npos) return v;
-  char* end = nullptr;
-  const double d = std::strtod(v.c_str(), &end);
-  if (end != v.c_str() + v.size() || !std::isfinite(d)) return v;
-  char buf[40];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, d);
-    if (std::strtod(buf, nullptr) == d) break;
-  }
-  return buf;
-}
-}  // namespace
-
-// A new run in `out`: refuse a folder that holds a different run unless --overwrite (the
-// same options are the same run: starting it again is harmless).
-void check_out_folder(const TrainOptions& o) {
-  const fs::path out(o.out);
-  std::error_code ec;
-  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
-    throw UsageError(op_message("train", "--out " + o.out + " exists and is not a directory"));
-  if (o.overwrite) return;
-  std::vector<std::string> present;
-  for (const char* f : {kStateFile, kModelFile, kBestFile, kLogFile, kRunIdFile, kConfigFile})
-    if (fs::exists(out / f, ec)) present.push_back(f);
-  if (present.empty()) return;
-  const std::string advice = "; continue it with --resume " + o.out + ", choose another --out, or pass --overwrite";
-  io::safetensors::Metadata saved;
-  try {
-    saved = io::safetensors::load((out / kStateFile).string()).metadata;
-  } catch (const Error&) {
-    throw UsageError(op_message("train", "--out " + o.out + " holds files of another run (" + join(present) + ")" + advice));
-  }
-  std::vector<std::string> differ;
-  for (const auto& [k, v] : options_metadata(o)) {
-    auto it = saved.find(k);
-    // Runs saved before an option existed have its legacy value (the table's).
-    const OptionSpec* spec = find_option(k.substr(4));
-    const std::string was = it != saved.end() ? it->second : spec && spec->has_legacy ? spec->legacy : "?";
-    if (was != v) differ.push_back(k.substr(4) + " " + shown(was) + " -> " + shown(v));
-  }
-  if (!differ.empty())
-    throw UsageError(op_message("train", "--out " + o.out + " holds a different run (" + join(differ) + ")" + advice));
-}
-
 void prepare_out_folder(const std::string& out) {
   try {
     fs::create_directories(out);
@@ -230,4 +176,4 @@ void prepare_out_folder(const std::string& out) {
   }
 }
 
-}  // namespace xg::train::detail
+}  // namespace xg::runs

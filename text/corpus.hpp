@@ -2,8 +2,8 @@
 /// A corpus of the user's own text for `xgrad train --task text` and `xgrad eval`: its
 /// documents, a deterministic document-level train/validation split, the corpus tokenised once
 /// into a token file read through a memory map (like nanoGPT's train.bin), the tokenizer a
-/// checkpoint carries, and the validation measure both commands share (cross-entropy per
-/// token and bits per byte over fixed windows of the validation text).
+/// checkpoint carries, and the validation windows both commands share (the measure through a
+/// model is train/evaluation.hpp's). Also the texts of a character-level corpus (TextFile).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +13,25 @@
 
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/safetensors.hpp>
-#include <xgrad/nn/transformer.hpp>
-#include <xgrad/train/tokenizer.hpp>
+#include <xgrad/text/tokenizer.hpp>
 
-namespace xg::train {
+namespace xg::text {
+
+/// One text of a character-level corpus: its file name (without folder) and its bytes.
+struct TextFile {
+  std::string name;  ///< The file name, without folder.
+  std::string text;  ///< The file's bytes.
+};
+/// The bytes of the file at `path` (a regular file of at most io::kTextLimit bytes);
+/// ValueError if unreadable (or a folder).
+std::string read_text(const std::string& path);
+/// `path` a file: that file. A folder: every regular file in it (symbolic links resolved,
+/// a file reached by several names read once, under its own name), sorted by name.
+/// ValueError naming the path if it is missing, unreadable or a folder without files.
+std::vector<TextFile> read_corpus(const std::string& path);
+/// "name:bytes:checksum" per text, joined by ";" (FNV-1a 64, hex): saved with a run so that
+/// resume can tell that the corpus changed.
+std::string fingerprint(const std::vector<TextFile>& corpus);
 
 /// One document: a whole file, or a piece of a large one cut at a line end.
 struct Document {
@@ -118,17 +133,6 @@ constexpr std::size_t kMaxValidationWindows = 2048;
 /// The windows over `tokens` tokens.
 ValidationWindows validation_windows(std::uint64_t tokens, std::size_t context, std::size_t max_windows);
 
-/// The cross-entropy of some validation windows, summed.
-struct WindowLoss {
-  double nats = 0;             ///< The summed cross-entropy of the targets (natural log).
-  std::uint64_t targets = 0;   ///< The targets counted.
-  std::uint64_t bytes = 0;     ///< The bytes of text the targets stand for.
-};
-/// Windows [first, last) of `w` over `tokens`, `batch` windows a forward pass, through `gpt`
-/// in evaluation (no tape); `token_bytes[id]` is the number of bytes token `id` decodes to.
-WindowLoss window_loss(nn::GPT& gpt, const TokenFile& tokens, const ValidationWindows& w, std::size_t first,
-                       std::size_t last, std::size_t batch, const std::vector<std::size_t>& token_bytes);
-
 /// base64 (RFC 4648, with padding) of `bytes`, and back (FormatError naming `where` for text
 /// that is not base64).
 /// @{
@@ -141,4 +145,4 @@ std::string base64_encode(const std::string& bytes);
 std::string base64_decode(const std::string& text, const std::string& where);
 /// @}
 
-}  // namespace xg::train
+}  // namespace xg::text
