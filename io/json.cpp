@@ -330,6 +330,17 @@ const Value* Value::find(const std::string& key) const {
   return nullptr;
 }
 
+Value Value::make_text(const std::string& s) {
+  if (valid_utf8(s)) return make_string(s);
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_length(s, i);
+    out += n > 0 ? s.substr(i, n) : std::string("\xEF\xBF\xBD");
+    i += n > 0 ? n : 1;
+  }
+  return make_string(out);
+}
+
 std::string Value::dump(int indent) const {
   std::string out;
   dump_to(*this, out, indent < 0 ? 0 : indent, 0);

@@ -482,20 +482,6 @@ std::string compare_table(const std::vector<RunSummary>& runs) {
 
 namespace {
 
-// Text for the JSON document: bytes that are not UTF-8 (a folder's name can hold any) become
-// U+FFFD, as in the other commands' documents.
-json::Value json_text(const std::string& s) {
-  if (json::valid_utf8(s)) return json::Value::make_string(s);
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    std::size_t n = 4;
-    while (n > 0 && (i + n > s.size() || !json::valid_utf8(s.substr(i, n)))) --n;
-    out += n > 0 ? s.substr(i, n) : std::string("\xEF\xBF\xBD");
-    i += n > 0 ? n : 1;
-  }
-  return json::Value::make_string(out);
-}
-
 }  // namespace
 
 std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture) {
@@ -506,10 +492,10 @@ std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const 
   Value list = Value::make_array();
   for (const RunSummary& r : runs) {
     Value options = Value::make_object();
-    for (const auto& [k, v] : r.options) options.set(json_text(k).str(), json_text(v));
+    for (const auto& [k, v] : r.options) options.set(Value::make_text(k).str(), Value::make_text(v));
     Value run = Value::make_object();
-    run.set("label", json_text(r.label));
-    run.set("dir", json_text(r.dir));
+    run.set("label", Value::make_text(r.label));
+    run.set("dir", Value::make_text(r.dir));
     run.set("run_id", r.run_id.empty() ? Value() : Value::make_string(r.run_id));
     run.set("options_source", Value::make_string(r.options_source));
     run.set("options", std::move(options));
@@ -527,12 +513,12 @@ std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const 
     list.push(std::move(run));
   }
   Value differ = Value::make_array();
-  for (const std::string& name : differing_options(runs)) differ.push(json_text(name));
+  for (const std::string& name : differing_options(runs)) differ.push(Value::make_text(name));
   Value pic;
   if (picture) {
     pic = Value::make_object();
-    pic.set("png", json_text(picture->png));
-    pic.set("script", json_text(picture->script));
+    pic.set("png", Value::make_text(picture->png));
+    pic.set("script", Value::make_text(picture->script));
     pic.set("drawn", Value::make_bool(picture->drawn));
     pic.set("width", picture->drawn ? Value::make_uint(static_cast<std::uint64_t>(picture->size.width)) : Value());
     pic.set("height", picture->drawn ? Value::make_uint(static_cast<std::uint64_t>(picture->size.height)) : Value());

@@ -7,11 +7,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/detail/json.hpp>
+#include <xgrad/io/number.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/runs/plots.hpp>
 #include <xgrad/runs/run_folder.hpp>
@@ -20,7 +20,7 @@
 namespace xg::runs {
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
+using json::Value;
 
 const char* const kDygraphsPath = "/usr/share/javascript/dygraphs/dygraph.min.js";
 
@@ -38,13 +38,14 @@ std::optional<std::string> slurp(const fs::path& path) {
   }
 }
 
-// A number for the page's JSON: null for NaN and infinities (JSON has neither).
-json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-json number(const std::optional<double>& v) { return v ? number(*v) : json(nullptr); }
-
-// Text for JSON: invalid UTF-8 bytes become U+FFFD (a log or a sample may hold any bytes).
-std::string utf8(const std::string& s) { return json(s).dump(-1, ' ', false, json::error_handler_t::replace); }
-json text(const std::string& s) { return json::parse(utf8(s)); }
+// A number for the page's JSON, in the shortest text that reads back to it: null for NaN and
+// infinities (JSON has neither).
+Value number(double v) { return std::isfinite(v) ? Value::make_number_text(io::shortest_text(v)) : Value(); }
+Value number(const std::optional<double>& v) { return v ? number(*v) : Value(); }
+Value integer(std::int64_t v) { return Value::make_number_text(std::to_string(v)); }
+Value text(const std::string& s) { return Value::make_text(s); }
+Value array() { return Value::make_array(); }
+Value object() { return Value::make_object(); }
 
 }  // namespace
 
@@ -79,53 +80,53 @@ GradcheckReport read_gradcheck(const std::string& path) {
   const std::optional<std::string> t = slurp(path);
   std::error_code ec;
   if (!t) bad(fs::exists(path, ec) ? "cannot read the file" : "does not exist");
-  json j;
+  Value j;
   try {
-    xg::json::check_limits(*t);  // nlohmann recurses: bounded depth and size first
+    json::check_limits(*t);
     j = json::parse(*t);
-  } catch (const json::exception& e) {
-    bad(std::string("not JSON (") + e.what() + "); give the file xgrad gradcheck --json wrote");
   } catch (const FormatError& e) {
-    bad(std::string(e.what()) + "; give the file xgrad gradcheck --json wrote");
+    bad(std::string("not JSON (") + e.what() + "); give the file xgrad gradcheck --json wrote");
   }
-  if (!j.is_object() || j.value("tool", "") != "xgrad gradcheck" || !j.contains("checks") || !j["checks"].is_array())
+  const Value* tool = j.is_object() ? j.find("tool") : nullptr;
+  const Value* all = j.is_object() ? j.find("checks") : nullptr;
+  if (!tool || !tool->is_string() || tool->str() != "xgrad gradcheck" || !all || !all->is_array())
     bad("not an xgrad gradcheck --json report (no \"tool\": \"xgrad gradcheck\" with a \"checks\" array)");
   GradcheckReport r;
   r.path = path;
-  const auto num = [&](const json& v, const std::string& what) -> std::optional<double> {
-    if (v.is_null()) return std::nullopt;
-    if (!v.is_number()) bad(what + " is not a number or null");
-    return v.get<double>();
+  const auto num = [&](const Value* v, const std::string& what) -> std::optional<double> {
+    if (!v || v->kind() == Value::Kind::null) return std::nullopt;
+    if (!v->is_number()) bad(what + " is not a number or null");
+    return std::strtod(v->str().c_str(), nullptr);
   };
-  const auto str = [&](const json& o, const char* key, const std::string& what) -> std::string {
-    if (!o.contains(key)) return "";
-    const json& v = o[key];
-    if (v.is_string()) return v.get<std::string>();
-    if (v.is_null()) return "";
-    if (v.is_object() || v.is_array()) return v.dump();
+  const auto str = [&](const Value& o, const char* key, const std::string& what) -> std::string {
+    const Value* v = o.find(key);
+    if (!v || v->kind() == Value::Kind::null) return "";
+    if (v->is_string()) return v->str();
+    if (v->is_object() || v->is_array()) return v->dump();
     bad(what + " \"" + key + "\" is not text");
     return "";
   };
   r.dtype = str(j, "dtype", "the report's");
-  if (j.contains("order")) {  // reports before --order have none: order 1
-    if (!j["order"].is_number_integer() || (j["order"] != 1 && j["order"] != 2)) bad("\"order\" is not 1 or 2");
-    r.order = j["order"].get<int>();
+  if (const Value* order = j.find("order")) {  // reports before --order have none: order 1
+    std::uint64_t o = 0;
+    if (!order->as_uint(o) || (o != 1 && o != 2)) bad("\"order\" is not 1 or 2");
+    r.order = static_cast<int>(o);
   }
-  if (j.contains("tolerances") && j["tolerances"].is_object()) {
-    const json& tol = j["tolerances"];
-    r.atol = num(tol.value("atol", json()), "tolerances.atol").value_or(0);
-    r.rtol = num(tol.value("rtol", json()), "tolerances.rtol").value_or(0);
-    r.eps = num(tol.value("eps", json()), "tolerances.eps").value_or(0);
+  if (const Value* tol = j.find("tolerances"); tol && tol->is_object()) {
+    r.atol = num(tol->find("atol"), "tolerances.atol").value_or(0);
+    r.rtol = num(tol->find("rtol"), "tolerances.rtol").value_or(0);
+    r.eps = num(tol->find("eps"), "tolerances.eps").value_or(0);
   }
   std::size_t i = 0;
-  for (const json& c : j["checks"]) {
+  for (const Value& c : all->items()) {
     const std::string at = "checks[" + std::to_string(i++) + "]";
-    if (!c.is_object() || !c.contains("check") || !c["check"].is_string() || !c.contains("status") ||
-        !c["status"].is_string())
+    const Value* name = c.is_object() ? c.find("check") : nullptr;
+    const Value* status = c.is_object() ? c.find("status") : nullptr;
+    if (!name || !name->is_string() || !status || !status->is_string())
       bad(at + " has no \"check\" name and \"status\"");
     GradcheckRow row;
-    row.check = c["check"].get<std::string>();
-    row.status = c["status"].get<std::string>();
+    row.check = name->str();
+    row.status = status->str();
     if (row.status != "passed" && row.status != "failed" && row.status != "skipped")
       bad(at + ": status '" + row.status + "' is not passed, failed or skipped");
     row.kind = str(c, "kind", at);
@@ -133,8 +134,8 @@ GradcheckReport read_gradcheck(const std::string& path) {
     row.message = str(c, "message", at);
     row.worst_element = str(c, "worst_element", at);
     row.mode = str(c, "mode", at);
-    row.max_abs_error = num(c.value("max_abs_error", json()), at + ".max_abs_error");
-    row.max_rel_error = num(c.value("max_rel_error", json()), at + ".max_rel_error");
+    row.max_abs_error = num(c.find("max_abs_error"), at + ".max_abs_error");
+    row.max_rel_error = num(c.find("max_rel_error"), at + ".max_rel_error");
     r.checks.push_back(std::move(row));
   }
   return r;
@@ -169,16 +170,13 @@ RunOutput read_run_output(const RunSummary& run) {
   }
   if (const std::optional<std::string> cfg = slurp(fs::path(run.dir) / kConfigFile)) {
     try {
-      xg::json::check_limits(*cfg);
       out.config_json = json::parse(*cfg).dump(2);
-    } catch (const json::exception&) {
-      out.config_json = *cfg;
     } catch (const FormatError&) {
       out.config_json = *cfg;  // read_run already refused a config.json that is not JSON
     }
   } else {
-    json o = json::object();
-    for (const auto& [k, v] : run.options) o[k] = text(v);
+    Value o = object();
+    for (const auto& [k, v] : run.options) o.set(text(k).str(), text(v));
     out.config_json = o.dump(2);
   }
   return out;
@@ -187,46 +185,46 @@ RunOutput read_run_output(const RunSummary& run) {
 namespace {
 
 // The page's data: one JSON object, inlined into a <script type="application/json">.
-json page_data(const ReportInput& in) {
-  json d;
-  d["title"] = in.title;
-  d["xgrad_version"] = XGRAD_VERSION_STRING;
+Value page_data(const ReportInput& in) {
+  Value d = object();
+  d.set("title", text(in.title));
+  d.set("xgrad_version", Value::make_string(XGRAD_VERSION_STRING));
   {
     const std::time_t now = std::time(nullptr);
     char buf[32];
     std::tm tm{};
     gmtime_r(&now, &tm);
     std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    d["generated"] = buf;
+    d.set("generated", Value::make_string(buf));
   }
-  json runs = json::array();
+  Value runs = array();
   for (std::size_t i = 0; i < in.runs.size(); ++i) {
     const RunSummary& r = in.runs[i];
-    json o;
-    o["label"] = text(r.label);
-    o["dir"] = text(r.dir);
-    o["run_id"] = r.run_id;
-    o["options_source"] = r.options_source;
-    json opts = json::object();
-    for (const auto& [k, v] : r.options) opts[k] = text(v);
-    o["options"] = opts;
-    o["task"] = r.options.count("task") ? text(r.options.at("task")) : json(nullptr);
-    o["steps"] = r.steps;
-    o["tokens"] = r.tokens ? json(*r.tokens) : json(nullptr);
-    o["tokens_per_step"] = r.tokens_per_step ? json(*r.tokens_per_step) : json(nullptr);
-    o["sessions"] = r.sessions;
-    o["wall_s"] = number(r.wall_s);
-    o["final_train_loss"] = number(r.final_train_loss);
-    o["final_val_loss"] = number(r.final_val_loss);
-    o["best_val_loss"] = number(r.best_val_loss);
-    o["best_val_step"] = r.best_val_step;
-    o["final_val_bpb"] = number(r.final_val_bpb);
-    o["best_val_bpb"] = number(r.best_val_bpb);
+    Value o = object();
+    o.set("label", text(r.label));
+    o.set("dir", text(r.dir));
+    o.set("run_id", text(r.run_id));
+    o.set("options_source", text(r.options_source));
+    Value opts = object();
+    for (const auto& [k, v] : r.options) opts.set(text(k).str(), text(v));
+    o.set("options", std::move(opts));
+    o.set("task", r.options.count("task") ? text(r.options.at("task")) : Value());
+    o.set("steps", integer(r.steps));
+    o.set("tokens", r.tokens ? Value::make_uint(*r.tokens) : Value());
+    o.set("tokens_per_step", r.tokens_per_step ? Value::make_uint(*r.tokens_per_step) : Value());
+    o.set("sessions", Value::make_uint(r.sessions));
+    o.set("wall_s", number(r.wall_s));
+    o.set("final_train_loss", number(r.final_train_loss));
+    o.set("final_val_loss", number(r.final_val_loss));
+    o.set("best_val_loss", number(r.best_val_loss));
+    o.set("best_val_step", integer(r.best_val_step));
+    o.set("final_val_bpb", number(r.final_val_bpb));
+    o.set("best_val_bpb", number(r.best_val_bpb));
     // The curves, one array per column; wall time runs on across sessions (a resumed run's
     // clock restarts at 0 in log.csv).
     const std::vector<std::size_t> starts = session_starts(r.log.rows, r.tokens_per_step);
-    json step = json::array(), lr = json::array(), loss = json::array(), gn = json::array(), tps = json::array(),
-         wall = json::array(), val = json::array(), bpb = json::array();
+    Value step = array(), lr = array(), loss = array(), gn = array(), tps = array(), wall = array(), val = array(),
+          bpb = array();
     double offset = 0.0;
     std::size_t next = 1;
     for (std::size_t k = 0; k < r.log.rows.size(); ++k) {
@@ -235,66 +233,73 @@ json page_data(const ReportInput& in) {
         offset += r.log.rows[k - 1].elapsed_s;
         ++next;
       }
-      step.push_back(row.step);
-      lr.push_back(number(row.lr));
-      loss.push_back(number(row.loss));
-      gn.push_back(number(row.grad_norm));
-      tps.push_back(number(row.tokens_per_s));
-      wall.push_back(number(offset + row.elapsed_s));
-      val.push_back(number(row.val_loss));
-      bpb.push_back(number(row.val_bpb));
+      step.push(integer(row.step));
+      lr.push(number(row.lr));
+      loss.push(number(row.loss));
+      gn.push(number(row.grad_norm));
+      tps.push(number(row.tokens_per_s));
+      wall.push(number(offset + row.elapsed_s));
+      val.push(number(row.val_loss));
+      bpb.push(number(row.val_bpb));
     }
-    o["log"] = {{"step", step}, {"lr", lr},     {"loss", loss},   {"grad_norm", gn},
-                {"tokens_per_s", tps}, {"wall_s", wall}, {"val_loss", val}, {"val_bpb", bpb}};
+    o.set("log", Value::make_object({{"step", std::move(step)}, {"lr", std::move(lr)}, {"loss", std::move(loss)},
+                                     {"grad_norm", std::move(gn)}, {"tokens_per_s", std::move(tps)},
+                                     {"wall_s", std::move(wall)}, {"val_loss", std::move(val)},
+                                     {"val_bpb", std::move(bpb)}}));
     const RunOutput& out = in.outputs.at(i);
-    o["samples"] = out.samples ? text(*out.samples) : json(nullptr);
-    json res = json::array();
-    for (const std::string& l : out.result_lines) res.push_back(text(l));
-    o["result_lines"] = res;
-    o["config_json"] = text(out.config_json);
-    runs.push_back(o);
+    o.set("samples", out.samples ? text(*out.samples) : Value());
+    Value res = array();
+    for (const std::string& l : out.result_lines) res.push(text(l));
+    o.set("result_lines", std::move(res));
+    o.set("config_json", text(out.config_json));
+    runs.push(std::move(o));
   }
-  d["runs"] = runs;
-  json diff = json::array();
-  for (const std::string& k : differing_options(in.runs)) diff.push_back(text(k));
-  d["differing"] = diff;
+  d.set("runs", std::move(runs));
+  Value diff = array();
+  for (const std::string& k : differing_options(in.runs)) diff.push(text(k));
+  d.set("differing", std::move(diff));
   if (in.attention) {
     const AttentionReport& a = *in.attention;
-    json w = json::array(), al = json::array(), toks = json::array();
+    Value w = array(), al = array(), toks = array(), windows = array();
     for (const auto& m : a.weights) {
-      json row = json::array();
-      for (double v : m) row.push_back(number(v));
-      w.push_back(row);
+      Value row = array();
+      for (double v : m) row.push(number(v));
+      w.push(std::move(row));
     }
     for (const auto& m : a.allowed) {
-      json row = json::array();
-      for (unsigned char v : m) row.push_back(v != 0 ? 1 : 0);
-      al.push_back(row);
+      Value row = array();
+      for (unsigned char v : m) row.push(Value::make_uint(v != 0 ? 1 : 0));
+      al.push(std::move(row));
     }
-    for (const std::string& t : a.tokens) toks.push_back(text(t));
-    d["attention"] = {{"checkpoint", text(a.checkpoint)}, {"prompt", text(a.prompt)}, {"tokens", toks},
-                      {"layers", a.layers}, {"heads", a.heads}, {"kv_heads", a.kv_heads},
-                      {"windows", a.windows}, {"weights", w}, {"allowed", al}};
+    for (const std::string& t : a.tokens) toks.push(text(t));
+    for (std::size_t W : a.windows) windows.push(Value::make_uint(W));
+    d.set("attention", Value::make_object({{"checkpoint", text(a.checkpoint)}, {"prompt", text(a.prompt)},
+                                           {"tokens", std::move(toks)}, {"layers", Value::make_uint(a.layers)},
+                                           {"heads", Value::make_uint(a.heads)}, {"kv_heads", Value::make_uint(a.kv_heads)},
+                                           {"windows", std::move(windows)}, {"weights", std::move(w)},
+                                           {"allowed", std::move(al)}}));
   } else {
-    d["attention"] = nullptr;
+    d.set("attention", Value());
   }
   if (in.gradcheck) {
     const GradcheckReport& g = *in.gradcheck;
-    json checks = json::array();
+    Value checks = array();
     for (const GradcheckRow& c : g.checks)
-      checks.push_back({{"check", text(c.check)},
-                        {"kind", text(c.kind)},
-                        {"configuration", text(c.configuration)},
-                        {"status", c.status},
-                        {"max_abs_error", number(c.max_abs_error)},
-                        {"max_rel_error", number(c.max_rel_error)},
-                        {"worst_element", text(c.worst_element)},
-                        {"mode", text(c.mode)},
-                        {"message", text(c.message)}});
-    d["gradcheck"] = {{"path", text(g.path)}, {"dtype", g.dtype}, {"order", g.order}, {"atol", number(g.atol)},
-                      {"rtol", number(g.rtol)}, {"eps", number(g.eps)}, {"checks", checks}};
+      checks.push(Value::make_object({{"check", text(c.check)},
+                                      {"kind", text(c.kind)},
+                                      {"configuration", text(c.configuration)},
+                                      {"status", text(c.status)},
+                                      {"max_abs_error", number(c.max_abs_error)},
+                                      {"max_rel_error", number(c.max_rel_error)},
+                                      {"worst_element", text(c.worst_element)},
+                                      {"mode", text(c.mode)},
+                                      {"message", text(c.message)}}));
+    d.set("gradcheck", Value::make_object({{"path", text(g.path)}, {"dtype", text(g.dtype)},
+                                           {"order", Value::make_uint(static_cast<std::uint64_t>(g.order))},
+                                           {"atol", number(g.atol)}, {"rtol", number(g.rtol)}, {"eps", number(g.eps)},
+                                           {"checks", std::move(checks)}}));
   } else {
-    d["gradcheck"] = nullptr;
+    d.set("gradcheck", Value());
   }
   return d;
 }
@@ -335,7 +340,7 @@ std::string html_escape(const std::string& s) {
 }  // namespace
 
 std::string report_html(const ReportInput& in) {
-  const std::string data = script_safe(page_data(in).dump(-1, ' ', false, json::error_handler_t::replace));
+  const std::string data = script_safe(page_data(in).dump());
   std::string page;
   page += kPageHead;
   page += "<title>" + html_escape(in.title) + "</title>\n";

@@ -23,6 +23,9 @@ class Value {
   static Value make_string(std::string s);
   static Value make_array(std::vector<Value> items = {});
   static Value make_object(std::vector<std::pair<std::string, Value>> members = {});
+  // A string from any bytes: each byte that is not part of valid UTF-8 becomes U+FFFD (a log,
+  // a sample or a folder name may hold any bytes; JSON text may not).
+  static Value make_text(const std::string& bytes);
 
   Kind kind() const { return kind_; }
   bool is_object() const { return kind_ == Kind::object; }

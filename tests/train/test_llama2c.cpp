@@ -16,6 +16,7 @@
 
 using namespace xg;
 namespace l2c = xg::train::llama2c;
+namespace l2c_file = xg::io::llama2c;
 namespace fs = std::filesystem;
 
 namespace {
@@ -62,7 +63,7 @@ std::string model_bytes(const Spec& s, std::uint64_t seed, const std::vector<std
   // Everything up to the final norm, the tables, then the classifier.
   const std::size_t cls = s.shared ? 0 : static_cast<std::size_t>(s.vocab * s.dim);
   out += floats(weight_floats(s) - cls, g);
-  std::vector<float> t = l2c::rope_tables(hs, static_cast<std::size_t>(s.seq_len));
+  std::vector<float> t = l2c_file::rope_tables(hs, static_cast<std::size_t>(s.seq_len));
   for (const auto& [i, bits] : table_bits) {
     REQUIRE(i < t.size());
     std::memcpy(&t[i], &bits, 4);
@@ -144,7 +145,7 @@ TEST_CASE("llama2c version 1 and legacy files of the same weights import to the 
     for (const auto& x : v) r += x;
     return r;
   };
-  const std::vector<float> t = l2c::rope_tables(hs, T);
+  const std::vector<float> t = l2c_file::rope_tables(hs, T);
   const std::string tables(reinterpret_cast<const char*>(t.data()), 4 * t.size());
   const std::string legacy = ints({16, 24, 2, 4, 2, -11, 6}) + tok + cat(an) + cat(wq) + cat(wk) + cat(wv) + cat(wo) +
                              cat(fn) + cat(w1) + cat(w2) + cat(w3) + norm + tables + cls;
@@ -154,8 +155,8 @@ TEST_CASE("llama2c version 1 and legacy files of the same weights import to the 
   const fs::path dir = xgt::temp_dir("llama2c_orders");
   const l2c::Model a = l2c::read(write(dir / "legacy.bin", legacy));
   const l2c::Model b = l2c::read(write(dir / "v1.bin", v1));
-  CHECK(a.header.format == l2c::Format::legacy);
-  CHECK(b.header.format == l2c::Format::version1);
+  CHECK(a.header.format == l2c_file::Format::legacy);
+  CHECK(b.header.format == l2c_file::Format::version1);
   CHECK_FALSE(b.header.shared_classifier);
   REQUIRE(a.tensors.size() == b.tensors.size());
   for (std::size_t i = 0; i < a.tensors.size(); ++i) {
@@ -233,7 +234,7 @@ TEST_CASE("llama2c version 2 files are dequantized as runq.c does", "[llama2c]")
   const std::string& v1 = files.second;
   const l2c::Model a = l2c::read(write(dir / "q.bin", q2));
   const l2c::Model b = l2c::read(write(dir / "v1.bin", v1));
-  CHECK(a.header.format == l2c::Format::version2);
+  CHECK(a.header.format == l2c_file::Format::version2);
   CHECK(a.header.group_size == 8);
   CHECK(a.config.tie_embeddings);
   REQUIRE(a.tensors.size() == b.tensors.size());
@@ -338,7 +339,7 @@ TEST_CASE("llama2c bad files are one-line FormatErrors naming the file and the f
   refuses<FormatError>([&] { l2c::read(fifo); }, fifo, {"not a regular file"});
   // A good file reads.
   CHECK(l2c::read(write(dir / "good.bin", good)).config.V_vocab == 11);
-  CHECK(l2c::read(write(dir / "good_v1.bin", v1)).header.format == l2c::Format::version1);
+  CHECK(l2c::read(write(dir / "good_v1.bin", v1)).header.format == l2c_file::Format::version1);
 }
 
 TEST_CASE("llama2c export refuses models run.c cannot compute and unwritable paths", "[llama2c]") {
@@ -397,7 +398,7 @@ TEST_CASE("llama2c export refuses models run.c cannot compute and unwritable pat
   l2c::export_file(f64, (dir / "f64.bin").string());
   const l2c::Model back = l2c::read((dir / "f64.bin").string());
   CHECK(back.config.d_ff == train::load_model(f64).info.config.d_ff);
-  CHECK(back.rope_tables == l2c::rope_tables(4, 8));
+  CHECK(back.rope_tables == l2c_file::rope_tables(4, 8));
 
   // Recorded table entries that are not index:8-hex-digits are a FormatError naming the key.
   auto meta = io::safetensors::load(ckpt);
