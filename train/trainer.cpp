@@ -138,6 +138,45 @@ std::string read_bytes(const std::string& path) {
   return ss.str();
 }
 
+// Where a session writes: rank 0 to the caller's streams, the other ranks to nowhere.
+struct Console {
+  Console(bool root, std::ostream& out_root, std::ostream& progress_root)
+      : null_out(&null_buffer), out(root ? out_root : null_out), progress(root ? progress_root : null_out) {
+    // The progress line is redrawn in place (\r) only on a terminal, and only rank 0 draws it.
+    tty = root && ((&progress_root == &std::cerr || &progress_root == &std::clog)
+                       ? ::isatty(STDERR_FILENO) != 0
+                       : (&progress_root == &std::cout && ::isatty(STDOUT_FILENO) != 0));
+  }
+  NullBuffer null_buffer;
+  std::ostream null_out;
+  std::ostream& out;       // the run's record (rank 0's)
+  std::ostream& progress;  // the progress line and warnings (rank 0's)
+  bool tty = false;
+};
+
+// --resume: the saved state, until it is restored.
+struct SavedState {
+  io::safetensors::File state;
+  std::string path;        // its train_state.safetensors
+  std::string log_sha256;  // the state's digest of log.csv ("" for states saved before it)
+};
+
+// What is trained: the task (its data and model), the optimizer and the parameters it updates.
+struct Model {
+  std::unique_ptr<Task> task;
+  std::unique_ptr<nn::AdamW> opt;
+  nn::NamedTensors params;
+};
+
+// Validation tasks: the lowest validation loss so far and its step (on resume, from the log),
+// and the last one.
+struct ValidationRecord {
+  double best = std::numeric_limits<double>::infinity();
+  std::int64_t best_step = 0;
+  double last = 0;  // the validation loss at the last step
+  bool have_last = false;
+};
+
 // One call of run_training: what its phases share.
 struct Session {
   Session(const TrainOptions& opts, dist::Communicator& c, std::ostream& out_root, std::ostream& progress_root)
@@ -145,58 +184,37 @@ struct Session {
         comm(c),
         world(c.size()),
         root(c.rank() == 0),
-        null_out(&null_buffer),
-        out(root ? out_root : null_out),
-        progress(root ? progress_root : null_out),
+        console(root, out_root, progress_root),
         data(o.seed + 1),
-        dropout(o.seed + 2) {
-    // The progress line is redrawn in place (\r) only on a terminal, and only rank 0 draws it.
-    tty = root && ((&progress_root == &std::cerr || &progress_root == &std::clog)
-                       ? ::isatty(STDERR_FILENO) != 0
-                       : (&progress_root == &std::cout && ::isatty(STDOUT_FILENO) != 0));
-  }
+        dropout(o.seed + 2) {}
 
   TrainOptions o;
   dist::Communicator& comm;
   const int world;
   const bool root;
-  NullBuffer null_buffer;
-  std::ostream null_out;
-  std::ostream& out;       // the run's record (rank 0's)
-  std::ostream& progress;  // the progress line and warnings (rank 0's)
-  bool tty = false;
-
-  io::safetensors::File resume_state;  // --resume: the saved state (until restored)
-  std::string state_path;
-  std::string log_sha256;  // --resume: the state's digest of log.csv ("" for states saved before it)
+  Console console;
+  SavedState resume;
   RunIdentity run;  // rank 0: the run's identity
-  std::unique_ptr<Task> task;
-  std::unique_ptr<nn::AdamW> opt;
-  nn::NamedTensors params;
-  Generator data, dropout;
-  std::int64_t start = 0;  // the step the run continues from
+  Model model;
+  Generator data, dropout;  // the data stream's and dropout's random draws
+  std::int64_t start = 0;   // the step the run continues from
   int threads = 1;
-
   std::unique_ptr<runs::RunLog> csv;  // rank 0
-  // Validation tasks: the lowest validation loss so far and its step (on resume, from the log).
-  double best_val = std::numeric_limits<double>::infinity();
-  std::int64_t best_step = 0;
-  double final_val = 0;  // the validation loss at the last step
-  bool have_final_val = false;
+  ValidationRecord val;
 };
 
 // Reads the state to resume (rank 0 reads, the others get its bytes).
 void read_resume_state(Session& s) {
-  s.state_path = (fs::path(s.o.resume) / runs::kStateFile).string();
+  s.resume.path = (fs::path(s.o.resume) / runs::kStateFile).string();
   std::string bytes;
   dist::together(s.comm, [&] {
     if (!s.root) return;
-    s.resume_state = io::safetensors::load(s.state_path);
-    if (s.world > 1) bytes = read_bytes(s.state_path);
+    s.resume.state = io::safetensors::load(s.resume.path);
+    if (s.world > 1) bytes = read_bytes(s.resume.path);
   });
   if (s.world > 1) s.comm.broadcast(bytes, 0);
   dist::together(s.comm, [&] {
-    if (!s.root) s.resume_state = io::safetensors::load_bytes(bytes, s.state_path);
+    if (!s.root) s.resume.state = io::safetensors::load_bytes(bytes, s.resume.path);
   });
 }
 
@@ -209,15 +227,15 @@ void resolve_options(Session& s) {
     if (!o.resume.empty() && s.root) {
       // First of all: the state must be the folder's run (a state copied from another run
       // would otherwise continue that run here, over this run's log and model).
-      const auto it = s.resume_state.metadata.find("run_id");
-      s.run.id = it == s.resume_state.metadata.end() ? "" : it->second;
-      runs::check_run_id(s.run.id, o.resume, s.state_path);
-      const auto log = s.resume_state.metadata.find("log_sha256");
-      if (log != s.resume_state.metadata.end()) s.log_sha256 = log->second;
+      const auto it = s.resume.state.metadata.find("run_id");
+      s.run.id = it == s.resume.state.metadata.end() ? "" : it->second;
+      runs::check_run_id(s.run.id, o.resume, s.resume.path);
+      const auto log = s.resume.state.metadata.find("log_sha256");
+      if (log != s.resume.state.metadata.end()) s.resume.log_sha256 = log->second;
     }
     if (!o.resume.empty()) {
       const std::string out_dir = o.resume;
-      o = options_from_metadata(s.resume_state.metadata, o, s.state_path);
+      o = options_from_metadata(s.resume.state.metadata, o, s.resume.path);
       o.out = out_dir;
       TrainOptions saved = o;  // this session's flags are checked as flags
       const TrainOptions defaults;
@@ -226,7 +244,7 @@ void resolve_options(Session& s) {
       try {
         validate_options(saved);
       } catch (const UsageError& e) {
-        throw FormatError("[train] " + s.state_path + ": the saved options are invalid: " + e.what());
+        throw FormatError("[train] " + s.resume.path + ": the saved options are invalid: " + e.what());
       }
       validate_session_options(o);
     } else {
@@ -258,10 +276,10 @@ void choose_threads(Session& s) {
       s.threads = s.o.threads > 0 ? s.o.threads : default_threads(s.comm.local_size());
       return;
     }
-    const int saved = saved_threads(s.resume_state.metadata, s.state_path);
+    const int saved = saved_threads(s.resume.state.metadata, s.resume.path);
     s.threads = s.o.threads > 0 ? s.o.threads : saved;
     if (s.threads != saved)
-      s.progress << "xgrad: warning: --threads " << s.threads << ": the run was saved with " << saved
+      s.console.progress << "xgrad: warning: --threads " << s.threads << ": the run was saved with " << saved
                  << (saved == 1 ? " thread" : " threads") << "; it continues, but its results may differ in the last "
                  << "bits from an uninterrupted run (leave out --threads to keep the saved count)\n"
                  << std::flush;
@@ -327,7 +345,7 @@ std::string metadata_difference(const std::string& key, const std::string& their
 void load_init_from(Session& s) {
   const io::safetensors::Metadata saved = io::safetensors::load(s.o.init_from).metadata;
   std::vector<std::string> differ;
-  for (const auto& [k, v] : model_metadata(s.task->info())) {
+  for (const auto& [k, v] : model_metadata(s.model.task->info())) {
     auto it = saved.find(k);
     if (it == saved.end())
       differ.push_back(k + " (missing) vs " + shown_value(v, 40));
@@ -337,15 +355,15 @@ void load_init_from(Session& s) {
   if (!differ.empty())
     throw UsageError(op_message("train", "--init-from " + shown_value(s.o.init_from) + " is not the model of this run (" +
                                              join(differ) + ")"));
-  nn::safetensors::load_module(s.o.init_from, s.task->module());
+  nn::safetensors::load_module(s.o.init_from, s.model.task->module());
 }
 
 // The task, its model and the optimizer; on --resume, restored from the state.
 void build(Session& s) {
-  s.task = make_task(s.o, s.comm);
+  s.model.task = make_task(s.o, s.comm);
   dist::together(s.comm, [&] {
     const TrainOptions& o = s.o;
-    Task& task = *s.task;
+    Task& task = *s.model.task;
     // Everything that will be saved must be savable before any work is done.
     io::safetensors::check_metadata(model_metadata(task.info()), (fs::path(o.out) / runs::kModelFile).string());
     const std::map<std::string, std::string> opts = options_metadata(o);
@@ -357,22 +375,22 @@ void build(Session& s) {
                                                " parameters; the limit is 1000000000 (reduce --d-model, --layers, --d-ff)"));
     ResumePoint point;
     if (!o.resume.empty()) {
-      task.check_resume(s.resume_state.metadata, s.state_path);
-      point = read_resume_point(s.resume_state, o, s.state_path, s.root, n_expected);
+      task.check_resume(s.resume.state.metadata, s.resume.path);
+      point = read_resume_point(s.resume.state, o, s.resume.path, s.root, n_expected);
       s.start = point.step;
     }
     Generator init(o.seed);
     task.build_model(init);
     if (o.resume.empty() && !o.init_from.empty() && s.root) load_init_from(s);
-    s.params = task.module().named_parameters();
-    s.opt = std::make_unique<nn::AdamW>(s.params, o.lr, o.weight_decay);
+    s.model.params = task.module().named_parameters();
+    s.model.opt = std::make_unique<nn::AdamW>(s.model.params, o.lr, o.weight_decay);
     if (!o.resume.empty())
-      restore(point, s.resume_state, s.state_path, s.root, s.params, *s.opt, s.data, s.dropout);
+      restore(point, s.resume.state, s.resume.path, s.root, s.model.params, *s.model.opt, s.data, s.dropout);
   });
-  s.resume_state = {};
+  s.resume.state = {};
   // Every rank starts from rank 0's parameters (the same anyway: same seed, same checkpoint).
-  dist::broadcast_parameters(s.comm, s.params, 0);
-  dist::check_parameters_agree(s.comm, s.params, "at the start");
+  dist::broadcast_parameters(s.comm, s.model.params, 0);
+  dist::check_parameters_agree(s.comm, s.model.params, "at the start");
 }
 
 // Rank 0's files. log.csv: on resume keep exactly the rows up to the checkpoint, then continue.
@@ -380,57 +398,57 @@ void open_run_folder(Session& s) {
   dist::together(s.comm, [&] {
     if (!s.root) return;
     const fs::path out(s.o.out);
-    const bool bpb = s.task->logs_bits_per_byte();
+    const bool bpb = s.model.task->logs_bits_per_byte();
     const std::vector<std::string> kept =
         s.start > 0 ? runs::rows_up_to(out / runs::kLogFile, s.start, bpb) : std::vector<std::string>{};
     for (const std::string& row : kept) {
       const std::vector<std::string> f = runs::csv_fields(row);
-      if (!f[6].empty() && io::parse_double(f[6], "log.csv") < s.best_val) {
-        s.best_val = io::parse_double(f[6], "log.csv");
-        s.best_step = io::parse_int(f[0], "log.csv");
+      if (!f[6].empty() && io::parse_double(f[6], "log.csv") < s.val.best) {
+        s.val.best = io::parse_double(f[6], "log.csv");
+        s.val.best_step = io::parse_int(f[0], "log.csv");
       }
     }
     // The log to continue (nothing written yet): its kept rows must be the ones this run's
     // checkpoint committed (a log.csv copied in from another run has rows of the same form).
     s.csv = std::make_unique<runs::RunLog>(out / runs::kLogFile, kept, bpb);
-    if (!s.log_sha256.empty() && s.csv->digest() != s.log_sha256)
+    if (!s.resume.log_sha256.empty() && s.csv->digest() != s.resume.log_sha256)
       throw FormatError("[train] " + (out / runs::kLogFile).string() + ": its header and rows 1.." + std::to_string(s.start) +
                         " have sha256 " + s.csv->digest().substr(0, 16) + ", the checkpoint of run " + s.run.id +
-                        " saved them with sha256 " + shown_value(s.log_sha256, 16) +
+                        " saved them with sha256 " + shown_value(s.resume.log_sha256, 16) +
                         ": not this run's log (copied from another run?); restore the run's own log.csv");
     // Every check has passed: the files the task prepared join the run folder (a refused run
     // leaves it as it was).
-    s.task->commit_files();
+    s.model.task->commit_files();
     runs::prepare_out_folder(s.o.out);
     // Resuming: bring model.safetensors to the state's step first. It is written after the state,
     // so kills that keep landing between the two would otherwise leave it several steps behind;
     // this keeps it at the state's step or one behind (docs/reliability.md).
-    if (s.start > 0) save_model(*s.task, (out / runs::kModelFile).string(), s.start);
+    if (s.start > 0) save_model(*s.model.task, (out / runs::kModelFile).string(), s.start);
   });
 }
 
 // The lines that say what is trained.
 void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shard& shard) {
   const TrainOptions& o = s.o;
-  const ModelInfo& info = s.task->info();
+  const ModelInfo& info = s.model.task->info();
   const std::string others = describe_options(o);
   // The model's kind as people name it: a decoder of Llama blocks is "llama", not "gpt".
   const std::string kind = info.kind == "gpt" ? nn::architecture_name(info.config.arch) : info.kind;
-  s.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
-        << "/" << info.config.H_kv << " (q/kv), layers " << o.layers << ", " << s.task->module().parameter_count()
+  s.console.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
+        << "/" << info.config.H_kv << " (q/kv), layers " << o.layers << ", " << s.model.task->module().parameter_count()
         << " parameters; " << o.steps << " steps of batch " << o.batch << ", lr " << number_text(o.lr) << ", seed " << o.seed
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
-  s.out << s.task->describe_data();
+  s.console.out << s.model.task->describe_data();
   if (o.dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16)
-    s.out << "note: --dtype bfloat16 runs in float32 here: " << bfloat16_matmul_unavailable_reason() << "\n";
+    s.console.out << "note: --dtype bfloat16 runs in float32 here: " << bfloat16_matmul_unavailable_reason() << "\n";
   if (s.start == 0 && !o.init_from.empty()) {
-    const double m = s.task->evaluate(s.comm, nullptr);
-    s.out << "initialised from " << o.init_from << ": " << s.task->metric_name() << " " << m << " before training\n";
+    const double m = s.model.task->evaluate(s.comm, nullptr);
+    s.console.out << "initialised from " << o.init_from << ": " << s.model.task->metric_name() << " " << m << " before training\n";
   }
   if (s.world > 1)
-    s.out << "data parallel: " << s.comm.description() << "; " << shard.rows() << " sequences per rank per step, "
+    s.console.out << "data parallel: " << s.comm.description() << "; " << shard.rows() << " sequences per rank per step, "
           << s.threads << (s.threads == 1 ? " thread" : " threads") << " per rank; gradients "
           << reducer.bytes() / 1024 << " KiB in " << reducer.buckets() << (reducer.buckets() == 1 ? " bucket" : " buckets")
           << (o.dist_overlap ? ", overlapped with backward" : "") << "\n";
@@ -442,9 +460,9 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
 double train_step(Session& s, std::int64_t step, const dist::Shard& shard, dist::GradientReducer& reducer,
                   double* grad_norm, int* signal) {
   Tape tape;
-  s.opt->lr = nn::warmup_cosine(step - 1, s.o.warmup, s.o.steps, s.o.lr, s.o.lr * s.o.min_lr_ratio);
+  s.model.opt->lr = nn::warmup_cosine(step - 1, s.o.warmup, s.o.steps, s.o.lr, s.o.lr * s.o.min_lr_ratio);
   double weight = 1.0;
-  Tensor loss = s.task->loss(s.o.batch, s.data, s.dropout, shard, &weight);
+  Tensor loss = s.model.task->loss(s.o.batch, s.data, s.dropout, shard, &weight);
   double l = 0;
   *signal = 0;
   if (s.world == 1) {
@@ -463,9 +481,9 @@ double train_step(Session& s, std::int64_t step, const dist::Shard& shard, dist:
   }
   if (!std::isfinite(l))
     dist::fail_together(s.comm, ValueError(op_message("train", "loss is not finite at step " + std::to_string(step))));
-  *grad_norm = nn::clip_grad_norm(s.params, s.o.clip);  // the same summed gradients on every rank
-  s.opt->step();
-  s.opt->zero_grad();
+  *grad_norm = nn::clip_grad_norm(s.model.params, s.o.clip);  // the same summed gradients on every rank
+  s.model.opt->step();
+  s.model.opt->zero_grad();
   return l;
 }
 
@@ -473,20 +491,20 @@ double train_step(Session& s, std::int64_t step, const dist::Shard& shard, dist:
 // last), kept as model_best.safetensors when it is the lowest so far. Returns whether it was.
 bool validate_at(Session& s, std::int64_t step, double val) {
   if (step == s.o.steps) {
-    s.final_val = val;
-    s.have_final_val = true;
+    s.val.last = val;
+    s.val.have_last = true;
   }
-  if (!(val < s.best_val)) return false;
-  s.best_val = val;
-  s.best_step = step;
-  if (s.root) save_model(*s.task, (fs::path(s.o.out) / runs::kBestFile).string(), step, {{"val_loss", exact(val)}});
+  if (!(val < s.val.best)) return false;
+  s.val.best = val;
+  s.val.best_step = step;
+  if (s.root) save_model(*s.model.task, (fs::path(s.o.out) / runs::kBestFile).string(), step, {{"val_loss", exact(val)}});
   return true;
 }
 
 // The steps from s.start + 1 to the end (or --stop-at, or a signal).
 void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& shard, TrainResult& result) {
   const TrainOptions& o = s.o;
-  Task& task = *s.task;
+  Task& task = *s.model.task;
   const std::int64_t every = std::max<std::int64_t>(1, o.steps / 20);
   const auto t0 = Clock::now();
   task.module().train();
@@ -507,34 +525,34 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
     const bool new_best = val_now && validate_at(s, step, val);
     if (s.csv) {
       std::ostringstream row;
-      row << step << "," << exact(s.opt->lr) << "," << exact(l) << "," << exact(gn) << "," << tps << "," << elapsed
+      row << step << "," << exact(s.model.opt->lr) << "," << exact(l) << "," << exact(gn) << "," << tps << "," << elapsed
           << "," << (val_now ? exact(val) : "");
       if (task.logs_bits_per_byte()) row << "," << (val_now ? exact(task.metric_of_validation(val)) : "");
       s.csv->row(row.str());
     }
-    if (o.progress && (s.tty || step % every == 0 || step == o.steps)) {
+    if (o.progress && (s.console.tty || step % every == 0 || step == o.steps)) {
       const double eta = elapsed / static_cast<double>(step - s.start) * static_cast<double>(o.steps - step);
       std::ostringstream line;  // own stream: no formatting state leaks into `out`
-      line << (s.tty ? "\r" : "") << "step " << step << "/" << o.steps << " | loss " << std::fixed
+      line << (s.console.tty ? "\r" : "") << "step " << step << "/" << o.steps << " | loss " << std::fixed
            << std::setprecision(4) << recent << " | " << static_cast<long>(tps) << " tok/s | elapsed "
-           << clock_text(elapsed) << " | ETA " << clock_text(eta) << (s.tty ? "   " : "\n");
-      s.progress << line.str() << std::flush;
+           << clock_text(elapsed) << " | ETA " << clock_text(eta) << (s.console.tty ? "   " : "\n");
+      s.console.progress << line.str() << std::flush;
     }
     if (o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
       const double m = task.has_validation() ? val : task.evaluate(s.comm, nullptr);
-      if (s.tty && o.progress) s.progress << "\n" << std::flush;
-      s.out << "  eval at step " << step << ": " << (task.has_validation() ? "val_loss " : task.metric_name() + " ")
+      if (s.console.tty && o.progress) s.console.progress << "\n" << std::flush;
+      s.console.out << "  eval at step " << step << ": " << (task.has_validation() ? "val_loss " : task.metric_name() + " ")
             << m
             << (task.logs_bits_per_byte() ? ", " + task.metric_name() + " " + std::to_string(task.metric_of_validation(m))
                                           : std::string())
             << (new_best ? " (best so far)" : "") << "\n";
     }
     if (s.world > 1 && o.dist_check_every > 0 && step % o.dist_check_every == 0)
-      dist::check_parameters_agree(s.comm, s.params, "after step " + std::to_string(step));
+      dist::check_parameters_agree(s.comm, s.model.params, "after step " + std::to_string(step));
     const int sig = s.world > 1 ? agreed_signal : o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
     if (s.csv &&
         ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == o.steps || step == o.stop_at || sig != 0))
-      save_checkpoint(task, o, s.threads, s.run, *s.opt, step, s.data, s.dropout, *s.csv);
+      save_checkpoint(task, o, s.threads, s.run, *s.model.opt, step, s.data, s.dropout, *s.csv);
     result.steps_done = step;
     if (sig != 0) {
       result.signal = sig;
@@ -542,7 +560,7 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
     }
     if (step == o.stop_at) break;
   }
-  if (s.tty && o.progress) s.progress << "\n" << std::flush;
+  if (s.console.tty && o.progress) s.console.progress << "\n" << std::flush;
   result.seconds = seconds_since(t0);
 }
 
@@ -552,70 +570,70 @@ std::string draw_loss_curve(Session& s) {
   if (!s.o.plot || !s.root) return "";
   const std::string png = (fs::path(s.o.out) / runs::kLossPicture).string();
   try {
-    const runs::Picture p = runs::loss_curve_png(s.csv->path().string(), png, "xgrad train: " + s.o.task, s.task->has_validation());
+    const runs::Picture p = runs::loss_curve_png(s.csv->path().string(), png, "xgrad train: " + s.o.task, s.model.task->has_validation());
     if (p.drawn) return png;
-    s.progress << "xgrad: warning: " << p.note << "\n" << std::flush;
+    s.console.progress << "xgrad: warning: " << p.note << "\n" << std::flush;
   } catch (const Error& e) {
-    s.progress << "xgrad: warning: no loss curve: " << e.what() << "\n" << std::flush;
+    s.console.progress << "xgrad: warning: no loss curve: " << e.what() << "\n" << std::flush;
   }
   return "";
 }
 
 // The end of a finished run: the metric, samples, the files, the RESULT lines.
 void report(Session& s, TrainResult& result) {
-  Task& task = *s.task;
+  Task& task = *s.model.task;
   std::ostringstream samples;
   double train_loss = 0;  // validation tasks: the mean training loss of the last 5% of this session's steps
   if (task.has_validation()) {
-    const double val = s.have_final_val ? s.final_val : task.validation_loss(s.comm);
+    const double val = s.val.have_last ? s.val.last : task.validation_loss(s.comm);
     result.metric = task.metric_of_validation(val);
     if (s.root) task.sample(samples);
     const std::size_t n = std::min(std::max<std::size_t>(1, result.losses.size() / 20), result.losses.size());
     for (std::size_t i = result.losses.size() - n; i < result.losses.size(); ++i)
       train_loss += result.losses[i] / static_cast<double>(n);
-    if (s.best_step == 0 || val < s.best_val) {  // a resumed run that had nothing left to do
-      s.best_val = val;
-      s.best_step = result.steps_done;
+    if (s.val.best_step == 0 || val < s.val.best) {  // a resumed run that had nothing left to do
+      s.val.best = val;
+      s.val.best_step = result.steps_done;
     }
-    s.out << "samples:\n" << samples.str();
-    s.out << "validation loss " << val << ", perplexity " << std::exp(val);
-    if (task.logs_bits_per_byte()) s.out << ", bits per byte " << result.metric;
+    s.console.out << "samples:\n" << samples.str();
+    s.console.out << "validation loss " << val << ", perplexity " << std::exp(val);
+    if (task.logs_bits_per_byte()) s.console.out << ", bits per byte " << result.metric;
     if (!result.losses.empty())
-      s.out << "; training loss " << train_loss << " (mean of the last steps"
+      s.console.out << "; training loss " << train_loss << " (mean of the last steps"
             << (s.o.dropout > 0 ? ", dropout " + number_text(s.o.dropout) + " on)" : ")");
-    s.out << "\nbest validation loss " << s.best_val << " at step " << s.best_step << ": "
+    s.console.out << "\nbest validation loss " << s.val.best << " at step " << s.val.best_step << ": "
           << (fs::path(s.o.out) / runs::kBestFile).string() << "\n";
   } else {
     result.metric = task.evaluate(s.comm, s.root ? &samples : nullptr);
-    s.out << "samples:\n" << samples.str();
+    s.console.out << "samples:\n" << samples.str();
   }
   result.metric_name = task.metric_name();
   // Rank 0 alone has the log (csv) and writes files.
   std::string written = s.root ? (fs::path(s.o.out) / runs::kModelFile).string() + ", " + s.csv->path().string() : "";
   const std::string png = draw_loss_curve(s);
   if (!png.empty()) written += ", " + png;
-  s.out << "wrote " << written << "\n";
+  s.console.out << "wrote " << written << "\n";
   std::ostringstream timing;
   timing << "trained " << result.steps_done - s.start << " steps in " << std::fixed << std::setprecision(1)
          << result.seconds << " s";
   if (s.world > 1)
     timing << " on " << s.world << " ranks (gradient all-reduce " << std::setprecision(2) << result.allreduce_seconds
            << " s)";
-  s.out << timing.str() << "\n";
+  s.console.out << timing.str() << "\n";
   std::ostringstream results;  // the RESULT lines, also kept in the run folder's result.txt
   if (task.has_validation()) {
     if (!result.losses.empty()) results << "RESULT train_loss " << train_loss << "\n";
-    results << "RESULT best_val_loss " << s.best_val << " step " << s.best_step << "\n";
+    results << "RESULT best_val_loss " << s.val.best << " step " << s.val.best_step << "\n";
   }
   results << "RESULT " << result.metric_name << " " << result.metric << "\n";
-  s.out << results.str();
+  s.console.out << results.str();
   // result.txt: what the run printed at its end, for xgrad report (samples, RESULT lines).
   if (s.root) {
     const std::string path = (fs::path(s.o.out) / runs::kResultFile).string();
     try {
       io::write_atomically(path, "samples:\n" + samples.str() + results.str(), "[train] " + path + ": ");
     } catch (const Error& e) {
-      s.progress << "xgrad: warning: " << e.what() << "\n" << std::flush;
+      s.console.progress << "xgrad: warning: " << e.what() << "\n" << std::flush;
     }
   }
 }
@@ -651,7 +669,7 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   dist::GradientReducer::Options ro;
   ro.bucket_bytes = s.o.dist_bucket_kib * 1024;
   ro.overlap = s.o.dist_overlap;
-  dist::GradientReducer reducer(comm, s.params, ro);
+  dist::GradientReducer reducer(comm, s.model.params, ro);
   describe(s, reducer, shard);
 
   TrainResult result;
@@ -663,17 +681,17 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   }
   train_loop(s, reducer, shard, result);
   result.allreduce_seconds = reducer.total_seconds();
-  dist::check_parameters_agree(comm, s.params, "at the end");
+  dist::check_parameters_agree(comm, s.model.params, "at the end");
   if (result.signal == 0 && s.o.stop_signal && *s.o.stop_signal && s.world == 1)
     result.signal = static_cast<int>(*s.o.stop_signal);
   if (result.signal != 0) {
-    s.out << "interrupted by signal " << result.signal << " after step " << result.steps_done
+    s.console.out << "interrupted by signal " << result.signal << " after step " << result.steps_done
           << "; checkpoint and log in " << s.o.out << "; continue with: xgrad train --resume " << s.o.out << "\n"
           << std::flush;
     return result;
   }
   if (result.steps_done < s.o.steps && s.o.stop_at > 0) {
-    s.out << "stopped at step " << result.steps_done << " (checkpoint in " << s.o.out << ")\n";
+    s.console.out << "stopped at step " << result.steps_done << " (checkpoint in " << s.o.out << ")\n";
     return result;
   }
   report(s, result);
