@@ -1,4 +1,5 @@
 #include <xgrad/runs/compare.hpp>
+#include <xgrad/runs/detail/summary_json.hpp>
 #include <xgrad/io/number.hpp>
 
 #include <algorithm>
@@ -484,34 +485,42 @@ namespace {
 
 }  // namespace
 
-std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture) {
+namespace detail {
+
+json::Value summary_json(const RunSummary& r) {
   using json::Value;
-  const auto number = [](double v) { return Value::make_number_text(io::exact_text(v)); };
+  // JSON has no NaN or infinity: null.
+  const auto number = [](double v) { return std::isfinite(v) ? Value::make_number_text(io::exact_text(v)) : Value(); };
   const auto maybe = [&](const std::optional<double>& v) { return v ? number(*v) : Value(); };
   const auto integer = [](std::int64_t v) { return Value::make_number_text(std::to_string(v)); };
+  Value options = Value::make_object();
+  for (const auto& [k, v] : r.options) options.set(Value::make_text(k).str(), Value::make_text(v));
+  Value run = Value::make_object();
+  run.set("label", Value::make_text(r.label));
+  run.set("dir", Value::make_text(r.dir));
+  run.set("run_id", r.run_id.empty() ? Value() : Value::make_string(r.run_id));
+  run.set("options_source", Value::make_string(r.options_source));
+  run.set("options", std::move(options));
+  run.set("steps", integer(r.steps));
+  run.set("tokens_per_step", r.tokens_per_step ? Value::make_uint(*r.tokens_per_step) : Value());
+  run.set("tokens", r.tokens ? Value::make_uint(*r.tokens) : Value());
+  run.set("sessions", Value::make_uint(r.sessions));
+  run.set("wall_s", number(r.wall_s));
+  run.set("final_train_loss", number(r.final_train_loss));
+  run.set("final_val_loss", maybe(r.final_val_loss));
+  run.set("best_val_loss", maybe(r.best_val_loss));
+  run.set("best_val_step", r.best_val_loss ? integer(r.best_val_step) : Value());
+  run.set("final_val_bpb", maybe(r.final_val_bpb));
+  run.set("best_val_bpb", maybe(r.best_val_bpb));
+  return run;
+}
+
+}  // namespace detail
+
+std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture) {
+  using json::Value;
   Value list = Value::make_array();
-  for (const RunSummary& r : runs) {
-    Value options = Value::make_object();
-    for (const auto& [k, v] : r.options) options.set(Value::make_text(k).str(), Value::make_text(v));
-    Value run = Value::make_object();
-    run.set("label", Value::make_text(r.label));
-    run.set("dir", Value::make_text(r.dir));
-    run.set("run_id", r.run_id.empty() ? Value() : Value::make_string(r.run_id));
-    run.set("options_source", Value::make_string(r.options_source));
-    run.set("options", std::move(options));
-    run.set("steps", integer(r.steps));
-    run.set("tokens_per_step", r.tokens_per_step ? Value::make_uint(*r.tokens_per_step) : Value());
-    run.set("tokens", r.tokens ? Value::make_uint(*r.tokens) : Value());
-    run.set("sessions", Value::make_uint(r.sessions));
-    run.set("wall_s", number(r.wall_s));
-    run.set("final_train_loss", number(r.final_train_loss));
-    run.set("final_val_loss", maybe(r.final_val_loss));
-    run.set("best_val_loss", maybe(r.best_val_loss));
-    run.set("best_val_step", r.best_val_loss ? integer(r.best_val_step) : Value());
-    run.set("final_val_bpb", maybe(r.final_val_bpb));
-    run.set("best_val_bpb", maybe(r.best_val_bpb));
-    list.push(std::move(run));
-  }
+  for (const RunSummary& r : runs) list.push(detail::summary_json(r));
   Value differ = Value::make_array();
   for (const std::string& name : differing_options(runs)) differ.push(Value::make_text(name));
   Value pic;

@@ -13,6 +13,7 @@
 #include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/number.hpp>
 #include <xgrad/io/safetensors.hpp>
+#include <xgrad/runs/detail/summary_json.hpp>
 #include <xgrad/runs/plots.hpp>
 #include <xgrad/runs/run_folder.hpp>
 #include <xgrad/version.hpp>
@@ -200,26 +201,8 @@ Value page_data(const ReportInput& in) {
   Value runs = array();
   for (std::size_t i = 0; i < in.runs.size(); ++i) {
     const RunSummary& r = in.runs[i];
-    Value o = object();
-    o.set("label", text(r.label));
-    o.set("dir", text(r.dir));
-    o.set("run_id", text(r.run_id));
-    o.set("options_source", text(r.options_source));
-    Value opts = object();
-    for (const auto& [k, v] : r.options) opts.set(text(k).str(), text(v));
-    o.set("options", std::move(opts));
+    Value o = detail::summary_json(r);
     o.set("task", r.options.count("task") ? text(r.options.at("task")) : Value());
-    o.set("steps", integer(r.steps));
-    o.set("tokens", r.tokens ? Value::make_uint(*r.tokens) : Value());
-    o.set("tokens_per_step", r.tokens_per_step ? Value::make_uint(*r.tokens_per_step) : Value());
-    o.set("sessions", Value::make_uint(r.sessions));
-    o.set("wall_s", number(r.wall_s));
-    o.set("final_train_loss", number(r.final_train_loss));
-    o.set("final_val_loss", number(r.final_val_loss));
-    o.set("best_val_loss", number(r.best_val_loss));
-    o.set("best_val_step", integer(r.best_val_step));
-    o.set("final_val_bpb", number(r.final_val_bpb));
-    o.set("best_val_bpb", number(r.best_val_bpb));
     // The curves, one array per column; wall time runs on across sessions (a resumed run's
     // clock restarts at 0 in log.csv).
     const std::vector<std::size_t> starts = session_starts(r.log.rows, r.tokens_per_step);
