@@ -33,6 +33,7 @@
 #include <xgrad/nn/torch_layout.hpp>
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/nn/layers.hpp>
+#include <xgrad/nn/lora.hpp>
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/nn/optim.hpp>

@@ -6,10 +6,14 @@
 // incremental decoding is checked against their full forward by the KV-cache checker
 // (checks/kv_cache_check.hpp), the same one users point at their own decoders. The Llama
 // model (arch llama) gets the same two checks: its loss gradient and its (windowed) KV cache.
+// LoRA (nn/lora.hpp): the layer with respect to its input and factors (the base weight
+// frozen), and the Llama model's loss with respect to every adapter, B re-drawn away from its
+// zero start (at B = 0 the gradient of A is zero and a bug in it would not show).
 #include <xgrad/checks/builtin.hpp>
 #include <xgrad/checks/detail/common.hpp>
 #include <xgrad/checks/kv_cache_check.hpp>
 #include <xgrad/nn/layers.hpp>
+#include <xgrad/nn/lora.hpp>
 #include <xgrad/nn/transformer.hpp>
 
 namespace xg::checks {
@@ -86,6 +90,18 @@ void register_model_checks(GradcheckSuite& s) {
     const Tensor x(ctx.uniform({2, 3, 5}), true);
     return ctx.gradcheck_leaves([&] { return m(x); }, with_inputs(m, {{"x", x}}));
   });
+  s.add("layers/lora-linear", "gradient",
+        "LoRALinear 5 -> 4 with bias, rank 2, alpha 3; x (2, 3, 5); x, lora_A, lora_B (W, b frozen)",
+        [](CheckContext& ctx) {
+          nn::Linear base(5, 4, ctx.gen(), true, ctx.dtype());
+          randomise(base, ctx);
+          nn::LoRALinear m(base, {2, 3.0}, ctx.gen());
+          randomise(m, ctx);
+          const Tensor x(ctx.uniform({2, 3, 5}), true);
+          Leaves leaves = {{"x", x}};
+          for (auto& kv : m.named_trainable_parameters()) leaves.push_back(kv);
+          return ctx.gradcheck_leaves([&] { return m(x); }, leaves);
+        });
   s.add("layers/embedding", "gradient", "Embedding V_vocab 7, d 4, ids (2, 3) with repeats; weight",
         [](CheckContext& ctx) {
           nn::Embedding m(7, 4, ctx.gen(), ctx.dtype());
@@ -182,6 +198,18 @@ void register_model_checks(GradcheckSuite& s) {
           IndexArray targets = random_tokens(ctx, 2, 6, 11);
           targets.data[4] = -100;
           return ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_parameters());
+        });
+  s.add("models/llama-lora", "gradient",
+        "tiny Llama as models/llama with rank-2 LoRA on q, k, v, o, gate, up, down (base frozen); loss "
+        "w.r.t. every adapter",
+        [](CheckContext& ctx) {
+          nn::GPT m(tiny_llama(ctx, true), ctx.gen());
+          randomise(m, ctx, 0.5);
+          nn::add_lora(m, "all", {2, 4.0}, ctx.gen());
+          randomise(m, ctx, 0.5);  // B away from zero; the frozen weights too (they stay frozen)
+          const IndexArray tokens = random_tokens(ctx, 2, 6, 11);
+          const IndexArray targets = random_tokens(ctx, 2, 6, 11);
+          return ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_trainable_parameters());
         });
   add_kv_cache_check(
       s, "models/llama-kv-cache",

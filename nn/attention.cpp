@@ -11,6 +11,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/nn/detail/adapter_check.hpp>
 #include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/join.hpp>
@@ -126,9 +127,99 @@ void MultiHeadAttention::init(Generator* gen) {
   if (cfg_.bias) b_O = register_parameter("b_O", Array::zeros({cfg_.d_model}, cfg_.dtype));
 }
 
+const char* MultiHeadAttention::projection_name(Projection p) {
+  switch (p) {
+    case Projection::q: return "q";
+    case Projection::k: return "k";
+    case Projection::v: return "v";
+    case Projection::o: return "o";
+  }
+  return "?";
+}
+
+std::pair<std::size_t, std::size_t> MultiHeadAttention::projection_widths(Projection p) const {
+  switch (p) {
+    case Projection::q: return {cfg_.d_model, cfg_.H_q * d_h_};
+    case Projection::k:
+    case Projection::v: return {cfg_.d_model, cfg_.H_kv * d_h_};
+    case Projection::o: return {cfg_.H_q * d_h_, cfg_.d_model};
+  }
+  throw InternalError(op_message("attention", "unknown projection"));
+}
+
+void MultiHeadAttention::set_adapter(Projection p, std::unique_ptr<Adapter> adapter) {
+  const std::string name = projection_name(p);
+  auto& slot = adapters_.at(static_cast<std::size_t>(p));
+  if (slot)
+    throw ValueError(op_message("attention", "set_adapter: projection " + name +
+                                                 " has an adapter already; merge or remove it first"));
+  const auto [d_in, d_out] = projection_widths(p);
+  detail::check_adapter("attention", "projection " + name, adapter.get(), d_in, d_out, cfg_.dtype);
+  register_module(name, *adapter);
+  slot = std::move(adapter);
+}
+
+std::unique_ptr<Adapter> MultiHeadAttention::remove_adapter(Projection p) {
+  auto& slot = adapters_.at(static_cast<std::size_t>(p));
+  if (slot) unregister_module(*slot);
+  return std::move(slot);
+}
+
+void MultiHeadAttention::merge_adapter(Projection p) {
+  const Adapter* a = adapter(p);
+  if (!a)
+    throw ValueError(op_message("attention", std::string("merge_adapter: projection ") + projection_name(p) +
+                                                 " has no adapter"));
+  Tensor& W = p == Projection::o ? W_O : W_QKV;
+  Array merged;
+  {
+    NoGradGuard ng;
+    Tensor delta(a->weight_delta());
+    if (p != Projection::o) {  // zero columns around the projection's block of W_QKV
+      const std::size_t q = cfg_.H_q * d_h_, kv = cfg_.H_kv * d_h_;
+      const std::size_t before = p == Projection::q ? 0 : p == Projection::k ? q : q + kv;
+      const std::size_t after = W_QKV.shape()[1] - before - delta.shape()[1];
+      std::vector<Tensor> parts;
+      if (before) parts.emplace_back(Array::zeros({cfg_.d_model, before}, cfg_.dtype));
+      parts.push_back(delta);
+      if (after) parts.emplace_back(Array::zeros({cfg_.d_model, after}, cfg_.dtype));
+      delta = parts.size() == 1 ? delta : ops::concat(parts, 1);
+    }
+    merged = (Tensor(W.value()) + delta).value();
+  }
+  W.set_value(merged);
+  remove_adapter(p);
+}
+
+Tensor MultiHeadAttention::packed(const Tensor& X) const {
+  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
+  const Adapter* a[3] = {adapter(Projection::q), adapter(Projection::k), adapter(Projection::v)};
+  if (!a[0] && !a[1] && !a[2]) return P;
+  // The adapters' terms in their column blocks, zeros where a block has none.
+  const std::size_t widths[3] = {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_};
+  std::vector<Tensor> parts;
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (a[i]) {
+      parts.push_back((*a[i])(X));
+    } else {
+      Shape s = X.shape();
+      s.back() = widths[i];
+      parts.emplace_back(Array::zeros(s, cfg_.dtype));
+    }
+  }
+  return P + ops::concat(parts, -1);
+}
+
+Tensor MultiHeadAttention::output(const Tensor& C) const {
+  const Adapter* a = adapter(Projection::o);
+  const Tensor Y = ops::matmul(C, W_O);
+  const Tensor Ya = a ? Y + (*a)(C) : Y;
+  return b_O.defined() ? Ya + b_O : Ya;
+}
+
 void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const {
   check_input("attention", "X", X, cfg_.d_model, cfg_.dtype);
-  split(affine(X, W_QKV, b_QKV), Q, K, V);  // (5.22)
+  split(packed(X), Q, K, V);  // (5.22)
 }
 
 void MultiHeadAttention::split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V) const {
@@ -141,7 +232,7 @@ void MultiHeadAttention::split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V)
 AttentionOutput MultiHeadAttention::finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                                            const AttentionCall& call) {
   const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training()));
-  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
+  return {output(merge_heads(r.output)), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
 }
 
 Visibility MultiHeadAttention::position_bias(const std::vector<Position>& q_pos,
@@ -151,7 +242,7 @@ Visibility MultiHeadAttention::position_bias(const std::vector<Position>& q_pos,
 
 AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall& call) {
   check_input("attention", "X", X, cfg_.d_model, cfg_.dtype);
-  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
+  const Tensor P = packed(X);  // (5.22)
   const std::size_t T = X.shape()[1];
   const bool given = !call.positions.empty();
   if (given) check_positions("attention", call.positions, T);
@@ -174,7 +265,7 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall
   SdpaResult r;
   const SdpaOptions o = sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training());
   if (packed_self_attention(Pr, cfg_.H_q, cfg_.H_kv, vis, o, r))
-    return {affine(r.output, W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
+    return {output(r.output), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
   Tensor Q, K, V;
   split(Pr, Q, K, V);
   return finish(Q, K, V, vis, call);
@@ -240,7 +331,7 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
       const Array O = attention_one_query(Q.value(), cache.key_buffer(), cache.value_buffer(), lo_pos - first,
                                           cache.length(), scale, call.check_finite);
       AttentionOutput out;
-      out.Y = affine(merge_heads(Tensor(O)), W_O, b_O);
+      out.Y = output(merge_heads(Tensor(O)));
       out.path = SdpaImpl::fused;
       return out;
     }

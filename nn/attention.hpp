@@ -15,12 +15,15 @@
 /// [B, T, H d_h] -> [B, T, H, d_h] -> [B, H, T, d_h] (SPEC 6).
 #pragma once
 
+#include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <xgrad/core/random.hpp>
+#include <xgrad/nn/adapter.hpp>
 #include <xgrad/nn/kv_cache.hpp>
 #include <xgrad/nn/module.hpp>
 #include <xgrad/nn/sdpa.hpp>
@@ -138,12 +141,44 @@ class MultiHeadAttention : public Module {
   /// (alibi_slopes(H_q)); Visibility::all() when cfg.alibi is false.
   Visibility position_bias(const std::vector<Position>& q_pos, const std::vector<Position>& k_pos) const;
 
+  /// The projections an adapter can be attached to: the query, key and value column blocks
+  /// of W_QKV (d_model -> H_q d_h, H_kv d_h, H_kv d_h) and the output projection W_O
+  /// (H_q d_h -> d_model).
+  enum class Projection {
+    q,  ///< X W_Q: W_QKV's first H_q d_h columns.
+    k,  ///< X W_K: the next H_kv d_h columns.
+    v,  ///< X W_V: the last H_kv d_h columns.
+    o   ///< C W_O, C the merged heads.
+  };
+  /// "q", "k", "v" or "o".
+  static const char* projection_name(Projection p);
+  /// Attaches `adapter` to projection `p` (nn/adapter.hpp): its term is added to that
+  /// projection's output (before RoPE, as the term of a separate q_proj would be), in forward()
+  /// and forward_cached(). Its parameters appear as `q.<name>` (`k.`, `v.`, `o.`), a LoRA's
+  /// as `q.lora_A`. A null adapter or a second one on `p` is a ValueError, widths that are not
+  /// the projection's a ShapeError, another dtype a DTypeError.
+  void set_adapter(Projection p, std::unique_ptr<Adapter> adapter);
+  /// The adapter attached to `p`, or null.
+  Adapter* adapter(Projection p) const { return adapters_[static_cast<std::size_t>(p)].get(); }
+  /// Detaches the adapter of `p` and returns it (null if none).
+  std::unique_ptr<Adapter> remove_adapter(Projection p);
+  /// Folds the adapter of `p` into its columns of W_QKV (or into W_O) and removes it; the
+  /// weight keeps its requires_grad. ValueError if `p` has no adapter.
+  void merge_adapter(Projection p);
+
   /// Parameters: W_QKV [d_model, (H_q + 2 H_kv) d_h] and b_QKV [(H_q + 2 H_kv) d_h], W_O
   /// [H_q d_h, d_model] and b_O [d_model]; the biases are undefined when cfg.bias is false. @{
   Tensor W_QKV, b_QKV, W_O, b_O;
   /// @}
 
  private:
+  // P = X W_QKV + b_QKV plus the q, k and v adapters' terms in their columns.
+  Tensor packed(const Tensor& X) const;
+  // C W_O + b_O plus the o adapter's term.
+  Tensor output(const Tensor& C) const;
+  // The input and output widths of projection p.
+  std::pair<std::size_t, std::size_t> projection_widths(Projection p) const;
+
   // Q [B, H_q, T, d_h], K, V [B, H_kv, T, d_h] from X.
   void project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const;
   // The same heads from the packed projection P = X W_QKV + b_QKV.
@@ -160,6 +195,7 @@ class MultiHeadAttention : public Module {
   AttentionConfig cfg_;
   std::size_t d_h_;
   std::vector<double> slopes_;  // ALiBi slopes when cfg_.alibi
+  std::array<std::unique_ptr<Adapter>, 4> adapters_;  // by Projection
 };
 
 /// Cross-attention: queries from one sequence, keys and values from another (the memory).

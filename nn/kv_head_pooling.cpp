@@ -50,6 +50,11 @@ Array pool_kv_columns(const Array& W, std::size_t q_columns, std::size_t H_kv, s
 std::vector<std::pair<std::string, Array>> pooled_kv_weights(const MultiHeadAttention& layer, std::size_t G) {
   const AttentionConfig& c = layer.config();
   check_kv_groups(c.H_q, c.H_kv, G);
+  using P = MultiHeadAttention::Projection;
+  for (P p : {P::q, P::k, P::v, P::o})  // their terms are not in W_QKV and W_O
+    if (layer.adapter(p))
+      throw ValueError(op_message("convert_kv_heads", std::string("projection ") + MultiHeadAttention::projection_name(p) +
+                                                       " has an adapter; merge it first (merge_adapter, nn::merge_lora)"));
   const std::size_t q = c.H_q * layer.d_head();
   std::vector<std::pair<std::string, Array>> w;
   w.emplace_back("W_QKV", pool_kv_columns(layer.W_QKV.value(), q, c.H_kv, layer.d_head(), G));

@@ -26,7 +26,8 @@ namespace xg::nn {
 Array pool_kv_columns(const Array& W, std::size_t q_columns, std::size_t H_kv, std::size_t d_h, std::size_t G);
 
 /// The weights (by name: W_QKV, b_QKV, W_O, b_O) of `layer` with its key/value heads
-/// mean-pooled to `G`; build the layer with H_kv = G from them.
+/// mean-pooled to `G`; build the layer with H_kv = G from them. A layer with an adapter
+/// attached (nn/adapter.hpp) is a ValueError: merge it first.
 std::vector<std::pair<std::string, Array>> pooled_kv_weights(const MultiHeadAttention& layer, std::size_t G);
 /// The weights (W_Q, b_Q, W_KV, b_KV, W_O, b_O) of the cross-attention `layer` with its
 /// key/value heads mean-pooled to `G`.

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/tape.hpp>
+#include <xgrad/nn/detail/adapter_check.hpp>
 #include <xgrad/ops/dropout.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/index.hpp>
@@ -66,7 +68,45 @@ Tensor Linear::product(const Tensor& x) const {
     throw ShapeError(op_message("linear", "x must be [..., " + std::to_string(W.shape()[0]) + "], has shape " +
                                               (x.defined() ? shape_str(x.shape()) : "undefined")));
   check_input_dtype("linear", x, W, "W");
-  return ops::matmul(x, W);
+  const Tensor y = ops::matmul(x, W);
+  return adapter_ ? y + (*adapter_)(x) : y;
+}
+
+void detail::check_adapter(const std::string& op, const std::string& where, const Adapter* adapter, std::size_t d_in,
+                   std::size_t d_out, DType dtype) {
+  if (!adapter) throw ValueError(op_message(op, "set_adapter: the adapter for " + where + " is null"));
+  if (adapter->d_in() != d_in || adapter->d_out() != d_out)
+    throw ShapeError(op_message(op, "set_adapter: the adapter maps " + std::to_string(adapter->d_in()) + " -> " +
+                                        std::to_string(adapter->d_out()) + " features, " + where + " maps " +
+                                        std::to_string(d_in) + " -> " + std::to_string(d_out)));
+  for (const auto& [name, p] : adapter->named_parameters())
+    if (p.dtype() != dtype)
+      throw DTypeError(op_message(op, "set_adapter: the adapter's " + name + " is " + dtype_name(p.dtype()) + ", " +
+                                          where + " is " + dtype_name(dtype)));
+}
+
+void Linear::set_adapter(std::unique_ptr<Adapter> adapter) {
+  if (adapter_)
+    throw ValueError(op_message("linear", "set_adapter: the layer has an adapter already; merge or remove it first"));
+  detail::check_adapter("linear", "the layer", adapter.get(), W.shape()[0], W.shape()[1], W.dtype());
+  register_module("", *adapter);
+  adapter_ = std::move(adapter);
+}
+
+std::unique_ptr<Adapter> Linear::remove_adapter() {
+  if (adapter_) unregister_module(*adapter_);
+  return std::move(adapter_);
+}
+
+void Linear::merge_adapter() {
+  if (!adapter_) throw ValueError(op_message("linear", "merge_adapter: the layer has no adapter"));
+  Array sum;
+  {
+    NoGradGuard ng;
+    sum = (Tensor(W.value()) + Tensor(adapter_->weight_delta())).value();
+  }
+  W.set_value(sum);
+  remove_adapter();
 }
 
 Embedding::Embedding(std::size_t V_vocab, std::size_t d, Generator& gen, DType dtype, double init_std) {

@@ -3,12 +3,16 @@
 /// (Llama). Weights in x out.
 #pragma once
 
+#include <memory>
+
 #include <xgrad/core/random.hpp>
+#include <xgrad/nn/adapter.hpp>
 #include <xgrad/nn/module.hpp>
 
 namespace xg::nn {
 
-/// y = x W + b, W [d_in, d_out] normal(0, init_std), b [d_out] zeros.
+/// y = x W + b, W [d_in, d_out] normal(0, init_std), b [d_out] zeros; with an attached
+/// adapter (nn/adapter.hpp, e.g. LoRA) y = x W + adapter(x) + b.
 class Linear : public Module {
  public:
   /// A layer from `d_in` to `d_out` features (both positive; ValueError otherwise) with W
@@ -20,11 +24,31 @@ class Linear : public Module {
   explicit Linear(const Array& W, const Array& b = Array());
   /// x [..., d_in] -> [..., d_out].
   Tensor operator()(const Tensor& x) const;
-  /// x W alone, with operator()'s checks: for fused ops that add the bias themselves.
+  /// x W (plus the adapter's term when one is attached) without the bias, with operator()'s
+  /// checks: for fused ops that add the bias themselves.
   Tensor product(const Tensor& x) const;
+
+  /// Attaches `adapter`: the layer then computes x W + adapter(x) + b, and the adapter's
+  /// parameters appear among the layer's under their own names (a LoRA's as
+  /// `<layer>.lora_A`, `<layer>.lora_B`). A null adapter or a second one is a ValueError, an
+  /// adapter whose widths are not W's a ShapeError, one whose parameters are of another dtype a
+  /// DTypeError.
+  void set_adapter(std::unique_ptr<Adapter> adapter);
+  /// The attached adapter, or null.
+  Adapter* adapter() const { return adapter_.get(); }
+  /// Detaches the adapter and returns it (null if none): the layer computes x W + b again.
+  std::unique_ptr<Adapter> remove_adapter();
+  /// Folds the adapter into the weight, W = W + adapter()->weight_delta(), and removes it: the
+  /// layer is a plain Linear again that computes what it computed with the adapter (to
+  /// rounding). W keeps its requires_grad. ValueError if no adapter is attached.
+  void merge_adapter();
+
   /// Parameters: W [d_in, d_out] and b [d_out] (b undefined without bias). @{
   Tensor W, b;
   /// @}
+
+ private:
+  std::unique_ptr<Adapter> adapter_;
 };
 
 /// Lookup table [V_vocab, d], normal(0, init_std).

@@ -1,5 +1,7 @@
 #include <xgrad/nn/module.hpp>
 
+#include <regex>
+
 #include <xgrad/core/error.hpp>
 
 namespace xg::nn {
@@ -7,7 +9,7 @@ namespace xg::nn {
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor>> out = params_;
   for (const auto& [prefix, child] : children_)
-    for (auto& [name, t] : child->named_parameters()) out.emplace_back(prefix + "." + name, t);
+    for (auto& [name, t] : child->named_parameters()) out.emplace_back(prefix.empty() ? name : prefix + "." + name, t);
   return out;
 }
 
@@ -31,6 +33,62 @@ std::size_t Module::parameter_count() const {
   for (auto& [name, t] : named_parameters()) n += t.size();
   return n;
 }
+
+std::vector<std::pair<std::string, Tensor>> Module::named_trainable_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [name, t] : named_parameters())
+    if (t.requires_grad()) out.emplace_back(name, t);
+  return out;
+}
+
+std::vector<Tensor> Module::trainable_parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_trainable_parameters()) out.push_back(t);
+  return out;
+}
+
+std::size_t Module::trainable_parameter_count() const {
+  std::size_t n = 0;
+  for (auto& [name, t] : named_trainable_parameters()) n += t.size();
+  return n;
+}
+
+std::size_t Module::set_requires_grad(const std::function<bool(const std::string&)>& select, bool on) {
+  if (!select) throw ValueError(op_message("set_requires_grad", "the selection function is empty"));
+  std::size_t n = 0;
+  for (auto& [name, t] : named_parameters()) {
+    if (!select(name)) continue;
+    Tensor p = t;
+    p.requires_grad_(on);
+    if (!on) p.zero_grad();
+    ++n;
+  }
+  return n;
+}
+
+namespace {
+
+std::size_t set_by_pattern(Module& m, const std::string& op, const std::string& pattern, bool on) {
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw ValueError(op_message(op, "pattern '" + pattern + "' is not a valid regular expression: " + e.what()));
+  }
+  const std::size_t n = m.set_requires_grad([&](const std::string& name) { return std::regex_search(name, re); }, on);
+  if (n == 0) {
+    std::string known;
+    for (auto& [name, t] : m.named_parameters()) known += (known.empty() ? "" : ", ") + name;
+    throw ValueError(op_message(op, "pattern '" + pattern + "' matches no parameter; the parameters: " + known));
+  }
+  return n;
+}
+
+}  // namespace
+
+std::size_t Module::freeze(const std::string& pattern) { return set_by_pattern(*this, "freeze", pattern, false); }
+
+std::size_t Module::unfreeze(const std::string& pattern) { return set_by_pattern(*this, "unfreeze", pattern, true); }
 
 void Module::set_weights(const std::vector<std::pair<std::string, Array>>& weights) {
   const std::string op = "set_weights";
@@ -80,6 +138,25 @@ Tensor Module::register_parameter(const std::string& name, Array init) {
   return t;
 }
 
-void Module::register_module(const std::string& name, Module& child) { children_.emplace_back(name, &child); }
+void Module::register_module(const std::string& name, Module& child) {
+  if (name.empty()) {
+    const auto mine = named_parameters();
+    for (auto& [n, t] : child.named_parameters())
+      for (auto& [m, u] : mine)
+        if (n == m)
+          throw ValueError(op_message("module", "a child registered without a name brings parameter '" + n +
+                                                    "', which this module has already"));
+  }
+  children_.emplace_back(name, &child);
+}
+
+void Module::unregister_module(const Module& child) {
+  for (auto it = children_.begin(); it != children_.end(); ++it)
+    if (it->second == &child) {
+      children_.erase(it);
+      return;
+    }
+  throw ValueError(op_message("module", "unregister_module: the module is not a child of this one"));
+}
 
 }  // namespace xg::nn

@@ -149,7 +149,21 @@ TorchAttention cross_to_torch(const Array& W_Q, const Array& b_Q, const Array& W
   return w;
 }
 
+namespace {
+
+// An export reads W_QKV and W_O: an adapter's term would be lost, so it must be merged first.
+void require_no_adapters(const MultiHeadAttention& m) {
+  using P = MultiHeadAttention::Projection;
+  for (P p : {P::q, P::k, P::v, P::o})
+    if (m.adapter(p))
+      throw ValueError(op_message(kOp, std::string("projection ") + MultiHeadAttention::projection_name(p) +
+                                           " has an adapter; merge it first (merge_adapter, nn::merge_lora)"));
+}
+
+}  // namespace
+
 TorchAttention export_attention(const MultiHeadAttention& m) {
+  require_no_adapters(m);
   return attention_to_torch(m.W_QKV.value(), value_or_empty(m.b_QKV), m.W_O.value(), value_or_empty(m.b_O),
                             m.config().H_q, m.config().H_kv);
 }
@@ -218,6 +232,7 @@ void import_attention(CrossAttention& m, const TorchAttention& w) {
 
 // W_QKV = [W_Q W_K W_V] (d x 3d) is exactly in_proj_weight^T: its row blocks transposed.
 TorchMHA export_mha(const MultiHeadAttention& m) {
+  require_no_adapters(m);
   const auto& c = m.config();
   require_mha_compatible(c.H_q, c.H_kv, m.d_head(), c.d_model, "d_model");
   TorchMHA w;

@@ -47,7 +47,9 @@ struct TorchAttention {
   Array o_bias;    ///< [d_out]
 };
 
-/// The self-attention layer `m` (MHA, GQA or MQA) as separate q, k, v, o projections.
+/// The self-attention layer `m` (MHA, GQA or MQA) as separate q, k, v, o projections. A
+/// layer with an adapter attached (nn/adapter.hpp) is a ValueError: its term is not in the
+/// weights; merge it first.
 TorchAttention export_attention(const MultiHeadAttention& m);
 /// The cross-attention layer `m` as separate q, k, v, o projections (k, v read the memory).
 TorchAttention export_attention(const CrossAttention& m);
@@ -78,7 +80,8 @@ struct TorchMHA {
   Array out_proj_bias;    ///< [E]
 };
 
-/// Self attention: requires MHA (H_kv == H_q) with d_head * H_q == d_model.
+/// Self attention: requires MHA (H_kv == H_q) with d_head * H_q == d_model, and no adapter
+/// attached (ValueError, as for export_attention()).
 TorchMHA export_mha(const MultiHeadAttention& m);
 /// Loads the PyTorch state `w` into the layer `m`, converted to its dtype (same
 /// requirements; shapes and bias presence must match, ShapeError or ValueError otherwise).
