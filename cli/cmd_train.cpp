@@ -41,15 +41,32 @@ extern "C" void on_stop_signal(int sig) {
   (void)ignored;
 }
 
+// The handler's own stack. oneDNN's float32 GEMM kernel points the stack pointer at a heap
+// workspace while it runs (oneDNN 2.6: whenever its K block exceeds 84), so a signal frame
+// pushed on the interrupted stack (some 3 KiB of AVX-512 register state) overwrote the heap
+// below that workspace, and a later free() aborted ("corrupted size vs. prev_size"). 64 KiB
+// holds the largest frame (AVX-512 and AMX state) many times over.
+alignas(64) char g_handler_stack[64 * 1024];
+
 // Installed for the training loop only: before and after it (also while the ranks agree on a
 // refusal and finalise MPI), SIGINT/SIGTERM end the process at once and silently, as mpirun
-// expects when it tears the job down.
+// expects when it tears the job down. The handler runs on an alternate stack (SA_ONSTACK; the
+// thread's own if it has one, e.g. AddressSanitizer's, else g_handler_stack); the pool's workers
+// block these signals (core/parallel.cpp), so no handler ever runs on a stack inside a GEMM.
 class StopSignals {
  public:
   explicit StopSignals(bool quiet) {
     g_quiet = quiet ? 1 : 0;
+    stack_t current {};
+    if (::sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) != 0) {
+      stack_t mine {};
+      mine.ss_sp = g_handler_stack;
+      mine.ss_size = sizeof g_handler_stack;
+      own_stack_ = ::sigaltstack(&mine, &old_stack_) == 0;
+    }
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);
@@ -57,10 +74,13 @@ class StopSignals {
   ~StopSignals() {
     ::sigaction(SIGINT, &old_int_, nullptr);
     ::sigaction(SIGTERM, &old_term_, nullptr);
+    if (own_stack_) ::sigaltstack(&old_stack_, nullptr);
   }
 
  private:
   struct sigaction old_int_ {}, old_term_ {};
+  stack_t old_stack_ {};
+  bool own_stack_ = false;
 };
 
 // The text of --config FILE (UsageError if it cannot be read): a regular file of at most

@@ -1,9 +1,12 @@
 #include <xgrad/core/parallel.hpp>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -88,6 +91,18 @@ class Pool {
   static constexpr unsigned kIndexBits = 16, kGenShift = 32;  // chunks <= threads, far below 2^16
   static constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
 
+  // A worker takes no asynchronous signal (SIGINT, SIGTERM, ...): the kernel delivers a signal for
+  // the process to a thread that does not block it, and a handler run here could interrupt
+  // oneDNN's float32 GEMM kernel, which points the stack pointer at a heap workspace while it runs
+  // (oneDNN 2.6: whenever K > 84); the signal frame pushed below it then overwrites the heap.
+  // Faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP) stay deliverable.
+  static void block_async_signals() {
+    sigset_t s;
+    sigfillset(&s);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&s, sig);
+    pthread_sigmask(SIG_BLOCK, &s, nullptr);
+  }
+
   // Claims the next unclaimed chunk c of generation `gen`; false when none is left or the
   // generation has moved on.
   bool claim(std::uint64_t gen, std::size_t& c) {
@@ -111,6 +126,7 @@ class Pool {
   }
 
   void work() {
+    block_async_signals();
     std::uint64_t seen = 0;
     for (;;) {
       std::uint64_t g = state_.load(std::memory_order_acquire) >> kGenShift;

@@ -1,7 +1,11 @@
 // The thread pool and the caching allocator (core/parallel.hpp, core/allocator.hpp,
 // core/runtime.hpp): errors cross threads, results are bit-identical run to run for a fixed
 // thread count and agree across thread counts to rounding, and freed blocks are reused.
+#include <pthread.h>
+
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <stdexcept>
 #include <thread>
 
@@ -72,6 +76,37 @@ TEST_CASE("pool: the calling thread runs a chunk no worker has started yet", "[c
     on_caller += ran[1] == std::this_thread::get_id();
   }
   CHECK(on_caller > 0);
+}
+
+TEST_CASE("pool: workers block asynchronous signals and keep faults deliverable", "[core][parallel]") {
+  // A signal handled on a worker could interrupt oneDNN's float32 GEMM kernel, which runs with
+  // the stack pointer on a heap workspace: the signal frame would be pushed onto the heap
+  // (core/parallel.cpp). Chunk 0 (the caller's) waits until chunk 1 has run, so a worker runs it.
+  Threads t(2);
+  std::atomic<bool> done{false};
+  std::thread::id ran_on;
+  sigset_t worker_mask;
+  sigemptyset(&worker_mask);
+  detail::run_chunks(2, [&](std::size_t c) {
+    if (c == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!done.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      return;
+    }
+    ran_on = std::this_thread::get_id();
+    pthread_sigmask(SIG_BLOCK, nullptr, &worker_mask);
+    done.store(true);
+  });
+  REQUIRE(done.load());
+  REQUIRE(ran_on != std::this_thread::get_id());  // chunk 1 ran on a worker
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGALRM, SIGCHLD}) {
+    INFO("signal " << sig);
+    CHECK(sigismember(&worker_mask, sig) == 1);
+  }
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) {
+    INFO("signal " << sig);
+    CHECK(sigismember(&worker_mask, sig) == 0);
+  }
 }
 
 TEST_CASE("pool: a training step is bit-identical run to run for a fixed thread count", "[core][parallel]") {
