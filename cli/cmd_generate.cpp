@@ -12,9 +12,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <thread>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
@@ -37,8 +37,8 @@ struct GenerateArgs {
   std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5;
   double temperature = 0.0;
   std::uint64_t seed = 0;
-  bool no_kv_cache = false, json_attention = false;
-  std::size_t threads = 1;  // xgrad worker threads, as train's --threads (0: one per core)
+  bool no_kv_cache = false, json_attention = false, overwrite = false;
+  std::size_t threads = 0;  // xgrad worker threads, as train's --threads (0: the cores)
 };
 
 [[noreturn]] void usage(const std::string& message) { throw UsageError(op_message("generate", message)); }
@@ -117,8 +117,6 @@ std::string map_script(const GenerateArgs& a) {
 void check_flags(const GenerateArgs& a, const CLI::App& cmd) {
   if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
     usage("--temperature " + number_text(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
-  if (a.max_new > 1000000) usage("--max-new " + std::to_string(a.max_new) + ": must be at most 1000000");
-  if (a.threads > 1024) usage("--threads " + std::to_string(a.threads) + ": must be in [0, 1024]");
   if (a.top_k > 0 && a.temperature == 0.0)
     usage("--top-k " + std::to_string(a.top_k) + " needs --temperature > 0 (greedy decoding always takes the most "
                                                   "likely token)");
@@ -139,12 +137,9 @@ void check_flags(const GenerateArgs& a, const CLI::App& cmd) {
                                     {"--attention-map", a.attention_map, true},
                                     {"--attention-map's gnuplot script", script, true},
                                     {"--tokenizer", a.tokenizer == "bytes" ? std::string() : a.tokenizer, false}});
-  if (!a.json_path.empty() && a.json_path != "-") check_output_file("generate", "--json", a.json_path);
-  if (a.json_top_k > 100000) usage("--json-top-k " + std::to_string(a.json_top_k) + ": must be at most 100000");
-  if (!a.attention_map.empty()) {
-    check_output_file("generate", "--attention-map", a.attention_map);
-    check_output_file("generate", "--attention-map", script);
-  }
+  check_new_output("generate", "--json", a.json_path, a.overwrite);
+  check_new_output("generate", "--attention-map", a.attention_map, a.overwrite);
+  check_new_output("generate", "--attention-map's gnuplot script", script, a.overwrite);
 }
 
 // How the prompt becomes tokens and the tokens text.
@@ -383,7 +378,8 @@ std::string generated_text(const Text& t, const train::Vocabulary& vocab, const 
   return whole.compare(0, before.size(), before) == 0 ? whole.substr(before.size()) : t.tok->decode(out);
 }
 
-void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
+void run_generate(GenerateArgs a, const CLI::App& cmd) {
+  a.checkpoint = model_file("generate", "--checkpoint", a.checkpoint);
   check_flags(a, cmd);
   // Flags against the checkpoint, before generating.
   train::LoadedModel m = train::load_model(a.checkpoint);
@@ -403,8 +399,7 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
          ", so at most " + std::to_string(max_new) + " tokens are generated");
 
   // One pool for everything (OpenBLAS runs single-threaded inside it), as in train.
-  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads)
-                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  set_num_threads(thread_count(a.threads));
   Generator gen(a.seed);
   train::SampleOptions so;
   so.temperature = a.temperature;
@@ -441,42 +436,46 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
 void add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");
-  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or charlm's model_best.safetensors) written by xgrad train")->required();
-  cmd->add_option("--prompt", a->prompt,
+  Options o(*cmd, "generate");
+  o.add(shared::checkpoint().required(), a->checkpoint);
+  o.add(text_flag("prompt", "--prompt",
                   "prompt text (for the reverse task: the source digits); may be empty with a llama2.c tokenizer "
                   "(generation then starts from BOS)")
-      ->required();
-  cmd->add_option("--tokenizer", a->tokenizer,
-                  "encode the prompt and decode with this tokenizer instead of the checkpoint's: a llama2.c "
-                  "tokenizer.bin, a SentencePiece .model or 'bytes'; its size must be the model's vocabulary")
-      ->check(non_empty_path());
-  cmd->add_option("--max-new", a->max_new,
-                  "tokens to generate; generation stops at the model's context window (a warning says so)")
-      ->capture_default_str()->check(non_negative_integer());
-  cmd->add_option("--temperature", a->temperature, "0: greedy; in [0.001, 1000]: sample")->capture_default_str()
-      ->check(number());
-  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all; needs --temperature > 0)")
-      ->capture_default_str()->check(non_negative_integer());
-  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole prefix at every step");
-  cmd->add_option("--threads", a->threads, "xgrad worker threads, 0 to 1024 (0: one per core)")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--attention-map", a->attention_map,
+            .required(),
+        a->prompt);
+  o.add(shared::tokenizer().with_help(
+            "encode the prompt and decode with this tokenizer instead of the checkpoint's: a llama2.c "
+            "tokenizer.bin, a SentencePiece .model or 'bytes'; its size must be the model's vocabulary"),
+        a->tokenizer);
+  o.add(value_flag("max_new", "--max-new",
+                   "tokens to generate, at most 1000000; generation stops at the model's context window (a warning "
+                   "says so)")
+            .range(0, 1000000),
+        a->max_new);
+  o.add(value_flag("temperature", "--temperature", "0: greedy; in [0.001, 1000]: sample"), a->temperature);
+  o.add(value_flag("top_k", "--top-k", "sample among the k most likely tokens (0: all; needs --temperature > 0)"),
+        a->top_k);
+  o.add(shared::seed().with_help("sampling seed"), a->seed);
+  o.add(value_flag("no_kv_cache", "--no-kv-cache", "recompute the whole prefix at every step"), a->no_kv_cache);
+  o.add(shared::threads(), a->threads);
+  o.add(path_flag("attention_map", "--attention-map",
                   "draw this PNG: attention weights of --layer/--head over the prompt and the generated tokens "
                   "(GPT checkpoints; the gnuplot script goes beside it as .gp)")
-      ->check(non_empty_path());
-  cmd->add_option("--layer", a->layer, "layer for --attention-map / --json-attention")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--head", a->head, "query head for --attention-map / --json-attention")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--json", a->json_path, "write the generation as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE")->check(non_empty_path());
-  cmd->add_option("--json-top-k", a->json_top_k, "with --json: the K most likely tokens of every step (0: none)")
-      ->capture_default_str()->check(non_negative_integer());
-  cmd->add_flag("--json-attention", a->json_attention,
-                "with --json: the attention weights of --layer/--head (GPT checkpoints)");
-  cmd->callback([a, cmd] { run_generate(*a, *cmd); });
+            .type("PNG"),
+        a->attention_map);
+  o.add(value_flag("layer", "--layer", "layer for --attention-map / --json-attention"), a->layer);
+  o.add(value_flag("head", "--head", "query head for --attention-map / --json-attention"), a->head);
+  o.add(shared::json().with_help("write the generation as JSON to FILE ('-': stdout, and nothing else there)"),
+        a->json_path);
+  o.add(value_flag("json_top_k", "--json-top-k", "with --json: the K most likely tokens of every step (0: none)")
+            .range(0, 100000),
+        a->json_top_k);
+  o.add(value_flag("json_attention", "--json-attention",
+                   "with --json: the attention weights of --layer/--head (GPT checkpoints)"),
+        a->json_attention);
+  o.add(shared::overwrite(), a->overwrite);
+  o.example("xgrad generate --checkpoint run1 --prompt 'Once upon' --max-new 40 --temperature 0.8 --json -");
+  o.on_run([a, cmd] { run_generate(*a, *cmd); });
 }
 
 }  // namespace xg::cli

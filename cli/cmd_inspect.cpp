@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/cost_model.hpp>
 #include <xgrad/io/safetensors.hpp>
@@ -25,7 +26,9 @@ using json = nlohmann::ordered_json;
 
 struct InspectArgs {
   std::string path, json_path;
-  bool all = false;  // --all: every metadata value whole
+  std::string operand;  // FILE, the old spelling of --checkpoint
+  bool all = false;     // --all: every metadata value whole
+  bool overwrite = false;
 };
 
 // The longest metadata value the report prints whole without --all (a tokenizer model embedded
@@ -41,11 +44,24 @@ std::string capped(const std::string& v, bool all) {
   return v.substr(0, n) + "... (" + std::to_string(v.size()) + " bytes; --all shows every value whole)";
 }
 
-void run_inspect(const InspectArgs& a) {
+// The checkpoint: --checkpoint, or the FILE operand of earlier versions (a deprecation line).
+std::string checkpoint_of(const InspectArgs& a, const CLI::App& cmd) {
+  if (!a.operand.empty() && cmd.count("--checkpoint") > 0)
+    throw UsageError(op_message("inspect", "FILE '" + a.operand + "' and --checkpoint '" + a.path +
+                                               "': give the checkpoint once, with --checkpoint"));
+  if (a.operand.empty() && cmd.count("--checkpoint") == 0)
+    throw UsageError(op_message("inspect", "--checkpoint is required"));
+  if (a.operand.empty()) return model_file("inspect", "--checkpoint", a.path);
+  if (!quiet_rank()) print_line("xgrad: the FILE operand of xgrad inspect is deprecated, use --checkpoint FILE");
+  return model_file("inspect", "FILE", a.operand);
+}
+
+void run_inspect(InspectArgs a, const CLI::App& cmd) {
+  a.path = checkpoint_of(a, cmd);
   if (!a.json_path.empty() && a.json_path != "-") {
     if (same_file(a.json_path, a.path))
       throw UsageError(op_message("inspect", "--json '" + a.json_path + "' is the checkpoint itself"));
-    check_output_file("inspect", "--json", a.json_path);
+    check_new_output("inspect", "--json", a.json_path, a.overwrite);
   }
   const io::safetensors::File f = io::safetensors::load(a.path);
   // Everything generate would check (configuration against the tensors, shapes, finiteness).
@@ -156,12 +172,17 @@ void run_inspect(const InspectArgs& a) {
 void add_inspect(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show a checkpoint's configuration, parameters and cost model");
-  cmd->add_option("file", a->path, "model.safetensors")->required();
-  cmd->add_option("--json", a->json_path, "also write the figures as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE")->check(non_empty_path());
-  cmd->add_flag("--all", a->all, "print every metadata value whole (by default a value longer than 120 bytes, "
-                                 "such as an embedded tokenizer, is cut and its size shown; --json holds them whole)");
-  cmd->callback([a] { run_inspect(*a); });
+  Options o(*cmd, "inspect");
+  o.add(shared::checkpoint(), a->path);
+  cmd->add_option("file", a->operand, "FILE: the checkpoint (deprecated: use --checkpoint)")->check(non_empty_path());
+  o.add(shared::json(), a->json_path);
+  o.add(value_flag("all", "--all",
+                   "print every metadata value whole (by default a value longer than 120 bytes, such as an embedded "
+                   "tokenizer, is cut and its size shown; --json holds them whole)"),
+        a->all);
+  o.add(shared::overwrite(), a->overwrite);
+  o.example("xgrad inspect --checkpoint run1/model.safetensors --json -");
+  o.on_run([a, cmd] { run_inspect(*a, *cmd); });
 }
 
 }  // namespace xg::cli

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
@@ -64,29 +65,42 @@ class StopSignals {
 };
 
 // Every flag from the option table (train/options.hpp): one row an option.
-void add_train_flags(CLI::App& cmd, train::TrainOptions& o) {
+void add_train_flags(Options& opts, train::TrainOptions& o) {
   for (const train::OptionSpec& spec : train::option_schema()) {
     if (spec.flag.empty()) continue;
-    std::visit(
-        [&](auto member) {
-          auto& value = o.*member;
-          using T = std::decay_t<decltype(value)>;
-          if constexpr (std::is_same_v<T, bool>) {
-            cmd.add_flag(spec.negated ? spec.flag + "{false}" : spec.flag, value, spec.help);
-          } else {
-            CLI::Option* opt = cmd.add_option(spec.flag, value, spec.help);
-            if (spec.show_default) opt->capture_default_str();
-            if constexpr (std::is_same_v<T, double>)
-              opt->check(number());
-            else if constexpr (std::is_signed_v<T> && !std::is_same_v<T, std::string>)
-              opt->check(integer());
-            else if constexpr (!std::is_same_v<T, std::string>)
-              opt->check(non_negative_integer());
-            if (spec.name == "init_from") opt->check(non_empty_path());
-          }
-        },
-        spec.member);
+    std::visit([&](auto member) { opts.add(train_flag(spec), o.*member); }, spec.member);
   }
+}
+
+// The defaults that differ by task (and by --arch), from the table and the task defaults
+// themselves: what --help shows below the options.
+std::string task_defaults() {
+  const train::TrainOptions table;
+  std::string text = "Defaults by task, where they differ from the ones above:";
+  const std::vector<std::pair<std::string, train::TrainOptions>> cases = [] {
+    std::vector<std::pair<std::string, train::TrainOptions>> v;
+    for (const char* task : {"sort", "reverse", "text"}) {
+      train::TrainOptions o;
+      o.task = task;
+      v.emplace_back(std::string("--task ") + task + (o.task == "text" ? " (and charlm)" : ""), o);
+    }
+    train::TrainOptions llama;
+    llama.arch = "llama";
+    v.emplace_back("--arch llama", llama);
+    return v;
+  }();
+  const train::TrainOptions sort = train::with_defaults(table);
+  for (const auto& [label, given] : cases) {
+    const train::TrainOptions d = train::with_task_defaults(train::with_defaults(given), {});
+    const train::TrainOptions& base = label == "--arch llama" ? sort : table;  // llama: beside sort's
+    std::string parts;
+    for (const train::OptionSpec& s : train::option_schema())
+      if (!s.flag.empty() && s.name != "task" && s.name != "arch" &&
+          train::option_text(d, s) != train::option_text(base, s))
+        parts += (parts.empty() ? "" : ", ") + s.flag + " " + train::shown_text(d, s);
+    text += "\n  " + label + ": " + parts;
+  }
+  return text;
 }
 
 // A new run's files (rank 0 writes the run folder; the other ranks, maybe on other machines,
@@ -177,10 +191,13 @@ void add_train(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
   auto config = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("train", "Train a tiny transformer on a built-in task (the main job)");
-  add_train_flags(*cmd, *o);
+  Options opts(*cmd, "train");
+  add_train_flags(opts, *o);
   cmd->add_option("--config", *config, "a JSON file of options (keys: the options' names, e.g. \"d_model\"; a run's "
                                         "config.json repeats it); flags given beside it win")
       ->check(non_empty_path());
+  opts.example("xgrad train --task text --text corpus/ --steps 500 --out run1", task_defaults());
+  // Ranges and choices are the life-cycle's (they apply after the task defaults): no opts.check().
   cmd->callback([o, config, cmd] {
     // The command line only parses; the options module applies the life-cycle rules. Every
     // rank of an MPI job shares them; rank 0 alone reports a failure (cli/main.cpp: the others

@@ -117,7 +117,7 @@ TEST_CASE("option table: an option for another task or position scheme is refuse
   CHECK_THROWS_WITH(train::check_options_apply(o, {"rope_base"}), Catch::Contains("--rope-base is only for --pos rope"));
   CHECK_NOTHROW(train::check_options_apply(o, {"n_digits", "d_model"}));
   o.task = "charlm";
-  CHECK_THROWS_WITH(train::check_options_apply(o, {"n_digits"}), Catch::Contains("--digits is only for --task sort"));
+  CHECK_THROWS_WITH(train::check_options_apply(o, {"n_digits"}), Catch::Contains("--n-digits is only for --task sort"));
   CHECK_NOTHROW(train::check_options_apply(o, {"text", "context"}));
 }
 
