@@ -39,8 +39,8 @@ void add_visibility(CLI::App& app) {
     check_output_folder("visibility", "--out", *out);
     for (const char* f : {"causal.png", "causal.gp", "causal_suffix.png", "causal_suffix.gp", "documents.png", "documents.gp"})
       if (fs::exists(fs::path(*out) / f) && !*overwrite)
-        throw UsageError(op_message("visibility", "--out '" + *out + "' holds " + f +
-                                                      " (an earlier run's); pass --overwrite to replace it"));
+        throw UsageError(op_message("visibility", "--out '" + *out + "': " + f +
+                                                      " exists (an earlier run's); pass --overwrite to replace it"));
     std::error_code ec;
     fs::create_directories(*out, ec);
     if (ec) throw UsageError(op_message("visibility", "--out '" + *out + "': cannot create the folder: " + ec.message()));
