@@ -367,3 +367,16 @@ TEST_CASE("config json: --config RUN/config.json repeats a run made with another
   if (xgt::read_file(dir / "a" / "model.safetensors") == xgt::read_file(dir / "c" / "model.safetensors"))
     WARN("2 and 3 threads gave the same bits here: this case does not show that the count matters");
 }
+
+TEST_CASE("option table: a flag is its option's name with dashes, --no-<name> for a switch that turns it off",
+          "[options]") {
+  for (const OptionSpec& s : train::option_schema()) {
+    if (s.flag.empty()) continue;
+    std::string dashed = s.name;
+    for (char& c : dashed)
+      if (c == '_') c = '-';
+    INFO(s.name << " has the flag " << s.flag);
+    CHECK(s.flag == (s.negated ? "--no-" : "--") + dashed);
+    for (const std::string& old : s.deprecated) CHECK(old != s.flag);
+  }
+}
