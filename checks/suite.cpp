@@ -482,6 +482,12 @@ int run_gradcheck_command(const GradcheckSuite& suite, const RunOptions& opts, s
   if (suite.select(opts.filter).empty())
     throw UsageError(op_message("gradcheck", "no check matches --filter '" + opts.filter + "'; --list shows the " +
                                                  std::to_string(suite.size()) + " names"));
+  if (opts.json_path == "-") {  // the report alone on `out`: the table goes nowhere
+    std::ostringstream table;
+    const SuiteReport rep = run_suite(suite, opts, table);
+    out << report_json(rep) << "\n";
+    return rep.all_passed() ? 0 : 1;
+  }
   std::ofstream json;
   if (!opts.json_path.empty()) {  // opened first: a bad path fails before the run, not after
     json.open(opts.json_path);

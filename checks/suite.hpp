@@ -213,7 +213,7 @@ struct RunOptions {
   bool full = false;      ///< Larger sweeps (`--full`).
   int order = 1;          ///< Derivative order checked (`--order`): 1 (gradcheck) or 2 (gradgradcheck and jvpcheck).
   std::string filter;     ///< Which checks run; see GradcheckSuite::select (`--filter`).
-  std::string json_path;  ///< Also write the JSON report here when not empty (`--json`).
+  std::string json_path;  ///< Also write the JSON report here when not empty (`--json`); "-": to stdout, in place of the table.
   bool list = false;      ///< List the selected checks instead of running them (`--list`).
 };
 

@@ -13,8 +13,8 @@
 namespace xg {
 
 void add_gradcheck_options(CLI::App& app, RunOptions& opts) {
-  app.add_option("--json", opts.json_path, "Also write the report as JSON to FILE")
-      ->type_name("FILE")
+  app.add_option("--json", opts.json_path, "Also write the report as JSON to FILE ('-': to stdout, in place of the table)")
+      ->type_name("FILE|-")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must name a file, got ''") : ""; },
                              "FILE"));
   app.add_flag("--list", opts.list, "List the checks (name, kind, configuration) without running them");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/runs/compare.hpp>
 
@@ -19,33 +20,33 @@ namespace {
 struct CompareArgs {
   std::vector<std::string> runs;
   std::string out, json_path, x = "step";
+  bool overwrite = false;
 };
 
 void run_compare(const CompareArgs& a) {
   const std::string cmd = "compare";
-  // Outputs first, before any run is read: writable, and never one of a run's own files.
+  // Outputs first, before any run is read: never one of a run's own files, writable, and not
+  // replacing a file that exists without --overwrite.
   std::vector<FileRole> files;
   std::string script;
   if (!a.out.empty()) {
     const std::filesystem::path p(a.out);
     if (p.extension() == ".gp")
       throw UsageError(op_message(cmd, "--out '" + a.out + "': the picture would be overwritten by its own gnuplot script; name a .png"));
-    check_output_file(cmd, "--out", a.out);
     script = std::filesystem::path(a.out).replace_extension(".gp").string();
-    check_output_file(cmd, "--out's gnuplot script", script);
     files.push_back({"--out", a.out, true});
     files.push_back({"--out's gnuplot script", script, true});
   }
-  if (!a.json_path.empty() && a.json_path != "-") {
-    check_output_file(cmd, "--json", a.json_path);
-    files.push_back({"--json", a.json_path, true});
-  }
+  if (!a.json_path.empty() && a.json_path != "-") files.push_back({"--json", a.json_path, true});
   for (const std::string& run : a.runs) {
     runs::check_run_folder(run);
     for (const std::string& f : runs::kRunFolderFiles)
       files.push_back({"RUN's " + f, (std::filesystem::path(run) / f).string(), false});
   }
   check_distinct_files(cmd, files);
+  check_new_output(cmd, "--out", a.out, a.overwrite);
+  check_new_output(cmd, "--out's gnuplot script", script, a.overwrite);
+  check_new_output(cmd, "--json", a.json_path, a.overwrite);
 
   const runs::CompareX x = a.x == "tokens" ? runs::CompareX::tokens : runs::CompareX::step;
   const std::vector<runs::RunSummary> runs = runs::read_runs(a.runs);
@@ -72,15 +73,16 @@ void run_compare(const CompareArgs& a) {
 void add_compare(CLI::App& app) {
   auto a = std::make_shared<CompareArgs>();
   CLI::App* cmd = app.add_subcommand("compare", "Compare training runs: results, differing options, loss curves");
+  Options o(*cmd, "compare");
   cmd->add_option("RUN", a->runs, "run folders (written by xgrad train --out)")->required()->type_name("DIR");
-  cmd->add_option("--out", a->out, "draw the runs' loss curves to this PNG (its gnuplot script beside it)")
-      ->type_name("PNG")->check(non_empty_path());
-  cmd->add_option("--json", a->json_path, "also write the comparison as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE")->check(non_empty_path());
-  cmd->add_option("--x", a->x, "the picture's x axis: step or tokens (tokens seen)")
-      ->check(CLI::IsMember({"step", "tokens"}))
-      ->capture_default_str();
-  cmd->callback([a] { run_compare(*a); });
+  o.add(path_flag("out", "--out", "draw the runs' loss curves to this PNG (its gnuplot script beside it)").type("PNG"),
+        a->out);
+  o.add(shared::json().with_help("also write the comparison as JSON to FILE ('-': stdout, and nothing else there)"),
+        a->json_path);
+  o.add(text_flag("x", "--x", "the picture's x axis: step or tokens (tokens seen)").one_of({"step", "tokens"}), a->x);
+  o.add(shared::overwrite(), a->overwrite);
+  o.example("xgrad compare run1 run2 --out cmp.png --json -");
+  o.on_run([a] { run_compare(*a); });
 }
 
 }  // namespace xg::cli

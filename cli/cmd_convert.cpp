@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "options.hpp"
+#include <xgrad/core/runtime.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/train/convert.hpp>
 #include <xgrad/version.hpp>
@@ -27,6 +29,7 @@ struct ConvertArgs {
   train::ConvertOptions o;
   std::string json_path;
   bool overwrite = false;
+  std::size_t threads = 0;
 };
 
 [[noreturn]] void usage(const std::string& message) { throw UsageError(op_message("convert", message)); }
@@ -37,12 +40,12 @@ json score_json(const train::HeldoutScore& s) {
   return {{"cross_entropy", s.cross_entropy}, {"heldout_exact_match", number_or_null(s.exact_match)}};
 }
 
-void run(const ConvertArgs& a) {
-  const train::ConvertOptions& o = a.o;
-  // Paths, before any work.
+void run(ConvertArgs a) {
+  // Paths, before any work. IN may be a run folder: its final model.
   std::error_code ec;
-  if (!fs::exists(o.in, ec)) usage("IN '" + o.in + "' does not exist");
-  if (fs::is_directory(o.in, ec)) usage("IN '" + o.in + "' is a folder; give its model.safetensors");
+  if (!fs::exists(a.o.in, ec)) usage("IN '" + a.o.in + "' does not exist");
+  a.o.in = model_file("convert", "IN", a.o.in);
+  const train::ConvertOptions& o = a.o;
   if (same_file(o.in, o.out))
     usage("OUT '" + o.out + "' is IN itself: write the converted checkpoint to another file");
   if (fs::exists(o.out, ec) && !fs::is_directory(o.out, ec) && !a.overwrite)
@@ -53,8 +56,8 @@ void run(const ConvertArgs& a) {
                                    {"OUT", o.out, true},
                                    {"--json", a.json_path, true}});
   check_output_file("convert", "OUT", o.out);
-  if (!a.json_path.empty() && a.json_path != "-") check_output_file("convert", "--json", a.json_path);
-  if (o.heldout < 1 || o.heldout > 100000) usage("--heldout " + std::to_string(o.heldout) + ": must be in [1, 100000]");
+  check_new_output("convert", "--json", a.json_path, a.overwrite);
+  set_num_threads(thread_count(a.threads));
 
   const train::ConvertReport r = train::convert_checkpoint(o);
 
@@ -115,22 +118,26 @@ void add_convert(CLI::App& app) {
   auto a = std::make_shared<ConvertArgs>();
   CLI::App* cmd = app.add_subcommand(
       "convert", "Mean-pool key/value heads: a GQA/MQA checkpoint from an MHA (or GQA) one, compared on held-out data");
-  cmd->add_option("--kv-heads", a->o.kv_heads, "G, the new number of key/value heads (divides H_kv)")
+  Options o(*cmd, "convert");
+  o.add(value_flag("kv_heads", "--kv-heads", "G, the new number of key/value heads (divides H_kv)").required(),
+        a->o.kv_heads);
+  cmd->add_option("in", a->o.in,
+                  "IN: the checkpoint to convert: a model.safetensors written by xgrad train, or a run folder (its "
+                  "final model.safetensors)")
       ->required()
-      ->check(non_negative_integer());
-  cmd->add_option("in", a->o.in, "IN: model.safetensors written by xgrad train")->required()->check(non_empty_path());
-  cmd->add_option("out", a->o.out, "OUT: the converted model.safetensors")->required()->check(non_empty_path());
-  cmd->add_flag("--overwrite", a->overwrite, "replace an existing OUT");
-  cmd->add_option("--seed", a->o.seed, "the --seed of the training run (its held-out set)")
-      ->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--heldout", a->o.heldout, "held-out problems (sort, reverse)")
-      ->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--text", a->o.text, "charlm, text: the text the model was trained on (text: its held-out documents are compared)")->capture_default_str()->check(non_empty_path());
-  cmd->add_option("--json", a->json_path, "also write the report as JSON to FILE ('-': stdout, instead of the text)")
       ->check(non_empty_path());
-  cmd->callback([a] { run(*a); });
+  cmd->add_option("out", a->o.out, "OUT: the converted model.safetensors")->required()->check(non_empty_path());
+  o.add(shared::overwrite(), a->overwrite);
+  o.add(shared::seed().with_help("the --seed of the training run (its held-out set)"), a->o.seed);
+  o.add(train_flag("heldout").with_help("held-out problems (sort, reverse), in [1, 100000]"), a->o.heldout);
+  o.add(shared::text().with_help(
+            "charlm, text: the text the model was trained on (text: its held-out documents are compared)"),
+        a->o.text);
+  o.add(shared::threads(), a->threads);
+  o.add(shared::json().with_help("also write the report as JSON to FILE ('-': stdout, instead of the text)"),
+        a->json_path);
+  o.example("xgrad convert --kv-heads 1 run1 mqa.safetensors --json -");
+  o.on_run([a] { run(*a); });
 }
 
 }  // namespace xg::cli

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/xgrad.hpp>
 
 namespace xg::cli {
@@ -32,6 +33,7 @@ int run_demo() {
 
 void add_demo(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("demo", "Build a small graph, run backward, print gradients");
+  help_footer(*cmd, "xgrad demo");
   cmd->callback([] {
     const int rc = run_demo();
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -12,8 +12,9 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "options.hpp"
+#include <xgrad/core/runtime.hpp>
 #include <xgrad/core/error.hpp>
-#include <xgrad/runs/run_folder.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/train/evaluation.hpp>
@@ -28,20 +29,9 @@ namespace fs = std::filesystem;
 struct EvalArgs {
   std::string checkpoint, text, tokenizer, split = "all", json_path;
   double val_fraction = 0.1;
-  std::size_t batch = 32, max_windows = text::kMaxValidationWindows;
+  std::size_t batch = 32, max_windows = text::kMaxValidationWindows, threads = 0;
+  bool overwrite = false;
 };
-
-// The model file --checkpoint names: the file itself, or a run folder's final model
-// (RUN/model.safetensors, as `report --checkpoint RUN`).
-std::string checkpoint_file(const std::string& checkpoint) {
-  std::error_code ec;
-  if (!fs::is_directory(checkpoint, ec)) return checkpoint;
-  const fs::path model = fs::path(checkpoint) / runs::kModelFile;
-  if (!fs::exists(model, ec))
-    throw UsageError(op_message("eval", "--checkpoint '" + checkpoint + "' is a folder without model.safetensors; give a "
-                                            "model file, or the folder of a finished text run (its model.safetensors)"));
-  return model.string();
-}
 
 // Whether `path` is `folder` or inside it (links resolved), however either is spelled.
 bool inside(const std::string& path, const std::string& folder) {
@@ -55,7 +45,7 @@ bool inside(const std::string& path, const std::string& folder) {
 }
 
 void run_eval(EvalArgs a) {
-  a.checkpoint = checkpoint_file(a.checkpoint);
+  a.checkpoint = model_file("eval", "--checkpoint", a.checkpoint);
   // No output may replace an input: the checkpoint, a corpus file, the tokenizer (links too).
   check_distinct_files("eval", {{"--checkpoint", a.checkpoint, false},
                                 {"--text", a.text, false},
@@ -65,15 +55,8 @@ void run_eval(EvalArgs a) {
   if (!a.json_path.empty() && a.json_path != "-" && fs::is_directory(a.text, ec) && inside(a.json_path, a.text))
     throw UsageError(op_message("eval", "--json '" + a.json_path + "' is in the --text folder '" + a.text +
                                             "': it would replace or join the corpus; write it elsewhere"));
-  if (!a.json_path.empty() && a.json_path != "-") check_output_file("eval", "--json", a.json_path);
-  if (a.split != "all" && a.split != "train" && a.split != "val")
-    throw UsageError(op_message("eval", "--split " + a.split + ": must be all, train or val"));
-  if (!(a.val_fraction > 0 && a.val_fraction <= 0.5))
-    throw UsageError(op_message("eval", "--val-fraction " + number_text(a.val_fraction) + ": must be in (0, 0.5]"));
-  if (a.batch < 1 || a.batch > 65536)
-    throw UsageError(op_message("eval", "--batch " + std::to_string(a.batch) + ": must be in [1, 65536]"));
-  if (a.max_windows < 1 || a.max_windows > (std::size_t(1) << 30))
-    throw UsageError(op_message("eval", "--max-windows " + std::to_string(a.max_windows) + ": must be in [1, 1073741824]"));
+  check_new_output("eval", "--json", a.json_path, a.overwrite);
+  set_num_threads(thread_count(a.threads));
   train::LoadedModel m = train::load_model(a.checkpoint);
   const io::safetensors::Metadata meta = io::safetensors::load_header(a.checkpoint).metadata;
   if (!meta.count("tokenizer") || !m.gpt)
@@ -158,26 +141,27 @@ void run_eval(EvalArgs a) {
 void add_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "Measure a text model on a text: nats per token, bits per byte, perplexity");
-  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or model_best.safetensors) of xgrad train --task text, or its run folder (its model.safetensors)")
-      ->required()
-      ->check(non_empty_path());
-  cmd->add_option("--text", a->text, "a text file or a folder of them (recursively)")->required()->check(non_empty_path());
-  cmd->add_option("--tokenizer", a->tokenizer,
-                  "refuse unless the checkpoint's tokenizer is this one ('bytes' or a .model file)")
-      ->check(non_empty_path());
-  cmd->add_option("--split", a->split, "all, or the documents xgrad train would put in train or val")
-      ->capture_default_str();
-  cmd->add_option("--val-fraction", a->val_fraction, "with --split: the run's --val-fraction")
-      ->capture_default_str()
-      ->check(number());
-  cmd->add_option("--batch", a->batch, "windows per forward pass")->capture_default_str()->check(non_negative_integer());
-  cmd->add_option("--max-windows", a->max_windows, "at most this many windows, evenly spread (as training's validation)")
-      ->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--json", a->json_path, "also write the figures as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE")
-      ->check(non_empty_path());
-  cmd->callback([a] { run_eval(*a); });
+  Options o(*cmd, "eval");
+  o.add(shared::checkpoint().required().with_help(
+            "a text model: model.safetensors (or model_best.safetensors) of xgrad train --task text, or its run "
+            "folder (its final model.safetensors)"),
+        a->checkpoint);
+  o.add(shared::text().required(), a->text);
+  o.add(shared::tokenizer().with_help("refuse unless the checkpoint's tokenizer is this one ('bytes' or a .model file)"),
+        a->tokenizer);
+  o.add(text_flag("split", "--split", "all, or the documents xgrad train would put in train or val")
+            .one_of({"all", "train", "val"}),
+        a->split);
+  o.add(shared::val_fraction().with_help("with --split: the run's --val-fraction, in (0, 0.5]"), a->val_fraction);
+  o.add(value_flag("batch", "--batch", "windows per forward pass").range(1, 65536), a->batch);
+  o.add(value_flag("max_windows", "--max-windows", "at most this many windows, evenly spread (as training's validation)")
+            .range(1, double(std::size_t(1) << 30)),
+        a->max_windows);
+  o.add(shared::threads(), a->threads);
+  o.add(shared::json(), a->json_path);
+  o.add(shared::overwrite(), a->overwrite);
+  o.example("xgrad eval --checkpoint run1 --text corpus/ --split val --json -");
+  o.on_run([a] { run_eval(*a); });
 }
 
 }  // namespace xg::cli

@@ -12,9 +12,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <thread>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
@@ -37,8 +37,8 @@ struct GenerateArgs {
   std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5;
   double temperature = 0.0;
   std::uint64_t seed = 0;
-  bool no_kv_cache = false, json_attention = false;
-  std::size_t threads = 1;  // xgrad worker threads, as train's --threads (0: one per core)
+  bool no_kv_cache = false, json_attention = false, overwrite = false;
+  std::size_t threads = 0;  // xgrad worker threads, as train's --threads (0: the cores)
 };
 
 [[noreturn]] void usage(const std::string& message) { throw UsageError(op_message("generate", message)); }
@@ -107,12 +107,16 @@ std::string short_text(const text::Vocabulary& v, const std::vector<std::int64_t
   return ids.size() > 40 ? s + "..." : s;
 }
 
-void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
-  // Flags alone, before anything is read.
+// The gnuplot script of --attention-map, beside it ("" : none).
+std::string map_script(const GenerateArgs& a) {
+  return a.attention_map.empty() ? std::string()
+                                 : std::filesystem::path(a.attention_map).replace_extension(".gp").string();
+}
+
+// The flags alone, before anything is read.
+void check_flags(const GenerateArgs& a, const CLI::App& cmd) {
   if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
     usage("--temperature " + number_text(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
-  if (a.max_new > 1000000) usage("--max-new " + std::to_string(a.max_new) + ": must be at most 1000000");
-  if (a.threads > 1024) usage("--threads " + std::to_string(a.threads) + ": must be in [0, 1024]");
   if (a.top_k > 0 && a.temperature == 0.0)
     usage("--top-k " + std::to_string(a.top_k) + " needs --temperature > 0 (greedy decoding always takes the most "
                                                   "likely token)");
@@ -127,75 +131,264 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
   if (!a.attention_map.empty() && std::filesystem::path(a.attention_map).extension() != ".png")
     usage("--attention-map '" + a.attention_map + "': must name a .png file (its gnuplot script goes beside it, as .gp)");
   // No output may replace another, or the checkpoint (./g.json and g.json, links, ...).
-  const std::string script =
-      a.attention_map.empty() ? std::string() : std::filesystem::path(a.attention_map).replace_extension(".gp").string();
+  const std::string script = map_script(a);
   check_distinct_files("generate", {{"--checkpoint", a.checkpoint, false},
                                     {"--json", a.json_path, true},
                                     {"--attention-map", a.attention_map, true},
                                     {"--attention-map's gnuplot script", script, true},
                                     {"--tokenizer", a.tokenizer == "bytes" ? std::string() : a.tokenizer, false}});
-  if (!a.json_path.empty() && a.json_path != "-") check_output_file("generate", "--json", a.json_path);
-  if (a.json_top_k > 100000) usage("--json-top-k " + std::to_string(a.json_top_k) + ": must be at most 100000");
-  if (!a.attention_map.empty()) {
-    check_output_file("generate", "--attention-map", a.attention_map);
-    check_output_file("generate", "--attention-map", script);
-  }
+  check_new_output("generate", "--json", a.json_path, a.overwrite);
+  check_new_output("generate", "--attention-map", a.attention_map, a.overwrite);
+  check_new_output("generate", "--attention-map's gnuplot script", script, a.overwrite);
+}
 
-  // Flags against the checkpoint, before generating.
-  train::LoadedModel m = train::load_model(a.checkpoint);
-  const nn::TransformerConfig& c = m.info.config;
-  // The tokenizer: --tokenizer, or the one a text-task model carries; without one, prompts
-  // are one token a character of the checkpoint's vocabulary.
-  const io::safetensors::Metadata meta = io::safetensors::load_header(a.checkpoint).metadata;
-  std::unique_ptr<text::Tokenizer> tok;
+// How the prompt becomes tokens and the tokens text.
+struct Text {
+  std::unique_ptr<text::Tokenizer> tok;  // --tokenizer, or the one a text-task model carries
   text::Vocabulary tok_vocab;  // with --tokenizer: each id's text, in place of the checkpoint's
-  if (!a.tokenizer.empty()) {
-    if (!m.gpt)
-      usage("--tokenizer needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
-    tok = text::load_tokenizer(a.tokenizer);
-    if (tok->vocab_size() != c.V_vocab)
-      usage("--tokenizer '" + a.tokenizer + "' (" + tok->description() + ") has " + std::to_string(tok->vocab_size()) +
-            " ids, but the model of " + a.checkpoint + " has a vocabulary of " + std::to_string(c.V_vocab) +
-            ": they must be the same size");
-    if (meta.count("tokenizer_sha256") && meta.at("tokenizer_sha256") != tok->digest())
-      warn("--tokenizer '" + a.tokenizer + "' is not the tokenizer " + a.checkpoint + " was trained with (sha256 " +
-           meta.at("tokenizer_sha256").substr(0, 16) + "); decoding with it anyway");
-    const bool l2c = tok->kind() == "llama2c";
-    for (std::size_t id = 0; id < tok->vocab_size(); ++id) {
-      const auto i = static_cast<std::int64_t>(id);
-      // BOS and EOS decode to nothing: show their pieces.
-      tok_vocab.tokens.push_back(l2c && (i == text::kLlama2cBos || i == text::kLlama2cEos) ? tok->piece(i)
-                                                                                              : tok->decode({i}));
-    }
-  } else if (meta.count("tokenizer")) {
-    tok = text::tokenizer_of_metadata(meta, a.checkpoint);
+  bool llama2c = false;  // a llama2.c tokenizer: BOS first, stop at BOS or EOS
+  std::vector<std::int64_t> prompt;
+};
+
+// --tokenizer against the model: a GPT with a vocabulary of the tokenizer's size.
+std::unique_ptr<text::Tokenizer> given_tokenizer(const GenerateArgs& a, const train::LoadedModel& m,
+                                                  const io::safetensors::Metadata& meta, text::Vocabulary& vocab) {
+  const nn::TransformerConfig& c = m.info.config;
+  if (!m.gpt) usage("--tokenizer needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
+  std::unique_ptr<text::Tokenizer> tok = text::load_tokenizer(a.tokenizer);
+  if (tok->vocab_size() != c.V_vocab)
+    usage("--tokenizer '" + a.tokenizer + "' (" + tok->description() + ") has " + std::to_string(tok->vocab_size()) +
+          " ids, but the model of " + a.checkpoint + " has a vocabulary of " + std::to_string(c.V_vocab) +
+          ": they must be the same size");
+  if (meta.count("tokenizer_sha256") && meta.at("tokenizer_sha256") != tok->digest())
+    warn("--tokenizer '" + a.tokenizer + "' is not the tokenizer " + a.checkpoint + " was trained with (sha256 " +
+         meta.at("tokenizer_sha256").substr(0, 16) + "); decoding with it anyway");
+  const bool l2c = tok->kind() == "llama2c";
+  for (std::size_t id = 0; id < tok->vocab_size(); ++id) {
+    const auto i = static_cast<std::int64_t>(id);
+    // BOS and EOS decode to nothing: show their pieces.
+    vocab.tokens.push_back(l2c && (i == text::kLlama2cBos || i == text::kLlama2cEos) ? tok->piece(i)
+                                                                                        : tok->decode({i}));
   }
-  const text::Vocabulary& vocab = a.tokenizer.empty() ? m.info.vocab : tok_vocab;
+  return tok;
+}
+
+// The tokenizer: --tokenizer, or the one a text-task model carries; without one, prompts are
+// one token a character of the checkpoint's vocabulary. The prompt as tokens, checked against
+// the model's context.
+Text prompt_text(const GenerateArgs& a, const train::LoadedModel& m) {
+  const nn::TransformerConfig& c = m.info.config;
+  const io::safetensors::Metadata meta = io::safetensors::load_header(a.checkpoint).metadata;
+  Text t;
+  if (!a.tokenizer.empty())
+    t.tok = given_tokenizer(a, m, meta, t.tok_vocab);
+  else if (meta.count("tokenizer"))
+    t.tok = text::tokenizer_of_metadata(meta, a.checkpoint);
   // A llama2.c tokenizer starts the prompt with BOS (an empty prompt is BOS alone), and
   // generation stops when the model emits BOS or EOS.
-  const bool llama2c = tok && tok->kind() == "llama2c";
-  std::vector<std::int64_t> prompt;
-  if (tok)
-    prompt = tok->encode(a.prompt);
+  t.llama2c = t.tok && t.tok->kind() == "llama2c";
+  if (t.tok)
+    t.prompt = t.tok->encode(a.prompt);
   else if (m.info.task == "llama2c")  // `xgrad import llama2c`: placeholder tokens, no tokenizer
     usage("--prompt: " + a.checkpoint + " carries no tokenizer (a llama2.c model made by xgrad import llama2c); "
           "give its tokenizer.bin with --tokenizer");
   else
-    prompt = tokenize(vocab, a.prompt);
-  if (prompt.empty()) usage("--prompt must not be empty");
-  if (prompt.size() > c.context)
-    usage("--prompt has " + std::to_string(prompt.size()) + " tokens, more than the model's context length " +
+    t.prompt = tokenize(m.info.vocab, a.prompt);
+  if (t.prompt.empty()) usage("--prompt must not be empty");
+  if (t.prompt.size() > c.context)
+    usage("--prompt has " + std::to_string(t.prompt.size()) + " tokens, more than the model's context length " +
           std::to_string(c.context));
-  if (want_attention) {
-    const std::string flag = a.attention_map.empty() ? "--json-attention" : "--attention-map";
-    if (!m.gpt) usage(flag + " needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
-    if (a.layer >= c.layers)
-      usage("--layer " + std::to_string(a.layer) + " out of range: the model has " + std::to_string(c.layers) +
-            " layers (0.." + std::to_string(c.layers - 1) + ")");
-    if (a.head >= c.H_q)
-      usage("--head " + std::to_string(a.head) + " out of range: the model has " + std::to_string(c.H_q) +
-            " query heads (0.." + std::to_string(c.H_q - 1) + ")");
+  return t;
+}
+
+// --layer and --head against the model, when attention is asked for.
+void check_attention_flags(const GenerateArgs& a, const train::LoadedModel& m) {
+  const nn::TransformerConfig& c = m.info.config;
+  const std::string flag = a.attention_map.empty() ? "--json-attention" : "--attention-map";
+  if (!m.gpt) usage(flag + " needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
+  if (a.layer >= c.layers)
+    usage("--layer " + std::to_string(a.layer) + " out of range: the model has " + std::to_string(c.layers) +
+          " layers (0.." + std::to_string(c.layers - 1) + ")");
+  if (a.head >= c.H_q)
+    usage("--head " + std::to_string(a.head) + " out of range: the model has " + std::to_string(c.H_q) +
+          " query heads (0.." + std::to_string(c.H_q - 1) + ")");
+}
+
+// The attention weights of the whole sequence (prompt and generated tokens) at --layer and
+// --head, and what the layer let each query see: GPT::logits' causal visibility, intersected
+// with the layer's sliding window when it has one (as MultiHeadAttention::forward does). Cells
+// outside it hold weight 0 and are masked, not "allowed with weight 0".
+struct Attention {
+  Array weights;
+  std::vector<unsigned char> allowed;
+};
+
+Attention attention_of(const GenerateArgs& a, const train::LoadedModel& m, const std::vector<std::int64_t>& seq) {
+  NoGradGuard ng;
+  std::vector<nn::AttentionOutput> attn;
+  m.gpt->logits(IndexArray({1, seq.size()}, seq), nullptr, &attn);
+  const Tensor& A = attn[a.layer].weights;  // [1, H_q, T, T]
+  Attention r;
+  r.weights = ops::slice(A, 1, static_cast<long>(a.head), static_cast<long>(a.head) + 1).value().reshaped(
+      {seq.size(), seq.size()});
+  const auto T = static_cast<nn::Position>(seq.size());
+  nn::Visibility vis = nn::Visibility::causal(T, T);
+  const std::size_t W = m.gpt->blocks[a.layer]->attn.config().window;
+  if (W > 0) vis = nn::Visibility::sliding_window(T, T, static_cast<nn::Position>(W)) & vis;
+  r.allowed = vis.expand_allowed("generate", {1, 1, seq.size(), seq.size()});
+  return r;
+}
+
+// --attention-map: the picture, its line on stdout (unless --json -) and its JSON.
+json draw_map(const GenerateArgs& a, const Attention& at, const text::Vocabulary& vocab,
+              const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& seq, std::size_t generated) {
+  runs::HeatmapLabels labels;
+  labels.title = "attention weights: layer " + std::to_string(a.layer) + ", query head " + std::to_string(a.head) +
+                 " (" + std::to_string(seq.size()) + " x " + std::to_string(seq.size()) + ")\nprompt \"" +
+                 short_text(vocab, prompt) + "\" + " + std::to_string(generated) + " generated tokens";
+  for (std::int64_t id : seq) labels.x_ticks.push_back(vocab.tokens[static_cast<std::size_t>(id)]);
+  labels.y_ticks = labels.x_ticks;
+  const runs::Picture pic = runs::attention_map_png(at.weights, at.allowed, labels, a.attention_map);
+  json picture = {{"png", pic.png}, {"script", pic.script}, {"drawn", pic.drawn}};
+  if (!pic.drawn) {
+    warn(pic.note);
+    return picture;
   }
+  picture["width"] = pic.size.width;
+  picture["height"] = pic.size.height;
+  if (a.json_path != "-")
+    std::cout << "attention map of layer " << a.layer << ", head " << a.head << " (" << seq.size() << " x "
+              << seq.size() << " queries x keys, " << pic.size.width << "x" << pic.size.height
+              << " px): " << a.attention_map << "\n";
+  return picture;
+}
+
+// What one generation was: everything the JSON document says.
+struct Outcome {
+  const train::LoadedModel& m;
+  const Text& text;
+  const text::Vocabulary& vocab;
+  const train::SampleOptions& so;
+  const train::Generation& g;
+  std::size_t max_new;  // after the context window
+  std::string generated_text, line;
+  const std::vector<std::int64_t>& seq;
+  const Attention& attention;
+  json picture;
+};
+
+json steps_json(const GenerateArgs& a, const Outcome& r) {
+  const std::vector<std::int64_t>& out = r.g.tokens[0];
+  json steps = json::array();
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    const Ranked rk = rank(r.g.logits[s]);
+    const std::size_t chosen = static_cast<std::size_t>(out[s]);
+    json step = {{"step", s},
+                 {"token", token_json(r.vocab, out[s])},
+                 {"logit", rk.logits[chosen]},
+                 {"prob", rk.probs[chosen]},
+                 {"rank", std::find(rk.order.begin(), rk.order.end(), chosen) - rk.order.begin()}};
+    json top = json::array();
+    for (std::size_t k = 0; k < std::min(a.json_top_k, rk.order.size()); ++k) {
+      json t = token_json(r.vocab, static_cast<std::int64_t>(rk.order[k]));
+      t["logit"] = rk.logits[rk.order[k]];
+      t["prob"] = rk.probs[rk.order[k]];
+      top.push_back(t);
+    }
+    if (a.json_top_k > 0) step["top"] = top;
+    steps.push_back(step);
+  }
+  return steps;
+}
+
+json attention_json(const GenerateArgs& a, const Outcome& r) {
+  const nn::TransformerConfig& c = r.m.info.config;
+  json w = json::array(), vis = json::array();
+  const std::size_t T = r.seq.size();
+  for (std::size_t q = 0; q < T; ++q) {
+    json row = json::array(), vrow = json::array();
+    for (std::size_t k = 0; k < T; ++k) {
+      row.push_back(r.attention.weights.flat(q * T + k));
+      vrow.push_back(r.attention.allowed[q * T + k] != 0);
+    }
+    w.push_back(row);
+    vis.push_back(vrow);
+  }
+  return {{"layer", a.layer},
+          {"head", a.head},
+          {"kv_head", a.head / (c.H_q / c.H_kv)},
+          {"queries", T},
+          {"keys", T},
+          {"tokens", tokens_json(r.vocab, r.seq)},
+          {"weights", w},
+          {"allowed", vis}};
+}
+
+// The generation as JSON (docs/cli.md has the schema).
+json generation_json(const GenerateArgs& a, const Outcome& r) {
+  const nn::TransformerConfig& c = r.m.info.config;
+  const std::vector<std::int64_t>& out = r.g.tokens[0];
+  const train::SampleOptions& so = r.so;
+  json j;
+  j["command"] = "generate";
+  j["xgrad_version"] = XGRAD_VERSION_STRING;
+  j["checkpoint"] = a.checkpoint;
+  j["model"] = {{"kind", r.m.info.kind},     {"task", r.m.info.task},     {"context", c.context},
+                {"vocab_size", r.vocab.size()}, {"layers", c.layers}, {"heads", c.H_q},
+                {"kv_heads", c.H_kv}};
+  std::string stopped_by = "max_new";
+  if (!out.empty() && ((so.stop_token >= 0 && out.back() == so.stop_token) ||
+                       std::find(so.stop_tokens.begin(), so.stop_tokens.end(), out.back()) != so.stop_tokens.end()))
+    stopped_by = "stop_token";
+  else if (r.max_new < a.max_new && out.size() == r.max_new)
+    stopped_by = "context";
+  j["sampling"] = {{"mode", a.temperature == 0.0 ? "greedy" : "sample"},
+                   {"temperature", a.temperature},
+                   {"top_k", a.top_k},
+                   {"seed", a.seed},
+                   {"kv_cache", !a.no_kv_cache},
+                   {"max_new", a.max_new},
+                   {"max_new_effective", r.max_new},
+                   {"stop_token", so.stop_token >= 0 ? token_json(r.vocab, so.stop_token) : json(nullptr)}};
+  if (r.text.llama2c) j["sampling"]["stop_tokens"] = tokens_json(r.vocab, so.stop_tokens);
+  if (r.text.tok)
+    j["tokenizer"] = {{"kind", r.text.tok->kind()},
+                      {"source", a.tokenizer.empty() ? "checkpoint" : a.tokenizer},
+                      {"vocab_size", r.text.tok->vocab_size()},
+                      {"sha256", r.text.tok->digest()}};
+  j["prompt"] = {{"text", a.prompt}, {"tokens", tokens_json(r.vocab, r.text.prompt)}};
+  j["generated"] = {{"text", r.generated_text}, {"tokens", tokens_json(r.vocab, out)}, {"count", out.size()},
+                    {"stopped_by", stopped_by}};
+  j["line"] = r.line;
+  j["steps"] = steps_json(a, r);
+  j["top_k_per_step"] = std::min<std::size_t>(a.json_top_k, r.vocab.size());
+  if (a.json_attention) j["attention"] = attention_json(a, r);
+  if (!r.picture.is_null()) j["attention_map"] = r.picture;
+  return j;
+}
+
+// The text of the new tokens. With a tokenizer it is its decoding of the prompt and the new
+// tokens together (a llama2.c or SentencePiece tokenizer drops the space its encoding added at
+// the start; BOS and EOS decode to nothing).
+std::string generated_text(const Text& t, const text::Vocabulary& vocab, const std::vector<std::int64_t>& out) {
+  if (!t.tok) return vocab.decode(out);
+  std::vector<std::int64_t> all = t.prompt;
+  all.insert(all.end(), out.begin(), out.end());
+  const std::string whole = t.tok->decode(all), before = t.tok->decode(t.prompt);
+  return whole.compare(0, before.size(), before) == 0 ? whole.substr(before.size()) : t.tok->decode(out);
+}
+
+void run_generate(GenerateArgs a, const CLI::App& cmd) {
+  a.checkpoint = model_file("generate", "--checkpoint", a.checkpoint);
+  check_flags(a, cmd);
+  // Flags against the checkpoint, before generating.
+  train::LoadedModel m = train::load_model(a.checkpoint);
+  const nn::TransformerConfig& c = m.info.config;
+  const Text text = prompt_text(a, m);
+  const text::Vocabulary& vocab = a.tokenizer.empty() ? m.info.vocab : text.tok_vocab;
+  const std::vector<std::int64_t>& prompt = text.prompt;
+  const bool want_attention = !a.attention_map.empty() || a.json_attention;
+  if (want_attention) check_attention_flags(a, m);
   // --max-new past the context window: generation stops at the window (a note says so).
   const std::size_t room = m.gpt ? c.context - prompt.size() : c.context;
   const std::size_t max_new = std::min(a.max_new, room);
@@ -206,15 +399,14 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
          ", so at most " + std::to_string(max_new) + " tokens are generated");
 
   // One pool for everything (OpenBLAS runs single-threaded inside it), as in train.
-  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads)
-                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+  set_num_threads(thread_count(a.threads));
   Generator gen(a.seed);
   train::SampleOptions so;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
-  if (llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
+  if (text.llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
   train::Generation g;
   if (m.gpt) {
     g = train::generate(*m.gpt, {prompt}, max_new, so);
@@ -224,138 +416,19 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
     g = train::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
   }
   const std::vector<std::int64_t>& out = g.tokens[0];
-  // With a tokenizer the text is its decoding of the prompt and the new tokens together (a
-  // llama2.c or SentencePiece tokenizer drops the space its encoding added at the start; BOS
-  // and EOS decode to nothing).
-  std::string generated_text = vocab.decode(out);
-  if (tok) {
-    std::vector<std::int64_t> all = prompt;
-    all.insert(all.end(), out.begin(), out.end());
-    const std::string whole = tok->decode(all), before = tok->decode(prompt);
-    generated_text = whole.compare(0, before.size(), before) == 0 ? whole.substr(before.size()) : tok->decode(out);
-  }
-  const std::string line = m.gpt ? a.prompt + generated_text : a.prompt + " -> " + generated_text;
-  const bool json_stdout = a.json_path == "-";
-  if (!json_stdout) std::cout << line << "\n" << std::flush;
+  const std::string new_text = generated_text(text, vocab, out);
+  const std::string line = m.gpt ? a.prompt + new_text : a.prompt + " -> " + new_text;
+  if (a.json_path != "-") std::cout << line << "\n" << std::flush;
 
-  // Attention of the whole sequence (prompt and generated tokens) at one layer and head.
   std::vector<std::int64_t> seq = prompt;
   seq.insert(seq.end(), out.begin(), out.end());
-  Array weights;
-  std::vector<unsigned char> allowed;
+  const Attention attention = want_attention ? attention_of(a, m, seq) : Attention{};
   json picture;
-  if (want_attention) {
-    NoGradGuard ng;
-    std::vector<nn::AttentionOutput> attn;
-    m.gpt->logits(IndexArray({1, seq.size()}, seq), nullptr, &attn);
-    const Tensor& A = attn[a.layer].weights;  // [1, H_q, T, T]
-    weights = ops::slice(A, 1, static_cast<long>(a.head), static_cast<long>(a.head) + 1).value().reshaped(
-        {seq.size(), seq.size()});
-    // What the layer let each query see: GPT::logits' causal visibility, intersected with the
-    // layer's sliding window when it has one (as MultiHeadAttention::forward does). Cells
-    // outside it hold weight 0 and are masked, not "allowed with weight 0".
-    const auto T = static_cast<nn::Position>(seq.size());
-    nn::Visibility vis = nn::Visibility::causal(T, T);
-    const std::size_t W = m.gpt->blocks[a.layer]->attn.config().window;
-    if (W > 0) vis = nn::Visibility::sliding_window(T, T, static_cast<nn::Position>(W)) & vis;
-    allowed = vis.expand_allowed("generate", {1, 1, seq.size(), seq.size()});
-  }
-  if (!a.attention_map.empty()) {
-    runs::HeatmapLabels labels;
-    labels.title = "attention weights: layer " + std::to_string(a.layer) + ", query head " + std::to_string(a.head) +
-                   " (" + std::to_string(seq.size()) + " x " + std::to_string(seq.size()) + ")\nprompt \"" +
-                   short_text(vocab, prompt) + "\" + " + std::to_string(out.size()) + " generated tokens";
-    for (std::int64_t id : seq) labels.x_ticks.push_back(vocab.tokens[static_cast<std::size_t>(id)]);
-    labels.y_ticks = labels.x_ticks;
-    const runs::Picture pic = runs::attention_map_png(weights, allowed, labels, a.attention_map);
-    picture = {{"png", pic.png}, {"script", pic.script}, {"drawn", pic.drawn}};
-    if (pic.drawn) {
-      picture["width"] = pic.size.width;
-      picture["height"] = pic.size.height;
-      if (!json_stdout)
-        std::cout << "attention map of layer " << a.layer << ", head " << a.head << " (" << seq.size() << " x "
-                  << seq.size() << " queries x keys, " << pic.size.width << "x" << pic.size.height
-                  << " px): " << a.attention_map << "\n";
-    } else {
-      warn(pic.note);
-    }
-  }
-
+  if (!a.attention_map.empty()) picture = draw_map(a, attention, vocab, prompt, seq, out.size());
   if (a.json_path.empty()) return;
-  json j;
-  j["command"] = "generate";
-  j["xgrad_version"] = XGRAD_VERSION_STRING;
-  j["checkpoint"] = a.checkpoint;
-  j["model"] = {{"kind", m.info.kind},     {"task", m.info.task},     {"context", c.context},
-                {"vocab_size", vocab.size()}, {"layers", c.layers}, {"heads", c.H_q},
-                {"kv_heads", c.H_kv}};
-  std::string stopped_by = "max_new";
-  if (!out.empty() && ((so.stop_token >= 0 && out.back() == so.stop_token) ||
-                       std::find(so.stop_tokens.begin(), so.stop_tokens.end(), out.back()) != so.stop_tokens.end()))
-    stopped_by = "stop_token";
-  else if (max_new < a.max_new && out.size() == max_new) stopped_by = "context";
-  j["sampling"] = {{"mode", a.temperature == 0.0 ? "greedy" : "sample"},
-                   {"temperature", a.temperature},
-                   {"top_k", a.top_k},
-                   {"seed", a.seed},
-                   {"kv_cache", !a.no_kv_cache},
-                   {"max_new", a.max_new},
-                   {"max_new_effective", max_new},
-                   {"stop_token", so.stop_token >= 0 ? token_json(vocab, so.stop_token) : json(nullptr)}};
-  if (llama2c) j["sampling"]["stop_tokens"] = tokens_json(vocab, so.stop_tokens);
-  if (tok)
-    j["tokenizer"] = {{"kind", tok->kind()},
-                      {"source", a.tokenizer.empty() ? "checkpoint" : a.tokenizer},
-                      {"vocab_size", tok->vocab_size()},
-                      {"sha256", tok->digest()}};
-  j["prompt"] = {{"text", a.prompt}, {"tokens", tokens_json(vocab, prompt)}};
-  j["generated"] = {{"text", generated_text}, {"tokens", tokens_json(vocab, out)}, {"count", out.size()},
-                    {"stopped_by", stopped_by}};
-  j["line"] = line;
-  json steps = json::array();
-  for (std::size_t s = 0; s < out.size(); ++s) {
-    const Ranked r = rank(g.logits[s]);
-    const std::size_t chosen = static_cast<std::size_t>(out[s]);
-    json step = {{"step", s},
-                 {"token", token_json(vocab, out[s])},
-                 {"logit", r.logits[chosen]},
-                 {"prob", r.probs[chosen]},
-                 {"rank", std::find(r.order.begin(), r.order.end(), chosen) - r.order.begin()}};
-    json top = json::array();
-    for (std::size_t k = 0; k < std::min(a.json_top_k, r.order.size()); ++k) {
-      json t = token_json(vocab, static_cast<std::int64_t>(r.order[k]));
-      t["logit"] = r.logits[r.order[k]];
-      t["prob"] = r.probs[r.order[k]];
-      top.push_back(t);
-    }
-    if (a.json_top_k > 0) step["top"] = top;
-    steps.push_back(step);
-  }
-  j["steps"] = steps;
-  j["top_k_per_step"] = std::min<std::size_t>(a.json_top_k, vocab.size());
-  if (a.json_attention) {
-    json w = json::array(), vis = json::array();
-    const std::size_t T = seq.size();
-    for (std::size_t q = 0; q < T; ++q) {
-      json row = json::array(), vrow = json::array();
-      for (std::size_t k = 0; k < T; ++k) {
-        row.push_back(weights.flat(q * T + k));
-        vrow.push_back(allowed[q * T + k] != 0);
-      }
-      w.push_back(row);
-      vis.push_back(vrow);
-    }
-    j["attention"] = {{"layer", a.layer},
-                      {"head", a.head},
-                      {"kv_head", a.head / (c.H_q / c.H_kv)},
-                      {"queries", T},
-                      {"keys", T},
-                      {"tokens", tokens_json(vocab, seq)},
-                      {"weights", w},
-                      {"allowed", vis}};
-  }
-  if (!picture.is_null()) j["attention_map"] = picture;
-  write_json("generate", "--json", a.json_path, j.dump(2, ' ', false, json::error_handler_t::replace));
+  const Outcome r{m, text, vocab, so, g, max_new, new_text, line, seq, attention, picture};
+  write_json("generate", "--json", a.json_path,
+             generation_json(a, r).dump(2, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace
@@ -363,42 +436,46 @@ void run_generate(const GenerateArgs& a, const CLI::App& cmd) {
 void add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Continue a prompt with a trained checkpoint");
-  cmd->add_option("--checkpoint", a->checkpoint, "model.safetensors (or charlm's model_best.safetensors) written by xgrad train")->required();
-  cmd->add_option("--prompt", a->prompt,
+  Options o(*cmd, "generate");
+  o.add(shared::checkpoint().required(), a->checkpoint);
+  o.add(text_flag("prompt", "--prompt",
                   "prompt text (for the reverse task: the source digits); may be empty with a llama2.c tokenizer "
                   "(generation then starts from BOS)")
-      ->required();
-  cmd->add_option("--tokenizer", a->tokenizer,
-                  "encode the prompt and decode with this tokenizer instead of the checkpoint's: a llama2.c "
-                  "tokenizer.bin, a SentencePiece .model or 'bytes'; its size must be the model's vocabulary")
-      ->check(non_empty_path());
-  cmd->add_option("--max-new", a->max_new,
-                  "tokens to generate; generation stops at the model's context window (a warning says so)")
-      ->capture_default_str()->check(non_negative_integer());
-  cmd->add_option("--temperature", a->temperature, "0: greedy; in [0.001, 1000]: sample")->capture_default_str()
-      ->check(number());
-  cmd->add_option("--top-k", a->top_k, "sample among the k most likely tokens (0: all; needs --temperature > 0)")
-      ->capture_default_str()->check(non_negative_integer());
-  cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole prefix at every step");
-  cmd->add_option("--threads", a->threads, "xgrad worker threads, 0 to 1024 (0: one per core)")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--attention-map", a->attention_map,
+            .required(),
+        a->prompt);
+  o.add(shared::tokenizer().with_help(
+            "encode the prompt and decode with this tokenizer instead of the checkpoint's: a llama2.c "
+            "tokenizer.bin, a SentencePiece .model or 'bytes'; its size must be the model's vocabulary"),
+        a->tokenizer);
+  o.add(value_flag("max_new", "--max-new",
+                   "tokens to generate, at most 1000000; generation stops at the model's context window (a warning "
+                   "says so)")
+            .range(0, 1000000),
+        a->max_new);
+  o.add(value_flag("temperature", "--temperature", "0: greedy; in [0.001, 1000]: sample"), a->temperature);
+  o.add(value_flag("top_k", "--top-k", "sample among the k most likely tokens (0: all; needs --temperature > 0)"),
+        a->top_k);
+  o.add(shared::seed().with_help("sampling seed"), a->seed);
+  o.add(value_flag("no_kv_cache", "--no-kv-cache", "recompute the whole prefix at every step"), a->no_kv_cache);
+  o.add(shared::threads(), a->threads);
+  o.add(path_flag("attention_map", "--attention-map",
                   "draw this PNG: attention weights of --layer/--head over the prompt and the generated tokens "
                   "(GPT checkpoints; the gnuplot script goes beside it as .gp)")
-      ->check(non_empty_path());
-  cmd->add_option("--layer", a->layer, "layer for --attention-map / --json-attention")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--head", a->head, "query head for --attention-map / --json-attention")->capture_default_str()
-      ->check(non_negative_integer());
-  cmd->add_option("--json", a->json_path, "write the generation as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE")->check(non_empty_path());
-  cmd->add_option("--json-top-k", a->json_top_k, "with --json: the K most likely tokens of every step (0: none)")
-      ->capture_default_str()->check(non_negative_integer());
-  cmd->add_flag("--json-attention", a->json_attention,
-                "with --json: the attention weights of --layer/--head (GPT checkpoints)");
-  cmd->callback([a, cmd] { run_generate(*a, *cmd); });
+            .type("PNG"),
+        a->attention_map);
+  o.add(value_flag("layer", "--layer", "layer for --attention-map / --json-attention"), a->layer);
+  o.add(value_flag("head", "--head", "query head for --attention-map / --json-attention"), a->head);
+  o.add(shared::json().with_help("write the generation as JSON to FILE ('-': stdout, and nothing else there)"),
+        a->json_path);
+  o.add(value_flag("json_top_k", "--json-top-k", "with --json: the K most likely tokens of every step (0: none)")
+            .range(0, 100000),
+        a->json_top_k);
+  o.add(value_flag("json_attention", "--json-attention",
+                   "with --json: the attention weights of --layer/--head (GPT checkpoints)"),
+        a->json_attention);
+  o.add(shared::overwrite(), a->overwrite);
+  o.example("xgrad generate --checkpoint run1 --prompt 'Once upon' --max-new 40 --temperature 0.8 --json -");
+  o.on_run([a, cmd] { run_generate(*a, *cmd); });
 }
 
 }  // namespace xg::cli

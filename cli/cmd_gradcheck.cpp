@@ -9,6 +9,7 @@
 
 #include <xgrad/checks/builtin.hpp>
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/checks/suite_cli.hpp>
 
@@ -20,8 +21,13 @@ void add_gradcheck(CLI::App& app) {
       "Run the gradient-check suite: every op, layer and model against central differences, the spec's closed-form "
       "attention gradients, and the attention invariants");
   auto opts = std::make_shared<RunOptions>();
+  auto overwrite = std::make_shared<bool>(false);
   add_gradcheck_options(*cmd, *opts);
-  cmd->callback([opts] {
+  Options o(*cmd, "gradcheck");
+  o.add(cli::shared::overwrite().with_help("replace an existing --json FILE"), *overwrite);
+  o.example("xgrad gradcheck --filter 'attention/*' --dtype float32 --json -");
+  o.on_run([opts, overwrite] {
+    cli::check_new_output("gradcheck", "--json", opts->json_path, *overwrite);
     GradcheckSuite suite;
     checks::register_builtin_checks(suite);
     // A UsageError (bad --filter or --json) reaches main: one line, exit 2.

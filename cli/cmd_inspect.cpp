@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/cost_model.hpp>
 #include <xgrad/io/safetensors.hpp>
@@ -25,7 +26,9 @@ using json = nlohmann::ordered_json;
 
 struct InspectArgs {
   std::string path, json_path;
-  bool all = false;  // --all: every metadata value whole
+  std::string operand;  // FILE, the old spelling of --checkpoint
+  bool all = false;     // --all: every metadata value whole
+  bool overwrite = false;
 };
 
 // The longest metadata value the report prints whole without --all (a tokenizer model embedded
@@ -41,67 +44,92 @@ std::string capped(const std::string& v, bool all) {
   return v.substr(0, n) + "... (" + std::to_string(v.size()) + " bytes; --all shows every value whole)";
 }
 
-void run_inspect(const InspectArgs& a) {
-  if (!a.json_path.empty() && a.json_path != "-") {
-    if (same_file(a.json_path, a.path))
-      throw UsageError(op_message("inspect", "--json '" + a.json_path + "' is the checkpoint itself"));
-    check_output_file("inspect", "--json", a.json_path);
-  }
-  const io::safetensors::File f = io::safetensors::load(a.path);
-  // Everything generate would check (configuration against the tensors, shapes, finiteness).
-  const train::ModelInfo info = train::load_model(a.path).info;
+// The checkpoint: --checkpoint, or the FILE operand of earlier versions (a deprecation line).
+std::string checkpoint_of(const InspectArgs& a, const CLI::App& cmd) {
+  if (!a.operand.empty() && cmd.count("--checkpoint") > 0)
+    throw UsageError(op_message("inspect", "FILE '" + a.operand + "' and --checkpoint '" + a.path +
+                                               "': give the checkpoint once, with --checkpoint"));
+  if (a.operand.empty() && cmd.count("--checkpoint") == 0)
+    throw UsageError(op_message("inspect", "--checkpoint is required"));
+  if (a.operand.empty()) return model_file("inspect", "--checkpoint", a.path);
+  if (!quiet_rank()) print_line("xgrad: the FILE operand of xgrad inspect is deprecated, use --checkpoint FILE");
+  return model_file("inspect", "FILE", a.operand);
+}
+
+// The figures of the report: the attention cost model at the checkpoint's configuration.
+struct Figures {
+  std::size_t bytes, d_h, T, attn_layers, total = 0;
+  nn::cost::Flops fl;
+  std::uint64_t kv_token, kv_params, kv_params_mha, weight_bytes;
+  double per_token(std::uint64_t v) const { return static_cast<double>(v) / static_cast<double>(T); }
+};
+
+Figures figures_of(const io::safetensors::File& f, const train::ModelInfo& info) {
   const nn::TransformerConfig& c = info.config;
+  Figures x;
+  x.bytes = c.dtype == DType::float32 ? 4 : 8;
+  x.d_h = c.d_model / c.H_q;
+  x.T = c.context;
+  x.attn_layers = c.layers + (info.kind == "encoder_decoder" ? c.encoder_layers : 0);
+  nn::cost::AttentionShape s{1, x.T, x.T, c.d_model, c.H_q, c.H_kv, x.d_h};
+  x.fl = nn::cost::attention_flops(s);
+  x.kv_token = nn::cost::kv_cache_bytes(1, 1, c.H_kv, x.d_h, x.bytes) * c.layers;
+  x.kv_params = nn::cost::kv_projection_params(c.d_model, c.H_kv, x.d_h);
+  x.kv_params_mha = nn::cost::kv_projection_params(c.d_model, c.H_q, x.d_h);
+  x.weight_bytes = nn::cost::weight_matrix_bytes(1, c.H_q, x.T, x.T, x.bytes);
+  for (const auto& named : f.tensors) x.total += named.second.size();
+  return x;
+}
 
-  const std::size_t bytes = c.dtype == DType::float32 ? 4 : 8, d_h = c.d_model / c.H_q, T = c.context;
-  const std::size_t attn_layers = c.layers + (info.kind == "encoder_decoder" ? c.encoder_layers : 0);
-  nn::cost::AttentionShape s{1, T, T, c.d_model, c.H_q, c.H_kv, d_h};
-  const nn::cost::Flops fl = nn::cost::attention_flops(s);
-  auto per_token = [&](std::uint64_t v) { return static_cast<double>(v) / static_cast<double>(T); };
-  const std::uint64_t kv_token = nn::cost::kv_cache_bytes(1, 1, c.H_kv, d_h, bytes) * c.layers;
-  const std::uint64_t kv_params = nn::cost::kv_projection_params(c.d_model, c.H_kv, d_h);
-  const std::uint64_t kv_params_mha = nn::cost::kv_projection_params(c.d_model, c.H_q, d_h);
-  const std::uint64_t weight_bytes = nn::cost::weight_matrix_bytes(1, c.H_q, T, T, bytes);
-  std::size_t total = 0;
-  for (const auto& named : f.tensors) total += named.second.size();
+// The report on stdout: configuration, parameters, attention cost.
+void print_report(const InspectArgs& a, const io::safetensors::File& f, const train::ModelInfo& info,
+                  const Figures& x) {
+  const nn::TransformerConfig& c = info.config;
+  const std::size_t T = x.T, d_h = x.d_h, bytes = x.bytes;
+  const nn::cost::Flops& fl = x.fl;
+  auto per_token = [&](std::uint64_t v) { return x.per_token(v); };
+  std::ostream& o = std::cout;
+  o << "checkpoint " << a.path << "\n\nconfiguration\n";
+  for (const auto& [k, v] : f.metadata)
+    if (k != "vocabulary") o << "  " << std::left << std::setw(16) << k << capped(v, a.all) << "\n";
+  o << "  " << std::setw(16) << "vocabulary" << info.vocab.size() << " tokens " << capped(info.vocab.to_json(), a.all)
+    << "\n";
 
-  if (a.json_path != "-") {
-    std::ostream& o = std::cout;
-    o << "checkpoint " << a.path << "\n\nconfiguration\n";
-    for (const auto& [k, v] : f.metadata)
-      if (k != "vocabulary") o << "  " << std::left << std::setw(16) << k << capped(v, a.all) << "\n";
-    o << "  " << std::setw(16) << "vocabulary" << info.vocab.size() << " tokens " << capped(info.vocab.to_json(), a.all)
-      << "\n";
+  o << "\nparameters\n  " << std::setw(34) << "name" << std::setw(16) << "shape" << std::right << std::setw(10)
+    << "count" << std::left << "\n";
+  for (const auto& [name, arr] : f.tensors)
+    o << "  " << std::setw(34) << name << std::setw(16) << shape_str(arr.shape()) << std::right << std::setw(10)
+      << arr.size() << std::left << "\n";
+  o << "  " << std::setw(50) << "total" << std::right << std::setw(10) << x.total << std::left << "\n";
+  o << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token ((5.34) and the text before it)\n"
+    << "  Q projection        " << per_token(fl.q_proj) << "\n"
+    << "  K projection        " << per_token(fl.k_proj) << "\n"
+    << "  V projection        " << per_token(fl.v_proj) << "\n"
+    << "  output projection   " << per_token(fl.o_proj) << "\n"
+    << "  Q K^T               " << per_token(fl.scores) << "\n"
+    << "  A V                 " << per_token(fl.weighted_sum) << "\n"
+    << "  total               " << per_token(fl.total()) << "  (x " << x.attn_layers << " attention layers)\n";
+  o << "KV cache (the text after (5.36)), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
+    << "  per token           " << x.kv_token << " bytes (2 x H_kv " << c.H_kv << " x d_h " << d_h << " x " << bytes
+    << " B x " << c.layers << " layers)\n"
+    << "  at full context     " << x.kv_token * T << " bytes\n"
+    << (c.window > 0 ? "  sliding window " + std::to_string(c.window) + "   a windowed cache holds at most " +
+                           std::to_string(std::min<std::size_t>(c.window, T)) +
+                           " positions when decoding one token at a time: " +
+                           std::to_string(x.kv_token * std::min<std::size_t>(c.window, T)) + " bytes\n"
+                     : std::string())
+    << "  KV projection params per layer " << x.kv_params << " (MHA would be " << x.kv_params_mha << ")\n";
+  o << "materialised attention weights (5.35): B H_q T S = 1 x " << c.H_q << " x " << T << " x " << T << " = "
+    << x.weight_bytes << " bytes per layer\n";
+}
 
-    o << "\nparameters\n  " << std::setw(34) << "name" << std::setw(16) << "shape" << std::right << std::setw(10)
-      << "count" << std::left << "\n";
-    for (const auto& [name, arr] : f.tensors)
-      o << "  " << std::setw(34) << name << std::setw(16) << shape_str(arr.shape()) << std::right << std::setw(10)
-        << arr.size() << std::left << "\n";
-    o << "  " << std::setw(50) << "total" << std::right << std::setw(10) << total << std::left << "\n";
-
-    o << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token ((5.34) and the text before it)\n"
-      << "  Q projection        " << per_token(fl.q_proj) << "\n"
-      << "  K projection        " << per_token(fl.k_proj) << "\n"
-      << "  V projection        " << per_token(fl.v_proj) << "\n"
-      << "  output projection   " << per_token(fl.o_proj) << "\n"
-      << "  Q K^T               " << per_token(fl.scores) << "\n"
-      << "  A V                 " << per_token(fl.weighted_sum) << "\n"
-      << "  total               " << per_token(fl.total()) << "  (x " << attn_layers << " attention layers)\n";
-    o << "KV cache (the text after (5.36)), " << dtype_name(c.dtype) << ", all " << c.layers << " decoder layers\n"
-      << "  per token           " << kv_token << " bytes (2 x H_kv " << c.H_kv << " x d_h " << d_h << " x " << bytes
-      << " B x " << c.layers << " layers)\n"
-      << "  at full context     " << kv_token * T << " bytes\n"
-      << (c.window > 0 ? "  sliding window " + std::to_string(c.window) + "   a windowed cache holds at most " +
-                             std::to_string(std::min<std::size_t>(c.window, T)) +
-                             " positions when decoding one token at a time: " +
-                             std::to_string(kv_token * std::min<std::size_t>(c.window, T)) + " bytes\n"
-                       : std::string())
-      << "  KV projection params per layer " << kv_params << " (MHA would be " << kv_params_mha << ")\n";
-    o << "materialised attention weights (5.35): B H_q T S = 1 x " << c.H_q << " x " << T << " x " << T << " = "
-      << weight_bytes << " bytes per layer\n";
-  }
-  if (a.json_path.empty()) return;
-
+// The same figures as JSON (docs/cli.md has the schema).
+void write_inspect_json(const InspectArgs& a, const io::safetensors::File& f, const train::ModelInfo& info,
+                        const Figures& x) {
+  const nn::TransformerConfig& c = info.config;
+  const std::size_t T = x.T, d_h = x.d_h;
+  const nn::cost::Flops& fl = x.fl;
+  auto per_token = [&](std::uint64_t v) { return x.per_token(v); };
   json j;
   j["command"] = "inspect";
   j["xgrad_version"] = XGRAD_VERSION_STRING;
@@ -121,12 +149,12 @@ void run_inspect(const InspectArgs& a) {
   for (const auto& [name, arr] : f.tensors)
     params.push_back({{"name", name}, {"shape", arr.shape()}, {"count", arr.size()}, {"dtype", dtype_name(arr.dtype())}});
   j["parameters"] = params;
-  j["parameter_count"] = total;
+  j["parameter_count"] = x.total;
   j["cost"] = {
       {"T", T},
       {"S", T},
       {"B", 1},
-      {"attention_layers", attn_layers},
+      {"attention_layers", x.attn_layers},
       {"flops_per_token", {{"q_proj", per_token(fl.q_proj)},
                            {"k_proj", per_token(fl.k_proj)},
                            {"v_proj", per_token(fl.v_proj)},
@@ -143,12 +171,27 @@ void run_inspect(const InspectArgs& a) {
                            {"total", fl.total()}}},
       {"kv_cache", {{"dtype", dtype_name(c.dtype)},
                     {"layers", c.layers},
-                    {"bytes_per_token", kv_token},
-                    {"bytes_at_context", kv_token * T}}},
-      {"kv_projection_params_per_layer", kv_params},
-      {"kv_projection_params_per_layer_mha", kv_params_mha},
-      {"attention_weights_bytes_per_layer", weight_bytes}};
+                    {"bytes_per_token", x.kv_token},
+                    {"bytes_at_context", x.kv_token * T}}},
+      {"kv_projection_params_per_layer", x.kv_params},
+      {"kv_projection_params_per_layer_mha", x.kv_params_mha},
+      {"attention_weights_bytes_per_layer", x.weight_bytes}};
   write_json("inspect", "--json", a.json_path, j.dump(2, ' ', false, json::error_handler_t::replace));
+}
+
+void run_inspect(InspectArgs a, const CLI::App& cmd) {
+  a.path = checkpoint_of(a, cmd);
+  if (!a.json_path.empty() && a.json_path != "-") {
+    if (same_file(a.json_path, a.path))
+      throw UsageError(op_message("inspect", "--json '" + a.json_path + "' is the checkpoint itself"));
+    check_new_output("inspect", "--json", a.json_path, a.overwrite);
+  }
+  const io::safetensors::File f = io::safetensors::load(a.path);
+  // Everything generate would check (configuration against the tensors, shapes, finiteness).
+  const train::ModelInfo info = train::load_model(a.path).info;
+  const Figures x = figures_of(f, info);
+  if (a.json_path != "-") print_report(a, f, info, x);
+  if (!a.json_path.empty()) write_inspect_json(a, f, info, x);
 }
 
 }  // namespace
@@ -156,12 +199,17 @@ void run_inspect(const InspectArgs& a) {
 void add_inspect(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show a checkpoint's configuration, parameters and cost model");
-  cmd->add_option("file", a->path, "model.safetensors")->required();
-  cmd->add_option("--json", a->json_path, "also write the figures as JSON to FILE ('-': stdout, and nothing else there)")
-      ->type_name("FILE")->check(non_empty_path());
-  cmd->add_flag("--all", a->all, "print every metadata value whole (by default a value longer than 120 bytes, "
-                                 "such as an embedded tokenizer, is cut and its size shown; --json holds them whole)");
-  cmd->callback([a] { run_inspect(*a); });
+  Options o(*cmd, "inspect");
+  o.add(shared::checkpoint(), a->path);
+  cmd->add_option("file", a->operand, "FILE: the checkpoint (deprecated: use --checkpoint)")->check(non_empty_path());
+  o.add(shared::json(), a->json_path);
+  o.add(value_flag("all", "--all",
+                   "print every metadata value whole (by default a value longer than 120 bytes, such as an embedded "
+                   "tokenizer, is cut and its size shown; --json holds them whole)"),
+        a->all);
+  o.add(shared::overwrite(), a->overwrite);
+  o.example("xgrad inspect --checkpoint run1/model.safetensors --json -");
+  o.on_run([a, cmd] { run_inspect(*a, *cmd); });
 }
 
 }  // namespace xg::cli

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/core/error.hpp>
@@ -36,11 +37,13 @@ void check_paths(const std::string& command, const Args& a) {
 }
 
 CLI::App* add(CLI::App* parent, const char* name, const char* help, const char* in_help, const char* out_help,
-              const std::shared_ptr<Args>& a) {
+              const std::shared_ptr<Args>& a, const std::string& example) {
   CLI::App* cmd = parent->add_subcommand(name, help);
+  Options o(*cmd, std::string(parent->get_name()) + " " + name);
   cmd->add_option("in", a->in, in_help)->required()->check(non_empty_path());
   cmd->add_option("out", a->out, out_help)->required()->check(non_empty_path());
-  cmd->add_flag("--overwrite", a->overwrite, "replace an existing OUT");
+  o.add(shared::overwrite().with_help("replace an existing OUT"), a->overwrite);
+  o.example(example);
   return cmd;
 }
 
@@ -49,10 +52,12 @@ CLI::App* add(CLI::App* parent, const char* name, const char* help, const char* 
 void add_import(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("import", "Make an xgrad checkpoint from another program's model file");
   cmd->require_subcommand(1);
+  help_footer(*cmd, "xgrad import llama2c stories15M.bin stories15M.safetensors");
   auto a = std::make_shared<Args>();
   CLI::App* l = add(cmd, "llama2c",
                     "llama2.c's model.bin (legacy, version 1, or version 2 int8 dequantized) to an xgrad checkpoint (no tokenizer inside)",
-                    "IN: the llama2.c model file", "OUT: the xgrad checkpoint (.safetensors) to write", a);
+                    "IN: the llama2.c model file", "OUT: the xgrad checkpoint (.safetensors) to write", a,
+                    "xgrad import llama2c stories15M.bin stories15M.safetensors");
   l->callback([a] {
     check_paths("import llama2c", *a);
     train::llama2c::import_file(a->in, a->out);
@@ -69,10 +74,13 @@ void add_import(CLI::App& app) {
 void add_export(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("export", "Write an xgrad checkpoint in another program's format");
   cmd->require_subcommand(1);
+  help_footer(*cmd, "xgrad export llama2c run1 model.bin");
   auto a = std::make_shared<Args>();
   CLI::App* l = add(cmd, "llama2c", "an xgrad Llama checkpoint to llama2.c's legacy model.bin (run.c reads it)",
-                    "IN: the xgrad checkpoint", "OUT: the llama2.c model file to write", a);
+                    "IN: the xgrad checkpoint (or a run folder: its final model.safetensors)",
+                    "OUT: the llama2.c model file to write", a, "xgrad export llama2c run1 model.bin");
   l->callback([a] {
+    if (std::filesystem::is_directory(a->in)) a->in = model_file("export llama2c", "IN", a->in);
     check_paths("export llama2c", *a);
     train::llama2c::export_file(a->in, a->out);
     std::cout << "xgrad export llama2c: " << a->in << " -> " << a->out << "\n";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/io/atomic_file.hpp>
@@ -23,6 +24,7 @@ namespace {
 struct ReportArgs {
   std::vector<std::string> runs;
   std::string checkpoint, prompt, gradcheck, out, title = "xgrad report";
+  bool overwrite = false;
 };
 
 // compare.hpp's readers name their command ("[compare] ..."): the same failure under this one.
@@ -53,7 +55,6 @@ void run_report(const ReportArgs& a, const CLI::App& cmd) {
   const std::filesystem::path out(a.out);
   if (out.extension() != ".html" && out.extension() != ".htm")
     usage("--out '" + a.out + "': must name an .html file");
-  check_output_file(c, "--out", a.out);
   // The page may replace no file it reads.
   std::vector<FileRole> files{{"--out", a.out, true}};
   for (const std::string& run : a.runs) {
@@ -64,6 +65,7 @@ void run_report(const ReportArgs& a, const CLI::App& cmd) {
   if (!a.checkpoint.empty()) files.push_back({"--checkpoint", a.checkpoint, false});
   if (!a.gradcheck.empty()) files.push_back({"--gradcheck", a.gradcheck, false});
   check_distinct_files(c, files);
+  check_new_output(c, "--out", a.out, a.overwrite);
   if (!a.gradcheck.empty()) {
     std::error_code ec;
     if (!std::filesystem::exists(a.gradcheck, ec)) usage("--gradcheck '" + a.gradcheck + "' does not exist");
@@ -95,17 +97,20 @@ void run_report(const ReportArgs& a, const CLI::App& cmd) {
 void add_report(CLI::App& app) {
   auto a = std::make_shared<ReportArgs>();
   CLI::App* cmd = app.add_subcommand("report", "Write one self-contained HTML report of training runs");
+  Options o(*cmd, "report");
   cmd->add_option("RUN", a->runs, "run folders (written by xgrad train --out)")->required()->type_name("DIR");
-  cmd->add_option("--out", a->out, "the HTML file to write")->required()->type_name("HTML")->check(non_empty_path());
-  cmd->add_option("--checkpoint", a->checkpoint,
-                  "a GPT checkpoint (or a run folder: its model.safetensors) whose attention weights over --prompt "
-                  "are shown, every layer and head")
-      ->type_name("MODEL")->check(non_empty_path());
-  cmd->add_option("--prompt", a->prompt, "the prompt for --checkpoint's attention weights")->type_name("TEXT");
-  cmd->add_option("--gradcheck", a->gradcheck, "an xgrad gradcheck --json report to show as a table")
-      ->type_name("JSON")->check(non_empty_path());
-  cmd->add_option("--title", a->title, "the page's title")->capture_default_str();
-  cmd->callback([a, cmd] { run_report(*a, *cmd); });
+  o.add(path_flag("out", "--out", "the HTML file to write").required().type("HTML"), a->out);
+  o.add(shared::checkpoint().with_help("a GPT checkpoint (or a run folder: its final model.safetensors) whose attention "
+                                       "weights over --prompt are shown, every layer and head"),
+        a->checkpoint);
+  o.add(text_flag("prompt", "--prompt", "the prompt for --checkpoint's attention weights").type("TEXT").shown_default("-"),
+        a->prompt);
+  o.add(path_flag("gradcheck", "--gradcheck", "an xgrad gradcheck --json report to show as a table").type("JSON"),
+        a->gradcheck);
+  o.add(text_flag("title", "--title", "the page's title"), a->title);
+  o.add(shared::overwrite(), a->overwrite);
+  o.example("xgrad report run1 run2 --checkpoint run1 --prompt 'The ' --out report.html");
+  o.on_run([a, cmd] { run_report(*a, *cmd); });
 }
 
 }  // namespace xg::cli

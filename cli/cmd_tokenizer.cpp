@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/text/tokenizer.hpp>
@@ -36,7 +37,9 @@ struct CodeArgs {
   std::vector<std::string> files;  // encode: each file on its own
   CLI::Option* text_given = nullptr;
   CLI::Option* ids_given = nullptr;
-  bool json = false;
+  CLI::Option* json_given = nullptr;
+  std::string json_path;  // encode --json [FILE|-]: '-' (also --json alone): stdout
+  bool overwrite = false;
 };
 
 // All of stdin (explicit: no --text or --ids), at most kTextLimit bytes.
@@ -80,15 +83,17 @@ std::string read_operand(const std::string& path) {
   return io::read_input_file(path, io::kTextLimit, "[tokenizer encode] FILES");
 }
 
-// One text's line: the ids, or with --json one object (with "file" for a FILES operand).
-void print_encoded(const text::Tokenizer& t, const CodeArgs& a, const std::string& text, const std::string* file) {
+// One text's line: the ids on stdout (unless --json -), and with --json one object (with
+// "file" for a FILES operand) on `json_out`.
+void print_encoded(const text::Tokenizer& t, const CodeArgs& a, const std::string& text, const std::string* file,
+                   std::ostream& json_out) {
   const std::vector<std::int64_t> ids = t.encode(text);
-  if (!a.json) {
+  if (a.json_path != "-") {
     std::string line;
     for (std::size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
     std::cout << line << "\n";
-    return;
   }
+  if (a.json_path.empty()) return;
   json pieces = json::array();
   for (std::int64_t id : ids) pieces.push_back(t.piece(id));
   json j;
@@ -99,20 +104,33 @@ void print_encoded(const text::Tokenizer& t, const CodeArgs& a, const std::strin
   j["bytes"] = text.size();
   j["tokens"] = ids.size();
   // A llama2.c piece need not be UTF-8: such bytes are written as U+FFFD.
-  std::cout << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  json_out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
-void run_encode(const CodeArgs& a) {
-  const std::unique_ptr<text::Tokenizer> t = text::load_tokenizer(a.tokenizer);
-  if (a.files.empty()) {
-    print_encoded(*t, a, a.text_given->count() > 0 ? a.text : read_stdin(), nullptr);
-    return;
+void run_encode(CodeArgs a) {
+  const std::string cmd = "tokenizer encode";
+  if (a.json_given->count() > 0 && a.json_path.empty())
+    throw UsageError(op_message(cmd, "--json '': must name a file ('-' or --json alone: stdout)"));
+  if (a.json_path != "-") {
+    std::vector<FileRole> roles = {{"--json", a.json_path, true}, {"--tokenizer", a.tokenizer, false}};
+    for (const std::string& f : a.files) roles.push_back({"FILES", f, false});
+    check_distinct_files(cmd, roles);
+    check_new_output(cmd, "--json", a.json_path, a.overwrite);
   }
-  // Every operand is read before anything is printed: a bad one prints nothing.
+  const std::unique_ptr<text::Tokenizer> t = text::load_tokenizer(a.tokenizer);
+  // Every text is read before anything is printed: a bad one prints nothing.
   std::vector<std::string> texts;
-  texts.reserve(a.files.size());
+  if (a.files.empty())
+    texts.push_back(a.text_given->count() > 0 ? a.text : read_stdin());
   for (const std::string& f : a.files) texts.push_back(read_operand(f));
-  for (std::size_t i = 0; i < texts.size(); ++i) print_encoded(*t, a, texts[i], &a.files[i]);
+  std::ostringstream lines;
+  std::ostream& json_out = a.json_path == "-" ? static_cast<std::ostream&>(std::cout) : lines;
+  for (std::size_t i = 0; i < texts.size(); ++i) print_encoded(*t, a, texts[i], a.files.empty() ? nullptr : &a.files[i], json_out);
+  if (!a.json_path.empty() && a.json_path != "-") {
+    std::string text = lines.str();
+    if (!text.empty()) text.pop_back();  // write_json ends the document with its newline
+    write_json(cmd, "--json", a.json_path, text);
+  }
 }
 
 void run_decode(const CodeArgs& a) {
@@ -122,10 +140,11 @@ void run_decode(const CodeArgs& a) {
   std::cout.write(out.data(), static_cast<std::streamsize>(out.size()));
 }
 
-CLI::Option* add_tokenizer_flag(CLI::App* cmd, std::string& target) {
-  return cmd->add_option("--tokenizer", target, "a SentencePiece .model file, a llama2.c tokenizer.bin, or 'bytes' (256 ids, one per byte)")
-      ->required()
-      ->check(non_empty_path());
+CLI::Option* add_tokenizer_flag(Options& o, std::string& target) {
+  return o.add(shared::tokenizer()
+                   .with_help("a SentencePiece .model file, a llama2.c tokenizer.bin, or 'bytes' (256 ids, one per byte)")
+                   .required(),
+               target);
 }
 
 }  // namespace
@@ -134,50 +153,63 @@ void add_tokenizer(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "tokenizer", "SentencePiece tokenizers: train one on text files; encode text to ids and decode ids to text, losslessly");
   cmd->require_subcommand(1);
+  help_footer(*cmd, "xgrad tokenizer train --vocab-size 512 --out tok.model corpus/");
 
   auto t = std::make_shared<TrainArgs>();
   CLI::App* tr = cmd->add_subcommand("train", "Train a SentencePiece tokenizer (byte fallback, text kept exactly) on text files");
-  tr->add_option("--vocab-size", t->o.vocab_size, "pieces in the vocabulary (at least 260: 256 bytes, 3 control, 1 of text)")
-      ->capture_default_str()
-      ->check(non_negative_integer());
-  tr->add_option("--model-type", t->o.model_type, "bpe, unigram or char")->capture_default_str();
-  tr->add_option("--out", t->out, "the .model file to write")->required()->check(non_empty_path());
-  tr->add_flag("--overwrite", t->overwrite, "replace an existing --out");
-  tr->add_option("--threads", t->o.threads, "SentencePiece trainer threads (1..128); the model depends on it")
-      ->capture_default_str()
-      ->check(integer());
-  tr->add_option("--character-coverage", t->o.character_coverage,
-                 "fraction of the characters with a piece of their own, in (0, 1]; 0: chosen from --vocab-size")
-      ->capture_default_str()
-      ->check(number());
-  tr->add_option("--max-sentences", t->o.max_sentences, "train on at most this many lines, drawn at random")
-      ->capture_default_str()
-      ->check(non_negative_integer());
-  tr->add_option("--seed", t->o.seed, "seed of that draw and of SentencePiece's trainer")
-      ->capture_default_str()
-      ->check(non_negative_integer());
+  // The ranges of these are the tokenizer trainer's own (text/tokenizer.hpp), checked with the corpus.
+  Options to(*tr, "tokenizer train");
+  to.add(value_flag("vocab_size", "--vocab-size", "pieces in the vocabulary (at least 260: 256 bytes, 3 control, 1 of text)"),
+         t->o.vocab_size);
+  to.add(text_flag("model_type", "--model-type", "bpe, unigram or char"), t->o.model_type);
+  to.add(path_flag("out", "--out", "the .model file to write").required(), t->out);
+  to.add(shared::overwrite(), t->overwrite);
+  to.add(value_flag("threads", "--threads",
+                    "SentencePiece trainer threads (1..128); the model depends on it, so the default is 1, not the cores"),
+         t->o.threads);
+  to.add(value_flag("character_coverage", "--character-coverage",
+                    "fraction of the characters with a piece of their own, in (0, 1]; 0: chosen from --vocab-size"),
+         t->o.character_coverage);
+  to.add(value_flag("max_sentences", "--max-sentences", "train on at most this many lines, drawn at random"),
+         t->o.max_sentences);
+  to.add(shared::seed().with_help("seed of that draw and of SentencePiece's trainer"), t->o.seed);
   tr->add_option("files", t->paths, "FILES|DIRS: text files, or folders of them (every file in the folder)")
       ->required()
       ->check(non_empty_path());
-  tr->callback([t] { run_train(*t); });
+  to.example("xgrad tokenizer train --vocab-size 512 --out tok.model corpus/");
+  to.on_run([t] { run_train(*t); });
 
   auto e = std::make_shared<CodeArgs>();
   CLI::App* en = cmd->add_subcommand(
-      "encode", "Text (--text, stdin, or each of FILES on its own) to ids: one line per text, or JSON with --json");
-  add_tokenizer_flag(en, e->tokenizer);
-  e->text_given = en->add_option("--text", e->text, "the text to encode (default: all of stdin)");
-  en->add_flag("--json", e->json,
-               "print {\"tokenizer\", \"ids\", \"pieces\", \"bytes\", \"tokens\"} as JSON (and \"file\" for FILES)");
+      "encode", "Text (--string, stdin, or each of FILES on its own) to ids: one line per text, and JSON with --json");
+  Options eo(*en, "tokenizer encode");
+  add_tokenizer_flag(eo, e->tokenizer);
+  e->text_given = eo.add(text_flag("string", "--string", "the text to encode (default: all of stdin)")
+                             .type("TEXT")
+                             .shown_default("-")
+                             .was("--text"),
+                         e->text);
+  e->json_given = eo.add(shared::json().with_help(
+                             "also write {\"tokenizer\", \"ids\", \"pieces\", \"bytes\", \"tokens\"} (and \"file\" "
+                             "for FILES), one JSON object a line, to FILE; '-' or --json alone: to stdout, in place "
+                             "of the ids"),
+                         e->json_path);
+  e->json_given->expected(0, 1)->default_str("-");  // --json alone: stdout
+  eo.add(shared::overwrite(), e->overwrite);
   en->add_option("files", e->files, "FILES: encode each file's whole bytes on its own, one output line per file, in order")
       ->check(non_empty_path())
       ->excludes(e->text_given);
-  en->callback([e] { run_encode(*e); });
+  eo.example("xgrad tokenizer encode --tokenizer tok.model --string 'hello' --json -");
+  eo.on_run([e] { run_encode(*e); });
 
   auto d = std::make_shared<CodeArgs>();
   CLI::App* de = cmd->add_subcommand("decode", "Ids (--ids, or stdin; separated by whitespace) to the exact bytes on stdout");
-  add_tokenizer_flag(de, d->tokenizer);
-  d->ids_given = de->add_option("--ids", d->ids, "the ids, e.g. \"1 2 3\" (default: all of stdin)");
-  de->callback([d] { run_decode(*d); });
+  Options dopt(*de, "tokenizer decode");
+  add_tokenizer_flag(dopt, d->tokenizer);
+  d->ids_given = dopt.add(text_flag("ids", "--ids", "the ids, e.g. \"1 2 3\" (default: all of stdin)").shown_default("-"),
+                          d->ids);
+  dopt.example("xgrad tokenizer decode --tokenizer tok.model --ids '1 2 3'");
+  dopt.on_run([d] { run_decode(*d); });
 }
 
 }  // namespace xg::cli

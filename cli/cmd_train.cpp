@@ -16,10 +16,11 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
-#include <xgrad/io/input_file.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
+#include <xgrad/train/lifecycle.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/train/trainer.hpp>
 
@@ -83,10 +84,125 @@ class StopSignals {
   bool own_stack_ = false;
 };
 
-// The text of --config FILE (UsageError if it cannot be read): a regular file of at most
-// kConfigLimit bytes (a FIFO or a device is refused by name, before it is opened).
-std::string read_config(const std::string& path) {
-  return io::read_input_file(path, io::kConfigLimit, "[train] --config");
+// Every flag from the option table (train/options.hpp): one row an option.
+void add_train_flags(Options& opts, train::TrainOptions& o) {
+  for (const train::OptionSpec& spec : train::option_schema()) {
+    if (spec.flag.empty()) continue;
+    std::visit([&](auto member) { opts.add(train_flag(spec), o.*member); }, spec.member);
+  }
+}
+
+// The defaults that differ by task (and by --arch), from the table and the task defaults
+// themselves: what --help shows below the options.
+std::string task_defaults() {
+  const train::TrainOptions table;
+  std::string text = "Defaults by task, where they differ from the ones above:";
+  const std::vector<std::pair<std::string, train::TrainOptions>> cases = [] {
+    std::vector<std::pair<std::string, train::TrainOptions>> v;
+    for (const char* task : {"sort", "reverse", "text"}) {
+      train::TrainOptions o;
+      o.task = task;
+      v.emplace_back(std::string("--task ") + task + (o.task == "text" ? " (and charlm)" : ""), o);
+    }
+    train::TrainOptions llama;
+    llama.arch = "llama";
+    v.emplace_back("--arch llama", llama);
+    return v;
+  }();
+  const train::TrainOptions sort = train::with_defaults(table);
+  for (const auto& [label, given] : cases) {
+    const train::TrainOptions d = train::with_task_defaults(train::with_defaults(given), {});
+    const train::TrainOptions& base = label == "--arch llama" ? sort : table;  // llama: beside sort's
+    std::string parts;
+    for (const train::OptionSpec& s : train::option_schema())
+      if (!s.flag.empty() && s.name != "task" && s.name != "arch" &&
+          train::option_text(d, s) != train::option_text(base, s))
+        parts += (parts.empty() ? "" : ", ") + s.flag + " " + train::shown_text(d, s);
+    text += "\n  " + label + ": " + parts;
+  }
+  return text;
+}
+
+// A new run's files (rank 0 writes the run folder; the other ranks, maybe on other machines,
+// need none): --out can be written, and no file of the run replaces an input (--config,
+// --init-from, the texts, the tokenizer) or becomes one of its texts (a resume would find them
+// changed).
+void check_run_files(const train::TrainOptions& o, const std::string& config) {
+  check_output_folder("train", "--out", o.out);
+  const bool text_task = o.task == "charlm" || o.task == "text";
+  if (text_task && same_file(o.text, o.out))
+    throw UsageError(op_message("train", "--text '" + o.text + "' is the --out folder '" + o.out +
+                                             "': the run's files would join its texts; give another --out"));
+  std::vector<FileRole> files{{"--config", config, false}, {"--init-from", o.init_from, false}};
+  if (text_task) {
+    files.push_back({"--text", o.text, false});
+    if (o.task == "text" && o.tokenizer != "bytes") files.push_back({"--tokenizer", o.tokenizer, false});
+  }
+  for (const char* f : {"model.safetensors", "model_best.safetensors", "train_state.safetensors", "log.csv",
+                        "loss.png", "loss.gp", "config.json", "run_id.txt", "train.bin", "val.bin"})
+    files.push_back({"--out's " + std::string(f), (std::filesystem::path(o.out) / f).string(), true});
+  check_distinct_files("train", files);
+}
+
+// Every rank failed together (a refusal, a bad file, a diverged run): the reporter says why
+// before any rank may exit, then all end normally (MPI_Finalize). A rank that leaves first
+// would have mpirun tear down the others, the reporter maybe before its line.
+[[noreturn]] void end_together(const dist::CollectiveError& e, std::unique_ptr<dist::Communicator>& comm) {
+  if (e.reporter()) {
+    try {
+      e.rethrow();
+    } catch (...) {
+      print_line(describe_failure(std::current_exception(), "train").line);
+    }
+  }
+  if (comm->size() > 1) {
+    try {
+      comm->barrier();  // every rank waits here until the reporter has written its line
+    } catch (const Error&) {
+    }
+  }
+  comm.reset();
+  throw CLI::RuntimeError(e.exit_code());
+}
+
+// This rank alone failed; the others may be waiting for it: report, then end the job.
+void end_alone(const std::exception_ptr& failure, dist::Communicator& comm) {
+  std::string m = dist::message_of(failure);
+  for (char& c : m)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::cerr << ("xgrad: rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + ": " + m +
+                "\n");  // one write: mpirun interleaves the output of its processes
+  comm.abort(dist::exit_code_of(failure));
+}
+
+// The training loop, in one process or as one rank of the job mpirun/srun started
+// (docs/distributed.md); a stop by signal exits 128 + the signal.
+void run(const train::TrainOptions& o) {
+  g_stop = 0;
+  std::unique_ptr<dist::Communicator> comm = dist::launch();  // rank 0 alone reports a failure
+  std::optional<StopSignals> guard;
+  guard.emplace(comm->rank() > 0);
+  train::TrainOptions opts = o;
+  opts.stop_signal = &g_stop;
+  train::TrainResult r;
+  try {
+    // Results (the run, samples, files written, RESULT) on stdout; the live progress line and
+    // warnings on stderr, so `xgrad train > log` keeps a clean record.
+    r = train::run_training(opts, std::cout, std::cerr, *comm);
+  } catch (const dist::CollectiveError& e) {
+    guard.reset();  // from here a SIGTERM (mpirun ending the job) ends a rank silently
+    end_together(e, comm);
+  } catch (...) {
+    if (comm->size() == 1) throw;
+    end_alone(std::current_exception(), *comm);
+  }
+  if (r.signal != 0) {
+    if (comm->rank() == 0)
+      std::cerr << ("xgrad: interrupted by signal " + std::to_string(r.signal) + " after step " +
+                    std::to_string(r.steps_done) + "; checkpoint written; continue with xgrad train --resume " +
+                    (o.resume.empty() ? o.out : o.resume) + "\n");
+    throw CLI::RuntimeError(128 + r.signal);
+  }
 }
 
 }  // namespace
@@ -95,147 +211,25 @@ void add_train(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
   auto config = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("train", "Train a tiny transformer on a built-in task (the main job)");
-  // Every flag from the option table (train/options.hpp): one row an option.
-  for (const train::OptionSpec& spec : train::option_schema()) {
-    if (spec.flag.empty()) continue;
-    std::visit(
-        [&](auto member) {
-          auto& value = (*o).*member;
-          using T = std::decay_t<decltype(value)>;
-          if constexpr (std::is_same_v<T, bool>) {
-            cmd->add_flag(spec.negated ? spec.flag + "{false}" : spec.flag, value, spec.help);
-          } else {
-            CLI::Option* opt = cmd->add_option(spec.flag, value, spec.help);
-            if (spec.show_default) opt->capture_default_str();
-            if constexpr (std::is_same_v<T, double>)
-              opt->check(number());
-            else if constexpr (std::is_signed_v<T> && !std::is_same_v<T, std::string>)
-              opt->check(integer());
-            else if constexpr (!std::is_same_v<T, std::string>)
-              opt->check(non_negative_integer());
-            if (spec.name == "init_from") opt->check(non_empty_path());
-          }
-        },
-        spec.member);
-  }
+  Options opts(*cmd, "train");
+  add_train_flags(opts, *o);
   cmd->add_option("--config", *config, "a JSON file of options (keys: the options' names, e.g. \"d_model\"; a run's "
                                         "config.json repeats it); flags given beside it win")
       ->check(non_empty_path());
+  opts.example("xgrad train --task text --text corpus/ --steps 500 --out run1", task_defaults());
+  // Ranges and choices are the life-cycle's (they apply after the task defaults): no opts.check().
   cmd->callback([o, config, cmd] {
-    // Checks of the command line, which every rank of an MPI job shares; rank 0 alone reports
-    // a failure (cli/main.cpp: the others exit quietly with the same status).
-    // The options given: on the command line, or in --config (the command line wins).
-    std::set<std::string> given;
+    // The command line only parses; the options module applies the life-cycle rules. Every
+    // rank of an MPI job shares them; rank 0 alone reports a failure (cli/main.cpp: the others
+    // exit quietly with the same status).
+    train::Invocation inv;
     for (const train::OptionSpec& spec : train::option_schema())
-      if (!spec.flag.empty() && cmd->count(spec.flag) > 0) given.insert(spec.name);
-    if (!config->empty()) {
-      if (!o->resume.empty())
-        throw UsageError(op_message("train", "--config cannot be combined with --resume: a resumed run keeps the "
-                                             "options saved in " + o->resume));
-      train::TrainOptions from_file = *o;
-      for (const std::string& name : train::apply_config_json(from_file, read_config(*config), *config)) {
-        if (name == "threads" && given.count(name) && from_file.threads != o->threads)
-          std::cerr << "xgrad: warning: --threads " << o->threads << ": " << *config << " records "
-                    << from_file.threads << (from_file.threads == 1 ? " thread" : " threads")
-                    << "; the run repeats, but not bit for bit (sums split among threads round otherwise)\n";
-        if (given.count(name)) continue;  // the flag wins
-        const train::OptionSpec& spec = *train::find_option(name);
-        train::set_option_text(*o, spec, train::option_text(from_file, spec), "--config");
-        given.insert(name);
-      }
-    }
-    if (cmd->count("--resume") > 0 && o->resume.empty())
-      throw UsageError(op_message("train", "--resume needs the folder of a run, got ''"));
-    if (!o->resume.empty()) {
-      // A resumed run is the saved run: its options come from the checkpoint.
-      std::string allowed;
-      for (const std::string& flag : train::session_flags()) allowed += (allowed.empty() ? "" : ", ") + flag;
-      for (const std::string& flag : train::run_defining_flags())
-        if (cmd->count(flag) > 0)
-          throw UsageError(op_message("train", flag + " cannot be combined with --resume: a resumed run keeps the "
-                                                      "options saved in " + o->resume + " (it may take " + allowed +
-                                                      ")"));
-    }
-    if (o->resume.empty()) {
-      if (!o->init_from.empty()) train::apply_init_from(*o, given);
-      train::resolve_task_alias(*o, given);  // --task charlm: the text task with --tokenizer bytes
-      // A task may have defaults of its own (charlm, text: model, schedule, regularisation; --arch
-      // llama: rotary positions) for the options not given.
-      *o = train::with_task_defaults(*o, given);
-      // Options that the run's task (or position scheme) does not read would be ignored: refuse them.
-      train::check_options_apply(*o, given);
-      if (given.count("lr") && o->lr == 0.0)
-        throw UsageError(op_message("train", "--lr 0: must be a number in (0, 1] (leave --lr out for the default)"));
-      train::validate_options(train::with_defaults(*o));
-      // Rank 0 alone writes the run folder (the other ranks, maybe on other machines, need none).
-      if (dist::detect_launch().rank == 0) {
-        check_output_folder("train", "--out", o->out);
-        // The run's files must not replace an input (--config, --init-from, the texts, the
-        // tokenizer), nor become its texts (a resume would find them changed).
-        if ((o->task == "charlm" || o->task == "text") && same_file(o->text, o->out))
-          throw UsageError(op_message("train", "--text '" + o->text + "' is the --out folder '" + o->out +
-                                                   "': the run's files would join its texts; give another --out"));
-        std::vector<FileRole> files{{"--config", *config, false}, {"--init-from", o->init_from, false}};
-        if (o->task == "charlm" || o->task == "text") {
-          files.push_back({"--text", o->text, false});
-          if (o->task == "text" && o->tokenizer != "bytes") files.push_back({"--tokenizer", o->tokenizer, false});
-        }
-        for (const char* f : {"model.safetensors", "model_best.safetensors", "train_state.safetensors", "log.csv",
-                              "loss.png", "loss.gp", "config.json", "run_id.txt", "train.bin", "val.bin"})
-          files.push_back({"--out's " + std::string(f), (std::filesystem::path(o->out) / f).string(), true});
-        check_distinct_files("train", files);
-      }
-    }
-    g_stop = 0;
-    // One process, or one rank of the job mpirun/srun started (docs/distributed.md).
-    std::unique_ptr<dist::Communicator> comm = dist::launch();  // rank 0 alone reports a failure
-    std::optional<StopSignals> guard;
-    guard.emplace(comm->rank() > 0);
-    train::TrainOptions opts = *o;
-    opts.stop_signal = &g_stop;
-    train::TrainResult r;
-    try {
-      // Results (the run, samples, files written, RESULT) on stdout; the live progress line and
-      // warnings on stderr, so `xgrad train > log` keeps a clean record.
-      r = train::run_training(opts, std::cout, std::cerr, *comm);
-    } catch (const dist::CollectiveError& e) {
-      // Every rank failed here together (a refusal, a bad file, a diverged run): the reporter
-      // says why before any rank may exit, then all end normally (MPI_Finalize). A rank that
-      // leaves first would have mpirun tear down the others, the reporter maybe before its line.
-      guard.reset();  // from here a SIGTERM (mpirun ending the job) ends a rank silently
-      if (e.reporter()) {
-        try {
-          e.rethrow();
-        } catch (...) {
-          print_line(describe_failure(std::current_exception(), "train").line);
-        }
-      }
-      if (comm->size() > 1) {
-        try {
-          comm->barrier();  // every rank waits here until the reporter has written its line
-        } catch (const Error&) {
-        }
-      }
-      comm.reset();
-      throw CLI::RuntimeError(e.exit_code());
-    } catch (...) {
-      if (comm->size() == 1) throw;
-      // This rank alone failed; the others may be waiting for it: report, then end the job.
-      const std::exception_ptr failure = std::current_exception();
-      std::string m = dist::message_of(failure);
-      for (char& c : m)
-        if (c == '\n' || c == '\r') c = ' ';
-      std::cerr << ("xgrad: rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->size()) + ": " + m +
-                    "\n");  // one write: mpirun interleaves the output of its processes
-      comm->abort(dist::exit_code_of(failure));
-    }
-    if (r.signal != 0) {
-      if (comm->rank() == 0)
-        std::cerr << ("xgrad: interrupted by signal " + std::to_string(r.signal) + " after step " +
-                      std::to_string(r.steps_done) + "; checkpoint written; continue with xgrad train --resume " +
-                      (o->resume.empty() ? o->out : o->resume) + "\n");
-      throw CLI::RuntimeError(128 + r.signal);
-    }
+      if (!spec.flag.empty() && cmd->count(spec.flag) > 0) inv.given.insert(spec.name);
+    inv.resume_flag = cmd->count("--resume") > 0;
+    inv.config = *config;
+    train::resolve_invocation(*o, inv, std::cerr);
+    if (o->resume.empty() && dist::detect_launch().rank == 0) check_run_files(*o, *config);
+    run(*o);
   });
 }
 

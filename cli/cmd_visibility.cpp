@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/visibility.hpp>
 #include <xgrad/runs/plots.hpp>
@@ -27,11 +28,19 @@ std::vector<std::string> positions(std::size_t from, std::size_t n, const std::s
 
 void add_visibility(CLI::App& app) {
   auto out = std::make_shared<std::string>("out");
+  auto overwrite = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("visibility", "Draw causal and document-causal visibility patterns (Figure 5.1) and a causal suffix ((5.12))");
-  cmd->add_option("--out", *out, "output folder (created if missing)")->capture_default_str();
-  cmd->callback([out] {
+  Options o(*cmd, "visibility");
+  o.add(text_flag("out", "--out", "output folder (created if missing)").type("DIR"), *out);
+  o.add(shared::overwrite().with_help("replace the pictures and scripts of an earlier run in --out"), *overwrite);
+  o.example("xgrad visibility --out pictures");
+  o.on_run([out, overwrite] {
     namespace fs = std::filesystem;
     check_output_folder("visibility", "--out", *out);
+    for (const char* f : {"causal.png", "causal.gp", "causal_suffix.png", "causal_suffix.gp", "documents.png", "documents.gp"})
+      if (fs::exists(fs::path(*out) / f) && !*overwrite)
+        throw UsageError(op_message("visibility", "--out '" + *out + "': " + f +
+                                                      " exists (an earlier run's); pass --overwrite to replace it"));
     std::error_code ec;
     fs::create_directories(*out, ec);
     if (ec) throw UsageError(op_message("visibility", "--out '" + *out + "': cannot create the folder: " + ec.message()));

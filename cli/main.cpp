@@ -3,6 +3,8 @@
 // bad flag, with a pointer to the command's --help) exit 2, runtime errors (a bad file, a
 // failing write, anything else) exit 1; nothing aborts. Conventions: docs/cli.md.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "options.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/version.hpp>
@@ -85,8 +88,14 @@ int run(int argc, char** argv) {
     xg::cli::add_tokenizer(app);
     xg::cli::add_import(app);
     xg::cli::add_export(app);
+    xg::cli::help_footer(app, "xgrad train --task text --text corpus/ --out run1   (then: xgrad <command> --help)");
+    // Old spellings of renamed flags still work for one release, with a deprecation line each.
+    const int first = 1 + static_cast<int>(std::count(command.begin(), command.end(), ' ')) + (command.empty() ? 0 : 1);
+    std::vector<std::string> args = xg::cli::rewrite_deprecated(command, argc, argv, first, xg::cli::quiet_rank());
+    std::vector<char*> arg_ptrs;
+    for (std::string& a : args) arg_ptrs.push_back(a.data());
     try {
-      app.parse(argc, argv);
+      app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
     } catch (const CLI::RuntimeError& e) {  // a subcommand's own exit status (e.g. 130 after Ctrl-C)
       return e.get_exit_code();
     } catch (const CLI::ParseError& e) {

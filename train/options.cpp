@@ -144,7 +144,7 @@ std::vector<OptionSpec> make_schema() {
                        "norm_eps"),
                  exact(1e-5)),
            "arch", "llama"),
-      when(added(model(row("tie_embeddings", "--untied-classifier", &O::tie_embeddings,
+      when(added(model(row("tie_embeddings", "--no-tie-embeddings", &O::tie_embeddings,
                            "--arch llama: a classifier of its own, not the token embedding's transpose"),
                        "tie_embeddings"),
                  "true"),
@@ -184,7 +184,7 @@ std::vector<OptionSpec> make_schema() {
                         0, 65536),
                   "window"),
             "0"),
-      for_tasks(model(range(row("n_digits", "--digits", &O::n_digits, "sort: digits per problem"), 1, 32), "n_digits"),
+      for_tasks(model(range(row("n_digits", "--n-digits", &O::n_digits, "sort: digits per problem"), 1, 32), "n_digits"),
                 {"sort"}),
       for_tasks(model(range(row("min_len", "--min-len", &O::min_len, "reverse: the shortest source, in [1, 32]"), 1, 32), "min_len"),
                 {"reverse"}),
@@ -222,6 +222,9 @@ std::vector<OptionSpec> make_schema() {
     if (s.name == "progress" || s.name == "plot" || s.name == "tie_embeddings") s.negated = true;
     // Options added after the first checkpoints are written only when not at their default.
     if (s.name == "init_from") s.omit_when_legacy = true;
+    // Flags renamed so that flag and JSON name agree (docs/cli.md, "Renamed flags").
+    if (s.name == "tie_embeddings") s.deprecated = {"--untied-classifier"};
+    if (s.name == "n_digits") s.deprecated = {"--digits"};
   }
   return t;
 }
@@ -393,9 +396,9 @@ void validate_options(const TrainOptions& o) {
               std::to_string(d_h) + " (--d-model / --heads); RoPE needs at least 2");
   }
   if (o.task == "sort" && std::pow(10.0, static_cast<double>(o.n_digits)) < 2.0 * static_cast<double>(o.heldout))
-    bad("--digits", std::to_string(o.n_digits),
+    bad("--n-digits", std::to_string(o.n_digits),
         "too few distinct problems for a held-out set of " + std::to_string(o.heldout) +
-            " and training (the held-out set may take at most half of the 10^digits problems; use --digits >= 3)");
+            " and training (the held-out set may take at most half of the 10^digits problems; use --n-digits >= 3)");
   if (o.max_len < o.min_len)
     bad("--max-len", std::to_string(o.max_len), "must be in [" + std::to_string(o.min_len) + ", 32]");
   if (o.out.empty()) bad("--out", "''", "must name a folder");

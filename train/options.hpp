@@ -47,7 +47,7 @@ struct TrainOptions {
   std::string arch = "gpt";  ///< gpt (GPT-2 blocks) | llama (RMSNorm, SwiGLU, RoPE, no biases) (`--arch`).
   std::size_t multiple_of = 256;  ///< `--arch llama`: the feed-forward width rounding (`--multiple-of`).
   double norm_eps = 1e-5;  ///< `--arch llama`: RMSNorm's epsilon (`--norm-eps`).
-  bool tie_embeddings = true;  ///< `--arch llama`: the classifier is the token embedding (`--untied-classifier`: not).
+  bool tie_embeddings = true;  ///< `--arch llama`: the classifier is the token embedding (`--no-tie-embeddings`: not).
   std::size_t window = 0;  ///< Sliding window of the causal self-attention; 0: none (`--window`).
   double dropout = 0.0;  ///< Dropout probability, in [0, 1) (`--dropout`).
   std::string pos = "learned";  ///< learned | rope | alibi | none (GPT tasks: sort, charlm) (`--pos`).
@@ -56,7 +56,7 @@ struct TrainOptions {
   /// @}
   std::string rope_layout = "interleaved";           ///< `--pos` rope: interleaved | half-split.
   std::size_t context = 64;  ///< charlm: the context length (`--context`).
-  std::size_t n_digits = 8;  ///< sort: digits per problem (`--digits`).
+  std::size_t n_digits = 8;  ///< sort: digits per problem (`--n-digits`).
   /// reverse: the shortest and longest source. @{
   std::size_t min_len = 3, max_len = 8;
   /// @}
@@ -133,6 +133,8 @@ struct OptionSpec {
   bool show_default = true;
   /// A boolean flag that turns the option off (`--no-progress`).
   bool negated = false;
+  /// Old spellings of the flag: accepted for one release, with a deprecation line (docs/cli.md).
+  std::vector<std::string> deprecated;
 };
 
 /// The table: every option of `xgrad train`, in --help order.

@@ -23,7 +23,7 @@ import struct
 import subprocess
 import sys
 
-SMALL = ["--digits", "4", "--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--threads", "1"]
+SMALL = ["--n-digits", "4", "--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--threads", "1"]
 MASKED = "#9e9e9e"
 
 
@@ -159,7 +159,7 @@ def check_window_attention(xgrad, work):
     for layer, head in ((0, 0), (0, 1)):
         r = run(xgrad, ["generate", "--checkpoint", os.path.join(out, "model.safetensors"), "--prompt", "4312|",
                         "--max-new", "4", "--json", "-", "--json-attention", "--layer", str(layer), "--head", str(head),
-                        "--attention-map", apath])
+                        "--attention-map", apath, "--overwrite"])
         att = json.loads(r.stdout)["attention"]
         T = att["queries"]
         need(T == 9, f"windowed attention: {T} queries")
@@ -180,9 +180,9 @@ def check_window_attention(xgrad, work):
 
 
 def check_inspect(xgrad, work, model):
-    text = run(xgrad, ["inspect", model]).stdout
+    text = run(xgrad, ["inspect", "--checkpoint", model]).stdout
     ipath = os.path.join(work, "i.json")
-    r = run(xgrad, ["inspect", model, "--json", ipath])
+    r = run(xgrad, ["inspect", "--checkpoint", model, "--json", ipath])
     need(r.stdout == text, "inspect: the text output changed with --json FILE")
     j = json.loads(read(ipath))
     keys(j, ["command", "xgrad_version", "checkpoint", "kind", "task", "metadata", "config", "vocabulary",
@@ -216,7 +216,7 @@ def check_inspect(xgrad, work, model):
     need(f"per token           {cost['kv_cache']['bytes_per_token']} bytes" in text, "KV cache bytes per token")
     need(f"at full context     {cost['kv_cache']['bytes_at_context']} bytes" in text, "KV cache bytes at context")
     need(f"= {cost['attention_weights_bytes_per_layer']} bytes per layer" in text, "weight bytes")
-    r = run(xgrad, ["inspect", model, "--json", "-"])
+    r = run(xgrad, ["inspect", "--checkpoint", model, "--json", "-"])
     need(json.loads(r.stdout) == j, "inspect --json - differs from --json FILE")
     print("inspect: --json consistent with the text output")
 
@@ -277,7 +277,7 @@ def check_without_gnuplot(xgrad, work, model):
     need("RESULT" in r.stdout and "warning: no loss curve" in r.stderr and "cannot draw today" in r.stderr,
          f"train with a failing gnuplot: {r.stderr!r}")
     r = run(xgrad, ["generate", "--checkpoint", model, "--prompt", "4312|", "--max-new", "4", "--attention-map",
-                    png], env=env, want=1)
+                    png, "--overwrite"], env=env, want=1)
     err = r.stderr.strip("\n").split("\n")
     need(len(err) == 1 and err[0].startswith("xgrad: ") and "gnuplot" in err[0] and "cannot draw today" in err[0],
          f"generate with a failing gnuplot: {r.stderr!r}")

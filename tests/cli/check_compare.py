@@ -82,7 +82,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     os.chdir(work)
-    sort = ["train", "--task", "sort", "--steps", "20", "--digits", "4"] + SMALL
+    sort = ["train", "--task", "sort", "--steps", "20", "--n-digits", "4"] + SMALL
     run(xgrad, sort + ["--out", "A"])
     run(xgrad, sort + ["--lr", "0.01", "--out", "B"])
     with open("text.txt", "w") as f:

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 
-SMALL = ["--digits", "4", "--batch", "16", "--d-model", "16", "--layers", "1", "--threads", "1",
+SMALL = ["--n-digits", "4", "--batch", "16", "--d-model", "16", "--layers", "1", "--threads", "1",
          "--no-progress", "--no-plot"]
 
 
@@ -94,7 +94,7 @@ def main():
     run(xgrad, ["convert", "--kv-heads", "2", model, p("g2.safetensors"), "--overwrite"])
 
     run(xgrad, ["generate", "--checkpoint", p("g1.safetensors"), "--prompt", "4321|", "--max-new", "4"])
-    r = run(xgrad, ["inspect", p("g2.safetensors"), "--json", "-"])
+    r = run(xgrad, ["inspect", "--checkpoint", p("g2.safetensors"), "--json", "-"])
     if json.loads(r.stdout)["metadata"]["H_kv"] != "2":
         fail("inspect: H_kv of the converted checkpoint")
 

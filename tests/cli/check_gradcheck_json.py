@@ -8,6 +8,7 @@ and its reason in the message, and no op check ("ops/...") is skipped (every op 
 second-order form). At order 1 nothing may be skipped.
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -15,6 +16,10 @@ import sys
 def main() -> int:
     xgrad, path, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
     order = int(extra[extra.index("--order") + 1]) if "--order" in extra else 1
+    # A report from an earlier run goes first: an existing --json FILE is refused without
+    # --overwrite (docs/cli.md), and a stale file must not pass for this run's report.
+    if os.path.exists(path):
+        os.remove(path)
     run = subprocess.run([xgrad, "gradcheck", "--json", path, *extra], capture_output=True, text=True)
     sys.stdout.write(run.stdout[-2000:])
     if run.returncode != 0:

@@ -123,7 +123,7 @@ check(a.returncode == 0 and b.returncode == 0 and a.stdout == b.stdout and a.std
       f"--tokenizer bytes: {a.stdout!r} {b.stdout!r} {b.stderr.strip()!r}")
 
 # xgrad tokenizer encode / decode.
-r = run("tokenizer", "encode", "--tokenizer", tok, "--text", "Once upon")
+r = run("tokenizer", "encode", "--tokenizer", tok, "--string", "Once upon")
 check(r.returncode == 0 and r.stdout == "1 267 274\n", f"tokenizer encode: {r.stdout!r} {r.stderr.strip()!r}")
 r = run("tokenizer", "decode", "--tokenizer", tok, "--ids", "1 267 274 259 198 172 2")
 check(r.returncode == 0 and r.stdout == "Once upon \u00e9", f"tokenizer decode: {r.stdout!r} {r.stderr.strip()!r}")

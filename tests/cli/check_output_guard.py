@@ -55,7 +55,7 @@ def make_fixtures(xgrad, w):
     if not have_tok and "built without SentencePiece" not in r.stderr:
         fail(f"tokenizer train: exit {r.returncode}: {r.stderr}")
     run(xgrad, ["gradcheck", "--filter", "ops/add*", "--json", os.path.join(w, "g.json")], w)
-    run(xgrad, ["train", "--arch", "llama", "--digits", "4", "--steps", "2", "--out", os.path.join(w, "llama")] + SMALL, w)
+    run(xgrad, ["train", "--arch", "llama", "--n-digits", "4", "--steps", "2", "--out", os.path.join(w, "llama")] + SMALL, w)
     run(xgrad, ["export", "llama2c", os.path.join(w, "llama", "model.safetensors"), os.path.join(w, "m.bin")], w)
     return have_tok
 
@@ -90,8 +90,8 @@ def cases(w, have_tok):
     out.append(("eval", "--text FOLDER", A, "--json", ["eval", "--checkpoint", M, "--text", CORPUS, "--json", "OUT"], None))
     if have_tok:
         out.append(("eval", "--tokenizer", TOK, "--json", ev + ["--tokenizer", TOK, "--json", "OUT"], None))
-    # inspect: FILE -> --json
-    out.append(("inspect", "FILE", M, "--json", ["inspect", M, "--json", "OUT"], None))
+    # inspect: --checkpoint -> --json
+    out.append(("inspect", "--checkpoint", M, "--json", ["inspect", "--checkpoint", M, "--json", "OUT"], None))
     # convert: IN, --text -> OUT, --json
     for flag, f in (("IN", M), ("--text", A)):
         base = ["convert", "--kv-heads", "1", "--overwrite", M]

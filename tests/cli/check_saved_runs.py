@@ -58,7 +58,7 @@ for name in ("sort", "reverse", "charlm"):
     for model in ("model.safetensors",):
         g = run(["generate", "--checkpoint", str(folder / model), "--prompt", prompts[name], "--max-new", "2"], WORK)
         check(g.returncode == 0, f"{name}: generate loads the saved {model} ({g.stderr.strip()})")
-        i = run(["inspect", str(folder / model)], WORK)
+        i = run(["inspect", "--checkpoint", str(folder / model)], WORK)
         check(i.returncode == 0, f"{name}: inspect loads the saved {model} ({i.stderr.strip()})")
     r = run(["train", "--resume", name, "--no-progress", "--no-plot"], WORK)
     check(r.returncode == 0, f"{name}: resumes ({r.stderr.strip()})")

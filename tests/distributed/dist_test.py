@@ -67,7 +67,7 @@ MPI_ENV["LSAN_OPTIONS"] = ":".join(
 
 SMALL = ["--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--threads", "1", "--no-progress",
          "--no-plot", "--seed", "3", "--dropout", "0.1"]
-TASKS = {"sort": ["--task", "sort", "--digits", "4"], "reverse": ["--task", "reverse"],
+TASKS = {"sort": ["--task", "sort", "--n-digits", "4"], "reverse": ["--task", "reverse"],
          "charlm": ["--task", "charlm", "--context", "16"]}
 
 
@@ -349,7 +349,7 @@ def refusals(r):
                                                         "--out", out]), 1, "lacks 'model'"),
         ("generate --temperature nan", r.mpirun(2) + [xgrad, "generate", "--checkpoint", model, "--prompt", "12",
                                                       "--temperature", "nan"], 2, "--temperature"),
-        ("inspect --json /proc/x.json", r.mpirun(2) + [xgrad, "inspect", model, "--json", "/proc/x.json"], 2,
+        ("inspect --json /proc/x.json", r.mpirun(2) + [xgrad, "inspect", "--checkpoint", model, "--json", "/proc/x.json"], 2,
          "--json '/proc/x.json'"),
         ("convert --kv-heads 3", r.mpirun(2) + [xgrad, "convert", "--kv-heads", "3", model, os.path.join(r.work, "c.st")],
          2, "--kv-heads 3"),

@@ -325,7 +325,7 @@ def part3(xgrad, work):
     the prompt and the continuation decoded together, so the words keep their spaces (before, each
     id was decoded alone, which dropped the leading space of every word)."""
     model = os.path.join(work, "tok400.model")
-    if subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--text", "a"],
+    if subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--string", "a"],
                       capture_output=True).returncode != 0:
         print("part 3 skipped: xgrad has no SentencePiece")
         return

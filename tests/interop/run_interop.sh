@@ -36,7 +36,7 @@ done >"$tmp/text.txt"
 #   rev-mqa: encoder-decoder, H_q 2, H_kv 1, one layer each, d_ff not 4 d_model
 configs=(
   "gqa|--task sort --steps 40 --d-model 32 --heads 4 --kv-heads 2 --layers 2"
-  "mha|--task sort --steps 40 --d-model 24 --heads 2 --kv-heads 0 --layers 1 --d-ff 40 --digits 5"
+  "mha|--task sort --steps 40 --d-model 24 --heads 2 --kv-heads 0 --layers 1 --d-ff 40 --n-digits 5"
   "mqa|--task charlm --text $tmp/text.txt --context 24 --steps 30 --d-model 32 --heads 4 --kv-heads 1 --layers 3"
   "rev-gqa|--task reverse --steps 40 --d-model 32 --heads 4 --kv-heads 2 --layers 2"
   "rev-mqa|--task reverse --steps 40 --d-model 16 --heads 2 --kv-heads 1 --layers 1 --d-ff 24"

@@ -309,7 +309,7 @@ def python_trained(path, lines, **options):
 
 
 def expect_refused(xgrad, model, words):
-    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--text", "x"], capture_output=True)
+    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--string", "x"], capture_output=True)
     err = r.stderr.decode(errors="replace")
     if r.returncode != 1 or not all(w in err for w in words) or not err.startswith("xgrad: "):
         fail(f"{model}: expected exit 1 naming {words}, got {r.returncode}: {err}")

@@ -27,7 +27,7 @@ import sys
 import time
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
-RUN = ["--digits", "4", "--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--threads", "1",
+RUN = ["--n-digits", "4", "--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--threads", "1",
        "--checkpoint-every", "1", "--no-progress", "--no-plot", "--seed", "3", "--dropout", "0.1"]
 
 

@@ -59,7 +59,7 @@ def make_fixtures(xgrad, root):
     with open(text, "w") as f:
         f.write("the quick brown fox jumps over the lazy dog.\n" * 400)  # 18 KB: text cuts 4 documents
     runs = {
-        "gpt": ["train", "--steps", "4", "--stop-at", "2", "--digits", "4"] + SMALL,
+        "gpt": ["train", "--steps", "4", "--stop-at", "2", "--n-digits", "4"] + SMALL,
         "encdec": ["train", "--task", "reverse", "--steps", "2"] + SMALL,
         "charlm": ["train", "--task", "charlm", "--text", text, "--context", "8", "--steps", "2"] + SMALL,
     }

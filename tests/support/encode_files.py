@@ -13,7 +13,7 @@ def encode_texts(xgrad, model, texts, folder, timeout=300):
     for path, text in zip(paths, texts):
         with open(path, "wb") as f:
             f.write(text)
-    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--json"] + paths, capture_output=True,
+    r = subprocess.run([xgrad, "tokenizer", "encode", "--tokenizer", model, "--json", "-"] + paths, capture_output=True,
                        timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"xgrad tokenizer encode FILES with {model} failed ({r.returncode}): "

@@ -8,7 +8,7 @@ byte pieces, then the pieces below. By hand, "Once upon" encodes to [1, 267, 274
 " " O n c e " " u p o n; the best merges in turn are " O" (-1), " On", " Onc", " Once" (-4),
 " u" (-5), " up", " upo", " upon" (-8).
 
-The model: `xgrad train --arch llama --untied-classifier` on bytes (vocabulary 256), then
+The model: `xgrad train --arch llama --no-tie-embeddings` on bytes (vocabulary 256), then
 rewritten here to vocabulary 300 as a bigram machine: every block's output projections are
 zero (so the final state is the token's embedding), the embedding of each chain token is a
 distinct unit vector, and the classifier row of its successor points along it (logit 40, every
@@ -93,7 +93,7 @@ def make_checkpoint(xgrad, folder):
             f.write(f"Once upon a time story {i} went on and on.\n" * 30)
     run = os.path.join(folder, "byte_run")
     r = subprocess.run([xgrad, "train", "--task", "text", "--text", corpus, "--tokenizer", "bytes", "--arch", "llama",
-                        "--untied-classifier", "--multiple-of", "16", "--d-model", "16", "--heads", "2", "--layers",
+                        "--no-tie-embeddings", "--multiple-of", "16", "--d-model", "16", "--heads", "2", "--layers",
                         "1", "--context", "16", "--batch", "4", "--steps", "1", "--no-progress", "--no-plot",
                         "--threads", "1", "--out", run], capture_output=True, text=True, errors="replace",
                        timeout=300)

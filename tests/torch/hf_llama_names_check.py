@@ -154,7 +154,7 @@ def main():
         r = run(xgrad, work, "train", "--task", "text", "--text", "corpus", "--tokenizer", "bytes", "--arch", "llama",
                 "--heads", str(H_q), "--kv-heads", str(H_kv), "--d-model", "32", "--layers", "2", "--context", "24",
                 "--multiple-of", "16", "--batch", "2", "--steps", "1", "--no-progress", "--no-plot", "--threads", "1",
-                "--out", out, *([] if tied else ["--untied-classifier"]))
+                "--out", out, *([] if tied else ["--no-tie-embeddings"]))
         if r.returncode != 0:
             check(False, f"{name}: xgrad train: {r.stderr.strip()}")
             continue

@@ -117,7 +117,7 @@ TEST_CASE("option table: an option for another task or position scheme is refuse
   CHECK_THROWS_WITH(train::check_options_apply(o, {"rope_base"}), Catch::Contains("--rope-base is only for --pos rope"));
   CHECK_NOTHROW(train::check_options_apply(o, {"n_digits", "d_model"}));
   o.task = "charlm";
-  CHECK_THROWS_WITH(train::check_options_apply(o, {"n_digits"}), Catch::Contains("--digits is only for --task sort"));
+  CHECK_THROWS_WITH(train::check_options_apply(o, {"n_digits"}), Catch::Contains("--n-digits is only for --task sort"));
   CHECK_NOTHROW(train::check_options_apply(o, {"text", "context"}));
 }
 
@@ -366,4 +366,17 @@ TEST_CASE("config json: --config RUN/config.json repeats a run made with another
   // Not guaranteed (only equal bits are, for equal partitions): said, not asserted.
   if (xgt::read_file(dir / "a" / "model.safetensors") == xgt::read_file(dir / "c" / "model.safetensors"))
     WARN("2 and 3 threads gave the same bits here: this case does not show that the count matters");
+}
+
+TEST_CASE("option table: a flag is its option's name with dashes, --no-<name> for a switch that turns it off",
+          "[options]") {
+  for (const OptionSpec& s : train::option_schema()) {
+    if (s.flag.empty()) continue;
+    std::string dashed = s.name;
+    for (char& c : dashed)
+      if (c == '_') c = '-';
+    INFO(s.name << " has the flag " << s.flag);
+    CHECK(s.flag == (s.negated ? "--no-" : "--") + dashed);
+    for (const std::string& old : s.deprecated) CHECK(old != s.flag);
+  }
 }
