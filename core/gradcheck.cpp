@@ -304,15 +304,19 @@ GradcheckReport gradgradcheck(const GradcheckFn& f, const std::vector<Array>& in
 // ---------------------------------------------------------------------------------------
 // gradcheck_leaves
 
-GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
-                                 const std::vector<std::pair<std::string, Tensor>>& leaves,
-                                 const GradcheckOptions& o) {
-  const std::string op = "gradcheck_leaves";
+namespace {
+
+using Leaves = std::vector<std::pair<std::string, Tensor>>;
+
+// The leaves' values, each leaf checked: defined, a leaf, float64 (float32 when allowed);
+// `total` is set to their number of elements.
+std::vector<Array> checked_leaf_values(const Leaves& leaves, const GradcheckOptions& o, const std::string& op,
+                                       std::size_t& total) {
   if (leaves.empty()) throw ValueError(op_message(op, "needs at least one leaf"));
   if (!(o.eps > 0) || !(o.atol >= 0) || !(o.rtol >= 0))
     throw ValueError(op_message(op, "eps must be > 0 and atol, rtol >= 0"));
   std::vector<Array> saved;
-  std::size_t total = 0;
+  total = 0;
   for (const auto& [name, t] : leaves) {
     if (!t.defined()) throw ValueError(op_message(op, "leaf '" + name + "' is an undefined Tensor"));
     if (!t.is_leaf())
@@ -324,66 +328,79 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
     saved.push_back(t.value());
     total += t.size();
   }
-  // Restores every leaf's value on the way out, whatever happens.
-  struct Restore {
-    const std::vector<std::pair<std::string, Tensor>>& leaves;
-    const std::vector<Array>& saved;
-    ~Restore() {
-      for (std::size_t k = 0; k < leaves.size(); ++k) {
-        Tensor t = leaves[k].second;
-        t.set_value(saved[k]);
-      }
-    }
-  } restore{leaves, saved};
+  return saved;
+}
 
+// Restores every leaf's value on the way out, whatever happens.
+struct RestoreValues {
+  const Leaves& leaves;
+  const std::vector<Array>& saved;
+  ~RestoreValues() {
+    for (std::size_t k = 0; k < leaves.size(); ++k) {
+      Tensor t = leaves[k].second;
+      t.set_value(saved[k]);
+    }
+  }
+};
+
+// The leaves as tensors to differentiate with respect to, each requiring grad while this lives;
+// those that did not before stop again on the way out.
+struct RequireGrad {
   std::vector<Tensor> wrt;
   std::vector<bool> had_grad;
-  for (const auto& kv : leaves) {
-    wrt.push_back(kv.second);
-    had_grad.push_back(kv.second.requires_grad());
-    Tensor t = kv.second;
-    if (!t.requires_grad()) t.requires_grad_(true);
-  }
-  struct RestoreGradFlags {
-    std::vector<Tensor>& wrt;
-    std::vector<bool>& had;
-    ~RestoreGradFlags() {
-      for (std::size_t k = 0; k < wrt.size(); ++k)
-        if (!had[k]) wrt[k].requires_grad_(false);
+  explicit RequireGrad(const Leaves& leaves) {
+    for (const auto& kv : leaves) {
+      wrt.push_back(kv.second);
+      had_grad.push_back(kv.second.requires_grad());
+      Tensor t = kv.second;
+      if (!t.requires_grad()) t.requires_grad_(true);
     }
-  } restore_flags{wrt, had_grad};
-
-  Generator gen(o.seed);
-  std::vector<Array> g;
-  std::vector<double> v;
-  {
-    Tape tape;
-    Tensor y = f();
-    if (!y.defined()) throw ValueError(op_message(op, "f returned an undefined Tensor"));
-    if (!y.requires_grad())
-      throw ValueError(op_message(op, "f's output does not depend on any leaf through a differentiable op"));
-    const Array va = random_normal(y.shape(), gen, y.dtype());
-    v = va.to_vector();
-    g = grad(y, wrt, va);
   }
+  ~RequireGrad() {
+    for (std::size_t k = 0; k < wrt.size(); ++k)
+      if (!had_grad[k]) wrt[k].requires_grad_(false);
+  }
+  RequireGrad(const RequireGrad&) = delete;
+  RequireGrad& operator=(const RequireGrad&) = delete;
+};
+
+// The analytic side: `v`, a random cotangent of f's output drawn from `gen`, and `g`, the
+// gradients of v . f() with respect to `wrt` from the tape.
+void analytic_gradients(const std::function<Tensor()>& f, const std::vector<Tensor>& wrt, Generator& gen,
+                        const std::string& op, std::vector<double>& v, std::vector<Array>& g) {
+  Tape tape;
+  Tensor y = f();
+  if (!y.defined()) throw ValueError(op_message(op, "f returned an undefined Tensor"));
+  if (!y.requires_grad())
+    throw ValueError(op_message(op, "f's output does not depend on any leaf through a differentiable op"));
+  const Array va = random_normal(y.shape(), gen, y.dtype());
+  v = va.to_vector();
+  g = grad(y, wrt, va);
+}
+
+// The numeric side: central differences of v . f() with the leaves' values moved from `saved`
+// (and put back), compared with the analytic gradients `g`.
+struct LeafDifferences {
+  const std::function<Tensor()>& f;
+  const Leaves& leaves;
+  const std::vector<Array>& saved;
+  const GradcheckOptions& o;
+  const std::vector<double>& v;
+  const std::vector<Array>& g;
+  const std::string& op;
+
   // v . f() in double, with the leaf values as they are now.
-  auto eval = [&]() {
+  double eval() const {
     NoGradGuard ng;
     Tape tape;
     const Tensor y = f();
     if (y.size() != v.size())
       throw ValueError(op_message(op, "f's output changed shape between calls: " + shape_str(y.shape())));
     return dot_values(v, y.value());
-  };
+  }
 
-  GradcheckComparer cmp(o.atol, o.rtol);
-  // Automatic: full when the Jacobian is small (as for gradcheck) and the 2 forward passes per
-  // element stay affordable (a scalar loss has a one-row Jacobian of any width).
-  const bool use_full =
-      o.mode == GradcheckOptions::Mode::full ||
-      (o.mode == GradcheckOptions::Mode::automatic && total * v.size() <= o.full_max_entries &&
-       total <= o.full_max_entries / 8);
-  if (use_full) {
+  // Every element of every leaf, one at a time.
+  void full(GradcheckComparer& cmp) const {
     cmp.report().mode = "full";
     for (std::size_t k = 0; k < leaves.size(); ++k) {
       Tensor t = leaves[k].second;
@@ -403,7 +420,10 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
         cmp.compare(g[k].flat(j), (fp - fm) / step, k, unravel_index(j, x.shape()));
       }
     }
-  } else {
+  }
+
+  // o.projections rounds of one random direction (drawn from `gen`) per leaf.
+  void projections(GradcheckComparer& cmp, Generator& gen) const {
     cmp.report().mode = "projection";
     for (int r = 0; r < o.projections; ++r)
       for (std::size_t k = 0; k < leaves.size(); ++k) {
@@ -427,12 +447,40 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
         cmp.compare(dot_values(uu, g[k]), (fp - fm) / (2 * h), k, {});
       }
   }
+};
+
+}  // namespace
+
+GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
+                                 const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                 const GradcheckOptions& o) {
+  const std::string op = "gradcheck_leaves";
+  std::size_t total = 0;
+  const std::vector<Array> saved = checked_leaf_values(leaves, o, op, total);
+  const RestoreValues restore{leaves, saved};
+  const RequireGrad require_grad(leaves);
+
+  Generator gen(o.seed);
+  std::vector<Array> g;
+  std::vector<double> v;
+  analytic_gradients(f, require_grad.wrt, gen, op, v, g);
+
+  GradcheckComparer cmp(o.atol, o.rtol);
+  const LeafDifferences differences{f, leaves, saved, o, v, g, op};
+  // Automatic: full when the Jacobian is small (as for gradcheck) and the 2 forward passes per
+  // element stay affordable (a scalar loss has a one-row Jacobian of any width).
+  const bool use_full =
+      o.mode == GradcheckOptions::Mode::full ||
+      (o.mode == GradcheckOptions::Mode::automatic && total * v.size() <= o.full_max_entries &&
+       total <= o.full_max_entries / 8);
+  if (use_full)
+    differences.full(cmp);
+  else
+    differences.projections(cmp, gen);
   GradcheckReport rep = cmp.report();
   rep.input_name = leaves[rep.input].first;
   return rep;
 }
-
-
 
 // ---------------------------------------------------------------------------------------
 // jvpcheck

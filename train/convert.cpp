@@ -28,115 +28,143 @@ struct Batch {
   std::vector<std::vector<std::int64_t>> problems;  // sort / reverse: digits, for exact match
 };
 
+// Held-out problems go in batches of this many.
+const std::size_t kChunk = 100;
+
+// The size parameter `key` of the checkpoint's task.
+std::size_t task_size_param(const ModelInfo& info, const char* key) {
+  auto it = info.task_params.find(key);
+  if (it == info.task_params.end()) throw FormatError("[convert] checkpoint metadata lacks '" + std::string(key) + "'");
+  return static_cast<std::size_t>(io::parse_uint(it->second, "[convert] checkpoint metadata '" + std::string(key) + "'"));
+}
+
+// sort: the held-out problems, teacher-forced, compared on the sorted half.
+void sort_batches(const ModelInfo& info, const ConvertOptions& o, std::vector<Batch>& out) {
+  const SortTask task(task_size_param(info, "n_digits"), task_size_param(info, "n_values"));
+  const auto problems = task.heldout(o.heldout, o.seed + 1000);
+  const std::size_t n = task.n(), T = 2 * n;
+  for (std::size_t first = 0; first < problems.size(); first += kChunk) {
+    Batch b;
+    b.problems.assign(problems.begin() + static_cast<long>(first),
+                      problems.begin() + static_cast<long>(std::min(problems.size(), first + kChunk)));
+    const std::size_t B = b.problems.size();
+    b.tokens = IndexArray({B, T}, std::vector<std::int64_t>(B * T));
+    b.targets = IndexArray({B, T}, std::vector<std::int64_t>(B * T, kIgnore));
+    for (std::size_t s = 0; s < B; ++s) {
+      std::vector<std::int64_t> seq = task.prompt(b.problems[s]);
+      for (std::int64_t x : task.answer(b.problems[s])) seq.push_back(x);
+      for (std::size_t t = 0; t < T; ++t) {
+        b.tokens.data[s * T + t] = seq[t];
+        if (t >= n) b.targets.data[s * T + t] = seq[t + 1];  // the sorted half, as in training
+      }
+    }
+    out.push_back(std::move(b));
+  }
+}
+
+// reverse: the held-out problems as encoder-decoder batches.
+void reverse_batches(const ModelInfo& info, const ConvertOptions& o, std::vector<Batch>& out) {
+  const ReverseTask task(task_size_param(info, "min_len"), task_size_param(info, "max_len"));
+  const auto problems = task.heldout(o.heldout, o.seed + 1000);
+  for (std::size_t first = 0; first < problems.size(); first += kChunk) {
+    Batch b;
+    b.problems.assign(problems.begin() + static_cast<long>(first),
+                      problems.begin() + static_cast<long>(std::min(problems.size(), first + kChunk)));
+    b.seq2seq = task.make_batch(b.problems);
+    out.push_back(std::move(b));
+  }
+}
+
+// charlm: training's validation batches of --text, whose characters must be the checkpoint's
+// vocabulary.
+void charlm_batches(const ModelInfo& info, const ConvertOptions& o, std::vector<Batch>& out) {
+  const CharLMTask task(o.text, info.config.context);
+  if (task.vocab().tokens != info.vocab.tokens)
+    throw UsageError(op_message("convert", "--text " + o.text + ": its characters are not the vocabulary of the checkpoint (" +
+                                               std::to_string(task.vocab().size()) + " vs " +
+                                               std::to_string(info.vocab.size()) + " tokens): pass the text it was trained on"));
+  Generator gen(o.seed + 2000);  // the validation batches of `xgrad train`
+  for (int i = 0; i < 10; ++i) {
+    const LMBatch lm = task.batch(16, gen, true);
+    Batch b;
+    b.tokens = lm.tokens;
+    b.targets = lm.targets;
+    out.push_back(std::move(b));
+  }
+}
+
+// The validation documents of --text, as `xgrad train --val-fraction F` held them out (every
+// document when that leaves none), F from the model's metadata `meta`.
+std::vector<text::Document> validation_documents(const io::safetensors::Metadata& meta, const ConvertOptions& o) {
+  // The run's --val-fraction, which its model records (models saved before it did: 0.1).
+  double fraction = 0.1;
+  if (meta.count("val_fraction")) {
+    fraction = io::parse_double(meta.at("val_fraction"), "[checkpoint] " + o.in + ": metadata 'val_fraction'");
+    if (!(fraction > 0 && fraction <= 0.5))
+      throw FormatError("[checkpoint] " + o.in + ": metadata 'val_fraction' = " + shown_value(meta.at("val_fraction")) +
+                        " is not in (0, 0.5]");
+  }
+  // A run folder inside --text was left out of the run's text: leave the model's folder out
+  // here too when it lies inside the --text folder (and not when it holds the text).
+  std::error_code ec;
+  const fs::path run_dir = fs::weakly_canonical(fs::absolute(fs::path(o.in)).parent_path(), ec);
+  const fs::path text_dir = fs::weakly_canonical(fs::absolute(o.text), ec);
+  const std::string rel = ec ? std::string() : run_dir.lexically_relative(text_dir).string();
+  const bool run_inside_text = !rel.empty() && rel != "." && rel.compare(0, 2, "..") != 0;
+  const std::vector<text::Document> docs = text::list_documents(o.text, run_inside_text ? run_dir.string() : std::string());
+  std::vector<text::Document> tr, val;
+  text::split_documents(docs, fraction, tr, val);
+  if (val.empty()) val = docs;
+  return val;
+}
+
+// text: the validation documents of --text encoded with the checkpoint's own tokenizer, cut
+// into windows of the model's context as training's validation cuts them: at most 160 (10
+// batches of 16, as for charlm), evenly spread.
+void text_batches(const ModelInfo& info, const ConvertOptions& o, std::vector<Batch>& out) {
+  const io::safetensors::Metadata meta = io::safetensors::load_header(o.in).metadata;
+  const std::unique_ptr<text::Tokenizer> tok = text::tokenizer_of_metadata(meta, o.in);
+  std::vector<std::uint32_t> ids;
+  std::uint64_t bytes = 0;
+  for (const text::Document& d : validation_documents(meta, o)) {
+    for (std::int64_t id : tok->encode(text::read_document(d))) ids.push_back(static_cast<std::uint32_t>(id));
+    bytes += d.size;
+  }
+  const text::TokenFile tokens(std::move(ids), bytes);
+  const std::size_t T = info.config.context;
+  const text::ValidationWindows w = text::validation_windows(tokens.size(), T, 160);
+  if (w.starts.empty())
+    throw UsageError(op_message("convert", "--text '" + o.text + "': " + std::to_string(tokens.size()) +
+                                               " tokens; at least 2 are needed"));
+  for (std::size_t first = 0; first < w.starts.size(); first += 16) {
+    const std::size_t B = std::min<std::size_t>(16, w.starts.size() - first);
+    Batch b;
+    b.tokens = IndexArray({B, T}, std::vector<std::int64_t>(B * T, 0));
+    b.targets = IndexArray({B, T}, std::vector<std::int64_t>(B * T, kIgnore));
+    for (std::size_t s = 0; s < B; ++s) {
+      const std::uint64_t start = w.starts[first + s];
+      for (std::size_t t = 0; t < T && start + t + 1 < tokens.size(); ++t) {
+        b.tokens.data[s * T + t] = tokens[start + t];
+        b.targets.data[s * T + t] = tokens[start + t + 1];
+      }
+    }
+    out.push_back(std::move(b));
+  }
+}
+
 // The task's held-out data, in batches, as `xgrad train --seed S --heldout N` holds it out.
 std::vector<Batch> heldout_batches(const ModelInfo& info, const ConvertOptions& o) {
   std::vector<Batch> out;
-  const std::size_t chunk = 100;
-  auto size_param = [&](const char* key) {
-    auto it = info.task_params.find(key);
-    if (it == info.task_params.end()) throw FormatError("[convert] checkpoint metadata lacks '" + std::string(key) + "'");
-    return static_cast<std::size_t>(io::parse_uint(it->second, "[convert] checkpoint metadata '" + std::string(key) + "'"));
-  };
-  if (info.task == "sort") {
-    const SortTask task(size_param("n_digits"), size_param("n_values"));
-    const auto problems = task.heldout(o.heldout, o.seed + 1000);
-    const std::size_t n = task.n(), T = 2 * n;
-    for (std::size_t first = 0; first < problems.size(); first += chunk) {
-      Batch b;
-      b.problems.assign(problems.begin() + static_cast<long>(first),
-                        problems.begin() + static_cast<long>(std::min(problems.size(), first + chunk)));
-      const std::size_t B = b.problems.size();
-      b.tokens = IndexArray({B, T}, std::vector<std::int64_t>(B * T));
-      b.targets = IndexArray({B, T}, std::vector<std::int64_t>(B * T, kIgnore));
-      for (std::size_t s = 0; s < B; ++s) {
-        std::vector<std::int64_t> seq = task.prompt(b.problems[s]);
-        for (std::int64_t x : task.answer(b.problems[s])) seq.push_back(x);
-        for (std::size_t t = 0; t < T; ++t) {
-          b.tokens.data[s * T + t] = seq[t];
-          if (t >= n) b.targets.data[s * T + t] = seq[t + 1];  // the sorted half, as in training
-        }
-      }
-      out.push_back(std::move(b));
-    }
-  } else if (info.task == "reverse") {
-    const ReverseTask task(size_param("min_len"), size_param("max_len"));
-    const auto problems = task.heldout(o.heldout, o.seed + 1000);
-    for (std::size_t first = 0; first < problems.size(); first += chunk) {
-      Batch b;
-      b.problems.assign(problems.begin() + static_cast<long>(first),
-                        problems.begin() + static_cast<long>(std::min(problems.size(), first + chunk)));
-      b.seq2seq = task.make_batch(b.problems);
-      out.push_back(std::move(b));
-    }
-  } else if (info.task == "charlm") {
-    const CharLMTask task(o.text, info.config.context);
-    if (task.vocab().tokens != info.vocab.tokens)
-      throw UsageError(op_message("convert", "--text " + o.text + ": its characters are not the vocabulary of the checkpoint (" +
-                                                 std::to_string(task.vocab().size()) + " vs " +
-                                                 std::to_string(info.vocab.size()) + " tokens): pass the text it was trained on"));
-    Generator gen(o.seed + 2000);  // the validation batches of `xgrad train`
-    for (int i = 0; i < 10; ++i) {
-      const LMBatch lm = task.batch(16, gen, true);
-      Batch b;
-      b.tokens = lm.tokens;
-      b.targets = lm.targets;
-      out.push_back(std::move(b));
-    }
-  } else if (info.task == "text") {
-    // The validation documents of --text (as `xgrad train --val-fraction 0.1` holds them out;
-    // every document when that leaves none), encoded with the checkpoint's own tokenizer, cut
-    // into windows of the model's context as training's validation cuts them: at most 160
-    // (10 batches of 16, as for charlm), evenly spread.
-    const io::safetensors::Metadata meta = io::safetensors::load_header(o.in).metadata;
-    const std::unique_ptr<text::Tokenizer> tok = text::tokenizer_of_metadata(meta, o.in);
-    // The run's --val-fraction, which its model records (models saved before it did: 0.1).
-    double fraction = 0.1;
-    if (meta.count("val_fraction")) {
-      fraction = io::parse_double(meta.at("val_fraction"), "[checkpoint] " + o.in + ": metadata 'val_fraction'");
-      if (!(fraction > 0 && fraction <= 0.5))
-        throw FormatError("[checkpoint] " + o.in + ": metadata 'val_fraction' = " + shown_value(meta.at("val_fraction")) +
-                          " is not in (0, 0.5]");
-    }
-    // A run folder inside --text was left out of the run's text: leave the model's folder out
-    // here too when it lies inside the --text folder (and not when it holds the text).
-    std::error_code ec;
-    const fs::path run_dir = fs::weakly_canonical(fs::absolute(fs::path(o.in)).parent_path(), ec);
-    const fs::path text_dir = fs::weakly_canonical(fs::absolute(o.text), ec);
-    const std::string rel = ec ? std::string() : run_dir.lexically_relative(text_dir).string();
-    const bool run_inside_text = !rel.empty() && rel != "." && rel.compare(0, 2, "..") != 0;
-    const std::vector<text::Document> docs = text::list_documents(o.text, run_inside_text ? run_dir.string() : std::string());
-    std::vector<text::Document> tr, val;
-    text::split_documents(docs, fraction, tr, val);
-    if (val.empty()) val = docs;
-    std::vector<std::uint32_t> ids;
-    std::uint64_t bytes = 0;
-    for (const text::Document& d : val) {
-      for (std::int64_t id : tok->encode(text::read_document(d))) ids.push_back(static_cast<std::uint32_t>(id));
-      bytes += d.size;
-    }
-    const text::TokenFile tokens(std::move(ids), bytes);
-    const std::size_t T = info.config.context;
-    const text::ValidationWindows w = text::validation_windows(tokens.size(), T, 160);
-    if (w.starts.empty())
-      throw UsageError(op_message("convert", "--text '" + o.text + "': " + std::to_string(tokens.size()) +
-                                                 " tokens; at least 2 are needed"));
-    for (std::size_t first = 0; first < w.starts.size(); first += 16) {
-      const std::size_t B = std::min<std::size_t>(16, w.starts.size() - first);
-      Batch b;
-      b.tokens = IndexArray({B, T}, std::vector<std::int64_t>(B * T, 0));
-      b.targets = IndexArray({B, T}, std::vector<std::int64_t>(B * T, kIgnore));
-      for (std::size_t s = 0; s < B; ++s) {
-        const std::uint64_t start = w.starts[first + s];
-        for (std::size_t t = 0; t < T && start + t + 1 < tokens.size(); ++t) {
-          b.tokens.data[s * T + t] = tokens[start + t];
-          b.targets.data[s * T + t] = tokens[start + t + 1];
-        }
-      }
-      out.push_back(std::move(b));
-    }
-  } else {
+  if (info.task == "sort")
+    sort_batches(info, o, out);
+  else if (info.task == "reverse")
+    reverse_batches(info, o, out);
+  else if (info.task == "charlm")
+    charlm_batches(info, o, out);
+  else if (info.task == "text")
+    text_batches(info, o, out);
+  else
     throw FormatError("[convert] unknown task '" + info.task + "' in the checkpoint");
-  }
   return out;
 }
 
