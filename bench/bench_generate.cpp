@@ -1,14 +1,14 @@
 // Generation speed of a Llama model (issue 19, "Performance"): prefill and decode tokens per
-// second through train::generate with the KV cache, the path `xgrad generate` takes.
+// second through nn::generate with the KV cache, the path `xgrad generate` takes.
 //
 // Model: nn::GPT with arch llama (RMSNorm, RoPE, SwiGLU, no biases, tied classifier unless
 // --untied) in the shape of llama2.c's stories15M or stories42M, random weights from --seed
 // (nn::GPT's own initialisation; speed does not depend on the values).
 //
 //   prefill: a prompt of --prompt random tokens, one logits_cached call, then one greedy pick
-//            (train::generate with max_new 1): --prompt / time tokens per second.
+//            (nn::generate with max_new 1): --prompt / time tokens per second.
 //   decode:  from the 1-token prompt {1} (llama2.c's BOS), --new greedy tokens one at a time
-//            (train::generate with max_new --new: --new forward passes at positions
+//            (nn::generate with max_new --new: --new forward passes at positions
 //            0 .. --new - 1): --new / time tokens per second, the figure llama2.c's run.c prints
 //            as "achieved tok/s" (its forward passes at positions 1 .. n-1, one token each).
 //
@@ -21,7 +21,7 @@
 #include "bench/common.hpp"
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/nn/transformer.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 
 using namespace xg;
 
@@ -85,13 +85,13 @@ void run(const bench::GenerateFlags& f) {
   bench::print_header("bench_generate", "xgrad", f);
   bench::print_line("parameters: " + std::to_string(model.parameter_count()));
 
-  train::SampleOptions greedy;  // temperature 0, KV cache on, no stop token
-  train::Generation last;
+  nn::SampleOptions greedy;  // temperature 0, KV cache on, no stop token
+  nn::Generation last;
   const std::vector<double> prefill_ms = bench::time_reps(f.warmup, f.reps, [&] {
-    last = train::generate(model, {prompt}, 1, greedy);
+    last = nn::generate(model, {prompt}, 1, greedy);
   });
   const std::vector<double> decode_ms = bench::time_reps(f.warmup, f.reps, [&] {
-    last = train::generate(model, {{1}}, f.new_tokens, greedy);
+    last = nn::generate(model, {{1}}, f.new_tokens, greedy);
   });
   const std::vector<std::int64_t>& ids = last.tokens.at(0);
   if (ids.size() != f.new_tokens)
@@ -117,6 +117,6 @@ void run(const bench::GenerateFlags& f) {
 int main(int argc, char** argv) {
   bench::GenerateFlags f;
   return bench::run_program("bench_generate",
-                            "Prefill and decode tokens/s of a Llama model through train::generate (KV cache), xgrad",
+                            "Prefill and decode tokens/s of a Llama model through nn::generate (KV cache), xgrad",
                             argc, argv, f, run);
 }

@@ -22,7 +22,7 @@
 #include <xgrad/ops/join.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/text/corpus.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/runs/plots.hpp>
 #include <xgrad/version.hpp>
 
@@ -268,8 +268,8 @@ struct Outcome {
   const train::LoadedModel& m;
   const Text& text;
   const text::Vocabulary& vocab;
-  const train::SampleOptions& so;
-  const train::Generation& g;
+  const nn::SampleOptions& so;
+  const nn::Generation& g;
   std::size_t max_new;  // after the context window
   std::string generated_text, line;
   const std::vector<std::int64_t>& seq;
@@ -328,7 +328,7 @@ json attention_json(const GenerateArgs& a, const Outcome& r) {
 json generation_json(const GenerateArgs& a, const Outcome& r) {
   const nn::TransformerConfig& c = r.m.info.config;
   const std::vector<std::int64_t>& out = r.g.tokens[0];
-  const train::SampleOptions& so = r.so;
+  const nn::SampleOptions& so = r.so;
   json j;
   j["command"] = "generate";
   j["xgrad_version"] = XGRAD_VERSION_STRING;
@@ -401,19 +401,19 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   // One pool for everything (OpenBLAS runs single-threaded inside it), as in train.
   set_num_threads(thread_count(a.threads));
   Generator gen(a.seed);
-  train::SampleOptions so;
+  nn::SampleOptions so;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
   if (text.llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
-  train::Generation g;
+  nn::Generation g;
   if (m.gpt) {
-    g = train::generate(*m.gpt, {prompt}, max_new, so);
+    g = nn::generate(*m.gpt, {prompt}, max_new, so);
   } else {  // encoder-decoder: the prompt is the source
     so.stop_token = vocab.id(">");
     std::vector<std::size_t> len{prompt.size()};
-    g = train::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
+    g = nn::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
   }
   const std::vector<std::int64_t>& out = g.tokens[0];
   const std::string new_text = generated_text(text, vocab, out);

@@ -17,7 +17,7 @@
 #include <xgrad/xgrad.hpp>
 
 #include "flags.hpp"
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/train/tasks.hpp>
 
 using namespace xg;
@@ -63,7 +63,7 @@ double exact_match(nn::GPT& model, const train::SortTask& task, const std::vecto
   std::vector<std::vector<std::int64_t>> prompts;
   for (const auto& d : problems) prompts.push_back(task.prompt(d));
   model.eval();
-  const train::Generation g = train::generate(model, prompts, task.n());  // greedy, KV cache
+  const nn::Generation g = nn::generate(model, prompts, task.n());  // greedy, KV cache
   model.train();
   std::size_t right = 0;
   for (std::size_t i = 0; i < problems.size(); ++i) {

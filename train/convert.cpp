@@ -10,7 +10,7 @@
 #include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/train/tasks.hpp>
 #include <xgrad/text/corpus.hpp>
 
@@ -199,15 +199,15 @@ std::size_t exact_matches(LoadedModel& m, const Batch& b, const ModelInfo& info)
     const SortTask task(size_param("n_digits"), size_param("n_values"));
     std::vector<std::vector<std::int64_t>> prompts;
     for (const auto& d : b.problems) prompts.push_back(task.prompt(d));
-    const Generation g = generate(*m.gpt, prompts, task.n());
+    const nn::Generation g = nn::generate(*m.gpt, prompts, task.n());
     for (std::size_t i = 0; i < b.problems.size(); ++i) right += g.tokens[i] == task.answer(b.problems[i]);
     return right;
   }
   auto size_param = [&](const char* k) { return static_cast<std::size_t>(io::parse_uint(info.task_params.at(k), k)); };
   const ReverseTask task(size_param("min_len"), size_param("max_len"));
-  SampleOptions so;
+  nn::SampleOptions so;
   so.stop_token = task.eos();
-  const Generation g = generate(*m.encdec, b.seq2seq.src, b.seq2seq.src_lengths, task.bos(), task.max_len() + 1, so);
+  const nn::Generation g = nn::generate(*m.encdec, b.seq2seq.src, b.seq2seq.src_lengths, task.bos(), task.max_len() + 1, so);
   for (std::size_t i = 0; i < b.problems.size(); ++i) {
     std::vector<std::int64_t> want(b.problems[i].rbegin(), b.problems[i].rend());
     want.push_back(task.eos());

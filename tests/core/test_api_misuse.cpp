@@ -12,7 +12,7 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/train/tasks.hpp>
 #include <xgrad/train/trainer.hpp>
 

@@ -11,7 +11,7 @@
 
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/runtime.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include "tests/support/helpers.hpp"
 
 using namespace xg;
@@ -183,10 +183,10 @@ TEST_CASE("pool: decoding steps give the same logits for any thread count and th
     nn::GPT model(c, g);
     std::vector<std::int64_t> prompt(12);
     for (auto& t : prompt) t = static_cast<std::int64_t>(g.below(c.V_vocab));
-    std::vector<train::Generation> runs;
+    std::vector<nn::Generation> runs;
     for (int n : {1, 2, 3}) {
       Threads t(n);
-      runs.push_back(train::generate(model, {prompt}, 6));
+      runs.push_back(nn::generate(model, {prompt}, 6));
     }
     for (std::size_t r = 1; r < runs.size(); ++r) {
       CHECK(runs[r].tokens == runs[0].tokens);

@@ -11,7 +11,7 @@
 #include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/convert.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -241,7 +241,7 @@ TEST_CASE("convert: a trained checkpoint converts, loads, generates and uptrains
   train::LoadedModel m = train::load_model(co.out);
   CHECK(m.info.config.H_kv == 2);
   CHECK(m.info.task == "sort");
-  const train::Generation g = train::generate(*m.gpt, {{1, 2, 3, 4, 10}}, 4);
+  const nn::Generation g = nn::generate(*m.gpt, {{1, 2, 3, 4, 10}}, 4);
   CHECK(g.tokens[0].size() == 4);
   const io::safetensors::File f = io::safetensors::load(co.out);
   CHECK(f.metadata.at("converted_from_H_kv") == "4");

@@ -5,7 +5,7 @@
 // Loads a checkpoint written by `xgrad import llama2c` as `xgrad generate` does
 // (train::load_model), and writes one JSON object: the float32 logits of the token sequence IDS
 // (comma-separated) at every position, the logits of the same weights in float64, and the greedy
-// continuation of the first PROMPT_LEN ids by MAX_NEW tokens (train::generate, with and without the KV cache).
+// continuation of the first PROMPT_LEN ids by MAX_NEW tokens (nn::generate, with and without the KV cache).
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -14,7 +14,7 @@
 #include "tests/support/json_text.hpp"
 #include <xgrad/xgrad.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 
 using namespace xg;
 using namespace xgt::json_text;
@@ -52,10 +52,10 @@ int main(int argc, char** argv) {
     m64.set_weights(w64);
     const Array logits64 = m64.logits(tokens).value();
 
-    train::SampleOptions so;
-    const train::Generation cached = train::generate(m, {prompt}, max_new, so);
+    nn::SampleOptions so;
+    const nn::Generation cached = nn::generate(m, {prompt}, max_new, so);
     so.use_kv_cache = false;
-    const train::Generation full = train::generate(m, {prompt}, max_new, so);
+    const nn::Generation full = nn::generate(m, {prompt}, max_new, so);
 
     const std::string out = "{\"dtype\":" + jstr(dtype_name(m.config().dtype)) + ",\"logits_f32\":" + jarray(logits32) +
                             ",\"logits_f64\":" + jarray(logits64) + ",\"greedy\":" + jints64(cached.tokens[0]) +

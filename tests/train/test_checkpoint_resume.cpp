@@ -16,7 +16,7 @@
 #include "tests/support/tiny_runs.hpp"
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/train/tasks.hpp>
 #include <xgrad/text/corpus.hpp>

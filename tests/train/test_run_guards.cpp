@@ -15,7 +15,7 @@
 #include "tests/support/tiny_runs.hpp"
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/io/number.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/train/tasks.hpp>
 #include <xgrad/train/trainer.hpp>
 
@@ -123,11 +123,11 @@ TEST_CASE("generate: non-finite parameters are refused and no token comes from n
   io::safetensors::save(model.string(), f.tensors, f.metadata);
   CHECK_THROWS_WITH(train::load_model(model.string()),
                     Catch::Contains("ln_f.gamma") && Catch::Contains("element 3") && Catch::Contains("finite"));
-  train::SampleOptions so;
-  CHECK_THROWS_WITH(train::pick_token({0.1, std::nan(""), 0.3}, so), Catch::Contains("token 1"));
+  nn::SampleOptions so;
+  CHECK_THROWS_WITH(nn::pick_token({0.1, std::nan(""), 0.3}, so), Catch::Contains("token 1"));
   Generator g(1);
   so.generator = &g;
   so.temperature = 1.0;
-  CHECK_THROWS_AS(train::pick_token({0.1, std::numeric_limits<double>::infinity()}, so), ValueError);
+  CHECK_THROWS_AS(nn::pick_token({0.1, std::numeric_limits<double>::infinity()}, so), ValueError);
   fs::remove_all(dir);
 }

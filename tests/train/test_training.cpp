@@ -13,7 +13,7 @@
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/runs/plots.hpp>
 #include <xgrad/train/trainer.hpp>
 
@@ -218,12 +218,12 @@ TEST_CASE("generate: each of stop_tokens ends a sample after that token as stop_
   // Sampled (seeded), so that the unstopped sequence holds several different tokens.
   const auto sample = [&](const std::vector<std::int64_t>& stops, std::int64_t stop) {
     Generator s(11);
-    train::SampleOptions o;
+    nn::SampleOptions o;
     o.temperature = 2.0;
     o.generator = &s;
     o.stop_tokens = stops;
     o.stop_token = stop;
-    return train::generate(gpt, {{1, 2}}, 20, o).tokens[0];
+    return nn::generate(gpt, {{1, 2}}, 20, o).tokens[0];
   };
   const std::vector<std::int64_t> all = sample({}, -1);
   REQUIRE(all.size() == 20);
@@ -250,9 +250,9 @@ TEST_CASE("generate: KV cache and full recomputation give the same tokens and lo
   nn::GPT gpt(c, g);
   gpt.eval();
   const std::vector<std::vector<std::int64_t>> prompts = {{1, 2, 3, 4}, {9, 9, 0, 10}};
-  train::SampleOptions with, without;
+  nn::SampleOptions with, without;
   without.use_kv_cache = false;
-  const auto a = train::generate(gpt, prompts, 10, with), b = train::generate(gpt, prompts, 10, without);
+  const auto a = nn::generate(gpt, prompts, 10, with), b = nn::generate(gpt, prompts, 10, without);
   CHECK(a.tokens == b.tokens);
   REQUIRE(a.logits.size() == b.logits.size());
   for (std::size_t i = 0; i < a.logits.size(); ++i) CHECK(max_abs_diff(a.logits[i], b.logits[i]) < 1e-5);
@@ -262,7 +262,7 @@ TEST_CASE("generate: KV cache and full recomputation give the same tokens and lo
   with.top_k = without.top_k = 5;
   with.generator = &s1;
   without.generator = &s2;
-  CHECK(train::generate(gpt, prompts, 10, with).tokens == train::generate(gpt, prompts, 10, without).tokens);
+  CHECK(nn::generate(gpt, prompts, 10, with).tokens == nn::generate(gpt, prompts, 10, without).tokens);
 
   nn::TransformerConfig e = c;
   e.V_vocab = 13;
@@ -270,10 +270,10 @@ TEST_CASE("generate: KV cache and full recomputation give the same tokens and lo
   ed.eval();
   const IndexArray src({2, 5}, {1, 2, 3, 10, 10, 4, 5, 6, 7, 8});
   const std::vector<std::size_t> lengths{3, 5};
-  train::SampleOptions cached, recomputed;
+  nn::SampleOptions cached, recomputed;
   recomputed.use_kv_cache = false;
-  const auto x = train::generate(ed, src, lengths, 11, 8, cached);
-  const auto z = train::generate(ed, src, lengths, 11, 8, recomputed);
+  const auto x = nn::generate(ed, src, lengths, 11, 8, cached);
+  const auto z = nn::generate(ed, src, lengths, 11, 8, recomputed);
   CHECK(x.tokens == z.tokens);
   REQUIRE(x.logits.size() == z.logits.size());
   for (std::size_t i = 0; i < x.logits.size(); ++i) CHECK(max_abs_diff(x.logits[i], z.logits[i]) < 1e-5);

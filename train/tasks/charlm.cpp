@@ -13,7 +13,7 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 
 #include "common.hpp"
 #include <xgrad/io/input_file.hpp>

@@ -5,7 +5,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/ops/dropout.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 
 namespace xg::train {
 
@@ -81,7 +81,7 @@ LMBatch shard_of(LMBatch b, const dist::Shard& shard, std::size_t batch, double*
 
 std::vector<std::int64_t> continue_text(nn::GPT& gpt, const std::vector<std::int64_t>& prompt, std::size_t context,
                                         std::size_t count, Generator& gen) {
-  SampleOptions so;
+  nn::SampleOptions so;
   so.temperature = 0.8;
   so.generator = &gen;
   std::vector<std::int64_t> text = prompt, written;
@@ -89,7 +89,7 @@ std::vector<std::int64_t> continue_text(nn::GPT& gpt, const std::vector<std::int
     const std::size_t keep = std::min(text.size(), std::max<std::size_t>(1, context / 2));
     const std::vector<std::int64_t> window(text.end() - static_cast<long>(keep), text.end());
     const std::size_t n = std::min<std::size_t>(count - written.size(), context - keep);
-    const Generation g = generate(gpt, {window}, n, so);
+    const nn::Generation g = nn::generate(gpt, {window}, n, so);
     text.insert(text.end(), g.tokens[0].begin(), g.tokens[0].end());
     written.insert(written.end(), g.tokens[0].begin(), g.tokens[0].end());
   }

@@ -12,7 +12,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/ops/dropout.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 
 #include "common.hpp"
 #include "heldout.hpp"
@@ -128,9 +128,9 @@ class ReverseTraining : public Task {
       const std::vector<std::vector<std::int64_t>> mine(heldout_.begin() + static_cast<long>(first),
                                                         heldout_.begin() + static_cast<long>(last));
       const Seq2SeqBatch b = data_.make_batch(mine);
-      SampleOptions so;
+      nn::SampleOptions so;
       so.stop_token = data_.eos();
-      const Generation g = generate(*model_, b.src, b.src_lengths, data_.bos(), data_.max_len() + 1, so);
+      const nn::Generation g = nn::generate(*model_, b.src, b.src_lengths, data_.bos(), data_.max_len() + 1, so);
       for (std::size_t i = 0; i < mine.size(); ++i) {
         std::vector<std::int64_t> want(mine[i].rbegin(), mine[i].rend());
         want.push_back(data_.eos());

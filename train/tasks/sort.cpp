@@ -11,7 +11,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/distributed/communicator.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 
 #include "common.hpp"
 #include "heldout.hpp"
@@ -110,7 +110,7 @@ class SortTraining : public GPTTask {
                                                                           std::size_t& right) {
       std::vector<std::vector<std::int64_t>> prompts;
       for (std::size_t i = first; i < last; ++i) prompts.push_back(data_.prompt(heldout_[i]));
-      const Generation g = generate(*gpt_, prompts, data_.n());
+      const nn::Generation g = nn::generate(*gpt_, prompts, data_.n());
       for (std::size_t i = 0; i < prompts.size(); ++i) {
         right += exact_match(info_.vocab, prompts[i], g.tokens[i], data_.answer(heldout_[first + i]), i, samples);
       }

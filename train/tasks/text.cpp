@@ -15,7 +15,7 @@
 #include <xgrad/distributed/data_parallel.hpp>
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/input_file.hpp>
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/train/evaluation.hpp>
 

@@ -1,4 +1,4 @@
-#include <xgrad/train/generate.hpp>
+#include <xgrad/nn/generate.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/ops/join.hpp>
 
-namespace xg::train {
+namespace xg::nn {
 
 namespace {
 
@@ -101,7 +101,7 @@ std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& 
   return static_cast<std::int64_t>(order[k - 1]);
 }
 
-Generation generate(nn::GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,
+Generation generate(GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,
                     const SampleOptions& opts) {
   if (prompts.empty() || prompts[0].empty()) throw ValueError(op_message("generate", "needs non-empty prompts"));
   NoGradGuard ng;
@@ -123,7 +123,7 @@ Generation generate(nn::GPT& model, const std::vector<std::vector<std::int64_t>>
       });
 }
 
-Generation generate(nn::EncoderDecoder& model, const IndexArray& src, const std::vector<std::size_t>& src_lengths,
+Generation generate(EncoderDecoder& model, const IndexArray& src, const std::vector<std::size_t>& src_lengths,
                     std::int64_t bos, std::size_t max_new, const SampleOptions& opts) {
   NoGradGuard ng;
   const std::size_t B = src.shape[0];
@@ -150,4 +150,4 @@ Generation generate(nn::EncoderDecoder& model, const IndexArray& src, const std:
       });
 }
 
-}  // namespace xg::train
+}  // namespace xg::nn

@@ -10,7 +10,7 @@
 #include <xgrad/core/random.hpp>
 #include <xgrad/nn/transformer.hpp>
 
-namespace xg::train {
+namespace xg::nn {
 
 /// How the next token is chosen, and whether the KV cache is used.
 struct SampleOptions {
@@ -35,12 +35,12 @@ struct Generation {
 /// prompts: B sequences of equal length >= 1; generates max_new tokens (fewer if every
 /// sample hit stop_token). Runs under no_grad. ValueError for empty or unequal prompts and
 /// for non-finite logits.
-Generation generate(nn::GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,
+Generation generate(GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,
                     const SampleOptions& opts = {});
 
 /// Encoder-decoder: encodes the padded sources `src` [B, S] (real lengths `src_lengths`) once,
 /// then decodes from the token `bos`, up to max_new tokens. Runs under no_grad.
-Generation generate(nn::EncoderDecoder& model, const IndexArray& src, const std::vector<std::size_t>& src_lengths,
+Generation generate(EncoderDecoder& model, const IndexArray& src, const std::vector<std::size_t>& src_lengths,
                     std::int64_t bos, std::size_t max_new, const SampleOptions& opts = {});
 
 /// Picks the next token from one row of logits, as `opts` says. ValueError for an empty or
@@ -48,4 +48,4 @@ Generation generate(nn::EncoderDecoder& model, const IndexArray& src, const std:
 /// the sampling weights overflow.
 std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& opts);
 
-}  // namespace xg::train
+}  // namespace xg::nn
