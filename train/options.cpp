@@ -113,7 +113,12 @@ std::vector<OptionSpec> make_schema() {
                            "options and weights"),
                        "")),
       range(row("steps", "--steps", &O::steps, "training steps (0: task default)"), 1, kBig),
-      range(row("batch", "--batch", &O::batch, "sequences per step"), 1, 65536),
+      range(row("batch", "--batch", &O::batch, "sequences per step (per micro-batch with --grad-accum)"), 1, 65536),
+      added(range(row("grad_accum", "--grad-accum", &O::grad_accum,
+                      "micro-batches of --batch sequences per optimizer step: the step's batch is their sum, "
+                      "its memory that of one"),
+                  1, 4096),
+            "1"),
       no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
                        1, true)),
       range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),

@@ -31,6 +31,7 @@ struct TrainOptions {
 
   std::int64_t steps = 0;  ///< Training steps; 0: the task's default (`--steps`).
   std::size_t batch = 64;  ///< Sequences per step, over all ranks (`--batch`).
+  std::size_t grad_accum = 1;  ///< Micro-batches of `batch` sequences per optimizer step (`--grad-accum`).
   double lr = 0.0;  ///< Peak learning rate, in (0, 1]; 0: the task's default (`--lr`).
   double min_lr_ratio = 0.1;  ///< The cosine schedule's final learning rate, as a fraction of lr.
   std::int64_t warmup = 100;  ///< Linear warmup steps (`--warmup`).

@@ -36,6 +36,7 @@
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/runs/run_folder.hpp>
+#include <xgrad/train/detail/grad_accum.hpp>
 #include <xgrad/train/detail/train_state.hpp>
 #include <xgrad/runs/plots.hpp>
 #include <xgrad/train/task.hpp>
@@ -436,7 +437,10 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
   const std::string kind = info.kind == "gpt" ? nn::architecture_name(info.config.arch) : info.kind;
   s.console.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
         << "/" << info.config.H_kv << " (q/kv), layers " << o.layers << ", " << s.model.task->module().parameter_count()
-        << " parameters; " << o.steps << " steps of batch " << o.batch << ", lr " << number_text(o.lr) << ", seed " << o.seed
+        << " parameters; " << o.steps << " steps of batch " << o.batch * o.grad_accum
+        << (o.grad_accum > 1 ? " (" + std::to_string(o.grad_accum) + " micro-batches of " + std::to_string(o.batch) + ")"
+                             : std::string())
+        << ", lr " << number_text(o.lr) << ", seed " << o.seed
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
@@ -461,20 +465,31 @@ double train_step(Session& s, std::int64_t step, const dist::Shard& shard, dist:
                   double* grad_norm, int* signal) {
   Tape tape;
   s.model.opt->lr = nn::warmup_cosine(step - 1, s.o.warmup, s.o.steps, s.o.lr, s.o.lr * s.o.min_lr_ratio);
-  double weight = 1.0;
-  Tensor loss = s.model.task->loss(s.o.batch, s.data, s.dropout, shard, &weight);
   double l = 0;
   *signal = 0;
-  if (s.world == 1) {
-    loss.backward();
-    l = loss.item();
+  if (s.o.grad_accum > 1) {
+    // --grad-accum K: K micro-batches, each differentiated on its own; then the ranks' sums.
+    l = accumulate_gradients(*s.model.task, s.o.batch, s.o.grad_accum, s.data, s.dropout, shard);
+    if (s.world > 1) {
+      reducer.reduce();
+      l = s.comm.all_reduce(l, dist::ReduceOp::sum);
+    }
   } else {
-    // d(weight * loss): the ranks' gradients sum to the gradient of the global batch's mean.
-    BackwardOptions bo;
-    bo.on_leaf_grad = reducer.hook();
-    xg::backward(loss, Array::full(loss.shape(), weight, loss.dtype()), bo);
-    reducer.reduce();
-    l = s.comm.all_reduce(loss.item() * weight, dist::ReduceOp::sum);
+    double weight = 1.0;
+    Tensor loss = s.model.task->loss(s.o.batch, s.data, s.dropout, shard, &weight);
+    if (s.world == 1) {
+      loss.backward();
+      l = loss.item();
+    } else {
+      // d(weight * loss): the ranks' gradients sum to the gradient of the global batch's mean.
+      BackwardOptions bo;
+      bo.on_leaf_grad = reducer.hook();
+      xg::backward(loss, Array::full(loss.shape(), weight, loss.dtype()), bo);
+      reducer.reduce();
+      l = s.comm.all_reduce(loss.item() * weight, dist::ReduceOp::sum);
+    }
+  }
+  if (s.world > 1) {
     // A signal on any rank stops every rank after this step.
     const int mine = s.o.stop_signal ? static_cast<int>(*s.o.stop_signal) : 0;
     *signal = static_cast<int>(s.comm.all_reduce(static_cast<double>(mine), dist::ReduceOp::max));
@@ -518,7 +533,7 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
     recent = step == s.start + 1 ? l : 0.9 * recent + 0.1 * l;
     const double elapsed = seconds_since(t0);
     const double tps =
-        static_cast<double>(task.tokens_per_batch(o.batch) * static_cast<std::size_t>(step - s.start)) /
+        static_cast<double>(task.tokens_per_batch(o.batch * o.grad_accum) * static_cast<std::size_t>(step - s.start)) /
         std::max(elapsed, 1e-9);
     const bool val_now = task.has_validation() && ((o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps);
     const double val = val_now ? task.validation_loss(s.comm) : 0.0;
@@ -665,7 +680,7 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   build(s);
   open_run_folder(s);
 
-  const dist::Shard shard = dist::shard_of(s.o.batch, comm.rank(), s.world);
+  const dist::Shard shard = dist::shard_of(s.o.batch * s.o.grad_accum, comm.rank(), s.world);
   dist::GradientReducer::Options ro;
   ro.bucket_bytes = s.o.dist_bucket_kib * 1024;
   ro.overlap = s.o.dist_overlap;

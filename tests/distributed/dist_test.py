@@ -161,14 +161,21 @@ def equivalence(r, a):
     base = TASKS[a.task] + SMALL + ["--steps", "20", "--dtype", a.dtype]
     one, two = r.fresh(f"eq-{a.task}-{a.dtype}-1"), r.fresh(f"eq-{a.task}-{a.dtype}-2")
     r.run(0, base + ["--out", one])
-    _, out, _ = r.run(2, base + ["--out", two, "--dist-check-every", "1"] + (["--dist-overlap"] if a.overlap else []))
+    many = base
+    if a.grad_accum > 1:  # the same global batch as K micro-batches of batch / K on the ranks
+        many = base[:]
+        i = many.index("--batch") + 1
+        many[i] = str(int(many[i]) // a.grad_accum)
+        many += ["--grad-accum", str(a.grad_accum)]
+    _, out, _ = r.run(2, many + ["--out", two, "--dist-check-every", "1"] + (["--dist-overlap"] if a.overlap else []))
     # One final metric line (charlm, the text task, prints train_loss and best_val_loss RESULT
     # lines before it).
     finals = [ln for ln in out.splitlines()
               if ln.startswith(("RESULT heldout_exact_match ", "RESULT val_loss ", "RESULT val_bits_per_byte "))]
     if len(finals) != 1 or "data parallel:" not in out:
         fail(f"2 ranks: expected one final RESULT line and the data-parallel summary:\n{out}")
-    compare_runs(one, two, a.tol, f"{a.task} {a.dtype}, 1 process vs 2 ranks" + (" (overlap)" if a.overlap else ""))
+    compare_runs(one, two, a.tol, f"{a.task} {a.dtype}, 1 process vs 2 ranks" + (" (overlap)" if a.overlap else "") +
+                 (f" accumulating {a.grad_accum} micro-batches" if a.grad_accum > 1 else ""))
 
 
 def resume(r, a):
@@ -439,6 +446,7 @@ def main():
     ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     ap.add_argument("--tol", type=float, default=1e-10)
     ap.add_argument("--overlap", action="store_true")
+    ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--kills", type=int, default=4)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
