@@ -6,6 +6,8 @@
 // decodes with a tokenizer file (a llama2.c tokenizer.bin: BOS first, stop at BOS or EOS).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -35,7 +37,7 @@ using json = nlohmann::ordered_json;
 struct GenerateArgs {
   std::string checkpoint, prompt, attention_map, json_path, tokenizer;
   std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5;
-  double temperature = 0.0;
+  double temperature = 0.0, top_p = 1.0;
   std::uint64_t seed = 0;
   bool no_kv_cache = false, json_attention = false, overwrite = false;
   std::size_t threads = 0;  // xgrad worker threads, as train's --threads (0: the cores)
@@ -120,6 +122,10 @@ void check_flags(const GenerateArgs& a, const CLI::App& cmd) {
   if (a.top_k > 0 && a.temperature == 0.0)
     usage("--top-k " + std::to_string(a.top_k) + " needs --temperature > 0 (greedy decoding always takes the most "
                                                   "likely token)");
+  if (!(a.top_p > 0.0 && a.top_p <= 1.0)) usage("--top-p " + number_text(a.top_p) + ": must be in (0, 1]");
+  if (cmd.count("--top-p") > 0 && a.temperature == 0.0)
+    usage("--top-p " + number_text(a.top_p) + " needs --temperature > 0 (greedy decoding always takes the most "
+                                              "likely token)");
   const bool want_attention = !a.attention_map.empty() || a.json_attention;
   for (const char* flag : {"--layer", "--head"})
     if (cmd.count(flag) > 0 && !want_attention) usage(std::string(flag) + " needs --attention-map or --json-attention");
@@ -345,6 +351,7 @@ json generation_json(const GenerateArgs& a, const Outcome& r) {
   j["sampling"] = {{"mode", a.temperature == 0.0 ? "greedy" : "sample"},
                    {"temperature", a.temperature},
                    {"top_k", a.top_k},
+                   {"top_p", a.top_p},
                    {"seed", a.seed},
                    {"kv_cache", !a.no_kv_cache},
                    {"max_new", a.max_new},
@@ -404,10 +411,12 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   nn::SampleOptions so;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
+  so.top_p = a.top_p;
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
   if (text.llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
   nn::Generation g;
+  const auto t0 = std::chrono::steady_clock::now();
   if (m.gpt) {
     g = nn::generate(*m.gpt, {prompt}, max_new, so);
   } else {  // encoder-decoder: the prompt is the source
@@ -415,6 +424,7 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
     std::vector<std::size_t> len{prompt.size()};
     g = nn::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::vector<std::int64_t>& out = g.tokens[0];
   const std::string new_text = generated_text(text, vocab, out);
   const std::string line = m.gpt ? a.prompt + new_text : a.prompt + " -> " + new_text;
@@ -425,10 +435,19 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   const Attention attention = want_attention ? attention_of(a, m, seq) : Attention{};
   json picture;
   if (!a.attention_map.empty()) picture = draw_map(a, attention, vocab, prompt, seq, out.size());
-  if (a.json_path.empty()) return;
-  const Outcome r{m, text, vocab, so, g, max_new, new_text, line, seq, attention, picture};
-  write_json("generate", "--json", a.json_path,
-             generation_json(a, r).dump(2, ' ', false, json::error_handler_t::replace));
+  if (!a.json_path.empty()) {
+    const Outcome r{m, text, vocab, so, g, max_new, new_text, line, seq, attention, picture};
+    write_json("generate", "--json", a.json_path,
+               generation_json(a, r).dump(2, ' ', false, json::error_handler_t::replace));
+  }
+  // Last, once every output is written (a failure stays one line): as run.c's "achieved
+  // tok/s", the speed of the generation alone (not loading or drawing), on stderr. Not when the
+  // results could not be written (the program then says so, in one line).
+  if (!std::cout.flush()) return;
+  char speed[96];
+  std::snprintf(speed, sizeof speed, "xgrad: %zu tokens in %.3f s (%.1f tok/s)\n", out.size(), seconds,
+                seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0);
+  std::cerr << speed;
 }
 
 }  // namespace
@@ -455,6 +474,10 @@ void add_generate(CLI::App& app) {
   o.add(value_flag("temperature", "--temperature", "0: greedy; in [0.001, 1000]: sample"), a->temperature);
   o.add(value_flag("top_k", "--top-k", "sample among the k most likely tokens (0: all; needs --temperature > 0)"),
         a->top_k);
+  o.add(value_flag("top_p", "--top-p",
+                   "nucleus sampling: among the most likely tokens whose probabilities reach this share, in (0, 1] "
+                   "(1: all; needs --temperature > 0)"),
+        a->top_p);
   o.add(shared::seed().with_help("sampling seed"), a->seed);
   o.add(value_flag("no_kv_cache", "--no-kv-cache", "recompute the whole prefix at every step"), a->no_kv_cache);
   o.add(shared::threads(), a->threads);

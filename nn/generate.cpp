@@ -82,6 +82,8 @@ std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& 
   if (opts.temperature == 0.0)
     return static_cast<std::int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   if (!opts.generator) throw ValueError(op_message("generate", "sampling with temperature > 0 needs a generator"));
+  if (!(opts.top_p > 0.0 && opts.top_p <= 1.0))
+    throw ValueError(op_message("generate", "top_p must be in (0, 1], got " + number_text(opts.top_p)));
   std::vector<std::size_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return logits[a] > logits[b]; });
@@ -93,12 +95,18 @@ std::int64_t pick_token(const std::vector<double>& logits, const SampleOptions& 
   if (!std::isfinite(z) || !(z > 0.0))
     throw ValueError(op_message("generate", "temperature " + std::to_string(opts.temperature) +
                                                 " makes the sampling weights overflow"));
+  std::size_t n = k;
+  if (opts.top_p < 1.0) {  // the smallest prefix of the sorted tokens whose mass reaches top_p
+    double mass = 0;
+    for (n = 0; n < k && mass < opts.top_p * z;) mass += p[n++];
+    z = mass;
+  }
   double u = opts.generator->uniform() * z;
-  for (std::size_t i = 0; i < k; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     if (u < p[i]) return static_cast<std::int64_t>(order[i]);
     u -= p[i];
   }
-  return static_cast<std::int64_t>(order[k - 1]);
+  return static_cast<std::int64_t>(order[n - 1]);
 }
 
 Generation generate(GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,

@@ -18,6 +18,9 @@ struct SampleOptions {
   /// temperature). Must be finite and >= 0 (ValueError).
   double temperature = 0.0;
   std::size_t top_k = 0;     ///< Sample among the k largest logits only; 0 = no top-k filter.
+  /// Nucleus sampling: among the most likely tokens (after top_k) whose probabilities (at the
+  /// temperature) first reach this share of the total, in (0, 1]; 1 = no filter.
+  double top_p = 1.0;
   Generator* generator = nullptr;  ///< The sampling source; needed when temperature > 0 (ValueError otherwise).
   bool use_kv_cache = true;  ///< Decode with the KV cache (else recompute the whole prefix each step).
   std::int64_t stop_token = -1;    ///< Stop a sample once it emits this token (-1: never); the token is kept.
