@@ -81,6 +81,17 @@ KVCacheDecoder gpt_decoder(const std::shared_ptr<nn::GPT>& m, std::size_t batch,
                           });
 }
 
+// A KV-cache case: a GPT of config `c` with weights randomised to +-a, 2 caches of 8
+// positions, tokens (2, 8) below 11.
+KVCacheCheck gpt_kv_cache_case(CheckContext& ctx, const nn::TransformerConfig& c, double a) {
+  auto m = std::make_shared<nn::GPT>(c, ctx.gen());
+  randomise(*m, ctx, a);
+  KVCacheCheck k;
+  k.decoder = gpt_decoder(m, 2, 8);
+  k.input = random_tokens(ctx, 2, 8, 11);
+  return k;
+}
+
 }  // namespace
 
 void register_model_checks(GradcheckSuite& s) {
@@ -181,12 +192,7 @@ void register_model_checks(GradcheckSuite& s) {
       "tiny GPT (V 11, context 8, d 8, H 2, 2 layers), tokens (2, 8): logits_cached in 5 schedules and prefix "
       "isolation vs logits (--full: d 16, GQA)",
       [](CheckContext& ctx) {
-        auto m = std::make_shared<nn::GPT>(tiny(ctx, 2), ctx.gen());
-        randomise(*m, ctx, 0.3);
-        KVCacheCheck k;
-        k.decoder = gpt_decoder(m, 2, 8);
-        k.input = random_tokens(ctx, 2, 8, 11);
-        return k;
+        return gpt_kv_cache_case(ctx, tiny(ctx, 2), 0.3);
       });
   s.add("models/llama", "gradient",
         "tiny Llama (V 11, d 8, H_q 4, H_kv 2, 2 layers, d_ff 24, RoPE, tied classifier), tokens (2, 6), one "
@@ -216,12 +222,7 @@ void register_model_checks(GradcheckSuite& s) {
       "tiny Llama (V 11, d 8, H_q 4, H_kv 2, 2 layers, window 3, untied classifier), tokens (2, 8): "
       "logits_cached in 5 schedules and prefix isolation vs logits",
       [](CheckContext& ctx) {
-        auto m = std::make_shared<nn::GPT>(tiny_llama(ctx, false, 3), ctx.gen());
-        randomise(*m, ctx, 0.5);
-        KVCacheCheck k;
-        k.decoder = gpt_decoder(m, 2, 8);
-        k.input = random_tokens(ctx, 2, 8, 11);
-        return k;
+        return gpt_kv_cache_case(ctx, tiny_llama(ctx, false, 3), 0.5);
       });
   add_kv_cache_check(
       s, "models/encoder-decoder-kv-cache",
