@@ -166,6 +166,18 @@ Array f64_columns(const Tensor& t, std::size_t start, std::size_t n) {
   return ops::slice(t, -1, static_cast<long>(start), static_cast<long>(start + n)).value().astype(DType::float64);
 }
 Array f64_or_none(const Tensor& t) { return t.defined() ? t.value().astype(DType::float64) : Array(); }
+
+// The parts of a reference::Layer that MultiHeadAttention and CrossAttention share: the
+// output projection and the head counts.
+template <class Attention>
+reference::Layer with_output_and_heads(reference::Layer p, const Attention& m, std::size_t d_h) {
+  p.W_O = f64_or_none(m.W_O);
+  p.b_O = f64_or_none(m.b_O);
+  p.H_q = m.config().H_q;
+  p.H_kv = m.config().H_kv;
+  p.d_h = d_h;
+  return p;
+}
 }  // namespace
 
 reference::Layer reference_layer(const nn::MultiHeadAttention& m) {
@@ -178,12 +190,7 @@ reference::Layer reference_layer(const nn::MultiHeadAttention& m) {
   p.b_Q = f64_columns(m.b_QKV, 0, q);
   p.b_K = f64_columns(m.b_QKV, q, kv);
   p.b_V = f64_columns(m.b_QKV, q + kv, kv);
-  p.W_O = f64_or_none(m.W_O);
-  p.b_O = f64_or_none(m.b_O);
-  p.H_q = c.H_q;
-  p.H_kv = c.H_kv;
-  p.d_h = d_h;
-  return p;
+  return with_output_and_heads(p, m, d_h);
 }
 
 reference::Layer reference_layer(const nn::CrossAttention& m) {
@@ -196,12 +203,7 @@ reference::Layer reference_layer(const nn::CrossAttention& m) {
   p.b_Q = f64_or_none(m.b_Q);
   p.b_K = f64_columns(m.b_KV, 0, kv);
   p.b_V = f64_columns(m.b_KV, kv, kv);
-  p.W_O = f64_or_none(m.W_O);
-  p.b_O = f64_or_none(m.b_O);
-  p.H_q = c.H_q;
-  p.H_kv = c.H_kv;
-  p.d_h = d_h;
-  return p;
+  return with_output_and_heads(p, m, d_h);
 }
 
 }  // namespace xg::checks

@@ -40,6 +40,20 @@ nn::AttentionConfig mha_config(CheckContext& ctx, std::size_t d, std::size_t H_q
   return c;
 }
 
+// A cross-attention layer's configuration in the check's dtype (d_out 0: the width d_q).
+nn::CrossAttentionConfig cross_config(CheckContext& ctx, std::size_t d_q, std::size_t d_m, std::size_t H_q,
+                                      std::size_t H_kv, std::size_t d_head, std::size_t d_out = 0) {
+  nn::CrossAttentionConfig c;
+  c.d_q = d_q;
+  c.d_m = d_m;
+  c.d_out = d_out;
+  c.H_q = H_q;
+  c.H_kv = H_kv;
+  c.d_head = d_head;
+  c.dtype = ctx.dtype();
+  return c;
+}
+
 // The self-attention layer's gradient with respect to X and every parameter.
 CheckResult mha_gradcheck(CheckContext& ctx, const nn::AttentionConfig& cfg, std::size_t B, std::size_t T,
                           const std::function<nn::AttentionCall(CheckContext&)>& call_for) {
@@ -58,6 +72,16 @@ Array f64(const Array& a) { return a.astype(DType::float64); }
 // float32: a layer is a few dozen roundings at u = 2^-24 on O(1) values (~1e-6 expected), so 1e-5.
 double reference_tol(const CheckContext& ctx) { return ctx.tol(1e-10, 1e-5); }
 
+// The float64 closed form of layer `m` on queries X_q and memory X_m under case `c`, scale
+// 1/sqrt(d_h), with Y_bar as the output cotangent.
+template <class Attention>
+reference::LayerGrads reference_of(const Attention& m, const Tensor& X_q, const Tensor& X_m, const RefConfig& c,
+                                   std::size_t d_h, const Array& Y_bar) {
+  return reference::layer(reference_layer(m), f64(X_q.value()), f64(X_m.value()),
+                          reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S), c.valid, c.soft,
+                          1.0 / std::sqrt(double(d_h)), Array(), f64(Y_bar));
+}
+
 CheckResult mha_reference(CheckContext& ctx) {
   std::vector<CheckResult> parts;
   for (std::size_t n = 0; n < ctx.pick(6, 40); ++n) {
@@ -70,11 +94,7 @@ CheckResult mha_reference(CheckContext& ctx) {
     const Tensor Y = m.forward(X, call).Y;
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {X, m.W_QKV, m.W_O, m.b_QKV, m.b_O}, Y_bar);
-    const reference::Layer p = reference_layer(m);
-    const auto ref = reference::layer(p, f64(X.value()), f64(X.value()), 
-                                          reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
-                                          c.valid, c.soft, 1.0 / std::sqrt(double(d_h)), Array(),
-                                          f64(Y_bar));
+    const auto ref = reference_of(m, X, X, c, d_h, Y_bar);
     Diff d = max_diff(f64(Y.value()), ref.Y, "Y");
     d.merge(max_diff(f64(tape[0]), (Tensor(ref.X_q_bar) + Tensor(ref.X_m_bar)).value(), "X_bar"));  // (5.31)
     d.merge(max_diff(f64(tape[1]),
@@ -98,25 +118,13 @@ CheckResult cross_reference(CheckContext& ctx) {
     const RefConfig c = random_ref_config(ctx.gen());
     const std::size_t d_h = c.d.d_k, d_q = 2 + ctx.gen().below(4), d_m = 1 + ctx.gen().below(5),
                       d_out = 1 + ctx.gen().below(4);
-    nn::CrossAttentionConfig cfg;
-    cfg.d_q = d_q;
-    cfg.d_m = d_m;
-    cfg.d_out = d_out;
-    cfg.H_q = c.d.H_q;
-    cfg.H_kv = c.d.H_kv;
-    cfg.d_head = d_h;
-    cfg.dtype = ctx.dtype();
-    nn::CrossAttention m(cfg, ctx.gen());
+    nn::CrossAttention m(cross_config(ctx, d_q, d_m, c.d.H_q, c.d.H_kv, d_h, d_out), ctx.gen());
     randomise(m, ctx);
     const Tensor Xq(ctx.uniform({c.d.B, c.d.T, d_q}), true), Xm(ctx.uniform({c.d.B, c.d.S, d_m}), true);
     const Tensor Y = m.forward(Xq, Xm, make_call(c.vis, c.valid)).Y;
     const Array Y_bar = ctx.uniform(Y.shape());
     const auto tape = grad(Y, {Xq, Xm, m.W_Q, m.W_KV, m.W_O, m.b_Q, m.b_KV, m.b_O}, Y_bar);
-    const reference::Layer p = reference_layer(m);
-    const auto ref = reference::layer(p, f64(Xq.value()), f64(Xm.value()), 
-                                          reference::allowed_sets(c.allowed, c.d.B, c.d.H_q, c.d.T, c.d.S),
-                                          c.valid, c.soft, 1.0 / std::sqrt(double(d_h)), Array(),
-                                          f64(Y_bar));
+    const auto ref = reference_of(m, Xq, Xm, c, d_h, Y_bar);
     Diff d = max_diff(f64(Y.value()), ref.Y, "Y");
     d.merge(max_diff(f64(tape[0]), ref.X_q_bar, "X_q_bar"));
     d.merge(max_diff(f64(tape[1]), ref.X_m_bar, "X_m_bar"));  // K and V paths add (5.30)
@@ -213,14 +221,7 @@ void register_attention_layer_checks(GradcheckSuite& s) {
   s.add("layers/cross-attention", "gradient",
         "CrossAttention d_q 6, d_m 4, H_q 2, H_kv 1, d_head 3; T 3, S 5, source padding; X_q, X_m, all parameters",
         [](CheckContext& ctx) {
-          nn::CrossAttentionConfig cfg;
-          cfg.d_q = 6;
-          cfg.d_m = 4;
-          cfg.H_q = 2;
-          cfg.H_kv = 1;
-          cfg.d_head = 3;
-          cfg.dtype = ctx.dtype();
-          nn::CrossAttention m(cfg, ctx.gen());
+          nn::CrossAttention m(cross_config(ctx, 6, 4, 2, 1, 3), ctx.gen());
           randomise(m, ctx);
           const Tensor Xq(ctx.uniform({2, 3, 6}), true), Xm(ctx.uniform({2, 5, 4}), true);
           const nn::AttentionCall call = make_call(nn::Visibility::key_lengths({5, 3}, 5));

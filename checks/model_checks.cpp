@@ -81,6 +81,40 @@ KVCacheDecoder gpt_decoder(const std::shared_ptr<nn::GPT>& m, std::size_t batch,
                           });
 }
 
+// A block of tiny(ctx)'s sizes: its gradient on x (2, 4, d) under `vis`, w.r.t. x and all
+// parameters.
+template <class Block>
+CheckResult block_gradcheck(CheckContext& ctx, const nn::Visibility& vis) {
+  const nn::TransformerConfig c = tiny(ctx);
+  Block m(c, ctx.gen());
+  randomise(m, ctx);
+  const Tensor x(ctx.uniform({2, 4, c.d_model}), true);
+  const nn::AttentionCall call = make_call(vis);
+  return ctx.gradcheck_leaves([&] { return m(x, call); }, with_inputs(m, {{"x", x}}));
+}
+
+// A GPT of config `c` with weights randomised to +-a: its loss on tokens (2, 6) below 11, target
+// number `ignored` set to -100, w.r.t. all parameters.
+CheckResult gpt_loss_gradcheck(CheckContext& ctx, const nn::TransformerConfig& c, double a, std::size_t ignored) {
+  nn::GPT m(c, ctx.gen());
+  randomise(m, ctx, a);
+  const IndexArray tokens = random_tokens(ctx, 2, 6, 11);
+  IndexArray targets = random_tokens(ctx, 2, 6, 11);
+  targets.data[ignored] = -100;
+  return ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_parameters());
+}
+
+// A KV-cache case: a GPT of config `c` with weights randomised to +-a, 2 caches of 8
+// positions, tokens (2, 8) below 11.
+KVCacheCheck gpt_kv_cache_case(CheckContext& ctx, const nn::TransformerConfig& c, double a) {
+  auto m = std::make_shared<nn::GPT>(c, ctx.gen());
+  randomise(*m, ctx, a);
+  KVCacheCheck k;
+  k.decoder = gpt_decoder(m, 2, 8);
+  k.input = random_tokens(ctx, 2, 8, 11);
+  return k;
+}
+
 }  // namespace
 
 void register_model_checks(GradcheckSuite& s) {
@@ -123,23 +157,9 @@ void register_model_checks(GradcheckSuite& s) {
           return ctx.gradcheck_leaves([&] { return m(x); }, with_inputs(m, {{"x", x}}));
         });
   s.add("layers/decoder-block", "gradient", "pre-LN DecoderBlock d 8, H 2, d_ff 16; causal; x (2, 4, 8), all parameters",
-        [](CheckContext& ctx) {
-          const nn::TransformerConfig c = tiny(ctx);
-          nn::DecoderBlock m(c, ctx.gen());
-          randomise(m, ctx);
-          const Tensor x(ctx.uniform({2, 4, c.d_model}), true);
-          const nn::AttentionCall call = make_call(nn::Visibility::causal(4, 4));
-          return ctx.gradcheck_leaves([&] { return m(x, call); }, with_inputs(m, {{"x", x}}));
-        });
+        [](CheckContext& ctx) { return block_gradcheck<nn::DecoderBlock>(ctx, nn::Visibility::causal(4, 4)); });
   s.add("layers/encoder-block", "gradient", "pre-LN EncoderBlock d 8, H 2; key padding {4, 2}; x (2, 4, 8), all parameters",
-        [](CheckContext& ctx) {
-          const nn::TransformerConfig c = tiny(ctx);
-          nn::EncoderBlock m(c, ctx.gen());
-          randomise(m, ctx);
-          const Tensor x(ctx.uniform({2, 4, c.d_model}), true);
-          const nn::AttentionCall call = make_call(nn::Visibility::key_lengths({4, 2}, 4));
-          return ctx.gradcheck_leaves([&] { return m(x, call); }, with_inputs(m, {{"x", x}}));
-        });
+        [](CheckContext& ctx) { return block_gradcheck<nn::EncoderBlock>(ctx, nn::Visibility::key_lengths({4, 2}, 4)); });
   s.add("layers/cross-decoder-block", "gradient",
         "CrossDecoderBlock d 8, H 2: causal self, cross to memory (2, 5, 8) with padding; x, memory, all parameters",
         [](CheckContext& ctx) {
@@ -156,12 +176,7 @@ void register_model_checks(GradcheckSuite& s) {
         "tiny GPT (V 11, context 8, d 8, H 2, 2 layers, d_ff 16), tokens (2, 6), one ignored target; "
         "loss w.r.t. all parameters (--full: d 16, GQA)",
         [](CheckContext& ctx) {
-          nn::GPT m(tiny(ctx, 2), ctx.gen());
-          randomise(m, ctx, 0.3);
-          const IndexArray tokens = random_tokens(ctx, 2, 6, 11);
-          IndexArray targets = random_tokens(ctx, 2, 6, 11);
-          targets.data[3] = -100;
-          CheckResult r = ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_parameters());
+          CheckResult r = gpt_loss_gradcheck(ctx, tiny(ctx, 2), 0.3, 3);
           if (ctx.full()) r.config = "GPT V 11, d 16, H_q 4, H_kv 2, 2 layers, d_ff 32, tokens (2, 6); all parameters";
           return r;
         });
@@ -181,23 +196,13 @@ void register_model_checks(GradcheckSuite& s) {
       "tiny GPT (V 11, context 8, d 8, H 2, 2 layers), tokens (2, 8): logits_cached in 5 schedules and prefix "
       "isolation vs logits (--full: d 16, GQA)",
       [](CheckContext& ctx) {
-        auto m = std::make_shared<nn::GPT>(tiny(ctx, 2), ctx.gen());
-        randomise(*m, ctx, 0.3);
-        KVCacheCheck k;
-        k.decoder = gpt_decoder(m, 2, 8);
-        k.input = random_tokens(ctx, 2, 8, 11);
-        return k;
+        return gpt_kv_cache_case(ctx, tiny(ctx, 2), 0.3);
       });
   s.add("models/llama", "gradient",
         "tiny Llama (V 11, d 8, H_q 4, H_kv 2, 2 layers, d_ff 24, RoPE, tied classifier), tokens (2, 6), one "
         "ignored target; loss w.r.t. all parameters",
         [](CheckContext& ctx) {
-          nn::GPT m(tiny_llama(ctx, true), ctx.gen());
-          randomise(m, ctx, 0.5);
-          const IndexArray tokens = random_tokens(ctx, 2, 6, 11);
-          IndexArray targets = random_tokens(ctx, 2, 6, 11);
-          targets.data[4] = -100;
-          return ctx.gradcheck_leaves([&] { return m.loss(tokens, targets); }, m.named_parameters());
+          return gpt_loss_gradcheck(ctx, tiny_llama(ctx, true), 0.5, 4);
         });
   s.add("models/llama-lora", "gradient",
         "tiny Llama as models/llama with rank-2 LoRA on q, k, v, o, gate, up, down (base frozen); loss "
@@ -216,12 +221,7 @@ void register_model_checks(GradcheckSuite& s) {
       "tiny Llama (V 11, d 8, H_q 4, H_kv 2, 2 layers, window 3, untied classifier), tokens (2, 8): "
       "logits_cached in 5 schedules and prefix isolation vs logits",
       [](CheckContext& ctx) {
-        auto m = std::make_shared<nn::GPT>(tiny_llama(ctx, false, 3), ctx.gen());
-        randomise(*m, ctx, 0.5);
-        KVCacheCheck k;
-        k.decoder = gpt_decoder(m, 2, 8);
-        k.input = random_tokens(ctx, 2, 8, 11);
-        return k;
+        return gpt_kv_cache_case(ctx, tiny_llama(ctx, false, 3), 0.5);
       });
   add_kv_cache_check(
       s, "models/encoder-decoder-kv-cache",

@@ -16,7 +16,6 @@
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/train/convert.hpp>
-#include <xgrad/version.hpp>
 
 namespace xg::cli {
 
@@ -89,9 +88,7 @@ void run(ConvertArgs a) {
   if (a.json_path != "-") std::cout << s.str() << std::flush;
 
   if (!a.json_path.empty()) {
-    json j;
-    j["command"] = "convert";
-    j["xgrad_version"] = XGRAD_VERSION_STRING;
+    json j = command_json("convert");
     j["in"] = o.in;
     j["out"] = o.out;
     j["model"] = r.kind;

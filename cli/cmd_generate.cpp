@@ -26,14 +26,12 @@
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/nn/generate.hpp>
 #include <xgrad/runs/plots.hpp>
-#include <xgrad/version.hpp>
 
 namespace xg::cli {
 
 namespace {
 
 using json = nlohmann::ordered_json;
-
 struct GenerateArgs {
   std::string checkpoint, prompt, attention_map, json_path, tokenizer;
   std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5;
@@ -335,9 +333,7 @@ json generation_json(const GenerateArgs& a, const Outcome& r) {
   const nn::TransformerConfig& c = r.m.info.config;
   const std::vector<std::int64_t>& out = r.g.tokens[0];
   const nn::SampleOptions& so = r.so;
-  json j;
-  j["command"] = "generate";
-  j["xgrad_version"] = XGRAD_VERSION_STRING;
+  json j = command_json("generate");
   j["checkpoint"] = a.checkpoint;
   j["model"] = {{"kind", r.m.info.kind},     {"task", r.m.info.task},     {"context", c.context},
                 {"vocab_size", r.vocab.size()}, {"layers", c.layers}, {"heads", c.H_q},

@@ -16,14 +16,12 @@
 #include <xgrad/nn/cost_model.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
-#include <xgrad/version.hpp>
 
 namespace xg::cli {
 
 namespace {
 
 using json = nlohmann::ordered_json;
-
 struct InspectArgs {
   std::string path, json_path;
   std::string operand;  // FILE, the old spelling of --checkpoint
@@ -130,9 +128,7 @@ void write_inspect_json(const InspectArgs& a, const io::safetensors::File& f, co
   const std::size_t T = x.T, d_h = x.d_h;
   const nn::cost::Flops& fl = x.fl;
   auto per_token = [&](std::uint64_t v) { return x.per_token(v); };
-  json j;
-  j["command"] = "inspect";
-  j["xgrad_version"] = XGRAD_VERSION_STRING;
+  json j = command_json("inspect");
   j["checkpoint"] = a.path;
   j["kind"] = info.kind;
   j["task"] = info.task;

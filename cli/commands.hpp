@@ -7,6 +7,7 @@
 #include <exception>
 #include <string>
 #include <vector>
+#include <nlohmann/json_fwd.hpp>
 
 namespace CLI {
 class App;
@@ -15,19 +16,15 @@ class Validator;
 
 namespace xg::cli {
 
-void add_demo(CLI::App& app);       // cli/cmd_demo.cpp
-void add_gradcheck(CLI::App& app);  // cli/cmd_gradcheck.cpp
-void add_train(CLI::App& app);      // cli/cmd_train.cpp
-void add_generate(CLI::App& app);   // cli/cmd_generate.cpp
-void add_inspect(CLI::App& app);    // cli/cmd_inspect.cpp
-void add_visibility(CLI::App& app); // cli/cmd_visibility.cpp
-void add_convert(CLI::App& app);    // cli/cmd_convert.cpp
-void add_compare(CLI::App& app);    // cli/cmd_compare.cpp
-void add_eval(CLI::App& app);       // cli/cmd_eval.cpp
-void add_report(CLI::App& app);     // cli/cmd_report.cpp
-void add_tokenizer(CLI::App& app);  // cli/cmd_tokenizer.cpp
-void add_import(CLI::App& app);     // cli/cmd_llama2c.cpp
-void add_export(CLI::App& app);     // cli/cmd_llama2c.cpp
+// Registers one subcommand on the app.
+using AddCommand = void(CLI::App& app);
+// add_<name> is in cli/cmd_<name>.cpp; add_import and add_export are in cli/cmd_llama2c.cpp.
+AddCommand add_demo, add_gradcheck, add_train, add_generate, add_inspect, add_visibility, add_convert, add_compare,
+    add_eval, add_report, add_tokenizer, add_import, add_export;
+// Every subcommand, in the order `xgrad --help` lists them.
+inline AddCommand* const all_commands[] = {add_demo, add_gradcheck, add_train, add_generate, add_inspect,
+                                           add_visibility, add_convert, add_compare, add_eval, add_report,
+                                           add_tokenizer, add_import, add_export};
 
 // Flag validators (cli/common.cpp).
 // For unsigned flags: only digits (CLI11 alone would wrap "-1" around to 2^64 - 1).
@@ -58,6 +55,10 @@ struct FileRole {
 // Before any work: a UsageError naming both flags when two outputs, or an output and an
 // input, name the same file (an output would replace the other output or the input).
 void check_distinct_files(const std::string& command, const std::vector<FileRole>& files);
+
+// A command's JSON document (keys in the order they are set), begun with its "command" and
+// "xgrad_version".
+nlohmann::ordered_json command_json(const std::string& command);
 
 // Writes a JSON document (text) to `path`, or to stdout for "-" (ValueError naming the
 // command and the flag when the write fails).

@@ -15,37 +15,41 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include <nlohmann/json.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/distributed/communicator.hpp>
+#include <xgrad/version.hpp>
 
 namespace xg::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+// The integer validators' check: digits from `first` on (at least one), then in range for
+// strtoull (is_signed false) or strtoll; the error names `what` ("a non-negative integer").
+std::string integer_error(const std::string& s, std::size_t first, bool is_signed, const char* what) {
+  if (s.size() <= first || s.find_first_not_of("0123456789", first) != std::string::npos)
+    return std::string("must be ") + what + ", got '" + s + "'";
+  errno = 0;
+  if (is_signed)
+    (void)std::strtoll(s.c_str(), nullptr, 10);
+  else
+    (void)std::strtoull(s.c_str(), nullptr, 10);
+  if (errno == ERANGE) return "'" + s + "' is out of range";
+  return {};
+}
+}  // namespace
+
 const CLI::Validator& non_negative_integer() {
   static const CLI::Validator v(
-      [](std::string& s) -> std::string {
-        if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-          return "must be a non-negative integer, got '" + s + "'";
-        errno = 0;
-        (void)std::strtoull(s.c_str(), nullptr, 10);
-        if (errno == ERANGE) return "'" + s + "' is out of range";
-        return {};
-      },
-      "UINT");
+      [](std::string& s) { return integer_error(s, 0, false, "a non-negative integer"); }, "UINT");
   return v;
 }
 
 const CLI::Validator& integer() {
   static const CLI::Validator v(
-      [](std::string& s) -> std::string {
-        const std::size_t digits = !s.empty() && s[0] == '-' ? 1 : 0;
-        if (s.size() == digits || s.find_first_not_of("0123456789", digits) != std::string::npos)
-          return "must be an integer, got '" + s + "'";
-        errno = 0;
-        (void)std::strtoll(s.c_str(), nullptr, 10);
-        if (errno == ERANGE) return "'" + s + "' is out of range";
-        return {};
+      [](std::string& s) {
+        return integer_error(s, !s.empty() && s[0] == '-' ? 1 : 0, true, "an integer");
       },
       "INT");
   return v;
@@ -175,6 +179,13 @@ void check_distinct_files(const std::string& command, const std::vector<FileRole
                        (other.output ? "one output would replace the other" : "the output would replace the input") +
                        "; give another path"));
     }
+}
+
+nlohmann::ordered_json command_json(const std::string& command) {
+  nlohmann::ordered_json j;
+  j["command"] = command;
+  j["xgrad_version"] = XGRAD_VERSION_STRING;
+  return j;
 }
 
 void write_json(const std::string& command, const std::string& flag, const std::string& path, const std::string& text) {

@@ -75,19 +75,7 @@ int run(int argc, char** argv) {
                          "Print the version and exit (with --verbose: also OpenBLAS's core and the float32 and "
                          "float64 GEMM kernels chosen on this CPU)");
     app.require_subcommand(1);
-    xg::cli::add_demo(app);
-    xg::cli::add_gradcheck(app);
-    xg::cli::add_train(app);
-    xg::cli::add_generate(app);
-    xg::cli::add_inspect(app);
-    xg::cli::add_visibility(app);
-    xg::cli::add_convert(app);
-    xg::cli::add_compare(app);
-    xg::cli::add_eval(app);
-    xg::cli::add_report(app);
-    xg::cli::add_tokenizer(app);
-    xg::cli::add_import(app);
-    xg::cli::add_export(app);
+    for (auto* add : xg::cli::all_commands) add(app);
     xg::cli::help_footer(app, "xgrad train --task text --text corpus/ --out run1   (then: xgrad <command> --help)");
     // Old spellings of renamed flags still work for one release, with a deprecation line each.
     const int first = 1 + static_cast<int>(std::count(command.begin(), command.end(), ' ')) + (command.empty() ? 0 : 1);

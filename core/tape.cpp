@@ -475,6 +475,17 @@ void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::
     check_finite_or_throw(c, n.op, pos, "backward cotangent for input " + std::to_string(j));
 }
 
+// y's impl, where a sweep named `op` starts: ValueError when y is undefined, TapeError when
+// it does not require grad.
+const std::shared_ptr<TensorImpl>& sweep_root(const std::string& op, const Tensor& y) {
+  if (!y.defined()) throw ValueError(op_message(op, "y is an undefined Tensor"));
+  const auto& yi = y.impl();
+  if (!yi->requires_grad)
+    throw TapeError(op_message(op, "y does not require grad: no input of the ops that produced "
+                                   "it requires grad, or it was computed under no_grad"));
+  return yi;
+}
+
 Array checked_seed(const std::string& op, const Tensor& y, Array seed) {
   if (!seed.defined()) {
     if (y.size() != 1)
@@ -500,11 +511,7 @@ Array checked_seed(const std::string& op, const Tensor& y, Array seed) {
 // (so the node it reads cannot move under it). Higher-order gradients are not supported.
 void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* cap, LeafGrads& leaves) {
   const std::string op = cap ? "grad" : "backward";
-  if (!y.defined()) throw ValueError(op_message(op, "y is an undefined Tensor"));
-  const auto& yi = y.impl();
-  if (!yi->requires_grad)
-    throw TapeError(op_message(op, "y does not require grad: no input of the ops that produced "
-                                   "it requires grad, or it was computed under no_grad"));
+  const auto& yi = sweep_root(op, y);
   seed = checked_seed(op, y, std::move(seed));
   if (yi->is_leaf) {
     leaves.add(yi, seed);
@@ -648,11 +655,7 @@ Tensor checked_graph_seed(const std::string& op, const Tensor& y, const Tensor& 
 void graph_sweep(const Tensor& y, const Tensor& seed_in, const BackwardOptions& opts, GraphCapture* cap,
                  GraphLeafGrads& leaves) {
   const std::string op = cap ? "grad" : "backward";
-  if (!y.defined()) throw ValueError(op_message(op, "y is an undefined Tensor"));
-  const auto& yi = y.impl();
-  if (!yi->requires_grad)
-    throw TapeError(op_message(op, "y does not require grad: no input of the ops that produced "
-                                   "it requires grad, or it was computed under no_grad"));
+  const auto& yi = sweep_root(op, y);
   if (opts.on_leaf_grad)
     throw ValueError(op_message(op, "on_leaf_grad is not supported with create_graph"));
   const Tensor seed = checked_graph_seed(op, y, seed_in);
@@ -834,6 +837,20 @@ void capture_targets(const Tensor& y, const std::vector<Tensor>& wrt, Cap& cap) 
   }
 }
 
+// grad()'s last step: each captured leaf's gradient to its wrt positions in `out`, zeros of
+// wrt[k]'s shape and dtype where nothing reached wrt[k].
+template <class G>
+void fill_grad_outputs(std::vector<G>& out, const LeafGradsOf<G>& leaves, const CaptureOf<G>& cap,
+                       const std::vector<Tensor>& wrt) {
+  for (auto& [leaf, g] : leaves.items) {
+    auto it = cap.leaves.find(leaf.get());
+    if (it != cap.leaves.end())
+      for (std::size_t k : it->second) out[k] = g;
+  }
+  for (std::size_t k = 0; k < wrt.size(); ++k)
+    if (!out[k].defined()) out[k] = G(Array::zeros(wrt[k].shape(), wrt[k].dtype()));
+}
+
 }  // namespace
 
 std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const Array& seed,
@@ -848,13 +865,7 @@ std::vector<Array> grad(const Tensor& y, const std::vector<Tensor>& wrt, const A
   LeafGrads leaves;
   opts.on_leaf_grad = nullptr;  // backward() only
   sweep(y, seed, opts, &cap, leaves);
-  for (auto& [leaf, g] : leaves.items) {
-    auto it = cap.leaves.find(leaf.get());
-    if (it != cap.leaves.end())
-      for (std::size_t k : it->second) out[k] = g;
-  }
-  for (std::size_t k = 0; k < wrt.size(); ++k)
-    if (!out[k].defined()) out[k] = Array::zeros(wrt[k].shape(), wrt[k].dtype());
+  fill_grad_outputs(out, leaves, cap, wrt);
   return out;
 }
 
@@ -870,13 +881,7 @@ std::vector<Tensor> grad(const Tensor& y, const std::vector<Tensor>& wrt, const 
   capture_targets(y, wrt, cap);
   GraphLeafGrads leaves;
   graph_sweep(y, seed, opts, &cap, leaves);
-  for (auto& [leaf, g] : leaves.items) {
-    auto it = cap.leaves.find(leaf.get());
-    if (it != cap.leaves.end())
-      for (std::size_t k : it->second) out[k] = g;
-  }
-  for (std::size_t k = 0; k < wrt.size(); ++k)
-    if (!out[k].defined()) out[k] = Tensor(Array::zeros(wrt[k].shape(), wrt[k].dtype()));
+  fill_grad_outputs(out, leaves, cap, wrt);
   return out;
 }
 

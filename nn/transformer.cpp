@@ -169,7 +169,24 @@ TransformerConfig TransformerConfig::resolved() const {
 
 // ---------------------------------------------------------------------------------------
 
-DecoderLayer::DecoderLayer(const AttentionConfig& cfg, Generator& gen) : attn(cfg, gen) {}
+DecoderLayer::DecoderLayer(const AttentionConfig& cfg, Generator& gen, double dropout)
+    : attn(cfg, gen), dropout_(dropout) {}
+
+Tensor DecoderLayer::operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* out) {
+  return forward_impl(x, nullptr, call, out);
+}
+
+Tensor DecoderLayer::forward_cached(const Tensor& x, KVCache& cache, const AttentionCall& call, AttentionOutput* out) {
+  return forward_impl(x, &cache, call, out);
+}
+
+Tensor DecoderLayer::forward_impl(const Tensor& x, KVCache* cache, const AttentionCall& call, AttentionOutput* out) {
+  const Tensor n = attention_input(x);
+  const AttentionOutput a = cache ? attn.forward_cached(n, *cache, call) : attn.forward(n, call);
+  if (out) *out = a;
+  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
+  return h + residual_dropout(ffn_branch(h, call.generator), dropout_, training(), call.generator);
+}
 
 namespace {
 const TransformerConfig& check_arch(const TransformerConfig& c, Architecture want, const std::string& block) {
@@ -183,9 +200,9 @@ const TransformerConfig& check_arch(const TransformerConfig& c, Architecture wan
 // The attention layer is drawn before ffn (the base is constructed first): the same draws in
 // the same order as before DecoderLayer existed (the layer norms draw nothing).
 DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
-    : DecoderLayer(attention_config(check_arch(c, Architecture::gpt, "DecoderBlock"), true), gen),
+    : DecoderLayer(attention_config(check_arch(c, Architecture::gpt, "DecoderBlock"), true), gen, c.dropout),
       ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype),
-      ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)), dropout_(c.dropout) {
+      ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   register_module("ln1", ln1);
   register_module("attn", attn);
@@ -193,24 +210,14 @@ DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
   register_module("ffn", ffn);
 }
 
-Tensor DecoderBlock::operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* out) {
-  const AttentionOutput a = attn.forward(ln1(x), call);
-  if (out) *out = a;
-  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
-  return h + residual_dropout(ffn(ln2(h), call.generator), dropout_, training(), call.generator);
-}
+Tensor DecoderBlock::attention_input(const Tensor& x) { return ln1(x); }
 
-Tensor DecoderBlock::forward_cached(const Tensor& x, KVCache& cache, const AttentionCall& call, AttentionOutput* out) {
-  const AttentionOutput a = attn.forward_cached(ln1(x), cache, call);
-  if (out) *out = a;
-  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
-  return h + residual_dropout(ffn(ln2(h), call.generator), dropout_, training(), call.generator);
-}
+Tensor DecoderBlock::ffn_branch(const Tensor& h, Generator* gen) { return ffn(ln2(h), gen); }
 
 LlamaBlock::LlamaBlock(const TransformerConfig& c, Generator& gen)
-    : DecoderLayer(attention_config(check_arch(c, Architecture::llama, "LlamaBlock"), true), gen),
+    : DecoderLayer(attention_config(check_arch(c, Architecture::llama, "LlamaBlock"), true), gen, c.dropout),
       attn_norm(c.d_model, c.dtype, c.norm_eps), ffn_norm(c.d_model, c.dtype, c.norm_eps),
-      ffn(c.d_model, c.d_ff, gen, c.dtype, residual_std(c)), dropout_(c.dropout) {
+      ffn(c.d_model, c.d_ff, gen, c.dtype, residual_std(c)) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   register_module("attn_norm", attn_norm);
   register_module("attn", attn);
@@ -218,19 +225,9 @@ LlamaBlock::LlamaBlock(const TransformerConfig& c, Generator& gen)
   register_module("ffn", ffn);
 }
 
-Tensor LlamaBlock::operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* out) {
-  const AttentionOutput a = attn.forward(attn_norm(x), call);
-  if (out) *out = a;
-  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
-  return h + residual_dropout(ffn(ffn_norm(h)), dropout_, training(), call.generator);
-}
+Tensor LlamaBlock::attention_input(const Tensor& x) { return attn_norm(x); }
 
-Tensor LlamaBlock::forward_cached(const Tensor& x, KVCache& cache, const AttentionCall& call, AttentionOutput* out) {
-  const AttentionOutput a = attn.forward_cached(attn_norm(x), cache, call);
-  if (out) *out = a;
-  const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
-  return h + residual_dropout(ffn(ffn_norm(h)), dropout_, training(), call.generator);
-}
+Tensor LlamaBlock::ffn_branch(const Tensor& h, Generator*) { return ffn(ffn_norm(h)); }
 
 EncoderBlock::EncoderBlock(const TransformerConfig& c, Generator& gen)
     : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), attn(attention_config(c), gen),

@@ -116,21 +116,30 @@ struct TransformerConfig {
 };
 
 /// A pre-norm decoder layer of a GPT (DecoderBlock or LlamaBlock): causal self-attention and a
-/// feed-forward layer, each residual.
+/// feed-forward layer, each residual: h = x + drop(attn(norm(x))); h + drop(ffn_branch(h)).
 class DecoderLayer : public Module {
  public:
   /// x [B, T, d] -> [B, T, d]; call.visibility should be causal (the model passes it), and
   /// call.generator is the dropout source. If `attn` is given it receives the attention output.
-  virtual Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr) = 0;
+  Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr);
   /// The block on the next positions `x_new` [B, n, d] with the self-attention KV `cache`
   /// (MultiHeadAttention::forward_cached); `call` and `attn` as for operator().
-  virtual Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
-                                AttentionOutput* attn = nullptr) = 0;
+  Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
+                        AttentionOutput* attn = nullptr);
   MultiHeadAttention attn;  ///< Causal self-attention.
 
  protected:
-  /// The attention layer of `cfg`, drawn from `gen`.
-  DecoderLayer(const AttentionConfig& cfg, Generator& gen);
+  /// The attention layer of `cfg`, drawn from `gen`; residual dropout probability `dropout`.
+  DecoderLayer(const AttentionConfig& cfg, Generator& gen, double dropout);
+  /// The norm before the attention.
+  virtual Tensor attention_input(const Tensor& x) = 0;
+  /// The feed-forward branch on h, its norm included (`gen`: the dropout source).
+  virtual Tensor ffn_branch(const Tensor& h, Generator* gen) = 0;
+
+ private:
+  /// Both passes: attention through `cache` when given, else over x alone.
+  Tensor forward_impl(const Tensor& x, KVCache* cache, const AttentionCall& call, AttentionOutput* out);
+  double dropout_;
 };
 
 /// Pre-LN decoder block (GPT-2): causal self-attention and a feed-forward layer, each residual.
@@ -139,18 +148,14 @@ class DecoderBlock : public DecoderLayer {
   /// A block of the sizes in `c` (resolved, arch gpt; ValueError naming `arch` otherwise),
   /// weights drawn from `gen` (GPT-2 initialisation).
   DecoderBlock(const TransformerConfig& c, Generator& gen);
-  /// See DecoderLayer::operator().
-  Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr) override;
-  /// See DecoderLayer::forward_cached().
-  Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
-                        AttentionOutput* attn = nullptr) override;
   /// Layer norms before the attention (ln1) and the feed-forward layer (ln2). @{
   LayerNorm ln1, ln2;
   /// @}
   FeedForward ffn;          ///< Position-wise feed-forward layer.
 
- private:
-  double dropout_;
+ protected:
+  Tensor attention_input(const Tensor& x) override;             ///< ln1(x).
+  Tensor ffn_branch(const Tensor& h, Generator* gen) override;  ///< ffn(ln2(h)), dropout from gen.
 };
 
 /// Llama decoder block: x += attn(attn_norm(x)); x += ffn(ffn_norm(x)), with RMSNorm, RoPE
@@ -160,18 +165,14 @@ class LlamaBlock : public DecoderLayer {
   /// A block of the sizes in `c` (resolved, arch llama; ValueError naming `arch` otherwise),
   /// weights drawn from `gen` (GPT-2 initialisation, norm gains one).
   LlamaBlock(const TransformerConfig& c, Generator& gen);
-  /// See DecoderLayer::operator().
-  Tensor operator()(const Tensor& x, const AttentionCall& call, AttentionOutput* attn = nullptr) override;
-  /// See DecoderLayer::forward_cached().
-  Tensor forward_cached(const Tensor& x_new, KVCache& cache, const AttentionCall& call,
-                        AttentionOutput* attn = nullptr) override;
   /// RMSNorms before the attention (llama2.c attention_norm) and the feed-forward (ffn_norm). @{
   RMSNorm attn_norm, ffn_norm;
   /// @}
   SwiGLUFeedForward ffn;  ///< down(swiglu(gate(x), up(x))).
 
- private:
-  double dropout_;
+ protected:
+  Tensor attention_input(const Tensor& x) override;             ///< attn_norm(x).
+  Tensor ffn_branch(const Tensor& h, Generator* gen) override;  ///< ffn(ffn_norm(h)) (no dropout inside).
 };
 
 /// Pre-LN encoder block: bidirectional self-attention (key padding only) and a feed-forward

@@ -81,13 +81,7 @@ class CharLMTraining : public GPTTask {
  public:
   CharLMTraining(const TrainOptions& o, const std::vector<text::TextFile>& corpus)
       : o_(o), data_(o.text, o.context, corpus), corpus_(text::fingerprint(corpus)) {
-    nn::TransformerConfig c = config_from_options(o);
-    info_.task = "charlm";
-    info_.kind = "gpt";
-    info_.vocab = data_.vocab();
-    c.context = o.context;
-    c.V_vocab = info_.vocab.size();
-    info_.config = c.resolved();
+    describe_task(info_, o, "charlm", "gpt", data_.vocab(), o.context);
   }
 
   Tensor loss(std::size_t batch, Generator& data, Generator& dropout, const dist::Shard& shard,

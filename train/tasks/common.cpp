@@ -56,6 +56,17 @@ nn::TransformerConfig config_from_options(const TrainOptions& o) {
   return c;
 }
 
+void describe_task(ModelInfo& info, const TrainOptions& o, const std::string& task, const std::string& kind,
+                   const text::Vocabulary& vocab, std::size_t context) {
+  nn::TransformerConfig c = config_from_options(o);
+  info.task = task;
+  info.kind = kind;
+  info.vocab = vocab;
+  c.context = context;
+  c.V_vocab = info.vocab.size();
+  info.config = c.resolved();
+}
+
 IndexArray rows_of(const IndexArray& a, const dist::Shard& shard) {
   const std::size_t row = a.shape.empty() || a.shape[0] == 0 ? 0 : a.size() / a.shape[0];
   Shape shape = a.shape;

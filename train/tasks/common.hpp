@@ -16,6 +16,10 @@ namespace xg::train::tasks {
 
 /// The model options of `o` as a configuration (context and vocabulary size are the task's).
 nn::TransformerConfig config_from_options(const TrainOptions& o);
+/// Sets `info`'s task, kind and vocabulary, and its configuration: config_from_options(o) with
+/// the task's context and the vocabulary's size, resolved.
+void describe_task(ModelInfo& info, const TrainOptions& o, const std::string& task, const std::string& kind,
+                   const text::Vocabulary& vocab, std::size_t context);
 
 /// Rows [shard.begin, shard.end) of a [B, ...] index array.
 IndexArray rows_of(const IndexArray& a, const dist::Shard& shard);

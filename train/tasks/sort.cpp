@@ -84,13 +84,7 @@ namespace {
 class SortTraining : public GPTTask {
  public:
   explicit SortTraining(const TrainOptions& o) : data_(o.n_digits) {
-    nn::TransformerConfig c = config_from_options(o);
-    info_.task = "sort";
-    info_.kind = "gpt";
-    info_.vocab = data_.vocab();
-    c.context = data_.context();
-    c.V_vocab = info_.vocab.size();
-    info_.config = c.resolved();
+    describe_task(info_, o, "sort", "gpt", data_.vocab(), data_.context());
     info_.task_params = {{"n_digits", std::to_string(o.n_digits)}, {"n_values", "10"}};
     heldout_ = data_.heldout(o.heldout, o.seed + 1000);
     data_.exclude(heldout_);
