@@ -60,7 +60,7 @@ TEST_CASE("generate: top-p keeps the smallest set of likely tokens whose mass re
   }
 }
 
-TEST_CASE("generate: top-p outside (0, 1] is refused", "[generate]") {
+TEST_CASE("generate: a top-p of 0 or below or above 1 or NaN is refused", "[generate]") {
   Generator g(1);
   nn::SampleOptions so;
   so.temperature = 1.0;
