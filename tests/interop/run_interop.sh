@@ -103,10 +103,11 @@ for entry in "${configs[@]}"; do
     *) prompt="" ;;
   esac
   if [[ -n $prompt ]]; then
-    a=$("$xgrad" generate --checkpoint "$tmp/$name/model.safetensors" --prompt "$prompt" --max-new 6 2>&1) ||
-      { echo "$a"; echo "FAILED: xgrad generate on $name"; exit 1; }
-    b=$("$xgrad" generate --checkpoint "$rt/case$((2 * k))-rt/model.safetensors" --prompt "$prompt" --max-new 6 2>&1) ||
-      { echo "$b"; echo "FAILED: xgrad generate on the round trip of $name"; exit 1; }
+    # The text (stdout) is compared; stderr (the tok/s line, or a failure) is shown on failure.
+    a=$("$xgrad" generate --checkpoint "$tmp/$name/model.safetensors" --prompt "$prompt" --max-new 6 2>"$tmp/gen.err") ||
+      { echo "$a"; cat "$tmp/gen.err"; echo "FAILED: xgrad generate on $name"; exit 1; }
+    b=$("$xgrad" generate --checkpoint "$rt/case$((2 * k))-rt/model.safetensors" --prompt "$prompt" --max-new 6 2>"$tmp/gen.err") ||
+      { echo "$b"; cat "$tmp/gen.err"; echo "FAILED: xgrad generate on the round trip of $name"; exit 1; }
     [[ $a == "$b" ]] || { echo "FAILED: $name generates '$a', its torch round trip '$b'"; exit 1; }
     echo "ok    xgrad generate: $name and its torch round trip both give '$a'"
   fi

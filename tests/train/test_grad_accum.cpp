@@ -24,22 +24,27 @@ struct Pass {
   double next_data = 0, next_dropout = 0;  // the generators' next draws after the step
 };
 
-// One step's loss and gradients of a fresh `task` model (the same seed every time), with the
-// global batch of `batch` * `micro` sequences computed `micro` blocks at a time.
-Pass run(const std::string& task, std::size_t batch, std::size_t micro) {
+// A small model of `task` in float64, with dropout (its masks must match too: they are drawn
+// by global row).
+std::unique_ptr<train::Task> small_task(const std::string& task, dist::Communicator& comm) {
   train::TrainOptions o;
   o.task = task;
   o.n_digits = 5;
   o.d_model = 16;
   o.heads = 2;
   o.layers = 2;
-  o.dropout = 0.1;  // the masks must match too (they are drawn by global row)
+  o.dropout = 0.1;
   o.dtype = "float64";
   o.heldout = 8;
   o.threads = 1;
-  o = train::with_defaults(o);
+  return train::make_task(train::with_defaults(o), comm);
+}
+
+// One step's loss and gradients of a fresh `task` model (the same seed every time), with the
+// global batch of `batch` * `micro` sequences computed `micro` blocks at a time.
+Pass run(const std::string& task, std::size_t batch, std::size_t micro) {
   auto comm = dist::make_local();
-  std::unique_ptr<train::Task> t = train::make_task(o, *comm);
+  std::unique_ptr<train::Task> t = small_task(task, *comm);
   Generator init(7), data(11), dropout(13);
   t->build_model(init);
   t->module().train();
@@ -90,15 +95,8 @@ TEST_CASE("grad accum: the same for the encoder-decoder of the reverse task", "[
 }
 
 TEST_CASE("grad accum: a count that does not divide the rows is refused", "[grad-accum]") {
-  train::TrainOptions o;
-  o.task = "sort";
-  o.d_model = 16;
-  o.heads = 2;
-  o.layers = 1;
-  o.threads = 1;
-  o = train::with_defaults(o);
   auto comm = dist::make_local();
-  std::unique_ptr<train::Task> t = train::make_task(o, *comm);
+  std::unique_ptr<train::Task> t = small_task("sort", *comm);
   Generator init(1), data(2), dropout(3);
   t->build_model(init);
   CHECK_THROWS_WITH(train::detail::accumulate_gradients(*t, 8, 3, data, dropout, dist::Shard{0, 20}),
