@@ -17,11 +17,7 @@ namespace xg::train {
 
 namespace fs = std::filesystem;
 
-std::string exact(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+std::string exact(double v) { return io::exact_text(v); }
 
 namespace {
 
