@@ -24,7 +24,8 @@ namespace xg::runs {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kRunFolderFiles = {
-    kLogFile, kStateFile, kModelFile, kBestFile, kRunIdFile, kConfigFile, kLossPicture, kLossScript, kResultFile};
+    kLogFile, kStateFile, kModelFile, kBestFile, kRunIdFile, kConfigFile, kLossPicture, kLossScript, kResultFile,
+    kSamplesFile};
 
 namespace {
 
