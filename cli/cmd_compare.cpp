@@ -1,4 +1,5 @@
-// `xgrad compare RUN... [--out cmp.png] [--json FILE|-] [--x step|tokens]`: several training
+// `xgrad compare RUN... [--out cmp.png] [--json FILE|-] [--x step|tokens|bytes]
+// [--y val_bpb|val_loss|loss]`: several training
 // runs side by side: the table of their results and differing options on stdout, their loss
 // curves on one picture (--out) and everything as JSON (--json). docs/cli.md, "xgrad compare".
 #include <CLI/CLI.hpp>
@@ -19,7 +20,7 @@ namespace {
 
 struct CompareArgs {
   std::vector<std::string> runs;
-  std::string out, json_path, x = "step";
+  std::string out, json_path, x = "step", y = "auto";  // auto: default_y
   bool overwrite = false;
 };
 
@@ -48,16 +49,24 @@ void run_compare(const CompareArgs& a) {
   check_new_output(cmd, "--out's gnuplot script", script, a.overwrite);
   check_new_output(cmd, "--json", a.json_path, a.overwrite);
 
-  const runs::CompareX x = a.x == "tokens" ? runs::CompareX::tokens : runs::CompareX::step;
+  const runs::CompareX x = a.x == "tokens" ? runs::CompareX::tokens
+                           : a.x == "bytes"  ? runs::CompareX::bytes
+                                             : runs::CompareX::step;
   const std::vector<runs::RunSummary> runs = runs::read_runs(a.runs);
-  // The picture's x axis must be known for every run (a UsageError), before anything is written.
-  if (!a.out.empty()) runs::check_x_axis(runs, x);
+  const runs::CompareY y = a.y == "loss"       ? runs::CompareY::loss
+                           : a.y == "val_loss" ? runs::CompareY::val_loss
+                           : a.y == "val_bpb"  ? runs::CompareY::val_bpb
+                                               : runs::default_y(runs);
+  // The picture's axes must be known for every run (a UsageError), before anything is written;
+  // an axis asked for explicitly also without a picture.
+  if (!a.out.empty() || a.x != "step") runs::check_x_axis(runs, x);
+  if (a.y != "auto") runs::check_y_axis(runs, y);
 
   const bool table = a.json_path != "-";
   if (table) std::cout << runs::compare_table(runs) << std::flush;
   runs::Picture pic;
   if (!a.out.empty()) {
-    pic = runs::compare_png(runs, a.out, x);
+    pic = runs::compare_png(runs, a.out, x, y);
     if (!pic.drawn)
       warn(pic.note);
     else if (table)
@@ -65,7 +74,7 @@ void run_compare(const CompareArgs& a) {
                 << pic.script << ")\n";
   }
   if (!a.json_path.empty())
-    write_json(cmd, "--json", a.json_path, runs::compare_json(runs, x, a.out.empty() ? nullptr : &pic));
+    write_json(cmd, "--json", a.json_path, runs::compare_json(runs, x, a.out.empty() ? nullptr : &pic, y));
 }
 
 }  // namespace
@@ -79,7 +88,17 @@ void add_compare(CLI::App& app) {
         a->out);
   o.add(shared::json().with_help("also write the comparison as JSON to FILE ('-': stdout, and nothing else there)"),
         a->json_path);
-  o.add(text_flag("x", "--x", "the picture's x axis: step or tokens (tokens seen)").one_of({"step", "tokens"}), a->x);
+  o.add(text_flag("x", "--x",
+                  "the picture's x axis: step, tokens (tokens seen) or bytes (tokens seen x the validation text's "
+                  "bytes per token)")
+            .one_of({"step", "tokens", "bytes"}),
+        a->x);
+  o.add(text_flag("y", "--y",
+                  "the picture's y axis: val_bpb (validation bits per byte), val_loss (validation loss over the "
+                  "training loss), loss (training loss) or auto: val_bpb when the runs' tokenizers differ and all "
+                  "have it, else val_loss")
+            .one_of({"auto", "val_bpb", "val_loss", "loss"}),
+        a->y);
   o.add(shared::overwrite(), a->overwrite);
   o.example("xgrad compare run1 run2 --out cmp.png --json -");
   o.on_run([a] { run_compare(*a); });

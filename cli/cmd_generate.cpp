@@ -4,6 +4,9 @@
 // JSON (--json FILE, '-' for stdout): prompt, tokens, per-step top-k logits, sampling settings
 // and, on request, the attention weights (docs/cli.md has the schema). --tokenizer encodes and
 // decodes with a tokenizer file (a llama2.c tokenizer.bin: BOS first, stop at BOS or EOS).
+// A GPT generates past its context by cropping (nn/generate.hpp); --num-samples N draws N
+// samples one after the other, --prompt-ids gives the prompt as token ids, and --stop TEXT
+// ends a sample when its text contains TEXT (cut there).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -33,8 +36,10 @@ namespace {
 
 using json = nlohmann::ordered_json;
 struct GenerateArgs {
-  std::string checkpoint, prompt, attention_map, json_path, tokenizer;
-  std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5;
+  std::string checkpoint, prompt, attention_map, json_path, tokenizer, prompt_ids;
+  std::vector<std::string> stops;  // --stop, repeatable
+  std::size_t max_new = 16, top_k = 0, layer = 0, head = 0, json_top_k = 5, num_samples = 1;
+  bool prompt_given = false, prompt_ids_given = false;
   double temperature = 0.0, top_p = 1.0;
   std::uint64_t seed = 0;
   bool no_kv_cache = false, json_attention = false, overwrite = false;
@@ -107,6 +112,36 @@ std::string short_text(const text::Vocabulary& v, const std::vector<std::int64_t
   return ids.size() > 40 ? s + "..." : s;
 }
 
+// --prompt-ids "1,2,3": decimal ids separated by commas, each below `vocab` (0: the format
+// alone, before the model is known).
+std::vector<std::int64_t> ids_of(const std::string& text, std::size_t vocab) {
+  const std::string shown = "--prompt-ids '" + runs::tick_label(text) + "'";
+  if (text.empty()) usage(shown + ": must list at least one token id");
+  std::vector<std::int64_t> ids;
+  std::size_t from = 0;
+  for (std::size_t item = 1;; ++item) {
+    const std::size_t comma = std::min(text.find(',', from), text.size());
+    const std::string w = text.substr(from, comma - from);
+    if (w.empty() || w.size() > 18 || w.find_first_not_of("0123456789") != std::string::npos)
+      usage(shown + ": item " + std::to_string(item) + " '" + runs::tick_label(w) +
+            "' is not a token id (give decimal ids separated by commas, e.g. 1,2,3)");
+    const auto id = static_cast<std::int64_t>(std::stoll(w));
+    if (vocab > 0 && static_cast<std::size_t>(id) >= vocab)
+      usage(shown + ": id " + w + " (item " + std::to_string(item) + ") is outside the model's vocabulary of " +
+            std::to_string(vocab) + " (ids 0.." + std::to_string(vocab - 1) + ")");
+    ids.push_back(id);
+    if (comma == text.size()) return ids;
+    from = comma + 1;
+  }
+}
+
+// Where the first stop string begins in `text` (npos: none).
+std::size_t stop_position(const std::string& text, const std::vector<std::string>& stops) {
+  std::size_t at = std::string::npos;
+  for (const std::string& s : stops) at = std::min(at, text.find(s));
+  return at;
+}
+
 // The gnuplot script of --attention-map, beside it ("" : none).
 std::string map_script(const GenerateArgs& a) {
   return a.attention_map.empty() ? std::string()
@@ -115,6 +150,11 @@ std::string map_script(const GenerateArgs& a) {
 
 // The flags alone, before anything is read.
 void check_flags(const GenerateArgs& a, const CLI::App& cmd) {
+  if (!a.prompt_given && !a.prompt_ids_given) usage("needs --prompt TEXT or --prompt-ids IDS");
+  if (a.prompt_given && a.prompt_ids_given) usage("--prompt and --prompt-ids both given: give the prompt once");
+  if (a.prompt_ids_given) (void)ids_of(a.prompt_ids, 0);
+  for (const std::string& stop : a.stops)
+    if (stop.empty()) usage("--stop '': a stop string must not be empty (it would end every sample at once)");
   if (!(a.temperature == 0.0 || (a.temperature >= 1e-3 && a.temperature <= 1e3)))
     usage("--temperature " + number_text(a.temperature) + ": must be 0 (greedy) or in [0.001, 1000]");
   if (a.top_k > 0 && a.temperature == 0.0)
@@ -191,7 +231,9 @@ Text prompt_text(const GenerateArgs& a, const train::LoadedModel& m) {
   // A llama2.c tokenizer starts the prompt with BOS (an empty prompt is BOS alone), and
   // generation stops when the model emits BOS or EOS.
   t.llama2c = t.tok && t.tok->kind() == "llama2c";
-  if (t.tok)
+  if (a.prompt_ids_given)  // the ids as given (no BOS added), within the vocabulary the model is run with
+    t.prompt = ids_of(a.prompt_ids, t.tok ? t.tok->vocab_size() : c.V_vocab);
+  else if (t.tok)
     t.prompt = t.tok->encode(a.prompt);
   else if (m.info.task == "llama2c")  // `xgrad import llama2c`: placeholder tokens, no tokenizer
     usage("--prompt: " + a.checkpoint + " carries no tokenizer (a llama2.c model made by xgrad import llama2c); "
@@ -267,15 +309,21 @@ json draw_map(const GenerateArgs& a, const Attention& at, const text::Vocabulary
   return picture;
 }
 
-// What one generation was: everything the JSON document says.
+// One sample: its tokens and logits, its text (cut before a stop string), its line and why it ended.
+struct Sample {
+  nn::Generation g;
+  std::string text, line, stopped_by;
+};
+
+// What one generation was: everything the JSON document says (steps and attention: sample 0).
 struct Outcome {
   const train::LoadedModel& m;
   const Text& text;
   const text::Vocabulary& vocab;
   const nn::SampleOptions& so;
-  const nn::Generation& g;
-  std::size_t max_new;  // after the context window
-  std::string generated_text, line;
+  const std::vector<Sample>& samples;
+  const nn::Generation& g;  // samples[0].g
+  std::size_t max_new;  // after the context window (the encoder-decoder's)
   const std::vector<std::int64_t>& seq;
   const Attention& attention;
   json picture;
@@ -329,21 +377,19 @@ json attention_json(const GenerateArgs& a, const Outcome& r) {
 }
 
 // The generation as JSON (docs/cli.md has the schema).
+json generated_json(const Outcome& r, const Sample& s) {
+  const std::vector<std::int64_t>& out = s.g.tokens[0];
+  return {{"text", s.text}, {"tokens", tokens_json(r.vocab, out)}, {"count", out.size()}, {"stopped_by", s.stopped_by}};
+}
+
 json generation_json(const GenerateArgs& a, const Outcome& r) {
   const nn::TransformerConfig& c = r.m.info.config;
-  const std::vector<std::int64_t>& out = r.g.tokens[0];
   const nn::SampleOptions& so = r.so;
   json j = command_json("generate");
   j["checkpoint"] = a.checkpoint;
   j["model"] = {{"kind", r.m.info.kind},     {"task", r.m.info.task},     {"context", c.context},
                 {"vocab_size", r.vocab.size()}, {"layers", c.layers}, {"heads", c.H_q},
                 {"kv_heads", c.H_kv}};
-  std::string stopped_by = "max_new";
-  if (!out.empty() && ((so.stop_token >= 0 && out.back() == so.stop_token) ||
-                       std::find(so.stop_tokens.begin(), so.stop_tokens.end(), out.back()) != so.stop_tokens.end()))
-    stopped_by = "stop_token";
-  else if (r.max_new < a.max_new && out.size() == r.max_new)
-    stopped_by = "context";
   j["sampling"] = {{"mode", a.temperature == 0.0 ? "greedy" : "sample"},
                    {"temperature", a.temperature},
                    {"top_k", a.top_k},
@@ -352,7 +398,9 @@ json generation_json(const GenerateArgs& a, const Outcome& r) {
                    {"kv_cache", !a.no_kv_cache},
                    {"max_new", a.max_new},
                    {"max_new_effective", r.max_new},
-                   {"stop_token", so.stop_token >= 0 ? token_json(r.vocab, so.stop_token) : json(nullptr)}};
+                   {"stop_token", so.stop_token >= 0 ? token_json(r.vocab, so.stop_token) : json(nullptr)},
+                   {"stop", a.stops},
+                   {"num_samples", a.num_samples}};
   if (r.text.llama2c) j["sampling"]["stop_tokens"] = tokens_json(r.vocab, so.stop_tokens);
   if (r.text.tok)
     j["tokenizer"] = {{"kind", r.text.tok->kind()},
@@ -360,9 +408,11 @@ json generation_json(const GenerateArgs& a, const Outcome& r) {
                       {"vocab_size", r.text.tok->vocab_size()},
                       {"sha256", r.text.tok->digest()}};
   j["prompt"] = {{"text", a.prompt}, {"tokens", tokens_json(r.vocab, r.text.prompt)}};
-  j["generated"] = {{"text", r.generated_text}, {"tokens", tokens_json(r.vocab, out)}, {"count", out.size()},
-                    {"stopped_by", stopped_by}};
-  j["line"] = r.line;
+  j["generated"] = generated_json(r, r.samples[0]);
+  j["line"] = r.samples[0].line;
+  json samples = json::array();
+  for (const Sample& s : r.samples) samples.push_back({{"generated", generated_json(r, s)}, {"line", s.line}});
+  j["samples"] = samples;
   j["steps"] = steps_json(a, r);
   j["top_k_per_step"] = std::min<std::size_t>(a.json_top_k, r.vocab.size());
   if (a.json_attention) j["attention"] = attention_json(a, r);
@@ -382,6 +432,8 @@ std::string generated_text(const Text& t, const text::Vocabulary& vocab, const s
 }
 
 void run_generate(GenerateArgs a, const CLI::App& cmd) {
+  a.prompt_given = cmd.count("--prompt") > 0;
+  a.prompt_ids_given = cmd.count("--prompt-ids") > 0;
   a.checkpoint = model_file("generate", "--checkpoint", a.checkpoint);
   check_flags(a, cmd);
   // Flags against the checkpoint, before generating.
@@ -390,16 +442,15 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   const Text text = prompt_text(a, m);
   const text::Vocabulary& vocab = a.tokenizer.empty() ? m.info.vocab : text.tok_vocab;
   const std::vector<std::int64_t>& prompt = text.prompt;
+  if (a.prompt_ids_given) a.prompt = text.tok ? text.tok->decode(prompt) : vocab.decode(prompt);
   const bool want_attention = !a.attention_map.empty() || a.json_attention;
   if (want_attention) check_attention_flags(a, m);
-  // --max-new past the context window: generation stops at the window (a note says so).
-  const std::size_t room = m.gpt ? c.context - prompt.size() : c.context;
-  const std::size_t max_new = std::min(a.max_new, room);
+  // A GPT goes past its context by cropping (nn/generate.hpp). The encoder-decoder's decoder
+  // stops at its context (a note says so when --max-new asks for more).
+  const std::size_t max_new = m.gpt ? a.max_new : std::min(a.max_new, c.context);
   if (max_new < a.max_new && cmd.count("--max-new") > 0)
-    warn("--max-new " + std::to_string(a.max_new) + " goes past the context window: the model sees " +
-         std::to_string(c.context) + " positions" +
-         (m.gpt ? " and the prompt takes " + std::to_string(prompt.size()) : std::string(" (decoder)")) +
-         ", so at most " + std::to_string(max_new) + " tokens are generated");
+    warn("--max-new " + std::to_string(a.max_new) + " goes past the context window: the decoder sees " +
+         std::to_string(c.context) + " positions, so at most " + std::to_string(max_new) + " tokens are generated");
 
   // One pool for everything (OpenBLAS runs single-threaded inside it), as in train.
   set_num_threads(thread_count(a.threads));
@@ -411,28 +462,57 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
   if (text.llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
-  nn::Generation g;
+  if (!a.stops.empty())
+    so.stop_when = [&](std::size_t, const std::vector<std::int64_t>& generated) {
+      return stop_position(generated_text(text, vocab, generated), a.stops) != std::string::npos;
+    };
+  if (!m.gpt) so.stop_token = vocab.id(">");
+  // The samples one after the other, from one generator: sample 0 is what N = 1 gives.
+  std::vector<Sample> samples;
+  std::size_t total = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  if (m.gpt) {
-    g = nn::generate(*m.gpt, {prompt}, max_new, so);
-  } else {  // encoder-decoder: the prompt is the source
-    so.stop_token = vocab.id(">");
-    std::vector<std::size_t> len{prompt.size()};
-    g = nn::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
+  for (std::size_t i = 0; i < a.num_samples; ++i) {
+    Sample s;
+    if (m.gpt) {
+      s.g = nn::generate(*m.gpt, {prompt}, max_new, so);
+    } else {  // encoder-decoder: the prompt is the source
+      std::vector<std::size_t> len{prompt.size()};
+      s.g = nn::generate(*m.encdec, IndexArray({1, prompt.size()}, prompt), len, vocab.id("<"), max_new, so);
+    }
+    const std::vector<std::int64_t>& out = s.g.tokens[0];
+    total += out.size();
+    s.text = generated_text(text, vocab, out);
+    s.stopped_by = "max_new";
+    const std::size_t cut = stop_position(s.text, a.stops);
+    if (cut != std::string::npos) {
+      s.text.resize(cut);
+      s.stopped_by = "stop_string";
+    } else if (!out.empty() && ((so.stop_token >= 0 && out.back() == so.stop_token) ||
+                                std::find(so.stop_tokens.begin(), so.stop_tokens.end(), out.back()) !=
+                                    so.stop_tokens.end())) {
+      s.stopped_by = "stop_token";
+    } else if (max_new < a.max_new && out.size() == max_new) {
+      s.stopped_by = "context";
+    }
+    s.line = m.gpt ? a.prompt + s.text : a.prompt + " -> " + s.text;
+    samples.push_back(std::move(s));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::vector<std::int64_t>& out = g.tokens[0];
-  const std::string new_text = generated_text(text, vocab, out);
-  const std::string line = m.gpt ? a.prompt + new_text : a.prompt + " -> " + new_text;
-  if (a.json_path != "-") std::cout << line << "\n" << std::flush;
+  if (a.json_path != "-")
+    for (std::size_t i = 0; i < samples.size(); ++i)
+      std::cout << (i > 0 ? "---------------\n" : "") << samples[i].line << "\n" << std::flush;
 
+  // The attention of sample 0 over what the model saw last: prompt and tokens, cropped to the
+  // last `context` of them.
+  const std::vector<std::int64_t>& out = samples[0].g.tokens[0];
   std::vector<std::int64_t> seq = prompt;
   seq.insert(seq.end(), out.begin(), out.end());
+  if (seq.size() > c.context) seq.erase(seq.begin(), seq.end() - static_cast<std::ptrdiff_t>(c.context));
   const Attention attention = want_attention ? attention_of(a, m, seq) : Attention{};
   json picture;
   if (!a.attention_map.empty()) picture = draw_map(a, attention, vocab, prompt, seq, out.size());
   if (!a.json_path.empty()) {
-    const Outcome r{m, text, vocab, so, g, max_new, new_text, line, seq, attention, picture};
+    const Outcome r{m, text, vocab, so, samples, samples[0].g, max_new, seq, attention, picture};
     write_json("generate", "--json", a.json_path,
                generation_json(a, r).dump(2, ' ', false, json::error_handler_t::replace));
   }
@@ -441,8 +521,8 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   // results could not be written (the program then says so, in one line).
   if (!std::cout.flush()) return;
   char speed[96];
-  std::snprintf(speed, sizeof speed, "xgrad: %zu tokens in %.3f s (%.1f tok/s)\n", out.size(), seconds,
-                seconds > 0 ? static_cast<double>(out.size()) / seconds : 0.0);
+  std::snprintf(speed, sizeof speed, "xgrad: %zu tokens in %.3f s (%.1f tok/s)\n", total, seconds,
+                seconds > 0 ? static_cast<double>(total) / seconds : 0.0);
   std::cerr << speed;
 }
 
@@ -455,18 +535,31 @@ void add_generate(CLI::App& app) {
   o.add(shared::checkpoint().required(), a->checkpoint);
   o.add(text_flag("prompt", "--prompt",
                   "prompt text (for the reverse task: the source digits); may be empty with a llama2.c tokenizer "
-                  "(generation then starts from BOS)")
-            .required(),
+                  "(generation then starts from BOS); this or --prompt-ids is required"),
         a->prompt);
+  o.add(text_flag("prompt_ids", "--prompt-ids",
+                  "the prompt as token ids instead of --prompt: decimal ids separated by commas, e.g. 1,2,3 (taken "
+                  "as given: no BOS is added)")
+            .type("IDS"),
+        a->prompt_ids);
   o.add(shared::tokenizer().with_help(
             "encode the prompt and decode with this tokenizer instead of the checkpoint's: a llama2.c "
             "tokenizer.bin, a SentencePiece .model or 'bytes'; its size must be the model's vocabulary"),
         a->tokenizer);
   o.add(value_flag("max_new", "--max-new",
-                   "tokens to generate, at most 1000000; generation stops at the model's context window (a warning "
-                   "says so)")
+                   "tokens to generate per sample, at most 1000000; past its context a GPT sees the last context "
+                   "tokens (cropping); the encoder-decoder stops at its context (a warning says so)")
             .range(0, 1000000),
         a->max_new);
+  o.add(value_flag("num_samples", "--num-samples",
+                   "draw N samples one after the other (printed separated by a line of dashes), in [1, 10000]")
+            .range(1, 10000),
+        a->num_samples);
+  o.add(text_flag("stop", "--stop",
+                  "end a sample when its text contains TEXT (repeatable; the text is cut before it)")
+            .type("TEXT")
+            .shown_default("-"),
+        a->stops);
   o.add(value_flag("temperature", "--temperature", "0: greedy; in [0.001, 1000]: sample"), a->temperature);
   o.add(value_flag("top_k", "--top-k", "sample among the k most likely tokens (0: all; needs --temperature > 0)"),
         a->top_k);

@@ -203,6 +203,7 @@ CLI::Option* Options::add(const Flag& f, T& target) {
     else if constexpr (std::is_integral_v<T>)
       opt->check(non_negative_integer());
     if (f.path) opt->check(non_empty_path());
+    if constexpr (std::is_same_v<T, std::vector<std::string>>) opt->allow_extra_args(false);  // one value a use
     const std::string command = command_;
     if constexpr (std::is_same_v<T, std::string>) {
       if (!f.choices.empty())
@@ -238,6 +239,7 @@ template CLI::Option* Options::add<double>(const Flag&, double&);
 template CLI::Option* Options::add<int>(const Flag&, int&);
 template CLI::Option* Options::add<std::int64_t>(const Flag&, std::int64_t&);
 template CLI::Option* Options::add<std::size_t>(const Flag&, std::size_t&);
+template CLI::Option* Options::add<std::vector<std::string>>(const Flag&, std::vector<std::string>&);
 
 void Options::check() const {
   for (const auto& c : checks_) c();

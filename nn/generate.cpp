@@ -58,9 +58,11 @@ Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, Fi
     for (std::size_t b = 0; b < B; ++b) {
       row(logits, b, r);
       picked[b] = pick_token(r, opts);
-      if (!done[b]) g.tokens[b].push_back(picked[b]);
+      if (done[b]) continue;
+      g.tokens[b].push_back(picked[b]);
       if (picked[b] == opts.stop_token ||
-          std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), picked[b]) != opts.stop_tokens.end())
+          std::find(opts.stop_tokens.begin(), opts.stop_tokens.end(), picked[b]) != opts.stop_tokens.end() ||
+          (opts.stop_when && opts.stop_when(b, g.tokens[b])))
         done[b] = true;
     }
     if (step + 1 == max_new || std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
@@ -113,21 +115,32 @@ Generation generate(GPT& model, const std::vector<std::vector<std::int64_t>>& pr
                     const SampleOptions& opts) {
   if (prompts.empty() || prompts[0].empty()) throw ValueError(op_message("generate", "needs non-empty prompts"));
   NoGradGuard ng;
-  const std::size_t B = prompts.size(), P = prompts[0].size();
-  if (opts.use_kv_cache) {
-    auto caches = model.make_caches(B, P + max_new);
-    return run(
-        B, max_new, opts, [&] { return last_position(model.logits_cached(as_batch(prompts), caches)); },
-        [&](const std::vector<std::int64_t>& picked) {
-          return last_position(model.logits_cached(IndexArray({B, 1}, picked), caches));
-        });
-  }
-  std::vector<std::vector<std::int64_t>> seqs = prompts;
+  const TransformerConfig& c = model.config();
+  const std::size_t B = prompts.size(), P = prompts[0].size(), C = c.context;
+  if (P > C)
+    throw ValueError(op_message("generate", "the prompt has " + std::to_string(P) +
+                                                " tokens, more than the model's context length " + std::to_string(C)));
+  // A window no longer than the context over relative (or no) positions: the windowed cache
+  // goes on past the context, each query seeing the W keys the model saw in training.
+  const bool endless = opts.use_kv_cache && c.window > 0 && c.window <= C && c.pos != PositionScheme::learned;
+  std::vector<std::vector<std::int64_t>> seqs = prompts;  // prompt and new tokens so far
+  // The last C tokens of every sample: what the model sees past the context (nanoGPT's crop).
+  const auto cropped = [&] {
+    std::vector<std::vector<std::int64_t>> w;
+    for (const auto& s : seqs) w.emplace_back(s.end() - static_cast<std::ptrdiff_t>(std::min(s.size(), C)), s.end());
+    return as_batch(w);
+  };
+  std::vector<KVCache> caches;
+  if (opts.use_kv_cache) caches = model.make_caches(B, endless ? P + max_new : std::min(P + max_new, C));
   return run(
-      B, max_new, opts, [&] { return last_position(model.logits(as_batch(seqs))); },
+      B, max_new, opts,
+      [&] { return last_position(opts.use_kv_cache ? model.logits_cached(as_batch(prompts), caches)
+                                                   : model.logits(as_batch(prompts))); },
       [&](const std::vector<std::int64_t>& picked) {
         for (std::size_t b = 0; b < B; ++b) seqs[b].push_back(picked[b]);
-        return last_position(model.logits(as_batch(seqs)));
+        if (opts.use_kv_cache && (endless || seqs[0].size() <= C))
+          return last_position(model.logits_cached(IndexArray({B, 1}, picked), caches));
+        return last_position(model.logits(cropped()));
       });
 }
 

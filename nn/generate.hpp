@@ -2,9 +2,15 @@
 /// Autoregressive generation for the GPT and the encoder-decoder: greedy (default) or
 /// temperature / top-k sampling, with the KV cache (default) or recomputing the whole prefix.
 /// Both paths give the same tokens and the same logits to float tolerance (tested).
+/// A GPT generates past its context by cropping, as nanoGPT does: once prompt and generated
+/// tokens fill the context, each step runs the model afresh over the last `context` tokens
+/// (positions 0..context-1). A model with a sliding window no longer than the context and
+/// positions that are not learned (RoPE, ALiBi, none) instead keeps decoding with its windowed
+/// KV cache (the keys older than the window are dropped; positions go on past the context).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <xgrad/core/random.hpp>
@@ -25,6 +31,10 @@ struct SampleOptions {
   bool use_kv_cache = true;  ///< Decode with the KV cache (else recompute the whole prefix each step).
   std::int64_t stop_token = -1;    ///< Stop a sample once it emits this token (-1: never); the token is kept.
   std::vector<std::int64_t> stop_tokens;  ///< More tokens that stop a sample as stop_token does.
+  /// Called after each new token of a sample that is still running, with the sample's index and
+  /// its new tokens so far (that token last); true ends the sample there (the token is kept).
+  /// E.g. a stop string found in the decoded text.
+  std::function<bool(std::size_t sample, const std::vector<std::int64_t>& generated)> stop_when;
 };
 
 /// What generate() produced.
@@ -35,14 +45,15 @@ struct Generation {
   std::vector<Array> logits;                      ///< Per step: the [B, V_vocab] logits that were sampled from.
 };
 
-/// prompts: B sequences of equal length >= 1; generates max_new tokens (fewer if every
-/// sample hit stop_token). Runs under no_grad. ValueError for empty or unequal prompts and
-/// for non-finite logits.
+/// prompts: B sequences of equal length in [1, context]; generates max_new tokens (fewer if
+/// every sample stopped), past the context by cropping (see the file's comment). Runs under
+/// no_grad. ValueError for empty, unequal or too long prompts and for non-finite logits.
 Generation generate(GPT& model, const std::vector<std::vector<std::int64_t>>& prompts, std::size_t max_new,
                     const SampleOptions& opts = {});
 
 /// Encoder-decoder: encodes the padded sources `src` [B, S] (real lengths `src_lengths`) once,
-/// then decodes from the token `bos`, up to max_new tokens. Runs under no_grad.
+/// then decodes from the token `bos`, up to max_new tokens (at most the context: no
+/// cropping, the decoder's positions are learned). Runs under no_grad.
 Generation generate(EncoderDecoder& model, const IndexArray& src, const std::vector<std::size_t>& src_lengths,
                     std::int64_t bos, std::size_t max_new, const SampleOptions& opts = {});
 

@@ -84,7 +84,11 @@ Tensor embed_tokens(const std::string& op, const Embedding& tok, const Embedding
     throw ShapeError(op_message(op, "tokens have shape " + shape_str(tokens.shape) + ": T = 0 positions"));
   std::vector<std::int64_t> p;
   if (positions.empty()) {
-    if (start + T > c.context)
+    // Past the context only when decoding with a cache (start > 0) under a window no longer
+    // than the context over relative or no positions: each query still sees W keys at most
+    // W - 1 back, as in training (nn/generate.hpp).
+    const bool endless = start > 0 && c.window > 0 && c.window <= c.context && c.pos != PositionScheme::learned;
+    if (start + T > c.context && !endless)
       throw ValueError(op_message(op, "positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
                                           " exceed the context length " + std::to_string(c.context)));
     p = range(start, T);

@@ -24,7 +24,8 @@ namespace xg::runs {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kRunFolderFiles = {
-    kLogFile, kStateFile, kModelFile, kBestFile, kRunIdFile, kConfigFile, kLossPicture, kLossScript, kResultFile};
+    kLogFile, kStateFile, kModelFile, kBestFile, kRunIdFile, kConfigFile, kLossPicture, kLossScript, kResultFile,
+    kSamplesFile};
 
 namespace {
 
@@ -280,6 +281,8 @@ RunSummary read_run(const std::string& dir) {
 
   for (const LogRow& row : rows) {
     if (!row.val_loss) continue;
+    if (!r.bytes_per_token && row.val_bpb && *row.val_bpb > 0 && *row.val_loss > 0)
+      r.bytes_per_token = *row.val_loss / (*row.val_bpb * std::log(2.0));
     r.final_val_loss = row.val_loss;
     r.final_val_bpb = row.val_bpb;
     if (!r.best_val_loss || *row.val_loss < *r.best_val_loss) {
@@ -512,12 +515,13 @@ json::Value summary_json(const RunSummary& r) {
   run.set("best_val_step", r.best_val_loss ? integer(r.best_val_step) : Value());
   run.set("final_val_bpb", maybe(r.final_val_bpb));
   run.set("best_val_bpb", maybe(r.best_val_bpb));
+  run.set("bytes_per_token", maybe(r.bytes_per_token));
   return run;
 }
 
 }  // namespace detail
 
-std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture) {
+std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture, CompareY y) {
   using json::Value;
   Value list = Value::make_array();
   for (const RunSummary& r : runs) list.push(detail::summary_json(r));
@@ -535,7 +539,8 @@ std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const 
   Value doc = Value::make_object();
   doc.set("command", Value::make_string(kOp));
   doc.set("xgrad_version", Value::make_string(XGRAD_VERSION_STRING));
-  doc.set("x", Value::make_string(x == CompareX::step ? "step" : "tokens"));
+  doc.set("x", Value::make_string(axis_name(x)));
+  doc.set("y", Value::make_string(axis_name(y)));
   doc.set("runs", std::move(list));
   doc.set("differing_options", std::move(differ));
   doc.set("picture", std::move(pic));
@@ -551,35 +556,99 @@ const ImageSize kCompareSize = {1000, 600};
 
 }  // namespace
 
-void check_x_axis(const std::vector<RunSummary>& runs, CompareX x) {
-  if (x == CompareX::tokens)
-    for (const RunSummary& r : runs)
-      if (!r.tokens_per_step)
-        throw UsageError(op_message(kOp, "--x tokens: the tokens per step of run '" + r.label + "' (task '" +
-                                             option_of(r, "task") + "') are unknown; use --x step"));
+std::string axis_name(CompareX x) {
+  switch (x) {
+    case CompareX::step: return "step";
+    case CompareX::tokens: return "tokens";
+    case CompareX::bytes: return "bytes";
+  }
+  return "step";
 }
 
-std::string compare_script(const std::vector<RunSummary>& runs, const std::string& png, CompareX x) {
+std::string axis_name(CompareY y) {
+  switch (y) {
+    case CompareY::loss: return "loss";
+    case CompareY::val_loss: return "val_loss";
+    case CompareY::val_bpb: return "val_bpb";
+  }
+  return "val_loss";
+}
+
+void check_x_axis(const std::vector<RunSummary>& runs, CompareX x) {
+  if (x == CompareX::step) return;
+  const std::string flag = "--x " + axis_name(x);
+  for (const RunSummary& r : runs) {
+    if (!r.tokens_per_step)
+      throw UsageError(op_message(kOp, flag + ": the tokens per step of run '" + r.label + "' (task '" +
+                                           option_of(r, "task") + "') are unknown; use --x step"));
+    if (x == CompareX::bytes && !r.bytes_per_token)
+      throw UsageError(op_message(kOp, flag + ": run '" + r.label + "' (task '" + option_of(r, "task") +
+                                           "') has no bytes per token (its log has no val_bpb); use --x step or tokens"));
+  }
+}
+
+void check_y_axis(const std::vector<RunSummary>& runs, CompareY y) {
+  for (const RunSummary& r : runs) {
+    if (y == CompareY::val_loss && !r.final_val_loss)
+      throw UsageError(op_message(kOp, "--y val_loss: run '" + r.label + "' (task '" + option_of(r, "task") +
+                                           "') has no validation loss in its log; use --y loss"));
+    if (y == CompareY::val_bpb && !r.final_val_bpb)
+      throw UsageError(op_message(kOp, "--y val_bpb: run '" + r.label + "' (task '" + option_of(r, "task") +
+                                           "') has no validation bits per byte in its log (only text runs log "
+                                           "val_bpb); use --y val_loss or loss"));
+  }
+}
+
+std::string tokenizer_of(const RunSummary& r) {
+  const auto it = r.options.find("tokenizer");
+  if (it != r.options.end() && !it->second.empty()) return it->second;
+  const auto task = r.options.find("task");
+  return task == r.options.end() ? "" : "task " + task->second;
+}
+
+CompareY default_y(const std::vector<RunSummary>& runs) {
+  bool differ = false, bpb = !runs.empty();
+  for (const RunSummary& r : runs) {
+    differ = differ || tokenizer_of(r) != tokenizer_of(runs.front());
+    bpb = bpb && r.final_val_bpb.has_value();
+  }
+  return differ && bpb ? CompareY::val_bpb : CompareY::val_loss;
+}
+
+std::string compare_script(const std::vector<RunSummary>& runs, const std::string& png, CompareX x, CompareY y) {
   if (runs.empty()) throw ValueError(op_message(kOp, "no runs to draw"));
   check_x_axis(runs, x);
+  if (y == CompareY::val_bpb) check_y_axis(runs, y);  // a run without validation shows its training loss
   // The script runs in the picture's folder: each log is named relative to it.
   std::error_code ec;
   const fs::path folder = fs::weakly_canonical(fs::absolute(png, ec).parent_path(), ec);
+  // The values drawn: training loss (loss, val_loss), validation loss (val_loss), val_bpb.
+  const bool train_curve = y != CompareY::val_bpb;
+  const auto drawn = [&](const LogRow& row) -> std::vector<std::optional<double>> {
+    if (y == CompareY::val_bpb) return {row.val_bpb};
+    if (y == CompareY::loss) return {row.loss};
+    return {row.loss, row.val_loss};
+  };
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   bool any_val = false;
   for (const RunSummary& r : runs)
     for (const LogRow& row : r.log.rows) {
-      for (const std::optional<double>& v : {std::optional<double>(row.loss), row.val_loss})
+      for (const std::optional<double>& v : drawn(row))
         if (v) {
           lo = std::min(lo, *v);
           hi = std::max(hi, *v);
         }
       any_val = any_val || row.val_loss.has_value();
     }
+  if (y != CompareY::val_loss) any_val = false;  // no validation-loss curve to explain
   const bool log_y = lo > 0.0 && hi / lo > 4.0;
   std::string title = "xgrad compare: ";
   for (std::size_t i = 0; i < runs.size(); ++i) title += (i ? ", " : "") + runs[i].label;
   if (title.size() > 120) title = title.substr(0, 117) + "...";
+  const std::string y_label = y == CompareY::val_bpb ? "validation bits per byte"
+                              : y == CompareY::loss  ? "training loss"
+                                                     : "loss";
+  const std::string x_label = x == CompareX::step ? "step" : x == CompareX::tokens ? "tokens seen" : "bytes seen";
 
   std::ostringstream s;
   s << "# " << title << "\n"
@@ -589,9 +658,9 @@ std::string compare_script(const std::vector<RunSummary>& runs, const std::strin
     << "set output " << gnuplot_quote(fs::path(png).filename().string()) << "\n"
     << "set datafile separator ','\n"
     << "set title " << gnuplot_quote(title) << "\n"
-    << "set xlabel " << gnuplot_quote(x == CompareX::step ? "step" : "tokens seen") << "\n"
-    << "set ylabel " << gnuplot_quote(log_y ? "loss (log scale)" : "loss") << "\n"
-    << (log_y ? "set logscale y\n" : "") << (x == CompareX::tokens ? "set format x '%.1s%c'\n" : "")
+    << "set xlabel " << gnuplot_quote(x_label) << "\n"
+    << "set ylabel " << gnuplot_quote(log_y ? y_label + " (log scale)" : y_label) << "\n"
+    << (log_y ? "set logscale y\n" : "") << (x != CompareX::step ? "set format x '%.1s%c'\n" : "")
     << "set grid\nset key outside right top Left reverse\n";
   s << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -600,27 +669,34 @@ std::string compare_script(const std::vector<RunSummary>& runs, const std::strin
     const fs::path log = fs::weakly_canonical(fs::absolute(fs::path(r.dir) / kLogFile, ec), ec);
     fs::path ref = log.lexically_relative(folder);
     if (ref.empty()) ref = log;
-    const std::string xs = x == CompareX::step ? "1" : "($1*" + std::to_string(*r.tokens_per_step) + ".0)";
+    std::string xs = "1";
+    if (x == CompareX::tokens) xs = "($1*" + std::to_string(*r.tokens_per_step) + ".0)";
+    if (x == CompareX::bytes)
+      xs = "($1*" + std::to_string(*r.tokens_per_step) + ".0*" + io::exact_text(*r.bytes_per_token) + ")";
     // The run's colour in the legend, then its training loss thin and light (the colour 40%
-    // transparent: 0x66 in gnuplot's ARGB) and its validation loss.
+    // transparent: 0x66 in gnuplot's ARGB) and its validation loss; --y loss draws the
+    // training loss alone in full colour, --y val_bpb the bits per byte alone.
     s << (i ? ", \\\n     " : "") << "keyentry with lines lw 3 lc rgb '#" << colour << "' title "
-      << gnuplot_quote(r.label) << ", \\\n     " << gnuplot_quote(ref.string()) << " using " << xs
-      << ":3 with lines lw 1 lc rgb '#66" << colour << "' notitle";
+      << gnuplot_quote(r.label);
+    if (train_curve)
+      s << ", \\\n     " << gnuplot_quote(ref.string()) << " using " << xs << ":3 with lines lw "
+        << (y == CompareY::loss ? "1.5 lc rgb '#" : "1 lc rgb '#66") << colour << "' notitle";
     bool val = false;
     for (const LogRow& row : r.log.rows) val = val || row.val_loss.has_value();
-    if (val)  // rows without an evaluation have an empty val_loss: gnuplot skips them
-      s << ", \\\n     " << gnuplot_quote(ref.string()) << " using " << xs << ":" << r.log.val_loss_column
+    const std::size_t column = y == CompareY::val_bpb ? r.log.val_bpb_column : r.log.val_loss_column;
+    if (y != CompareY::loss && val)  // rows without an evaluation have empty fields: gnuplot skips them
+      s << ", \\\n     " << gnuplot_quote(ref.string()) << " using " << xs << ":" << column
         << " with linespoints lw 2 pt 7 ps 0.6 lc rgb '#" << colour << "' notitle";
   }
   // What the two line styles mean.
-  s << ", \\\n     keyentry with lines lw 1 lc rgb '#66000000' title 'training loss'";
+  if (y == CompareY::val_loss) s << ", \\\n     keyentry with lines lw 1 lc rgb '#66000000' title 'training loss'";
   if (any_val) s << ", \\\n     keyentry with linespoints lw 2 pt 7 ps 0.6 lc rgb '#000000' title 'validation loss'";
   s << "\n";
   return s.str();
 }
 
-Picture compare_png(const std::vector<RunSummary>& runs, const std::string& png, CompareX x) {
-  return draw_picture(png, compare_script(runs, png, x), kOp, kCompareSize);
+Picture compare_png(const std::vector<RunSummary>& runs, const std::string& png, CompareX x, CompareY y) {
+  return draw_picture(png, compare_script(runs, png, x, y), kOp, kCompareSize);
 }
 
 }  // namespace xg::runs

@@ -72,6 +72,9 @@ struct RunSummary {
   std::int64_t best_val_step = 0;        ///< The step of best_val_loss (0 when there is none).
   std::optional<double> final_val_bpb;   ///< val_bpb in the row of final_val_loss.
   std::optional<double> best_val_bpb;    ///< val_bpb in the row of best_val_loss (the best model's).
+  /// Bytes per token of the validation text, val_loss / (val_bpb ln 2) at the first row with
+  /// both (positive): what `--x bytes` multiplies tokens seen by. Empty without val_bpb.
+  std::optional<double> bytes_per_token;
 };
 
 /// The files of a run folder that `xgrad compare` reads or that belong to the run
@@ -119,25 +122,55 @@ std::string compare_table(const std::vector<RunSummary>& runs);
 
 /// What the picture has on its x axis.
 enum class CompareX {
-  step,   ///< The training step.
-  tokens  ///< Tokens seen (step * tokens per step).
+  step,    ///< The training step.
+  tokens,  ///< Tokens seen (step * tokens per step).
+  bytes    ///< Bytes seen: tokens seen * the run's bytes_per_token.
 };
 
+/// What the picture has on its y axis.
+enum class CompareY {
+  loss,      ///< The training loss of every step alone.
+  val_loss,  ///< The validation loss, over the training loss drawn thin and light.
+  val_bpb    ///< Validation bits per byte alone (comparable across tokenizers).
+};
+
+/// The name of an axis choice as the flags spell it ("step", "val_bpb", ...). @{
+std::string axis_name(CompareX x);
+std::string axis_name(CompareY y);
+/// @}
+
 /// UsageError naming the run (and pointing to `--x step`) when `x` is CompareX::tokens and a
-/// run's tokens per step are unknown.
+/// run's tokens per step are unknown, or CompareX::bytes and its tokens per step or bytes per
+/// token (a log without val_bpb) are unknown.
 void check_x_axis(const std::vector<RunSummary>& runs, CompareX x);
+/// UsageError naming the run when `y` is CompareY::val_loss and a run has no validation loss,
+/// or CompareY::val_bpb and a run has no val_bpb.
+void check_y_axis(const std::vector<RunSummary>& runs, CompareY y);
+
+/// What tokenizes a run's text: its `tokenizer` option when it has one (a text run), else its
+/// task (the task's own vocabulary).
+std::string tokenizer_of(const RunSummary& r);
+/// `--y`'s default: val_bpb when the runs' tokenizers (tokenizer_of) differ and every run has
+/// val_bpb (a loss per token ranks runs with different tokens wrongly); otherwise val_loss
+/// (where a run has no validation loss, its training loss alone is drawn).
+CompareY default_y(const std::vector<RunSummary>& runs);
 
 /// The JSON document of `xgrad compare --json` (docs/cli.md has the schema); `picture` is the
 /// drawn picture (null in the document when nullptr).
-std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture);
+std::string compare_json(const std::vector<RunSummary>& runs, CompareX x, const Picture* picture,
+                         CompareY y = CompareY::val_loss);
 
 /// The gnuplot script that draws every run's training loss (thin, light) and validation loss
 /// (points and lines) in one colour per run, against step or tokens seen, 1000 x 600 pixels,
 /// log scale on y when the losses span more than a factor of 4. The script reads each run's
 /// log.csv, named relative to the folder of `png`, where the script runs. check_x_axis first.
-std::string compare_script(const std::vector<RunSummary>& runs, const std::string& png, CompareX x);
+/// `y` picks the curves: CompareY::loss the training loss alone, CompareY::val_bpb the
+/// validation bits per byte alone (check_y_axis first).
+std::string compare_script(const std::vector<RunSummary>& runs, const std::string& png, CompareX x,
+                           CompareY y = CompareY::val_loss);
 /// Writes compare_script's script beside `png` and draws it (plots.hpp: a missing gnuplot
 /// skips the picture with Picture::note; a failing one throws ValueError).
-Picture compare_png(const std::vector<RunSummary>& runs, const std::string& png, CompareX x);
+Picture compare_png(const std::vector<RunSummary>& runs, const std::string& png, CompareX x,
+                    CompareY y = CompareY::val_loss);
 
 }  // namespace xg::runs

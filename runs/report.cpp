@@ -169,6 +169,25 @@ RunOutput read_run_output(const RunSummary& run) {
       }
     }
   }
+  const fs::path samples_path = fs::path(run.dir) / kSamplesFile;
+  if (const std::optional<std::string> t = slurp(samples_path)) {
+    std::size_t pos = 0, line_no = 0;
+    for (std::size_t end; (end = t->find('\n', pos)) != std::string::npos; pos = end + 1) {
+      const std::string at = "[report] " + samples_path.string() + ":" + std::to_string(++line_no);
+      std::uint64_t step = 0;
+      json::Value v;
+      try {
+        v = json::parse(t->substr(pos, end - pos));
+      } catch (const FormatError& e) {
+        throw FormatError(at + ": not a JSON line: " + e.what());
+      }
+      const json::Value* s = v.is_object() ? v.find("step") : nullptr;
+      const json::Value* x = v.is_object() ? v.find("text") : nullptr;
+      if (!s || !s->as_uint(step) || step > (std::uint64_t(1) << 62) || !x || !x->is_string())
+        throw FormatError(at + ": not a sample ({\"step\": S, \"text\": \"...\"})");
+      out.eval_samples.emplace_back(static_cast<std::int64_t>(step), x->str());
+    }
+  }
   if (const std::optional<std::string> cfg = slurp(fs::path(run.dir) / kConfigFile)) {
     try {
       out.config_json = json::parse(*cfg).dump(2);
@@ -235,6 +254,10 @@ Value page_data(const ReportInput& in) {
     for (const std::string& l : out.result_lines) res.push(text(l));
     o.set("result_lines", std::move(res));
     o.set("config_json", text(out.config_json));
+    Value eval_samples = array();
+    for (const auto& [step, sample] : out.eval_samples)
+      eval_samples.push(Value::make_object({{"step", integer(step)}, {"text", text(sample)}}));
+    o.set("eval_samples", std::move(eval_samples));
     runs.push(std::move(o));
   }
   d.set("runs", std::move(runs));

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <xgrad/runs/compare.hpp>
@@ -84,9 +86,13 @@ struct RunOutput {
   std::optional<std::string> samples;      ///< The text after "samples:" up to the next report line.
   std::vector<std::string> result_lines;   ///< The lines starting "RESULT ".
   std::string config_json;                 ///< config.json's text, or the options as a JSON object.
+  /// The samples written at every evaluation (samples.jsonl: step and text), in the file's order.
+  std::vector<std::pair<std::int64_t, std::string>> eval_samples;
 };
 
-/// Reads a run's result.txt (when it has one) and config.json (or renders its options).
+/// Reads a run's result.txt (when it has one), samples.jsonl (when it has one; a last line
+/// without its line end, cut by a kill, is left out; FormatError naming `file:line` for a line
+/// that is not {"step": S, "text": "..."}) and config.json (or renders its options).
 RunOutput read_run_output(const RunSummary& run);
 
 /// Everything the page shows.

@@ -24,6 +24,9 @@ inline const char* const kResultFile = "result.txt";  ///< the samples and RESUL
 inline const char* const kConfigFile = "config.json";  ///< the run's options (xgrad train --config repeats the run)
 inline const char* const kLossPicture = "loss.png";  ///< the loss curve (gnuplot)
 inline const char* const kLossScript = "loss.gp";    ///< its gnuplot script, beside it
+/// A sample of the model at every evaluation of a validation task: one JSON line
+/// {"step": S, "text": "..."} a step (train/eval_samples.hpp writes it, `xgrad report` shows it).
+inline const char* const kSamplesFile = "samples.jsonl";
 
 /// log.csv, written so that it never runs ahead of nor lags behind the checkpoint: rows are
 /// held in memory and committed (written, flushed, fsynced) just before each checkpoint. The

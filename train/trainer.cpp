@@ -4,6 +4,7 @@
 // and the report. The task (train/task.hpp), the option table (train/options.hpp), the run
 // folder (runs/run_folder.cpp) and the checkpoint (train/train_state.cpp) live elsewhere.
 #include <xgrad/train/trainer.hpp>
+#include <xgrad/train/eval_samples.hpp>
 #include <xgrad/io/number.hpp>
 
 #include <algorithm>
@@ -421,6 +422,7 @@ void open_run_folder(Session& s) {
     // leaves it as it was).
     s.model.task->commit_files();
     runs::prepare_out_folder(s.o.out);
+    start_eval_samples(s.o.out, s.start);  // samples.jsonl up to the checkpoint
     // Resuming: bring model.safetensors to the state's step first. It is written after the state,
     // so kills that keep landing between the two would otherwise leave it several steps behind;
     // this keeps it at the state's step or one behind (docs/reliability.md).
@@ -545,6 +547,7 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
       if (task.logs_bits_per_byte()) row << "," << (val_now ? exact(task.metric_of_validation(val)) : "");
       s.csv->row(row.str());
     }
+    if (s.csv && val_now) write_eval_sample(task, s.o.out, step);  // samples.jsonl
     if (o.progress && (s.console.tty || step % every == 0 || step == o.steps)) {
       const double eta = elapsed / static_cast<double>(step - s.start) * static_cast<double>(o.steps - step);
       std::ostringstream line;  // own stream: no formatting state leaks into `out`

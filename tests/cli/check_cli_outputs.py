@@ -79,6 +79,33 @@ def check_train(xgrad, work):
     return os.path.join(out, "model.safetensors")
 
 
+def check_samples_and_stops(xgrad, model, prompt, greedy):
+    """--num-samples, --prompt-ids and --stop against the greedy generation `greedy` (JSON of
+    --max-new 50): samples separated by a line of dashes, sample 0 the one a single sample gives,
+    ids the same prompt as its text, and a stop string cutting the text where it starts."""
+    base = ["generate", "--checkpoint", model, "--max-new", "12", "--temperature", "1", "--seed", "3"]
+    one = run(xgrad, base + ["--prompt", prompt]).stdout
+    three = run(xgrad, base + ["--prompt", prompt, "--num-samples", "3"]).stdout.split("\n---------------\n")
+    need(len(three) == 3 and three[0] == one.rstrip("\n"), f"--num-samples 3: {three!r} vs {one!r}")
+    need(len(set(three)) > 1, f"--num-samples 3 drew the same sample three times: {three!r}")
+    j = json.loads(run(xgrad, base + ["--prompt", prompt, "--num-samples", "3", "--json", "-"]).stdout)
+    need([s["line"] for s in j["samples"]] == [t.rstrip("\n") for t in three] and j["line"] == j["samples"][0]["line"],
+         f"--json samples: {j['samples']}")
+    ids = ",".join(str(t["id"]) for t in greedy["prompt"]["tokens"])
+    by_ids = json.loads(run(xgrad, base + ["--prompt-ids", ids, "--json", "-"]).stdout)
+    need(by_ids["line"] == one.rstrip("\n") and by_ids["prompt"]["text"] == prompt,
+         f"--prompt-ids {ids}: {by_ids['line']!r} vs {one!r}")
+    text = greedy["generated"]["text"]
+    stop = text[3:5]  # two characters from the fourth on: the text is cut where they first appear
+    j = json.loads(run(xgrad, ["generate", "--checkpoint", model, "--prompt", prompt, "--max-new", "50", "--json", "-",
+                               "--stop", stop, "--stop", "never-there"]).stdout)
+    cut = text.index(stop)
+    need(j["generated"]["text"] == text[:cut] and j["generated"]["stopped_by"] == "stop_string" and
+         j["generated"]["count"] == cut + len(stop) and j["sampling"]["stop"] == [stop, "never-there"],
+         f"--stop {stop!r} in {text!r}: {j['generated']}")
+    print("generate: --num-samples, --prompt-ids and --stop")
+
+
 def check_generate(xgrad, work, model):
     prompt = "4312|"
     text = run(xgrad, ["generate", "--checkpoint", model, "--prompt", prompt, "--max-new", "4"]).stdout
@@ -141,12 +168,21 @@ def check_generate(xgrad, work, model):
     r = run(xgrad, ["generate", "--checkpoint", model, "--prompt", prompt, "--max-new", "4", "--json", "-"])
     j2 = json.loads(r.stdout)  # fails if anything else is on stdout
     need(j2["line"] == line and j2["steps"][0]["top"] == j["steps"][0]["top"][:5], "--json - differs")
-    # Past the context window: fewer tokens, a warning, and the JSON says why.
-    r = run(xgrad, ["generate", "--checkpoint", model, "--prompt", prompt, "--max-new", "50", "--json", "-"])
+    # Past the context window: cropping (nn/generate.hpp; the logits are tested in tests/nn), all 50
+    # tokens, no warning, and the attention covers the last `context` tokens.
+    r = run(xgrad, ["generate", "--checkpoint", model, "--prompt", prompt, "--max-new", "50", "--json", "-",
+                    "--json-attention"])
     j3 = json.loads(r.stdout)
-    need(j3["generated"]["stopped_by"] == "context" and j3["sampling"]["max_new_effective"] == 4,
-         f"max-new past the window: {j3['generated']['stopped_by']}, {j3['sampling']}")
-    need(r.stderr.startswith("xgrad: warning: --max-new 50 goes past the context window"), f"stderr: {r.stderr!r}")
+    C = j3["model"]["context"]
+    need(j3["generated"]["stopped_by"] == "max_new" and j3["generated"]["count"] == 50 and
+         j3["sampling"]["max_new_effective"] == 50 and len(prompt) + 50 > C,
+         f"max-new past the window: {j3['generated']['stopped_by']}, {j3['sampling']}, context {C}")
+    need(j3["attention"]["queries"] == C, f"attention past the window: {j3['attention']['queries']} queries, context {C}")
+    need("warning" not in r.stderr, f"stderr: {r.stderr!r}")
+    # The first tokens are those of a generation that stays inside the context.
+    need([t["id"] for t in j3["generated"]["tokens"][:4]] == [t["id"] for t in gen["tokens"]],
+         "cropping changed the tokens inside the context")
+    check_samples_and_stops(xgrad, model, prompt, j3)
     print("generate: --json consistent with the text output; attention map and script complete")
 
 

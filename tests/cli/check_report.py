@@ -15,7 +15,11 @@ error, no uncaught exception, no request but the page itself (data: URLs aside);
 curve kind, each drawn by dygraphs; one heatmap canvas per layer and head, each with coloured
 pixels; one table row per run and per gradient check, the failed check first; both run names
 on the page; clicking a heatmap opens it large, clicking a column sorts the checks, the x-axis
-switch and the log-scale box redraw the charts, all without errors. Then `chromium
+switch and the log-scale box redraw the charts, all without errors. The run toggles hide and
+show a run in every chart; the smoothing slider draws the debiased moving average of the
+training loss (computed here from log.csv); the samples written at every evaluation
+(samples.jsonl) are listed; the gradient-check table is open when a check failed and folded
+into one line when all passed (a third page). Then `chromium
 --screenshot` of the first page must not be blank (pixel statistics of the PNG, decoded here
 with zlib); it is kept as WORKDIR/report.png. Without its plotting library (XGRAD_DYGRAPHS_JS
 naming a missing file) report refuses in one line naming the package.
@@ -24,6 +28,7 @@ Exit 77 (skipped) when chromium is not installed, unless XGRAD_REQUIRE_CHROMIUM=
 installs it with scripts/setup.sh --test): then a failure.
 """
 import base64
+import csv
 import json
 import os
 import select
@@ -216,6 +221,9 @@ DOM_PROBE = r"""
       [r.children[0].textContent, r.children[1].textContent]),
     differing: Array.from(document.querySelectorAll("#options-table tr.differs td:first-child")).map((t) => t.textContent),
     samples: document.querySelectorAll("pre.samples").length,
+    evalSamples: document.querySelectorAll("tr.eval-sample").length,
+    gradcheckOpen: document.getElementById("gradcheck-details") ? document.getElementById("gradcheck-details").open : null,
+    gradcheckSummary: document.querySelector("#gradcheck-details > summary") ? document.querySelector("#gradcheck-details > summary").textContent : "",
     configs: Array.from(document.querySelectorAll("pre.config")).map((p) => p.textContent),
     text: document.body.innerText,
   });
@@ -258,9 +266,74 @@ INTERACT = r"""
   box.dispatchEvent(new Event("change"));
   await tick();
   out.chartsLinear = document.querySelectorAll("#charts .plot canvas").length;
+  const series = () => Array.from(document.querySelectorAll("#charts .chart")).map((c) => c.dataset.series);
+  const lossLast = () => JSON.parse(document.querySelector('.chart[data-kind="loss"]').dataset.last);
+  out.seriesAll = series();
+  out.lossLastRaw = lossLast();
+  const toggles = Array.from(document.querySelectorAll("input.run-toggle"));
+  out.toggles = toggles.map((t) => t.dataset.run);
+  if (toggles.length > 1) {
+    toggles[1].checked = false;
+    toggles[1].dispatchEvent(new Event("change"));
+    await tick();
+    out.seriesHidden = series();
+    out.canvasesHidden = document.querySelectorAll("#charts .plot canvas").length;
+    toggles[1].checked = true;
+    toggles[1].dispatchEvent(new Event("change"));
+    await tick();
+    out.seriesShownAgain = series();
+  }
+  const slider = document.getElementById("smoothing");
+  slider.value = "0.9";
+  slider.dispatchEvent(new Event("input"));
+  await tick();
+  out.lossLastSmoothed = lossLast();
+  out.smoothingLabel = document.getElementById("smoothing-value").textContent;
+  out.valLastSmoothed = JSON.parse(document.querySelector('.chart[data-kind="val_loss"]').dataset.last || "null");
+  slider.value = "0";
+  slider.dispatchEvent(new Event("input"));
+  await tick();
+  out.valLastRaw = JSON.parse(document.querySelector('.chart[data-kind="val_loss"]').dataset.last || "null");
   return JSON.stringify(out);
 })()
 """
+
+
+def smoothed_last(values, w):
+    """The debiased exponential moving average of `values` at its last value (the page's smoothing)."""
+    avg, n = 0.0, 0
+    for y in values:
+        avg = w * avg + (1 - w) * y
+        n += 1
+    return avg / (1 - w ** n)
+
+
+def check_toggles_and_smoothing(name, act, want):
+    runs = want["runs"]
+    if act["toggles"] != runs:
+        fail(f"{name}: run toggles {act['toggles']}, want {runs}")
+    if act["seriesAll"][0] != "|".join(runs):
+        fail(f"{name}: the loss chart draws {act['seriesAll'][0]!r}, want every run")
+    if len(runs) > 1:
+        if any(runs[1] in s.split("|") for s in act["seriesHidden"]) or act["canvasesHidden"] < len(want["kinds"]):
+            fail(f"{name}: hiding {runs[1]} left it drawn: {act['seriesHidden']}")
+        if act["seriesShownAgain"] != act["seriesAll"]:
+            fail(f"{name}: showing {runs[1]} again gave {act['seriesShownAgain']}, want {act['seriesAll']}")
+    if act["smoothingLabel"] != "0.9":
+        fail(f"{name}: the smoothing label says {act['smoothingLabel']!r}")
+    # The last row of the loss chart: [x, run values...]; each run's smoothed value from its log.csv.
+    for k, run_dir in enumerate(want.get("logs", [])):
+        with open(os.path.join(run_dir, "log.csv")) as f:
+            rows = list(csv.DictReader(f))
+        losses = [float(r["loss"]) for r in rows]
+        raw, smooth = act["lossLastRaw"][1 + k], act["lossLastSmoothed"][1 + k]
+        expect = smoothed_last(losses, 0.9)
+        if abs(raw - losses[-1]) > 1e-12 * abs(losses[-1]) or abs(smooth - expect) > 1e-9 * abs(expect):
+            fail(f"{name}: run {runs[k]}: loss {raw!r} -> smoothed {smooth!r}, log.csv gives {losses[-1]!r} -> {expect!r}")
+        if smooth == raw:
+            fail(f"{name}: run {runs[k]}: smoothing 0.9 left the last loss unchanged ({raw!r})")
+    if act["valLastSmoothed"] != act["valLastRaw"]:
+        fail(f"{name}: smoothing changed the validation loss (points): {act['valLastSmoothed']} vs {act['valLastRaw']}")
 
 
 def check_page(browser, path, want):
@@ -303,6 +376,12 @@ def check_page(browser, path, want):
         fail(f"{name}: highlighted options {dom['differing']}, want {want['differing']}")
     if dom["samples"] != want["samples"]:
         fail(f"{name}: {dom['samples']} sample blocks, want {want['samples']}")
+    if dom["evalSamples"] != want.get("eval_samples", 0):
+        fail(f"{name}: {dom['evalSamples']} samples at evaluation, want {want.get('eval_samples', 0)}")
+    if dom["gradcheckOpen"] != want.get("gradcheck_open"):
+        fail(f"{name}: gradient-check table open {dom['gradcheckOpen']}, want {want.get('gradcheck_open')}")
+    if want.get("gradcheck_open") is False and not dom["gradcheckSummary"].startswith("all "):
+        fail(f"{name}: the folded gradient-check line says {dom['gradcheckSummary']!r}")
     for cfg in dom["configs"]:
         json.loads(cfg)  # the configuration is JSON
     if len(dom["configs"]) != len(want["runs"]):
@@ -317,6 +396,7 @@ def check_page(browser, path, want):
         for key in ("charts_tokens", "charts_wall", "charts_step", "chartsLinear"):
             if act[key] < len(want["kinds"]):
                 fail(f"{name}: after switching ({key}) only {act[key]} chart canvases")
+        check_toggles_and_smoothing(name, act, want)
     # Give late errors (timers, resources) a moment to arrive.
     end = time.monotonic() + 0.3
     while time.monotonic() < end:
@@ -454,6 +534,14 @@ def main():
         json.dump(report, f)
     names = [c["check"] for c in report["checks"]]
     want_checks = [names[-1]] + names[:-1]
+    with open(os.path.join(work, "gradcheck_ok.json"), "w") as f:  # the same report, every check passed
+        report["checks"][-1]["status"], report["checks"][-1]["passed"] = "passed", True
+        json.dump(report, f)
+    for d in ("run_a", "run_b"):  # one sample at each of the evaluations at steps 10, 20, 30
+        with open(os.path.join(work, d, "samples.jsonl")) as f:
+            steps = [json.loads(line)["step"] for line in f]
+        if steps != [10, 20, 30]:
+            fail(f"{d}/samples.jsonl: samples at steps {steps}, want 10, 20, 30")
 
     # Without the plotting library: one line naming the package, exit 2, nothing written.
     env = dict(os.environ, XGRAD_DYGRAPHS_JS=os.path.join(work, "no", "dygraph.min.js"))
@@ -467,6 +555,9 @@ def main():
     page = os.path.join(work, "report.html")
     run([xgrad, "report", "run_a", "run_b", "--checkpoint", "run_a/model.safetensors", "--prompt",
          "the quick fox", "--gradcheck", "gradcheck.json", "--out", "report.html"], cwd=work)
+    page_ok = os.path.join(work, "report_ok.html")
+    run([xgrad, "report", "run_a", "--checkpoint", "run_a/model.safetensors", "--prompt", "the quick fox",
+         "--gradcheck", "gradcheck_ok.json", "--out", "report_ok.html"], cwd=work)
     page_v0 = os.path.join(work, "report_v0.html")
     run([xgrad, "report", os.path.join(FIXTURES, "sort"), os.path.join(FIXTURES, "charlm"), "--checkpoint",
          os.path.join(FIXTURES, "sort", "model.safetensors"), "--prompt", "3102|", "--out", page_v0])
@@ -482,7 +573,13 @@ def main():
         kinds = ["loss", "val_loss", "val_bpb", "lr", "grad_norm", "tokens_per_s"]
         check_page(browser, page, {"kinds": kinds, "layers": 2, "heads": 2, "runs": ["run_a", "run_b"],
                                    "checks": want_checks, "failed_first": True, "differing": ["lr"],
-                                   "samples": 2})
+                                   "samples": 2, "eval_samples": 6, "gradcheck_open": True,
+                                   "logs": [os.path.join(work, "run_a"), os.path.join(work, "run_b")]})
+        # Every check passed: the table folds into one line.
+        check_page(browser, page_ok, {"kinds": kinds, "layers": 2, "heads": 2, "runs": ["run_a"],
+                                      "checks": names, "failed_first": False, "differing": [],
+                                      "samples": 1, "eval_samples": 3, "gradcheck_open": False,
+                                      "logs": [os.path.join(work, "run_a")]})
         # 0.2.0 runs: no config.json (options from the state's metadata), no result.txt; the sort
         # model has one layer of 2 heads (window 4).
         check_page(browser, page_v0, {"kinds": ["loss", "val_loss", "lr", "grad_norm", "tokens_per_s"],

@@ -1,10 +1,16 @@
 // Sampling one token (nn/generate.hpp, pick_token): greedy, temperature, top-k and top-p
-// (nucleus) against probabilities computed here from the softmax's definition.
+// (nucleus) against probabilities computed here from the softmax's definition. Generation
+// past the context (cropping, and a window's KV cache) against fresh forward passes, and
+// stopping a sample from outside (stop_when).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <vector>
+
+#include <xgrad/core/tape.hpp>
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/random.hpp>
@@ -24,7 +30,147 @@ std::vector<double> frequencies(const std::vector<double>& logits, nn::SampleOpt
   return count;
 }
 
+// A small float64 GPT.
+nn::TransformerConfig small_config(std::size_t context, std::size_t layers) {
+  nn::TransformerConfig c;
+  c.V_vocab = 11;
+  c.context = context;
+  c.d_model = 16;
+  c.H_q = 4;
+  c.H_kv = 2;
+  c.layers = layers;
+  c.dtype = DType::float64;
+  return c;
+}
+
+// The last-position logits [B, V] of a fresh forward over the last min(len, C) tokens of each
+// of the sequences prompt + tokens[..s] (positions 0.. of that window).
+Array fresh_logits(nn::GPT& m, const std::vector<std::vector<std::int64_t>>& prompts, const nn::Generation& g,
+                   std::size_t s) {
+  NoGradGuard ng;
+  const std::size_t C = m.config().context, B = prompts.size();
+  std::vector<std::int64_t> flat;
+  std::size_t T = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    std::vector<std::int64_t> seq = prompts[b];
+    seq.insert(seq.end(), g.tokens[b].begin(), g.tokens[b].begin() + static_cast<std::ptrdiff_t>(s));
+    T = std::min(seq.size(), C);
+    flat.insert(flat.end(), seq.end() - static_cast<std::ptrdiff_t>(T), seq.end());
+  }
+  const Array all = m.logits(IndexArray({B, T}, flat)).value();
+  const std::size_t V = all.shape()[2];
+  std::vector<double> last;
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t v = 0; v < V; ++v) last.push_back(all.flat((b * T + T - 1) * V + v));
+  return Array::from_vector({B, V}, last, DType::float64);
+}
+
+double largest_gap(const Array& a, const Array& b) {
+  REQUIRE(a.shape() == b.shape());
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a.flat(i) - b.flat(i)));
+  return d;
+}
+
 }  // namespace
+
+TEST_CASE("generate: past the context every step is a fresh forward over the last context tokens (cropping)",
+          "[generate]") {
+  const std::size_t C = 6, P = 4, max_new = 13;
+  Generator init(3);
+  nn::GPT model(small_config(C, 2), init);
+  const std::vector<std::vector<std::int64_t>> prompts = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+  for (bool cache : {true, false}) {
+    for (double temperature : {0.0, 1.0}) {
+      Generator gen(9);
+      nn::SampleOptions so;
+      so.use_kv_cache = cache;
+      so.temperature = temperature;
+      so.generator = &gen;
+      const nn::Generation g = nn::generate(model, prompts, max_new, so);
+      REQUIRE(g.tokens[0].size() == max_new);
+      REQUIRE(g.tokens[1].size() == max_new);
+      REQUIRE(g.logits.size() == max_new);
+      std::size_t past = 0;
+      for (std::size_t s = 0; s < max_new; ++s) {
+        past += P + s > C;  // the model saw a cropped window at this step
+        const double d = largest_gap(g.logits[s], fresh_logits(model, prompts, g, s));
+        INFO("kv cache " << cache << ", temperature " << temperature << ", step " << s << ": max |diff| "
+                         << std::scientific << d);
+        CHECK(d <= 1e-12);
+      }
+      CHECK(past == max_new - (C - P) - 1);  // every step from the one whose input is C + 1 tokens long
+    }
+  }
+  // The crop is needed: a forward over the whole sequence is refused past the context.
+  CHECK_THROWS_WITH(model.logits(IndexArray({1, C + 1}, std::vector<std::int64_t>(C + 1, 1))),
+                    Catch::Contains("exceed the context length"));
+}
+
+TEST_CASE("generate: a sliding window over RoPE decodes past the context with its windowed KV cache",
+          "[generate]") {
+  // Window 3, 2 layers: the last position depends on its last 2 * (3 - 1) + 1 = 5 tokens, fewer than
+  // the context of 8, so the windowed cache's logits past the context equal a fresh forward over the
+  // last 8 tokens (RoPE is relative), and the cropping path (no cache) gives the same.
+  const std::size_t C = 8, max_new = 20;
+  nn::TransformerConfig c = small_config(C, 2);
+  c.window = 3;
+  c.pos = nn::PositionScheme::rope;
+  Generator init(4);
+  nn::GPT model(c, init);
+  const std::vector<std::vector<std::int64_t>> prompts = {{3, 1, 4}};
+  Generator gen(2);
+  nn::SampleOptions so;
+  so.temperature = 1.0;
+  so.generator = &gen;
+  const nn::Generation g = nn::generate(model, prompts, max_new, so);
+  REQUIRE(g.tokens[0].size() == max_new);
+  for (std::size_t s = 0; s < max_new; ++s) {
+    const double d = largest_gap(g.logits[s], fresh_logits(model, prompts, g, s));
+    INFO("step " << s << ": max |diff| " << std::scientific << d);
+    CHECK(d <= 1e-12);
+  }
+  // The cache went on past the context: positions up to 3 + 19 = 22 were decoded with it.
+  auto caches = model.make_caches(1, 30);
+  NoGradGuard ng;
+  (void)model.logits_cached(IndexArray({1, C}, std::vector<std::int64_t>(C, 1)), caches);
+  CHECK_NOTHROW(model.logits_cached(IndexArray({1, 1}, {2}), caches));
+  CHECK(caches[0].next_position() == C + 1);
+  // Learned positions cannot go past the context, window or not.
+  c.pos = nn::PositionScheme::learned;
+  nn::GPT learned(c, init);
+  auto lc = learned.make_caches(1, 30);
+  (void)learned.logits_cached(IndexArray({1, C}, std::vector<std::int64_t>(C, 1)), lc);
+  CHECK_THROWS_WITH(learned.logits_cached(IndexArray({1, 1}, {2}), lc), Catch::Contains("exceed the context length"));
+}
+
+TEST_CASE("generate: stop_when ends one sample and lets the others run", "[generate]") {
+  Generator init(5);
+  nn::GPT model(small_config(16, 1), init);
+  nn::SampleOptions so;
+  std::vector<std::size_t> calls(2, 0);
+  so.stop_when = [&](std::size_t b, const std::vector<std::int64_t>& generated) {
+    ++calls[b];
+    CHECK(generated.size() == calls[b]);  // called once per new token, with the tokens so far
+    return b == 0 && generated.size() == 3;
+  };
+  const nn::Generation g = nn::generate(model, {{1, 2}, {3, 4}}, 7, so);
+  CHECK(g.tokens[0].size() == 3);
+  CHECK(g.tokens[1].size() == 7);
+  CHECK(calls[0] == 3);
+  CHECK(calls[1] == 7);
+  // Every sample stopped: generation ends there.
+  so.stop_when = [](std::size_t, const std::vector<std::int64_t>& generated) { return generated.size() == 2; };
+  const nn::Generation h = nn::generate(model, {{1, 2}, {3, 4}}, 7, so);
+  CHECK(h.logits.size() == 2);
+}
+
+TEST_CASE("generate: a prompt longer than the context is refused", "[generate]") {
+  Generator init(6);
+  nn::GPT model(small_config(4, 1), init);
+  CHECK_THROWS_WITH(nn::generate(model, {{1, 2, 3, 4, 5}}, 2),
+                    Catch::Contains("the prompt has 5 tokens, more than the model's context length 4"));
+}
 
 TEST_CASE("generate: top-p keeps the smallest set of likely tokens whose mass reaches p", "[generate]") {
   // Probabilities at temperature 1: softmax(log 0.5, log 0.3, log 0.15, log 0.05).

@@ -4,6 +4,7 @@
 // over resumed sessions, labels of clashing folder names, the same run given twice, differing
 // options, the table, the JSON document, the gnuplot script; also the header-only safetensors
 // reader and the JSON writer's indented form that compare uses.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -414,6 +415,75 @@ TEST_CASE("compare: the picture's script plots every run's logs in its colour, b
   const runs::ImageSize size = runs::png_size(png);
   CHECK(size.width == 1000);
   CHECK(size.height == 600);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("compare: --y val_bpb is the default when the tokenizers differ and --x bytes scales tokens by bytes per token",
+          "[compare]") {
+  const fs::path dir = temp_dir("compare_axes");
+  const std::string header = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb\n";
+  // Bytes per token = val_loss / (val_bpb ln 2): 1 for the byte model, 4 for the BPE one.
+  const double ln2 = std::log(2.0);
+  char v1[64], v2[64];
+  std::snprintf(v1, sizeof v1, "%.17g", 2 * ln2);  // 2 bits per byte at 1 byte per token
+  std::snprintf(v2, sizeof v2, "%.17g", 4 * ln2);  // 1 bit per byte at 4 bytes per token
+  make_run(dir / "bytes", header + row(1, 2.0, 1, 0.1, 256, v1, ",2") + row(2, 1.9, 2, 0.2, 256, "", ","),
+           {{"opt.task", "text"}, {"opt.batch", "4"}, {"opt.context", "64"}, {"opt.tokenizer", "bytes"}});
+  make_run(dir / "bpe", header + row(1, 3.0, 1, 0.1, 256, v2, ",1") + row(2, 2.9, 2, 0.2, 256, "", ","),
+           {{"opt.task", "text"}, {"opt.batch", "4"}, {"opt.context", "64"}, {"opt.tokenizer", "bpe.model"}});
+  make_run(dir / "S", std::string(kHeader) + "\n" + row(1, 2.0, 1, 0.1, 64) + row(2, 1.9, 2, 0.2, 64), sort_options());
+  const std::vector<runs::RunSummary> text = runs::read_runs({(dir / "bytes").string(), (dir / "bpe").string()});
+  const runs::RunSummary sort = runs::read_run((dir / "S").string());
+  REQUIRE(text[0].bytes_per_token);
+  REQUIRE(text[1].bytes_per_token);
+  CHECK(std::abs(*text[0].bytes_per_token - 1.0) < 1e-12);
+  CHECK(std::abs(*text[1].bytes_per_token - 4.0) < 1e-12);
+  CHECK_FALSE(sort.bytes_per_token);
+  CHECK(runs::tokenizer_of(text[0]) == "bytes");
+  CHECK(runs::tokenizer_of(text[1]) == "bpe.model");
+  CHECK(runs::tokenizer_of(sort) == "task sort");
+
+  // The BPE run has the higher loss per token (4 ln 2 against 2 ln 2) but the lower bits per byte:
+  // different tokenizers, so bits per byte by default; one tokenizer, or a run without bits per
+  // byte, keeps the validation loss.
+  CHECK(runs::default_y(text) == runs::CompareY::val_bpb);
+  CHECK(runs::default_y({text[0]}) == runs::CompareY::val_loss);
+  CHECK(runs::default_y({text[0], sort}) == runs::CompareY::val_loss);
+
+  fs::create_directories(dir / "pics");
+  const std::string png = (dir / "pics" / "cmp.png").string();
+  const std::string bpb = runs::compare_script(text, png, runs::CompareX::bytes, runs::CompareY::val_bpb);
+  CHECK_THAT(bpb, Catch::Contains("set ylabel \"validation bits per byte\""));
+  CHECK_THAT(bpb, Catch::Contains("set xlabel \"bytes seen\""));
+  CHECK_THAT(bpb, Catch::Contains("\"../bytes/log.csv\" using ($1*256.0*1):8 with linespoints"));
+  CHECK_THAT(bpb, Catch::Contains("\"../bpe/log.csv\" using ($1*256.0*"));
+  CHECK_THAT(bpb, !Catch::Contains(":3 with lines") && !Catch::Contains(":7 with"));
+  const std::string loss = runs::compare_script(text, png, runs::CompareX::step, runs::CompareY::loss);
+  CHECK_THAT(loss, Catch::Contains("set ylabel \"training loss\""));
+  CHECK_THAT(loss, Catch::Contains("\"../bytes/log.csv\" using 1:3 with lines lw 1.5 lc rgb '#1f77b4'"));
+  CHECK_THAT(loss, !Catch::Contains("linespoints"));
+  // The default of compare_script is today's picture: training loss light, validation loss on top.
+  CHECK(runs::compare_script(text, png, runs::CompareX::step) ==
+        runs::compare_script(text, png, runs::CompareX::step, runs::CompareY::val_loss));
+
+  REQUIRE_FALSE(runs::find_gnuplot().empty());
+  const runs::Picture pic = runs::compare_png(text, png, runs::CompareX::bytes, runs::CompareY::val_bpb);
+  CHECK(pic.drawn);
+  const nlohmann::json j = nlohmann::json::parse(runs::compare_json(text, runs::CompareX::bytes, &pic, runs::CompareY::val_bpb));
+  CHECK(j["x"] == "bytes");
+  CHECK(j["y"] == "val_bpb");
+  CHECK(std::abs(j["runs"][1]["bytes_per_token"].get<double>() - 4.0) < 1e-12);
+
+  // Quantities a run lacks: refused naming the run and the flag.
+  CHECK_NOTHROW(runs::check_x_axis(text, runs::CompareX::bytes));
+  CHECK_THROWS_WITH(runs::check_x_axis({text[0], sort}, runs::CompareX::bytes),
+                    Catch::Contains("--x bytes") && Catch::Contains("run 'S'") && Catch::Contains("val_bpb"));
+  CHECK_THROWS_WITH(runs::check_y_axis({text[0], sort}, runs::CompareY::val_bpb),
+                    Catch::Contains("--y val_bpb") && Catch::Contains("run 'S'"));
+  CHECK_THROWS_WITH(runs::check_y_axis({sort}, runs::CompareY::val_loss),
+                    Catch::Contains("--y val_loss") && Catch::Contains("no validation loss"));
+  CHECK_NOTHROW(runs::check_y_axis({sort}, runs::CompareY::loss));
+  CHECK_THROWS_AS(runs::compare_script({text[0], sort}, png, runs::CompareX::step, runs::CompareY::val_bpb), UsageError);
   fs::remove_all(dir);
 }
 

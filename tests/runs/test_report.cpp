@@ -84,6 +84,26 @@ TEST_CASE("report: result.txt gives the samples and the RESULT lines and a run w
         std::vector<std::string>{"RESULT best_val_loss 0.5 step 10", "RESULT heldout_exact_match 1"});
 }
 
+TEST_CASE("report: samples.jsonl gives the samples at every evaluation and a bad line is refused naming it",
+          "[report]") {
+  const fs::path dir = xgt::temp_dir("report_eval_samples");
+  runs::RunSummary run;
+  run.dir = dir.string();
+  CHECK(runs::read_run_output(run).eval_samples.empty());  // no file: none
+  // A last line without its line end (a kill cut it) is left out.
+  xgt::write_file(dir / "samples.jsonl", "{\"step\": 10, \"text\": \"Once|upon\"}\n{\"step\": 20, \"text\": \"a\\nb\"}\n"
+                                          "{\"step\": 30, \"te");
+  const runs::RunOutput out = runs::read_run_output(run);
+  REQUIRE(out.eval_samples.size() == 2);
+  CHECK(out.eval_samples[0] == std::pair<std::int64_t, std::string>{10, "Once|upon"});
+  CHECK(out.eval_samples[1] == std::pair<std::int64_t, std::string>{20, "a\nb"});
+  for (const std::string& bad : {std::string("{\"step\": -1, \"text\": \"x\"}\n"), std::string("{\"step\": 1}\n"),
+                                 std::string("{\"step\": 1, \"text\": 2}\n"), std::string("not json\n")}) {
+    xgt::write_file(dir / "samples.jsonl", "{\"step\": 10, \"text\": \"ok\"}\n" + bad);
+    CHECK_THROWS_WITH(runs::read_run_output(run), Catch::Contains("samples.jsonl:2"));
+  }
+}
+
 TEST_CASE("report: text from a run folder cannot end the page's data script", "[report]") {
   runs::ReportInput in;
   runs::RunSummary run;
