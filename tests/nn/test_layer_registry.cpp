@@ -10,6 +10,7 @@
 #include "tests/support/helpers.hpp"
 #include <xgrad/nn/layer_registry.hpp>
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/llama2c.hpp>
 
 using namespace xg;
 using namespace xgt;
@@ -337,4 +338,13 @@ TEST_CASE("layer registry: checkpoints name the registered layers and load only 
   CHECK(e.find("mlp is the registered layer 'test_tanh_mlp'") != std::string::npos);
   CHECK(e.find("not registered") != std::string::npos);
   CHECK(train::load_model(path).gpt != nullptr);  // registered again: it loads
+}
+
+TEST_CASE("layer registry: llama2c export refuses a model with a registered layer", "[layer_registry]") {
+  ensure_registered();
+  nn::TransformerConfig c = llama();
+  CHECK_NOTHROW(train::llama2c::check_exportable(c.resolved(), "m"));
+  c.activation = "test_silu";  // the same function as SiLU, yet not what run.c is known to compute
+  const std::string e = error_of<ValueError>([&] { train::llama2c::check_exportable(c.resolved(), "m"); });
+  CHECK(e.find("activation is the registered layer 'test_silu'") != std::string::npos);
 }
