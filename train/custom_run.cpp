@@ -114,6 +114,7 @@ struct Run {
   std::int64_t start = 0;
   double best = std::numeric_limits<double>::infinity();
   std::int64_t best_step = 0;
+  bool named = false;  // run_id.txt and config.json written (at the first checkpoint, as xgrad train)
 };
 
 void save_model_file(Run& r, const fs::path& path, std::int64_t step, const io::safetensors::Metadata& extra = {}) {
@@ -125,6 +126,12 @@ void save_model_file(Run& r, const fs::path& path, std::int64_t step, const io::
 
 // The log first (it then holds every step the state holds), the state (the commit point), the model.
 void checkpoint(Run& r, std::int64_t step) {
+  if (!r.named) {  // a run that fails before its first checkpoint leaves no file of its own
+    runs::write_run_id(r.out, r.run_id);
+    io::write_atomically((r.out / runs::kConfigFile).string(), config_json(r.o),
+                         "[" + std::string(kOp) + "] " + (r.out / runs::kConfigFile).string() + ": ");
+    r.named = true;
+  }
   r.log->commit();
   io::safetensors::Metadata state;
   for (const auto& [k, v] : run_options(r.o)) state["opt." + k] = v;
@@ -157,6 +164,7 @@ void restore(Run& r) {
                       "xgrad train --resume");
   r.run_id = meta("run_id");
   runs::check_run_id(r.run_id, r.out, path);
+  r.named = true;
   std::vector<std::string> differ;
   for (const auto& [k, v] : run_options(r.o)) {
     const auto it = st.metadata.find("opt." + k);
@@ -236,9 +244,6 @@ ModuleRunResult train_module(nn::Module& model, const LossFn& loss, const RunOpt
     for (const char* f : {runs::kBestFile, runs::kResultFile}) fs::remove(r.out / f, ec);  // the old run's
     r.run_id = runs::new_run_id();
     r.log = std::make_unique<runs::RunLog>(r.out / runs::kLogFile, std::vector<std::string>{});
-    runs::write_run_id(r.out, r.run_id);
-    io::write_atomically((r.out / runs::kConfigFile).string(), config_json(o),
-                         "[" + std::string(kOp) + "] " + (r.out / runs::kConfigFile).string() + ": ");
   }
   fs::remove(r.out / runs::kResultFile, ec);  // unfinished again until the end
 

@@ -227,4 +227,7 @@ TEST_CASE("train_module: bad options, another run's folder and a bad loss are re
   const auto vector_loss = [](nn::Module& m, train::StepInput&) { return dynamic_cast<SmallNet&>(m).W2 * 1.0; };
   CHECK(error_of<ValueError>([&] { train::train_module(net, vector_loss, o); }).find("must be a scalar") !=
         std::string::npos);
+  // Refused at step 1: no file of the run (the next attempt is not "another run").
+  CHECK(std::filesystem::is_empty(dir / "vector"));
+  CHECK(train::train_module(net, batch_loss, o).steps_done == 2);
 }
