@@ -61,9 +61,11 @@ void* raw_alloc(std::size_t bytes) {
   const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   return std::aligned_alloc(kAlign, rounded ? rounded : kAlign);
 }
-// Small blocks: plain malloc (16-byte aligned; the kernels use unaligned loads). The fast path
-// for the one-element arrays of scalar-heavy graphs.
-void* small_alloc(std::size_t bytes) { return std::malloc(bytes ? bytes : 1); }
+// Small blocks: malloc's own blocks, aligned as the large ones. The alignment is part of the
+// result: xtensor's SIMD assignment (xsimd) runs the elements before the first aligned address
+// through the scalar function and the rest through the vector one (tanh, exp: results that
+// differ in the last place), so an array at another address mod 64 could round otherwise.
+void* small_alloc(std::size_t bytes) { return raw_alloc(bytes); }
 
 }  // namespace
 

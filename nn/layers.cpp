@@ -155,6 +155,18 @@ Tensor RMSNorm::operator()(const Tensor& x) const {
   return ops::rms_norm(x, weight, eps_);
 }
 
+namespace {
+// A registered activation's output, which must keep its input's shape.
+Tensor activated(const std::function<Tensor(const Tensor&)>& f, const Tensor& x, const char* op) {
+  Tensor y = f(x);
+  if (!y.defined() || y.shape() != x.shape())
+    throw ShapeError(op_message(op, "the activation turned shape " + shape_str(x.shape()) + " into " +
+                                        (y.defined() ? shape_str(y.shape()) : std::string("nothing")) +
+                                        ": an activation keeps the shape"));
+  return y;
+}
+}  // namespace
+
 FeedForward::FeedForward(std::size_t d, std::size_t d_ff, Generator& gen, double dropout, DType dtype,
                          double out_init_std)
     : fc1(d, d_ff, gen, true, dtype), fc2(d_ff, d, gen, true, dtype, out_init_std), dropout_(dropout) {
@@ -176,7 +188,8 @@ FeedForward::FeedForward(const Array& W1, const Array& b1, const Array& W2, cons
 
 Tensor FeedForward::operator()(const Tensor& x, Generator* dropout_gen) const {
   // bias + GELU as one op (ops::bias_gelu; the same function as gelu(fc1(x)))
-  Tensor h = fc1.b.defined() ? ops::bias_gelu(fc1.product(x), fc1.b) : ops::gelu(fc1(x));
+  Tensor h = activation ? activated(activation, fc1(x), "feed_forward")
+             : fc1.b.defined() ? ops::bias_gelu(fc1.product(x), fc1.b) : ops::gelu(fc1(x));
   if (training() && dropout_ > 0) {
     if (!dropout_gen) throw ValueError(op_message("feed_forward", "dropout in training needs a generator"));
     h = ops::dropout(h, dropout_, *dropout_gen, true);
@@ -192,6 +205,9 @@ SwiGLUFeedForward::SwiGLUFeedForward(std::size_t d, std::size_t d_ff, Generator&
   register_module("down", down);
 }
 
-Tensor SwiGLUFeedForward::operator()(const Tensor& x) const { return down(ops::swiglu(gate(x), up(x))); }
+Tensor SwiGLUFeedForward::operator()(const Tensor& x) const {
+  if (activation) return down(activated(activation, gate(x), "swiglu_feed_forward") * up(x));
+  return down(ops::swiglu(gate(x), up(x)));
+}
 
 }  // namespace xg::nn

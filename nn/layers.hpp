@@ -3,6 +3,7 @@
 /// (Llama). Weights in x out.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include <xgrad/core/random.hpp>
@@ -114,6 +115,9 @@ class FeedForward : public Module {
   /// The two linear layers, d -> d_ff and d_ff -> d. @{
   Linear fc1, fc2;
   /// @}
+  /// The nonlinearity between them: empty is GELU; otherwise fc2(activation(fc1(x))), which must
+  /// keep the shape (ShapeError otherwise). A registered activation (nn/layer_registry.hpp).
+  std::function<Tensor(const Tensor&)> activation;
 
  private:
   double dropout_;
@@ -134,6 +138,9 @@ class SwiGLUFeedForward : public Module {
   /// The three bias-free projections: gate (w1) and up (w3) [d, d_ff], down (w2) [d_ff, d]. @{
   Linear gate, up, down;
   /// @}
+  /// The gate's nonlinearity: empty is SiLU (ops::swiglu); otherwise
+  /// down(activation(gate(x)) * up(x)), the activation keeping the shape (ShapeError otherwise).
+  std::function<Tensor(const Tensor&)> activation;
 };
 
 }  // namespace xg::nn

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/ops/dropout.hpp>
@@ -208,6 +209,7 @@ DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
       ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype),
       ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
+  if (!c.activation.empty()) ffn.activation = make_activation(c.activation);
   register_module("ln1", ln1);
   register_module("attn", attn);
   register_module("ln2", ln2);
@@ -223,6 +225,7 @@ LlamaBlock::LlamaBlock(const TransformerConfig& c, Generator& gen)
       attn_norm(c.d_model, c.dtype, c.norm_eps), ffn_norm(c.d_model, c.dtype, c.norm_eps),
       ffn(c.d_model, c.d_ff, gen, c.dtype, residual_std(c)) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
+  if (!c.activation.empty()) ffn.activation = make_activation(c.activation);
   register_module("attn_norm", attn_norm);
   register_module("attn", attn);
   register_module("ffn_norm", ffn_norm);
@@ -232,6 +235,93 @@ LlamaBlock::LlamaBlock(const TransformerConfig& c, Generator& gen)
 Tensor LlamaBlock::attention_input(const Tensor& x) { return attn_norm(x); }
 
 Tensor LlamaBlock::ffn_branch(const Tensor& h, Generator*) { return ffn(ffn_norm(h)); }
+
+namespace {
+// The built-in layers behind the registry's interfaces, their parameters under their own names
+// (registered with an empty name: "ln1.gamma", "ffn.fc1.W").
+template <class L>
+class BuiltinNorm : public NormLayer {
+ public:
+  template <class... A>
+  explicit BuiltinNorm(A&&... a) : inner(std::forward<A>(a)...) { register_module("", inner); }
+  Tensor operator()(const Tensor& x) const override { return inner(x); }
+  L inner;
+};
+
+class BuiltinGeluMLP : public MLPLayer {
+ public:
+  BuiltinGeluMLP(const TransformerConfig& c, Generator& gen)
+      : inner(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)) {
+    if (!c.activation.empty()) inner.activation = make_activation(c.activation);
+    register_module("", inner);
+  }
+  Tensor operator()(const Tensor& x, Generator* gen) const override { return inner(x, gen); }
+  FeedForward inner;
+};
+
+class BuiltinSwiGLUMLP : public MLPLayer {
+ public:
+  BuiltinSwiGLUMLP(const TransformerConfig& c, Generator& gen) : inner(c.d_model, c.d_ff, gen, c.dtype, residual_std(c)) {
+    if (!c.activation.empty()) inner.activation = make_activation(c.activation);
+    register_module("", inner);
+  }
+  Tensor operator()(const Tensor& x, Generator*) const override { return inner(x); }
+  SwiGLUFeedForward inner;
+};
+
+// A norm of width d_model: the registered one of c.norm, else the arch's built-in.
+std::unique_ptr<NormLayer> block_norm(const TransformerConfig& c) {
+  if (!c.norm.empty()) return make_norm(c.norm, c, c.d_model);
+  if (c.arch == Architecture::llama) return std::make_unique<BuiltinNorm<RMSNorm>>(c.d_model, c.dtype, c.norm_eps);
+  return std::make_unique<BuiltinNorm<LayerNorm>>(c.d_model, c.dtype);
+}
+
+const TransformerConfig& checked_layers(const TransformerConfig& c) {
+  check_registered_layers(c);
+  return c;
+}
+}  // namespace
+
+// Draws in the built-in blocks' order: the attention (base), the feed-forward layer, then the
+// attention's GPT-2 initialisation (norms draw nothing).
+RegisteredBlock::RegisteredBlock(const TransformerConfig& c, Generator& gen)
+    : DecoderLayer(attention_config(checked_layers(c), true), gen, c.dropout) {
+  const bool llama = c.arch == Architecture::llama;
+  norm1 = block_norm(c);
+  norm2 = block_norm(c);
+  if (!c.mlp.empty())
+    ffn = make_mlp(c.mlp, c, gen);
+  else if (llama)
+    ffn = std::make_unique<BuiltinSwiGLUMLP>(c, gen);
+  else
+    ffn = std::make_unique<BuiltinGeluMLP>(c, gen);
+  gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
+  register_module(llama ? "attn_norm" : "ln1", *norm1);
+  register_module("attn", attn);
+  register_module(llama ? "ffn_norm" : "ln2", *norm2);
+  register_module("ffn", *ffn);
+}
+
+Tensor RegisteredBlock::attention_input(const Tensor& x) {
+  Tensor y = (*norm1)(x);
+  if (!y.defined() || y.shape() != x.shape())
+    throw ShapeError(op_message("transformer", "registered norm turned " + shape_str(x.shape()) + " into " +
+                                                   (y.defined() ? shape_str(y.shape()) : std::string("nothing"))));
+  return y;
+}
+
+Tensor RegisteredBlock::ffn_branch(const Tensor& h, Generator* gen) {
+  const Tensor n = (*norm2)(h);
+  if (!n.defined() || n.shape() != h.shape())
+    throw ShapeError(op_message("transformer", "registered norm turned " + shape_str(h.shape()) + " into " +
+                                                   (n.defined() ? shape_str(n.shape()) : std::string("nothing"))));
+  Tensor y = (*ffn)(n, gen);
+  if (!y.defined() || y.shape() != h.shape())
+    throw ShapeError(op_message("transformer", "the mlp turned " + shape_str(h.shape()) + " into " +
+                                                   (y.defined() ? shape_str(y.shape()) : std::string("nothing")) +
+                                                   ": a feed-forward sub-layer keeps the shape [..., d_model]"));
+  return y;
+}
 
 EncoderBlock::EncoderBlock(const TransformerConfig& c, Generator& gen)
     : ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype), attn(attention_config(c), gen),
@@ -288,16 +378,25 @@ GPT::GPT(const TransformerConfig& c, Generator& gen)
     : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
       ln_f(c.d_model, c.dtype), norm(c.d_model, c.dtype, c.resolved().norm_eps), cfg_(c.resolved()) {
   const bool llama = cfg_.arch == Architecture::llama;
+  check_registered_layers(cfg_);
+  const bool registered = !cfg_.mlp.empty() || !cfg_.norm.empty();
   register_module("tok", tok);
   if (cfg_.pos == PositionScheme::learned) register_module("pos", pos);
   for (std::size_t l = 0; l < cfg_.layers; ++l) {
-    if (llama)
+    if (registered)
+      blocks.push_back(std::make_unique<RegisteredBlock>(cfg_, gen));
+    else if (llama)
       blocks.push_back(std::make_unique<LlamaBlock>(cfg_, gen));
     else
       blocks.push_back(std::make_unique<DecoderBlock>(cfg_, gen));
     register_module("blocks." + std::to_string(l), *blocks.back());
   }
-  register_module(llama ? "norm" : "ln_f", llama ? static_cast<Module&>(norm) : static_cast<Module&>(ln_f));
+  if (!cfg_.norm.empty()) {
+    registered_norm = make_norm(cfg_.norm, cfg_, cfg_.d_model);
+    register_module(llama ? "norm" : "ln_f", *registered_norm);
+  } else {
+    register_module(llama ? "norm" : "ln_f", llama ? static_cast<Module&>(norm) : static_cast<Module&>(ln_f));
+  }
   if (!cfg_.tie_embeddings) {
     classifier = std::make_unique<Embedding>(cfg_.V_vocab, cfg_.d_model, gen, cfg_.dtype);
     register_module("classifier", *classifier);
@@ -311,7 +410,7 @@ Tensor GPT::embed(const IndexArray& tokens, const std::vector<Position>& positio
 }
 
 Tensor GPT::head(const Tensor& h) const {
-  const Tensor n = cfg_.arch == Architecture::llama ? norm(h) : ln_f(h);
+  const Tensor n = registered_norm ? (*registered_norm)(h) : cfg_.arch == Architecture::llama ? norm(h) : ln_f(h);
   return ops::matmul(n, classifier_weight(), {false, true});
 }
 
@@ -373,6 +472,8 @@ EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
   if (cfg_.arch != Architecture::gpt)
     throw ValueError(op_message("encoder_decoder", "arch " + architecture_name(cfg_.arch) +
                                                        ": the encoder-decoder is built from GPT-2 blocks only"));
+  if (!cfg_.activation.empty() || !cfg_.mlp.empty() || !cfg_.norm.empty())
+    throw ValueError(op_message("encoder_decoder", "registered layers (activation, mlp, norm) are for GPT models only"));
   if (cfg_.pos != PositionScheme::learned)
     throw ValueError(op_message("encoder_decoder", "position scheme '" + position_scheme_name(cfg_.pos) +
                                                        "': the encoder-decoder has learned position embeddings only"));

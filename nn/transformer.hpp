@@ -38,6 +38,7 @@
 #include <vector>
 
 #include <xgrad/nn/attention.hpp>
+#include <xgrad/nn/layer_registry.hpp>
 #include <xgrad/nn/layers.hpp>
 
 namespace xg::nn {
@@ -110,6 +111,15 @@ struct TransformerConfig {
   /// gradient the sum of both uses) or a separate classifier.weight [V_vocab, d]. Only a Llama
   /// model may be untied (ValueError naming `tie_embeddings` otherwise).
   bool tie_embeddings = true;
+  /// Registered sub-layers (nn/layer_registry.hpp) a GPT builds instead of its own; empty: the
+  /// built-in one. `activation` replaces GELU (gpt) or SiLU (llama) in the built-in
+  /// feed-forward layer; `mlp` replaces the whole feed-forward sub-layer (not together with
+  /// `activation`); `norm` replaces every norm (both of each block and the final one). The
+  /// names must be registered when the model is built (ValueError naming the layer); an
+  /// EncoderDecoder takes none. Checkpoints record them (metadata layer_activation, layer_mlp,
+  /// layer_norm). @{
+  std::string activation, mlp, norm;
+  /// @}
 
   /// A copy with the 0 defaults filled in; validates (ValueError naming the bad size).
   TransformerConfig resolved() const;
@@ -173,6 +183,26 @@ class LlamaBlock : public DecoderLayer {
  protected:
   Tensor attention_input(const Tensor& x) override;             ///< attn_norm(x).
   Tensor ffn_branch(const Tensor& h, Generator* gen) override;  ///< ffn(ffn_norm(h)) (no dropout inside).
+};
+
+/// A decoder block with registered sub-layers (TransformerConfig::mlp or ::norm set; built
+/// by GPT): the GPT-2 or Llama block of `arch` whose norms and/or feed-forward sub-layer come
+/// from the registry, the others built-in. Parameter names are those of the arch's block
+/// (gpt: ln1, attn, ln2, ffn; llama: attn_norm, attn, ffn_norm, ffn); a built-in part keeps its
+/// own names below them (ffn.fc1.W), and draws its initial weights in the built-in block's order.
+class RegisteredBlock : public DecoderLayer {
+ public:
+  /// A block of the sizes in `c` (resolved; its registered names must be registered:
+  /// ValueError naming the layer otherwise), weights drawn from `gen`.
+  RegisteredBlock(const TransformerConfig& c, Generator& gen);
+  /// The norms before the attention and the feed-forward sub-layer. @{
+  std::unique_ptr<NormLayer> norm1, norm2;
+  /// @}
+  std::unique_ptr<MLPLayer> ffn;  ///< The feed-forward sub-layer.
+
+ protected:
+  Tensor attention_input(const Tensor& x) override;             ///< norm1(x).
+  Tensor ffn_branch(const Tensor& h, Generator* gen) override;  ///< ffn(norm2(h), gen); its shape checked.
 };
 
 /// Pre-LN encoder block: bidirectional self-attention (key padding only) and a feed-forward
@@ -267,10 +297,14 @@ class GPT : public Module {
   /// is a registered parameter only when config().pos is learned. @{
   Embedding tok, pos;
   /// @}
-  /// The decoder blocks, in order: DecoderBlock (arch gpt) or LlamaBlock (arch llama).
+  /// The decoder blocks, in order: DecoderBlock (arch gpt) or LlamaBlock (arch llama), or
+  /// RegisteredBlock when the config names a registered mlp or norm.
   std::vector<std::unique_ptr<DecoderLayer>> blocks;
   LayerNorm ln_f;  ///< Final layer norm (arch gpt; not a parameter of a Llama model).
   RMSNorm norm;    ///< Final RMSNorm (arch llama; not a parameter of a GPT-2 model).
+  /// The final norm when config().norm names a registered norm (registered as ln_f or norm, by
+  /// arch, in place of the built-in one); null otherwise.
+  std::unique_ptr<NormLayer> registered_norm;
   /// The separate classifier [V_vocab, d] of an untied Llama model (logits = h W^T); null
   /// when tied.
   std::unique_ptr<Embedding> classifier;

@@ -56,6 +56,31 @@ std::vector<std::string> fixed_tokens(const ModelInfo& info, const io::safetenso
 
 std::string token_text(const std::string& t) { return "'" + shown_value(t, 24) + "' (" + std::to_string(t.size()) + " bytes)"; }
 
+// Registered layers (nn/layer_registry.hpp): metadata layer_<kind> names the layer, written
+// only when one is used (other checkpoints keep their bytes).
+struct LayerKey {
+  nn::LayerKind kind;
+  const char* key;
+  std::string nn::TransformerConfig::*field;
+};
+const LayerKey kLayerKeys[] = {{nn::LayerKind::activation, "layer_activation", &nn::TransformerConfig::activation},
+                               {nn::LayerKind::mlp, "layer_mlp", &nn::TransformerConfig::mlp},
+                               {nn::LayerKind::norm, "layer_norm", &nn::TransformerConfig::norm}};
+
+// The registered layers a checkpoint names must be registered in this program.
+void read_layer_names(const io::safetensors::Metadata& m, nn::TransformerConfig& c, const std::string& path) {
+  for (const LayerKey& k : kLayerKeys) {
+    const auto it = m.find(k.key);
+    if (it == m.end()) continue;
+    const std::string kind = nn::layer_kind_name(k.kind);
+    if (!nn::is_registered(k.kind, it->second))
+      throw FormatError("[checkpoint] " + path + ": the model's " + kind + " is the registered layer '" +
+                        shown_value(it->second, 64) + "', which this program has not registered (a program that "
+                        "registers it with nn::register_" + kind + " can load it; docs/custom-layers.md)");
+    c.*k.field = it->second;
+  }
+}
+
 // The stored vocabulary against what made it: a task's fixed tokens, a tokenizer's pieces
 // (bytes: the 256 bytes in order; sentencepiece, llama2c: each id's decoded text of the
 // embedded model, whose digest text::tokenizer_of_metadata checks), charlm's sorted distinct bytes.
@@ -146,6 +171,8 @@ io::safetensors::Metadata model_metadata(const ModelInfo& info) {
   m["d_ff"] = std::to_string(c.d_ff);
   m["dtype"] = dtype_name(c.dtype);
   if (c.window > 0) m["window"] = std::to_string(c.window);  // absent: no sliding window
+  for (const LayerKey& k : kLayerKeys)
+    if (!(c.*k.field).empty()) m[k.key] = c.*k.field;
   // Learned positions are the default and write no key: those checkpoints stay byte for byte
   // what they were before the key existed.
   if (c.pos != nn::PositionScheme::learned) m["pos"] = nn::position_scheme_name(c.pos);
@@ -227,6 +254,9 @@ ModelInfo model_info(const io::safetensors::Metadata& m, const std::string& path
   }
   for (const char* k : {"n_digits", "n_values", "min_len", "max_len"})
     if (m.count(k)) info.task_params[k] = m.at(k);
+  read_layer_names(m, c, path);
+  if (info.kind != "gpt" && (!c.activation.empty() || !c.mlp.empty() || !c.norm.empty()))
+    throw FormatError("[checkpoint] " + path + ": registered layers (layer_*) are for GPT models only");
   try {
     c = c.resolved();
   } catch (const Error& e) {
@@ -244,7 +274,10 @@ LoadedModel load_model(const std::string& path) {
   // built: a metadata value cannot make the program allocate more than the file holds.
   std::uint64_t in_file = 0;
   for (const auto& named : f.tensors) in_file += named.second.size();
-  const std::uint64_t expected = parameter_count(lm.info.kind, lm.info.config);
+  // A registered mlp or norm has parameters only its factory knows: the model is built first
+  // (within the sizes model_info bounds) and counted.
+  const bool registered = !lm.info.config.mlp.empty() || !lm.info.config.norm.empty();
+  const std::uint64_t expected = registered ? in_file : parameter_count(lm.info.kind, lm.info.config);
   if (expected != in_file)
     throw FormatError("[checkpoint] " + path + ": the metadata describes a model of " + std::to_string(expected) +
                       " parameters, the file holds " + std::to_string(in_file));

@@ -87,6 +87,9 @@ void check_exportable(const nn::TransformerConfig& c, const std::string& what) {
   if (c.norm_eps != 1e-5) refuse("norm_eps is " + number_text(c.norm_eps) + ", not 1e-5");
   if (c.window > 0) refuse("it has a sliding window of " + std::to_string(c.window));
   if (c.H_q == 0 || (c.d_model / c.H_q) % 2 != 0) refuse("its head size is odd");
+  for (const auto& [kind, name] : {std::pair<const char*, const std::string*>{"activation", &c.activation},
+                                   {"mlp", &c.mlp}, {"norm", &c.norm}})
+    if (!name->empty()) refuse(std::string("its ") + kind + " is the registered layer '" + *name + "'");
 }
 
 void import_file(const std::string& bin, const std::string& out) {

@@ -29,7 +29,8 @@ Model read(const std::string& path);
 
 /// ValueError naming the setting when `config` is not a model llama2.c's run.c computes
 /// exactly: arch llama, RoPE interleaved over the whole head with base 10000, norm eps 1e-5,
-/// no sliding window, an even head size. `what` names the model in the message.
+/// no sliding window, an even head size, no registered layer (nn/layer_registry.hpp). `what`
+/// names the model in the message.
 void check_exportable(const nn::TransformerConfig& config, const std::string& what);
 
 /// `xgrad import llama2c`: reads `bin` and writes an xgrad checkpoint to `out` (atomically):
