@@ -271,6 +271,8 @@ class SentencePieceTokenizer : public Tokenizer {
   }
 
   std::string serialized() const override { return bytes_; }
+  std::int64_t bos_id() const override { return sp_.bos_id(); }
+  std::int64_t eos_id() const override { return sp_.eos_id(); }
 
  private:
   // What an id is; *_after_space: its piece starts with U+2581.

@@ -91,6 +91,12 @@ class Tokenizer {
   /// printable ASCII as itself and any other byte as `<0xNN>`; for llama2c the piece's bytes as
   /// the file has them (` Once`, `<0x0A>`, `\n<s>\n`). ValueError for a bad id.
   virtual std::string piece(std::int64_t id) const = 0;
+  /// The id of the beginning-of-text token BOS (`<s>`), -1 when the tokenizer has none (bytes).
+  /// encode() never gives it for a SentencePiece model; a llama2c tokenizer starts every text
+  /// with it (id 1). `--doc-separator bos` puts it before every document.
+  virtual std::int64_t bos_id() const { return -1; }
+  /// The id of the end-of-text token EOS (`</s>`), -1 when the tokenizer has none (bytes).
+  virtual std::int64_t eos_id() const { return -1; }
   /// The model file's bytes ("" for bytes; the tokenizer.bin for llama2c): what a checkpoint embeds to rebuild the tokenizer
   /// with tokenizer_from_serialized().
   virtual std::string serialized() const = 0;

@@ -123,6 +123,8 @@ class Llama2cTokenizer : public Tokenizer {
   std::string kind() const override { return "llama2c"; }
   std::size_t vocab_size() const override { return pieces_.size(); }
   std::string serialized() const override { return bytes_; }
+  std::int64_t bos_id() const override { return kLlama2cBos; }
+  std::int64_t eos_id() const override { return kLlama2cEos; }
 
   std::vector<std::int64_t> encode(std::string_view text) const override {
     // run.c's encode(text, bos = 1, eos = 0). Symbols first: BOS, the dummy prefix " " (when
