@@ -238,7 +238,11 @@ std::unique_ptr<text::TokenFile> share(dist::Communicator& comm, std::unique_ptr
 }  // namespace
 
 // Rank 0 reads and tokenises the texts into the run folder; the others get the tokens.
-std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm) {
+std::unique_ptr<Task> make_text(const TrainOptions& given, dist::Communicator& comm) {
+  // run_training resolved --doc-separator auto when the run started; a task made directly
+  // (make_task) resolves it here by the same rule.
+  TrainOptions o = given;
+  if (o.doc_separator == "auto") resolve_doc_separator(o);
   std::unique_ptr<text::Tokenizer> tok;
   std::unique_ptr<text::TokenFile> train, val;
   std::unique_ptr<PendingTokens> pending;
