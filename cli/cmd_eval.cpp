@@ -85,12 +85,15 @@ void run_eval(EvalArgs a) {
     text::split_documents(docs, a.val_fraction, tr, val);
     chosen = a.split == "val" ? val : tr;
   }
+  // The documents joined as the run joined them (--doc-separator; a model saved without the
+  // key: none, as xgrad trained before the option).
+  std::int64_t sep_id = -1;
+  const text::DocSeparator sep = text::saved_doc_separator(meta, *tok, "[eval] " + a.checkpoint, sep_id);
   // In memory: eval reads its text once.
   std::vector<std::uint32_t> ids;
   std::uint64_t bytes = 0;
   for (const text::Document& d : chosen) {
-    const std::string text = text::read_document(d);
-    for (std::int64_t id : tok->encode(text)) ids.push_back(static_cast<std::uint32_t>(id));
+    text::add_document_ids(ids, tok->encode(text::read_document(d)), sep, sep_id);
     bytes += d.size;
   }
   const text::TokenFile tokens(std::move(ids), bytes);
@@ -108,7 +111,7 @@ void run_eval(EvalArgs a) {
     std::ostringstream o;
     o << "eval " << a.checkpoint << " on " << a.text << " (" << a.split << ": " << chosen.size() << " of "
       << docs.size() << " documents, " << bytes << " bytes, " << tokens.size() << " tokens; tokenizer "
-      << tok->description() << ")\n"
+      << tok->description() << "; document separator " << text::doc_separator_name(sep) << ")\n"
       << "measured " << r.targets << " tokens (" << r.bytes << " bytes) in " << w.starts.size() << " windows of "
       << T << "\n"
       << "cross-entropy " << nats << " nats/token, perplexity " << std::exp(nats) << ", bits per byte " << bpb
@@ -124,6 +127,7 @@ void run_eval(EvalArgs a) {
   j["documents"] = chosen.size();
   j["documents_in_corpus"] = docs.size();
   j["tokenizer"] = {{"kind", tok->kind()}, {"vocab_size", tok->vocab_size()}, {"sha256", tok->digest()}};
+  j["doc_separator"] = text::doc_separator_name(sep);
   j["tokens"] = tokens.size();
   j["bytes"] = bytes;
   j["windows"] = w.starts.size();

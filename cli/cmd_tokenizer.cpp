@@ -1,7 +1,8 @@
-// `xgrad tokenizer train|encode|decode` (docs/cli.md): trains a SentencePiece tokenizer on
-// text files, and turns text into ids and back with it (or with the byte tokenizer, or a
+// `xgrad tokenizer train|encode|decode|export` (docs/cli.md): trains a SentencePiece tokenizer
+// on text files, and turns text into ids and back with it (or with the byte tokenizer, or a
 // llama2.c tokenizer.bin), exactly:
-// decode(encode(s)) == s for any bytes (text/tokenizer.hpp has the rule).
+// decode(encode(s)) == s for any bytes (text/tokenizer.hpp has the rule); writes a
+// SentencePiece model as llama2.c's tokenizer.bin.
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
@@ -140,6 +141,20 @@ void run_decode(const CodeArgs& a) {
   std::cout.write(out.data(), static_cast<std::streamsize>(out.size()));
 }
 
+struct ExportArgs {
+  std::string format, model, out;
+  bool overwrite = false;
+};
+
+void run_export(const ExportArgs& a) {
+  const std::string cmd = "tokenizer export";
+  check_distinct_files(cmd, {{"OUT", a.out, true}, {"MODEL", a.model, false}});
+  check_new_output(cmd, "OUT", a.out, a.overwrite);
+  const std::unique_ptr<text::Tokenizer> t = text::export_llama2c_tokenizer(a.model, a.out);
+  std::cout << "xgrad tokenizer export: " << a.model << " -> " << a.out << " (llama2.c tokenizer.bin, "
+            << t->vocab_size() << " pieces)\n";
+}
+
 CLI::Option* add_tokenizer_flag(Options& o, std::string& target) {
   return o.add(shared::tokenizer()
                    .with_help("a SentencePiece .model file, a llama2.c tokenizer.bin, or 'bytes' (256 ids, one per byte)")
@@ -151,7 +166,8 @@ CLI::Option* add_tokenizer_flag(Options& o, std::string& target) {
 
 void add_tokenizer(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
-      "tokenizer", "SentencePiece tokenizers: train one on text files; encode text to ids and decode ids to text, losslessly");
+      "tokenizer", "SentencePiece tokenizers: train one on text files; encode text to ids and decode ids to text, losslessly; "
+      "export one as llama2.c's tokenizer.bin");
   cmd->require_subcommand(1);
   help_footer(*cmd, "xgrad tokenizer train --vocab-size 512 --out tok.model corpus/");
 
@@ -210,6 +226,20 @@ void add_tokenizer(CLI::App& app) {
                           d->ids);
   dopt.example("xgrad tokenizer decode --tokenizer tok.model --ids '1 2 3'");
   dopt.on_run([d] { run_decode(*d); });
+
+  auto x = std::make_shared<ExportArgs>();
+  CLI::App* ex = cmd->add_subcommand(
+      "export", "Write a SentencePiece .model in another program's format: llama2.c's tokenizer.bin (run.c reads it)");
+  Options xo(*ex, "tokenizer export");
+  xo.add(text_flag("format", "--format", "the format to write: llama2c (llama2.c's tokenizer.bin, as its tokenizer.py writes it)")
+             .one_of({"llama2c"})
+             .required(),
+         x->format);
+  xo.add(shared::overwrite().with_help("replace an existing OUT"), x->overwrite);
+  ex->add_option("model", x->model, "MODEL: the SentencePiece .model file")->required()->check(non_empty_path());
+  ex->add_option("out", x->out, "OUT: the file to write (tokenizer.bin)")->required()->check(non_empty_path());
+  xo.example("xgrad tokenizer export --format llama2c tok.model tokenizer.bin");
+  xo.on_run([x] { run_export(*x); });
 }
 
 }  // namespace xg::cli

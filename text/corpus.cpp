@@ -363,8 +363,58 @@ std::vector<std::uint32_t> TokenFile::all() const {
   return out;
 }
 
-std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out) {
-  const std::unique_ptr<io::AtomicFile> f = tokenize_documents_pending(docs, tok, out);
+std::string doc_separator_name(DocSeparator s) {
+  return s == DocSeparator::bos ? "bos" : s == DocSeparator::eos ? "eos" : "none";
+}
+
+DocSeparator doc_separator_from_name(const std::string& name, const std::string& where) {
+  if (name == "none") return DocSeparator::none;
+  if (name == "bos") return DocSeparator::bos;
+  if (name == "eos") return DocSeparator::eos;
+  throw FormatError(where + ": document separator '" + name + "' is not bos, eos or none");
+}
+
+std::int64_t doc_separator_id(DocSeparator s, const Tokenizer& tok, const std::string& tokenizer, const std::string& op) {
+  if (s == DocSeparator::none) return -1;
+  const std::int64_t id = s == DocSeparator::bos ? tok.bos_id() : tok.eos_id();
+  if (id < 0)
+    throw UsageError(op_message(op, "--doc-separator " + doc_separator_name(s) + ": the tokenizer " + tokenizer +
+                                        (tokenizer == "bytes" ? std::string() : " (" + tok.description() + ")") +
+                                        " has no " + (s == DocSeparator::bos ? "BOS" : "EOS") +
+                                        " token; use --doc-separator none (documents joined with nothing between) "
+                                        "or a tokenizer with one"));
+  if (static_cast<std::uint64_t>(id) >= tok.vocab_size())
+    throw FormatError(op_message(op, "the tokenizer " + tokenizer + ": its " + doc_separator_name(s) + " id " +
+                                         std::to_string(id) + " is outside its vocabulary of " +
+                                         std::to_string(tok.vocab_size())));
+  return id;
+}
+
+DocSeparator saved_doc_separator(const io::safetensors::Metadata& meta, const Tokenizer& tok, const std::string& path,
+                                 std::int64_t& id) {
+  id = -1;
+  const auto it = meta.find("doc_separator");
+  if (it == meta.end()) return DocSeparator::none;
+  const std::string where = path + ": metadata 'doc_separator'";
+  const DocSeparator s = doc_separator_from_name(it->second, where);
+  if (s == DocSeparator::none) return s;
+  id = s == DocSeparator::bos ? tok.bos_id() : tok.eos_id();
+  if (id < 0 || static_cast<std::uint64_t>(id) >= tok.vocab_size())
+    throw FormatError(where + " is " + it->second + ", but the checkpoint's tokenizer (" + tok.description() +
+                      ") has no such token");
+  return s;
+}
+
+void add_document_ids(std::vector<std::uint32_t>& stream, const std::vector<std::int64_t>& ids, DocSeparator s,
+                      std::int64_t id) {
+  if (s == DocSeparator::bos) stream.push_back(static_cast<std::uint32_t>(id));
+  for (std::int64_t t : ids) stream.push_back(static_cast<std::uint32_t>(t));
+  if (s == DocSeparator::eos) stream.push_back(static_cast<std::uint32_t>(id));
+}
+
+std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out,
+                                 DocSeparator sep, std::int64_t sep_id) {
+  const std::unique_ptr<io::AtomicFile> f = tokenize_documents_pending(docs, tok, out, sep, sep_id);
   const TokenFile written(f->temporary_path());
   const std::uint64_t count = written.size();
   f->commit();
@@ -372,7 +422,12 @@ std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokeni
 }
 
 std::unique_ptr<io::AtomicFile> tokenize_documents_pending(const std::vector<Document>& docs, const Tokenizer& tok,
-                                                           const std::string& out) {
+                                                           const std::string& out, DocSeparator sep,
+                                                           std::int64_t sep_id) {
+  if (sep != DocSeparator::none && (sep_id < 0 || static_cast<std::uint64_t>(sep_id) >= tok.vocab_size()))
+    throw ValueError(op_message("train", "document separator " + doc_separator_name(sep) + " with the id " +
+                                             std::to_string(sep_id) + ", outside the vocabulary of " +
+                                             std::to_string(tok.vocab_size())));
   const std::uint16_t width = tok.vocab_size() <= 256 ? 1 : tok.vocab_size() <= 65536 ? 2 : 4;
   // An exception below removes the temporary file (the AtomicFile's destructor).
   auto file = std::make_unique<io::AtomicFile>(out, "[train] " + out + ": ");
@@ -383,18 +438,24 @@ std::unique_ptr<io::AtomicFile> tokenize_documents_pending(const std::vector<Doc
   f.write(&count, 8);  // the counts, patched below
   f.write(&bytes, 8);
   std::vector<unsigned char> packed;
+  const auto put = [&](const std::vector<std::int64_t>& ids) {
+    packed.resize(ids.size() * width);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto v = static_cast<std::uint32_t>(ids[i]);
+      for (std::uint16_t b = 0; b < width; ++b) packed[i * width + b] = static_cast<unsigned char>(v >> (8 * b));
+    }
+    f.write(packed.data(), packed.size());
+    count += ids.size();
+  };
+  // add_document_ids' rule, written piece by piece: the separator before (bos) or after (eos)
+  // each document's ids.
   for (const Document& d : docs) {
+    if (sep == DocSeparator::bos) put({sep_id});
     for_each_piece(d.path, d.offset, d.size, 1 << 20, [&](const std::string& piece) {
-      const std::vector<std::int64_t> ids = tok.encode(piece);
-      packed.resize(ids.size() * width);
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        const auto v = static_cast<std::uint32_t>(ids[i]);
-        for (std::uint16_t b = 0; b < width; ++b) packed[i * width + b] = static_cast<unsigned char>(v >> (8 * b));
-      }
-      f.write(packed.data(), packed.size());
-      count += ids.size();
+      put(tok.encode(piece));
       bytes += piece.size();
     });
+    if (sep == DocSeparator::eos) put({sep_id});
   }
   if (std::fseek(f.stream(), 8, SEEK_SET) != 0) f.fail();
   f.write(&count, 8);

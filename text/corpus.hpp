@@ -74,6 +74,32 @@ void split_documents(const std::vector<Document>& docs, double fraction, std::ve
 /// with a run so that --resume can tell that the corpus changed.
 std::string corpus_fingerprint(const std::vector<Document>& docs);
 
+/// How the documents of a corpus are joined into one token stream (`--doc-separator`): with
+/// nothing between them (none: xgrad before 0.3, and the byte tokenizer's only choice), with
+/// the tokenizer's BOS before every document (bos: as llama2.c's and TinyStories' models are
+/// trained, each story starting with BOS), or with its EOS after every document (eos). Either
+/// way a window of the stream that crosses from one document into the next holds the separator.
+enum class DocSeparator { none, bos, eos };
+/// "none", "bos", "eos".
+std::string doc_separator_name(DocSeparator s);
+/// The separator of its name; FormatError naming `where` for another text (a damaged checkpoint).
+DocSeparator doc_separator_from_name(const std::string& name, const std::string& where);
+/// The token id of separator `s` with `tok` (-1 for none). UsageError starting with `op` and
+/// naming the tokenizer (`tokenizer`: how the user named it) when it has no such token (the byte
+/// tokenizer has neither BOS nor EOS).
+std::int64_t doc_separator_id(DocSeparator s, const Tokenizer& tok, const std::string& tokenizer, const std::string& op);
+/// The ids of one document in the stream: `ids` (its text's ids) with the separator's id
+/// `id` before them (bos) or after them (eos); `ids` alone for none.
+void add_document_ids(std::vector<std::uint32_t>& stream, const std::vector<std::int64_t>& ids, DocSeparator s,
+                      std::int64_t id);
+
+/// The separator a text model's checkpoint metadata `meta` records (key "doc_separator", written
+/// by `xgrad train` when not none; absent: none, as models saved before the option were
+/// trained), with its id in `tok` (the checkpoint's tokenizer; -1 for none) in `id`.
+/// FormatError naming `path` for another value or a token the tokenizer lacks.
+DocSeparator saved_doc_separator(const io::safetensors::Metadata& meta, const Tokenizer& tok, const std::string& path,
+                                 std::int64_t& id);
+
 /// Token ids in a file: 1, 2 or 4 bytes each (little-endian), as the vocabulary needs.
 class TokenFile {
  public:
@@ -102,16 +128,21 @@ class TokenFile {
   int width_ = 4;
 };
 
-/// Tokenises `docs` (one after the other) into the token file `out` (written atomically),
-/// reading each document in pieces of about 1 MiB cut at line ends, so a large corpus is never
-/// held in memory. Returns the number of tokens.
-std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out);
+/// Tokenises `docs` (one after the other, joined by `sep`, whose id is `sep_id`:
+/// add_document_ids' rule) into the token file `out` (written atomically), reading each
+/// document in pieces of about 1 MiB cut at line ends, so a large corpus is never held in
+/// memory. Returns the number of tokens. The bytes the file counts are the documents' bytes
+/// (a separator stands for none).
+std::uint64_t tokenize_documents(const std::vector<Document>& docs, const Tokenizer& tok, const std::string& out,
+                                 DocSeparator sep = DocSeparator::none, std::int64_t sep_id = -1);
 
 /// The same, left uncommitted: the tokens are in the returned file's temporary file (flushed,
 /// readable through TokenFile), and `out` is untouched until the caller commits it (a refused
 /// run then leaves its folder as it was). The file is removed if it is never committed.
 std::unique_ptr<io::AtomicFile> tokenize_documents_pending(const std::vector<Document>& docs, const Tokenizer& tok,
-                                                           const std::string& out);
+                                                           const std::string& out,
+                                                           DocSeparator sep = DocSeparator::none,
+                                                           std::int64_t sep_id = -1);
 
 /// The metadata a checkpoint carries about its tokenizer: "tokenizer" (its kind),
 /// "tokenizer_sha256" and "tokenizer_model" (the model file's bytes, base64; empty for bytes).

@@ -271,6 +271,8 @@ class SentencePieceTokenizer : public Tokenizer {
   }
 
   std::string serialized() const override { return bytes_; }
+  std::int64_t bos_id() const override { return sp_.bos_id(); }
+  std::int64_t eos_id() const override { return sp_.eos_id(); }
 
  private:
   // What an id is; *_after_space: its piece starts with U+2581.
@@ -427,6 +429,44 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
     without_sentencepiece(kOp, "the tokenizer " + spec + " (not a llama2.c tokenizer.bin)",
                           ", or use --tokenizer bytes or a llama2.c tokenizer.bin");
   return tokenizer_from_serialized("sentencepiece", bytes, spec);
+}
+
+SentencePieceVocabulary read_sentencepiece_vocabulary(const std::string& bytes, const std::string& where) {
+  const auto foreign = [&](const std::string& why) {
+    bool bin = false;  // a llama2.c tokenizer.bin is worth naming as one
+    try {
+      (void)make_llama2c_tokenizer(bytes, where);
+      bin = true;
+    } catch (const FormatError&) {
+    }
+    throw FormatError(op_message(kOp, where + " is not a SentencePiece model (" +
+                                          (bin ? "it is a llama2.c tokenizer.bin already" : why) + ")"));
+  };
+  if (bytes.empty()) foreign("it is empty");
+#ifndef XGRAD_WITH_SENTENCEPIECE
+  without_sentencepiece(kOp, "reading the SentencePiece model " + where, "");
+#else
+  sp::SentencePieceProcessor model;
+  const sp::util::Status st = model.LoadFromSerializedProto(bytes);
+  if (!st.ok()) {
+    const std::string m = st.message();
+    foreign(m.find("ParseFromArray") != std::string::npos
+                ? "it does not parse as one: truncated, corrupt, or another kind of file"
+                : "SentencePiece refuses it: " + m);
+  }
+  const int n = model.GetPieceSize();
+  if (n <= 0) throw FormatError(op_message(kOp, where + " is a SentencePiece model without pieces"));
+  SentencePieceVocabulary v;
+  v.pieces.reserve(static_cast<std::size_t>(n));
+  v.scores.reserve(static_cast<std::size_t>(n));
+  for (int id = 0; id < n; ++id) {
+    v.pieces.push_back(model.IdToPiece(id));
+    v.scores.push_back(model.GetScore(id));
+  }
+  v.bos_id = model.bos_id();
+  v.eos_id = model.eos_id();
+  return v;
+#endif
 }
 
 std::vector<std::int64_t> parse_token_ids(std::string_view text, std::size_t vocab_size) {

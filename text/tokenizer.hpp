@@ -91,6 +91,12 @@ class Tokenizer {
   /// printable ASCII as itself and any other byte as `<0xNN>`; for llama2c the piece's bytes as
   /// the file has them (` Once`, `<0x0A>`, `\n<s>\n`). ValueError for a bad id.
   virtual std::string piece(std::int64_t id) const = 0;
+  /// The id of the beginning-of-text token BOS (`<s>`), -1 when the tokenizer has none (bytes).
+  /// encode() never gives it for a SentencePiece model; a llama2c tokenizer starts every text
+  /// with it (id 1). `--doc-separator bos` puts it before every document.
+  virtual std::int64_t bos_id() const { return -1; }
+  /// The id of the end-of-text token EOS (`</s>`), -1 when the tokenizer has none (bytes).
+  virtual std::int64_t eos_id() const { return -1; }
   /// The model file's bytes ("" for bytes; the tokenizer.bin for llama2c): what a checkpoint embeds to rebuild the tokenizer
   /// with tokenizer_from_serialized().
   virtual std::string serialized() const = 0;
@@ -130,6 +136,40 @@ std::unique_ptr<Tokenizer> tokenizer_from_serialized(const std::string& kind, co
 
 /// Whether this xgrad was built with SentencePiece (CMake option XGRAD_WITH_SENTENCEPIECE).
 bool sentencepiece_available();
+
+/// The pieces of a SentencePiece model as its file stores them, in id order: what
+/// llama2c_tokenizer_bytes() turns into a tokenizer.bin.
+struct SentencePieceVocabulary {
+  std::vector<std::string> pieces;  ///< as the model spells them: U+2581 for a space, `<0x0A>`, `<s>`
+  std::vector<float> scores;        ///< SentencePiece's score of each piece
+  std::int64_t bos_id = -1;         ///< `<s>`'s id, -1 when the model has none
+  std::int64_t eos_id = -1;         ///< `</s>`'s id, -1 when the model has none
+};
+
+/// The vocabulary of a SentencePiece model file's bytes. FormatError naming `where` for bytes
+/// that are not a SentencePiece model (empty, truncated, another kind of file; a llama2.c
+/// tokenizer.bin is named as one); UsageError when xgrad was built without SentencePiece.
+/// Unlike load_tokenizer() it takes any model SentencePiece loads (no lossless-rule checks).
+SentencePieceVocabulary read_sentencepiece_vocabulary(const std::string& bytes, const std::string& where);
+
+/// llama2.c's tokenizer.bin (docs/llama.md) for a SentencePiece vocabulary, by the rules of
+/// llama2.c's own converter (its tokenizer.py): for each id in order, the piece with every
+/// U+2581 written as a space, except BOS and EOS, written as "\n<s>\n" and "\n</s>\n"; each
+/// piece as its float32 score, its length (uint32) and its bytes, after a uint32 header with
+/// the longest piece's length (max_token_length); all little-endian. FormatError naming
+/// `where` for a vocabulary run.c cannot use: run.c takes id 1 as BOS and byte b as id b + 3,
+/// so the model must have BOS at id 1, EOS at id 2 and the byte pieces <0x00>..<0xFF> at ids
+/// 3..258 (SentencePiece's own layout when trained with byte_fallback, as `xgrad tokenizer
+/// train` and llama2.c's scripts train).
+std::string llama2c_tokenizer_bytes(const SentencePieceVocabulary& vocabulary, const std::string& where);
+
+/// `xgrad tokenizer export --format llama2c MODEL OUT`: reads the SentencePiece model file
+/// `model` (at most io::kTokenizerLimit bytes; errors as read_sentencepiece_vocabulary and
+/// llama2c_tokenizer_bytes, UsageError for a missing file or a folder) and writes its
+/// tokenizer.bin to `out` atomically (a temporary file renamed over `out`: a failure leaves no
+/// part of a file; FormatError naming `out`). Returns the written file read back as a llama2c
+/// tokenizer.
+std::unique_ptr<Tokenizer> export_llama2c_tokenizer(const std::string& model, const std::string& out);
 
 /// Options of train_sentencepiece() (`xgrad tokenizer train`).
 struct TokenizerTrainOptions {

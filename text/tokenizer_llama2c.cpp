@@ -3,12 +3,16 @@
 // (no SentencePiece).
 #include <xgrad/text/tokenizer.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <queue>
 #include <unordered_map>
 
 #include <xgrad/core/error.hpp>
+#include <xgrad/io/atomic_file.hpp>
+#include <xgrad/io/input_file.hpp>
 
 namespace xg::text {
 
@@ -28,6 +32,16 @@ std::int32_t read_i32(const std::string& b, std::size_t at) {
   std::int32_t s;
   std::memcpy(&s, &v, 4);
   return s;
+}
+
+void put_u32(std::string& b, std::uint32_t v) {
+  for (int k = 0; k < 4; ++k) b += static_cast<char>((v >> (8 * k)) & 0xFF);
+}
+
+void put_f32(std::string& b, float f) {
+  std::uint32_t v;
+  std::memcpy(&v, &f, 4);
+  put_u32(b, v);
 }
 
 float read_f32(const std::string& b, std::size_t at) {
@@ -109,6 +123,8 @@ class Llama2cTokenizer : public Tokenizer {
   std::string kind() const override { return "llama2c"; }
   std::size_t vocab_size() const override { return pieces_.size(); }
   std::string serialized() const override { return bytes_; }
+  std::int64_t bos_id() const override { return kLlama2cBos; }
+  std::int64_t eos_id() const override { return kLlama2cEos; }
 
   std::vector<std::int64_t> encode(std::string_view text) const override {
     // run.c's encode(text, bos = 1, eos = 0). Symbols first: BOS, the dummy prefix " " (when
@@ -223,6 +239,80 @@ class Llama2cTokenizer : public Tokenizer {
 
 std::unique_ptr<Tokenizer> make_llama2c_tokenizer(const std::string& bytes, const std::string& where) {
   return std::make_unique<Llama2cTokenizer>(bytes, where);
+}
+
+
+std::string llama2c_tokenizer_bytes(const SentencePieceVocabulary& v, const std::string& where) {
+  const auto unusable = [&](const std::string& m) -> void {
+    throw FormatError(op_message(kOp, where + ": run.c cannot use this SentencePiece model: " + m +
+                                          " (run.c takes id 1 as BOS and byte b as id b + 3: it needs <s> at id 1, "
+                                          "</s> at id 2 and the byte pieces <0x00>..<0xFF> at ids 3..258, "
+                                          "SentencePiece's layout with byte_fallback)"));
+  };
+  const std::size_t n = v.pieces.size();
+  if (v.scores.size() != n)
+    throw InternalError(op_message(kOp, where + ": " + std::to_string(n) + " pieces but " +
+                                            std::to_string(v.scores.size()) + " scores"));
+  if (n < kMinPieces)
+    unusable("it has " + std::to_string(n) + " pieces, fewer than the " + std::to_string(kMinPieces) + " it needs");
+  if (n > kMaxPieces) unusable("it has " + std::to_string(n) + " pieces, more than " + std::to_string(kMaxPieces));
+  if (v.bos_id != kLlama2cBos)
+    unusable(v.bos_id < 0 ? std::string("it has no <s> (BOS)") : "its <s> (BOS) is id " + std::to_string(v.bos_id));
+  if (v.eos_id != kLlama2cEos)
+    unusable(v.eos_id < 0 ? std::string("it has no </s> (EOS)") : "its </s> (EOS) is id " + std::to_string(v.eos_id));
+  for (unsigned b = 0; b < 256; ++b) {
+    const std::string want = "<0x" + hex_byte(b) + ">";
+    if (v.pieces[kFirstByte + b] != want)
+      unusable("id " + std::to_string(kFirstByte + b) + " is '" + shown(v.pieces[kFirstByte + b]) + "', not " + want);
+  }
+  // The converter's pieces: BOS and EOS as it names them, every U+2581 as a space.
+  static const std::string kSpaceMarker = "\xE2\x96\x81";
+  std::vector<std::string> pieces(n);
+  std::size_t longest = 0;
+  for (std::size_t id = 0; id < n; ++id) {
+    if (id == static_cast<std::size_t>(kLlama2cBos)) {
+      pieces[id] = "\n<s>\n";
+    } else if (id == static_cast<std::size_t>(kLlama2cEos)) {
+      pieces[id] = "\n</s>\n";
+    } else {
+      const std::string& p = v.pieces[id];
+      for (std::size_t i = 0; i < p.size();) {
+        if (p.compare(i, kSpaceMarker.size(), kSpaceMarker) == 0) {
+          pieces[id] += ' ';
+          i += kSpaceMarker.size();
+        } else {
+          pieces[id] += p[i++];
+        }
+      }
+    }
+    if (!std::isfinite(v.scores[id]))
+      unusable("piece " + std::to_string(id) + " has the score " + std::to_string(v.scores[id]) + ", not a finite number");
+    longest = std::max(longest, pieces[id].size());
+  }
+  std::string out;
+  put_u32(out, static_cast<std::uint32_t>(longest));
+  for (std::size_t id = 0; id < n; ++id) {
+    put_f32(out, v.scores[id]);
+    put_u32(out, static_cast<std::uint32_t>(pieces[id].size()));
+    out += pieces[id];
+  }
+  return out;
+}
+
+std::unique_ptr<Tokenizer> export_llama2c_tokenizer(const std::string& model, const std::string& out) {
+  namespace fs = std::filesystem;
+  const std::string op = "tokenizer export";
+  std::error_code ec;
+  const fs::file_status st = fs::status(model, ec);
+  if (!fs::exists(st)) throw UsageError(op_message(op, "MODEL '" + model + "' does not exist"));
+  if (fs::is_directory(st))
+    throw UsageError(op_message(op, "MODEL '" + model + "' is a folder; give the .model file in it"));
+  const std::string bytes = io::read_input_file(model, io::kTokenizerLimit, "[" + op + "] MODEL");
+  const std::string bin = llama2c_tokenizer_bytes(read_sentencepiece_vocabulary(bytes, model), model);
+  // What run.c will read, read back by xgrad's reader before anything is written.
+  std::unique_ptr<Tokenizer> back = make_llama2c_tokenizer(bin, out);
+  io::write_atomically(out, bin, op_message(op, out + ": "));
+  return back;
 }
 
 }  // namespace xg::text

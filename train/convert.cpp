@@ -126,8 +126,11 @@ void text_batches(const ModelInfo& info, const ConvertOptions& o, std::vector<Ba
   const std::unique_ptr<text::Tokenizer> tok = text::tokenizer_of_metadata(meta, o.in);
   std::vector<std::uint32_t> ids;
   std::uint64_t bytes = 0;
+  // Joined as the run joined them (--doc-separator; absent: none, as before the option).
+  std::int64_t sep_id = -1;
+  const text::DocSeparator sep = text::saved_doc_separator(meta, *tok, "[convert] " + o.in, sep_id);
   for (const text::Document& d : validation_documents(meta, o)) {
-    for (std::int64_t id : tok->encode(text::read_document(d))) ids.push_back(static_cast<std::uint32_t>(id));
+    text::add_document_ids(ids, tok->encode(text::read_document(d)), sep, sep_id);
     bytes += d.size;
   }
   const text::TokenFile tokens(std::move(ids), bytes);

@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/detail/json.hpp>
 #include <xgrad/io/safetensors.hpp>
+#include <xgrad/text/corpus.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
 namespace xg::train {
@@ -115,6 +117,13 @@ std::vector<OptionSpec> make_schema() {
                       "its memory that of one"),
                   1, 4096),
             "1"),
+      for_tasks(added(choices(row("doc_separator", "--doc-separator", &O::doc_separator,
+                                  "text: what joins the documents into one token stream: bos (the tokenizer's BOS "
+                                  "before each), eos (its EOS after each), none (nothing); auto: bos when the "
+                                  "tokenizer has one, else none"),
+                              {"bos", "eos", "none", "auto"}),
+                      "none"),
+                lm),
       no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
                        1, true)),
       range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
@@ -566,6 +575,22 @@ TrainOptions with_task_defaults(TrainOptions o, const std::set<std::string>& giv
   return o;
 }
 
+void resolve_doc_separator(TrainOptions& o) {
+  if (o.task != "text") {
+    o.doc_separator = "none";
+    return;
+  }
+  if (o.doc_separator == "none") return;
+  const std::unique_ptr<text::Tokenizer> tok = text::load_tokenizer(o.tokenizer);
+  if (o.doc_separator == "auto") {
+    o.doc_separator = tok->bos_id() >= 0 ? "bos" : "none";
+    return;
+  }
+  // bos or eos: the tokenizer must have it (a UsageError naming it otherwise).
+  (void)text::doc_separator_id(text::doc_separator_from_name(o.doc_separator, "[train] --doc-separator"), *tok,
+                               o.tokenizer, "train");
+}
+
 void resolve_task_alias(TrainOptions& o, const std::set<std::string>& given) {
   if (o.task != "charlm" || !o.init_from.empty()) return;
   if (given.count("tokenizer") && o.tokenizer != "bytes")
@@ -672,8 +697,9 @@ std::set<std::string> apply_config_json(TrainOptions& o, const std::string& json
 
 std::string describe_options(const TrainOptions& o) {
   // The options every line shows are left out; the others appear when not at their defaults.
+  // (doc_separator: the corpus line of the text task names it, with its token.)
   static const std::set<std::string> shown_always = {"task", "d_model", "heads", "kv_heads", "layers", "steps",
-                                                     "batch", "lr", "seed", "out", "text"};
+                                                     "batch", "lr", "seed", "out", "text", "doc_separator"};
   const TrainOptions defaults = with_task_defaults(with_defaults([&] {
     TrainOptions d;
     d.task = o.task;

@@ -32,6 +32,11 @@ struct TrainOptions {
   std::int64_t steps = 0;  ///< Training steps; 0: the task's default (`--steps`).
   std::size_t batch = 64;  ///< Sequences per step, over all ranks (`--batch`).
   std::size_t grad_accum = 1;  ///< Micro-batches of `batch` sequences per optimizer step (`--grad-accum`).
+  /// text: what joins the documents into one token stream (`--doc-separator`): "bos", "eos",
+  /// "none" (text::DocSeparator), or "auto" (the default): bos when the tokenizer has a BOS, else
+  /// none. A run resolves "auto" when it starts (resolve_doc_separator) and saves the result; a
+  /// checkpoint saved before the option means "none" (documents joined with nothing between).
+  std::string doc_separator = "auto";
   double lr = 0.0;  ///< Peak learning rate, in (0, 1]; 0: the task's default (`--lr`).
   double min_lr_ratio = 0.1;  ///< The cosine schedule's final learning rate, as a fraction of lr.
   std::int64_t warmup = 100;  ///< Linear warmup steps (`--warmup`).
@@ -137,6 +142,11 @@ struct OptionSpec {
   /// Old spellings of the flag: accepted for one release, with a deprecation line (docs/cli.md).
   std::vector<std::string> deprecated;
 };
+
+/// `--doc-separator auto` made concrete for the run `o` (its task and tokenizer): bos when the
+/// tokenizer has a BOS, else none; any task but text: none. An explicit bos or eos that the
+/// tokenizer lacks is a UsageError naming the tokenizer (text::doc_separator_id).
+void resolve_doc_separator(TrainOptions& o);
 
 /// The table: every option of `xgrad train`, in --help order.
 const std::vector<OptionSpec>& option_schema();

@@ -251,6 +251,9 @@ void resolve_options(Session& s) {
       validate_session_options(o);
     } else {
       validate_options(o);
+      // --doc-separator auto becomes the run's separator, saved (a resumed run has its own:
+      // a state saved before the option means none).
+      resolve_doc_separator(o);
       if (s.root) {
         check_out_folder(o);
         s.run.id = runs::new_run_id();

@@ -3,6 +3,7 @@
 # (llama2c_tokenizer_check.py). Exit code 77 = skipped (no python3-sentencepiece);
 # XGRAD_REQUIRE_TORCH=1 makes that a failure (CI, which installs every cross-check's package).
 # Usage: run_llama2c_tokenizer.sh path/to/xgrad path/to/llama2c_tokenizer_check.py WORKDIR
+# (also runs tokenizer_export_check.py, the same way)
 set -uo pipefail
 
 if (($# != 3)); then

@@ -1,7 +1,10 @@
-// The text task's corpus (text/corpus.hpp) and the task end to end with the byte tokenizer.
+// The text task's corpus (text/corpus.hpp) and the task end to end with the byte tokenizer;
+// --doc-separator: the token streams of training and eval, its default and its legacy value.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -15,6 +18,7 @@
 #include <xgrad/train/convert.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/text/corpus.hpp>
+#include <xgrad/text/tokenizer.hpp>
 #include <xgrad/train/trainer.hpp>
 
 using namespace xg;
@@ -352,4 +356,196 @@ TEST_CASE("text task: the model records --val-fraction and convert holds out the
   c.in = old;
   c.out = (dir / "old_out.safetensors").string();
   CHECK(train::convert_checkpoint(c).positions == positions_tenth);
+}
+
+// --doc-separator (text/corpus.hpp DocSeparator) --------------------------------------------
+
+namespace {
+
+// A tokenizer for the separator tests that needs no SentencePiece: bytes as ids 0..255, BOS
+// 256, EOS 257 (the byte tokenizer itself has neither).
+class BytesWithMarks : public text::Tokenizer {
+ public:
+  std::string kind() const override { return "test"; }
+  std::size_t vocab_size() const override { return 258; }
+  std::vector<std::int64_t> encode(std::string_view t) const override {
+    std::vector<std::int64_t> ids;
+    for (char c : t) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  std::string decode(const std::vector<std::int64_t>& ids) const override {
+    std::string s;
+    for (std::int64_t id : ids)
+      if (id < 256) s += static_cast<char>(id);
+    return s;
+  }
+  std::string piece(std::int64_t id) const override { return std::to_string(id); }
+  std::string serialized() const override { return ""; }
+  std::int64_t bos_id() const override { return 256; }
+  std::int64_t eos_id() const override { return 257; }
+};
+
+std::vector<std::uint32_t> token_file_ids(const fs::path& p) {
+  const text::TokenFile f(p.string());
+  std::vector<std::uint32_t> ids;
+  for (std::uint64_t i = 0; i < f.size(); ++i) ids.push_back(f[i]);
+  return ids;
+}
+
+train::TrainOptions small_text_run(const fs::path& dir, const std::string& tokenizer, const std::string& out) {
+  train::TrainOptions o;
+  o.task = "text";
+  o.text = (dir / "corpus").string();
+  o.tokenizer = tokenizer;
+  o.out = (dir / out).string();
+  o.steps = 4;
+  o.lr = 0.005;
+  o.batch = 4;
+  o.context = 16;
+  o.d_model = 16;
+  o.heads = 2;
+  o.layers = 1;
+  o.threads = 1;
+  o.checkpoint_every = 0;
+  o.progress = o.plot = false;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("text corpus: with a separator every window that crosses a document boundary holds it", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_doc_separator");
+  const std::vector<std::string> texts = {"first document\n", "the second one, a little longer\n", "3rd\n",
+                                          "and the fourth and last document of the corpus\n"};
+  std::vector<text::Document> docs;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const fs::path p = dir / ("d" + std::to_string(i) + ".txt");
+    write(p, texts[i]);
+    docs.push_back({p.string(), p.filename().string(), 0, texts[i].size()});
+  }
+  const BytesWithMarks tok;
+  const std::size_t T = 8;
+  for (text::DocSeparator sep : {text::DocSeparator::bos, text::DocSeparator::eos, text::DocSeparator::none}) {
+    const std::string name = text::doc_separator_name(sep);
+    INFO("--doc-separator " << name);
+    const std::int64_t id = text::doc_separator_id(sep, tok, "test", "train");
+    CHECK(id == (sep == text::DocSeparator::bos ? 256 : sep == text::DocSeparator::eos ? 257 : -1));
+    const fs::path bin = dir / (name + ".bin");
+    const std::uint64_t n = text::tokenize_documents(docs, tok, bin.string(), sep, id);
+    const std::vector<std::uint32_t> got = token_file_ids(bin);
+    // The stream, spelled out: BOS before / EOS after each document's bytes.
+    std::vector<std::uint32_t> want;
+    std::vector<int> doc_of;  // the document of each position (-1: the separator)
+    for (std::size_t d = 0; d < texts.size(); ++d) {
+      if (sep == text::DocSeparator::bos) want.push_back(256), doc_of.push_back(-1);
+      for (char c : texts[d]) want.push_back(static_cast<unsigned char>(c)), doc_of.push_back(static_cast<int>(d));
+      if (sep == text::DocSeparator::eos) want.push_back(257), doc_of.push_back(-1);
+    }
+    CHECK(n == want.size());
+    CHECK(got == want);
+    // eval's and convert's stream (add_document_ids over the same documents) is the same.
+    std::vector<std::uint32_t> in_memory;
+    for (const text::Document& d : docs) text::add_document_ids(in_memory, tok.encode(text::read_document(d)), sep, id);
+    CHECK(in_memory == got);
+    // Every training window (T + 1 tokens from any start, as the task draws them) that holds
+    // text of two documents holds the separator; without one, some window crosses bare.
+    std::size_t crossing = 0, bare = 0;
+    for (std::size_t s = 0; s + T + 1 <= want.size(); ++s) {
+      std::set<int> text_docs;
+      bool separator = false;
+      for (std::size_t t = s; t <= s + T; ++t) {
+        if (doc_of[t] < 0) separator = true;
+        else text_docs.insert(doc_of[t]);
+      }
+      if (text_docs.size() < 2) continue;
+      ++crossing;
+      if (!separator) ++bare;
+    }
+    CHECK(crossing > 0);
+    if (sep == text::DocSeparator::none) CHECK(bare == crossing);
+    else CHECK(bare == 0);
+  }
+  // The byte tokenizer has neither token: a usage error naming it.
+  const auto bytes = text::make_byte_tokenizer();
+  CHECK(xgt::error_of<UsageError>([&] { text::doc_separator_id(text::DocSeparator::bos, *bytes, "bytes", "train"); })
+            .find("--doc-separator bos: the tokenizer bytes has no BOS token") != std::string::npos);
+  CHECK(xgt::error_of<UsageError>([&] { text::doc_separator_id(text::DocSeparator::eos, *bytes, "bytes", "train"); })
+            .find("--doc-separator eos: the tokenizer bytes has no EOS token") != std::string::npos);
+  CHECK(xgt::error_of<FormatError>([] { text::doc_separator_from_name("auto", "m.safetensors"); })
+            .find("m.safetensors: document separator 'auto' is not bos, eos or none") != std::string::npos);
+}
+
+TEST_CASE("text task: --doc-separator defaults to bos with a BOS and none with bytes and is refused without one", "[text]") {
+  const fs::path dir = xgt::temp_dir("text_doc_separator_run");
+  for (int i = 0; i < 8; ++i) write(dir / "corpus" / ("doc" + std::to_string(i) + ".txt"), lines(30, "word" + std::to_string(i)));
+  std::ostringstream log;
+  // Bytes: auto is none; nothing about it is saved (the checkpoints of earlier versions' bytes).
+  train::TrainOptions b = small_text_run(dir, "bytes", "bytes_run");
+  train::run_training(b, log);
+  CHECK(io::safetensors::load_header((dir / "bytes_run" / "model.safetensors").string()).metadata.count("doc_separator") == 0);
+  CHECK(io::safetensors::load_header((dir / "bytes_run" / "train_state.safetensors").string()).metadata.count("opt.doc_separator") == 0);
+  CHECK(token_file_ids(dir / "bytes_run" / "train.bin").size() == text::TokenFile((dir / "bytes_run" / "train.bin").string()).bytes());
+  train::TrainOptions bad = small_text_run(dir, "bytes", "bad_run");
+  bad.doc_separator = "bos";
+  CHECK(xgt::error_of<UsageError>([&] { train::run_training(bad, log); })
+            .find("--doc-separator bos: the tokenizer bytes has no BOS token") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "bad_run" / "train.bin"));
+  if (!text::sentencepiece_available()) {
+    WARN("xgrad without SentencePiece: the BOS default is not tested here");
+    return;
+  }
+  text::TokenizerTrainOptions to;
+  to.vocab_size = 300;
+  text::train_sentencepiece({(dir / "corpus").string()}, to, (dir / "tok.model").string());
+  const std::string tok_path = (dir / "tok.model").string();
+  const std::unique_ptr<text::Tokenizer> tok = text::load_tokenizer(tok_path);
+  REQUIRE(tok->bos_id() == 1);
+  // The default with a SentencePiece model: bos, saved in the run's state and in the model.
+  train::TrainOptions s = small_text_run(dir, tok_path, "sp_run");
+  train::run_training(s, log);
+  CHECK_THAT(log.str(), Catch::Contains("documents joined by BOS (id 1) before each"));
+  const fs::path run = dir / "sp_run";
+  CHECK(io::safetensors::load_header((run / "model.safetensors").string()).metadata.at("doc_separator") == "bos");
+  io::safetensors::Metadata state = io::safetensors::load_header((run / "train_state.safetensors").string()).metadata;
+  CHECK(state.at("opt.doc_separator") == "bos");
+  // A state saved before the option (no key) means none: documents joined with nothing between,
+  // what the text task did then.
+  state.erase("opt.doc_separator");
+  CHECK(train::options_from_metadata(state, train::TrainOptions{}, "state").doc_separator == "none");
+  // train.bin and val.bin: the split's documents, each after a BOS (the rule eval applies).
+  std::vector<text::Document> tr, val;
+  text::split_documents(text::list_documents((dir / "corpus").string()), s.val_fraction, tr, val);
+  for (const auto& [docs, file] : {std::pair{tr, "train.bin"}, std::pair{val, "val.bin"}}) {
+    std::vector<std::uint32_t> want;
+    for (const text::Document& d : docs) text::add_document_ids(want, tok->encode(text::read_document(d)), text::DocSeparator::bos, 1);
+    const std::vector<std::uint32_t> got = token_file_ids(run / file);
+    CHECK(got == want);
+    CHECK(static_cast<std::size_t>(std::count(got.begin(), got.end(), 1u)) == docs.size());
+    CHECK(got.front() == 1u);
+  }
+  // --doc-separator none with the same tokenizer: no key saved (a run of before the option
+  // looks the same), and --resume keeps none: the resumed run ends bit for bit where an
+  // uninterrupted none run ends, and elsewhere than the bos run.
+  train::TrainOptions n = small_text_run(dir, tok_path, "none_run");
+  n.doc_separator = "none";
+  train::run_training(n, log);
+  train::TrainOptions stopped = small_text_run(dir, tok_path, "none_resumed");
+  stopped.doc_separator = "none";
+  stopped.stop_at = 2;
+  train::run_training(stopped, log);
+  CHECK(io::safetensors::load_header((dir / "none_resumed" / "train_state.safetensors").string()).metadata.count("opt.doc_separator") == 0);
+  train::TrainOptions again;
+  again.resume = stopped.out;
+  again.threads = 1;
+  again.progress = again.plot = false;
+  train::run_training(again, log);
+  const auto weights = [](const fs::path& p) {
+    std::map<std::string, std::vector<double>> out;
+    for (const auto& [k, t] : io::safetensors::load(p.string()).tensors) out[k] = t.to_vector();
+    return out;
+  };
+  const auto w_none = weights(dir / "none_run" / "model.safetensors");
+  CHECK(weights(dir / "none_resumed" / "model.safetensors") == w_none);
+  CHECK(weights(run / "model.safetensors") != w_none);
+  CHECK(io::safetensors::load_header((dir / "none_run" / "model.safetensors").string()).metadata.count("doc_separator") == 0);
 }

@@ -77,6 +77,9 @@ class TextTraining : public GPTTask {
     info_.task_params = text::tokenizer_metadata(*tok_);
     // convert and eval hold out the same documents (models saved before this key: 0.1).
     info_.task_params["val_fraction"] = exact(o.val_fraction);
+    // and join them as training did (models saved before this key: none; written only when
+    // not none, so those runs keep their bytes).
+    if (o.doc_separator != "none") info_.task_params["doc_separator"] = o.doc_separator;
     for (const std::string& t : info_.vocab.tokens) token_bytes_.push_back(t.size());
     windows_ = text::validation_windows(val_->size(), T, text::kMaxValidationWindows);
     for (std::uint64_t start : windows_.starts)
@@ -141,7 +144,11 @@ class TextTraining : public GPTTask {
 
   std::string describe_data() const override {
     std::ostringstream out;
-    out << "corpus: " << o_.text << ": " << split_ << "; tokenizer " << tok_->description() << "; training "
+    out << "corpus: " << o_.text << ": " << split_ << "; tokenizer " << tok_->description() << "; documents joined by "
+        << (o_.doc_separator == "bos"   ? "BOS (id " + std::to_string(tok_->bos_id()) + ") before each"
+            : o_.doc_separator == "eos" ? "EOS (id " + std::to_string(tok_->eos_id()) + ") after each"
+                                        : std::string("nothing (--doc-separator none)"))
+        << "; training "
         << train_->size() << " tokens (" << train_->bytes() << " bytes), validation " << val_->size() << " tokens ("
         << val_->bytes() << " bytes; evaluated: " << windows_.starts.size() << " windows, " << val_targets_
         << " tokens, " << val_bytes_ << " bytes)\n";
@@ -231,7 +238,11 @@ std::unique_ptr<text::TokenFile> share(dist::Communicator& comm, std::unique_ptr
 }  // namespace
 
 // Rank 0 reads and tokenises the texts into the run folder; the others get the tokens.
-std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm) {
+std::unique_ptr<Task> make_text(const TrainOptions& given, dist::Communicator& comm) {
+  // run_training resolved --doc-separator auto when the run started; a task made directly
+  // (make_task) resolves it here by the same rule.
+  TrainOptions o = given;
+  if (o.doc_separator == "auto") resolve_doc_separator(o);
   std::unique_ptr<text::Tokenizer> tok;
   std::unique_ptr<text::TokenFile> train, val;
   std::unique_ptr<PendingTokens> pending;
@@ -255,8 +266,11 @@ std::unique_ptr<Task> make_text(const TrainOptions& o, dist::Communicator& comm)
     fs::create_directories(o.out);
     const std::string train_path = (fs::path(o.out) / "train.bin").string(), val_path = (fs::path(o.out) / "val.bin").string();
     const auto t0 = std::chrono::steady_clock::now();
-    pending->train = text::tokenize_documents_pending(train_docs, *tok, train_path);
-    pending->val = text::tokenize_documents_pending(val_docs, *tok, val_path);
+    // --doc-separator (resolved when the run started): BOS before or EOS after every document.
+    const text::DocSeparator sep = text::doc_separator_from_name(o.doc_separator, "[train] --doc-separator");
+    const std::int64_t sep_id = text::doc_separator_id(sep, *tok, o.tokenizer, "train");
+    pending->train = text::tokenize_documents_pending(train_docs, *tok, train_path, sep, sep_id);
+    pending->val = text::tokenize_documents_pending(val_docs, *tok, val_path, sep, sep_id);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train = std::make_unique<text::TokenFile>(pending->train->temporary_path());
     val = std::make_unique<text::TokenFile>(pending->val->temporary_path());
