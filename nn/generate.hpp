@@ -25,6 +25,9 @@ struct SampleOptions {
   bool use_kv_cache = true;  ///< Decode with the KV cache (else recompute the whole prefix each step).
   std::int64_t stop_token = -1;    ///< Stop a sample once it emits this token (-1: never); the token is kept.
   std::vector<std::int64_t> stop_tokens;  ///< More tokens that stop a sample as stop_token does.
+  /// Sample among ids below this only (0: every id of the vocabulary): a model whose vocabulary is
+  /// larger than its tokenizer's never produces the ids past the tokenizer's.
+  std::size_t vocab_limit = 0;
 };
 
 /// What generate() produced.

@@ -49,7 +49,7 @@ std::vector<std::string> fixed_tokens(const ModelInfo& info, const io::safetenso
     for (int v = 0; v < 10; ++v) want.push_back(std::to_string(v));
     want.insert(want.end(), {"_", "<", ">"});
   } else if (info.task == "llama2c") {
-    for (std::size_t i = 0; i < info.vocab.size(); ++i) want.push_back("<" + std::to_string(i) + ">");
+    for (std::size_t i = 0; i < info.vocab.size(); ++i) want.push_back(text::placeholder_token(i));
   }
   return want;
 }
@@ -68,11 +68,13 @@ void check_vocabulary(const ModelInfo& info, const io::safetensors::Metadata& m,
     const std::string kind = m.at("tokenizer");
     if (kind == "sentencepiece" && !text::sentencepiece_available()) return;  // cannot be rebuilt here; generate says so
     const std::unique_ptr<text::Tokenizer> tok = text::tokenizer_of_metadata(m, path);
-    if (tok->vocab_size() != have.size())
+    // The tokenizer may have fewer ids than the model: the rest are placeholders, never sampled.
+    if (tok->vocab_size() > have.size())
       throw FormatError("[checkpoint] " + path + ": the model's vocabulary has " + std::to_string(have.size()) +
                         " tokens, its tokenizer (" + tok->description() + ") has " +
-                        std::to_string(tok->vocab_size()) + " ids: they must be the same size");
-    for (std::size_t id = 0; id < have.size(); ++id) want.push_back(tok->decode({static_cast<std::int64_t>(id)}));
+                        std::to_string(tok->vocab_size()) + " ids: more than the model's");
+    for (std::size_t id = 0; id < have.size(); ++id)
+      want.push_back(id < tok->vocab_size() ? tok->decode({static_cast<std::int64_t>(id)}) : text::placeholder_token(id));
     source = "its " + kind + " tokenizer (sha256 " + tok->digest().substr(0, 16) + ")";
   } else if (info.task == "charlm") {
     for (std::size_t i = 0; i < have.size(); ++i)
