@@ -522,6 +522,13 @@ std::string init_task(const TrainOptions& o, const std::set<std::string>& given,
     throw UsageError(op_message("train", "--init-from " + path + " carries no tokenizer (task " + info.task +
                                          "): give --tokenizer (bytes, a tokenizer.bin or a SentencePiece .model) "
                                          "of at most " + std::to_string(info.config.V_vocab) + " ids"));
+  // A text model's tokenizer file is not in the checkpoint's name: a run without --tokenizer would
+  // train it with bytes.
+  if (task == "text" && saved.count("tokenizer") && saved.at("tokenizer") != "bytes" && !given.count("tokenizer"))
+    throw UsageError(op_message("train", "--init-from " + path + " was trained with a " + saved.at("tokenizer") +
+                                         " tokenizer (sha256 " + shown_value(saved.count("tokenizer_sha256") ? saved.at("tokenizer_sha256").substr(0, 16) : "") +
+                                         "): give it, or another of at most " + std::to_string(info.config.V_vocab) +
+                                         " ids, with --tokenizer"));
   return task;
 }
 
