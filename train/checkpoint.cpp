@@ -21,16 +21,17 @@ namespace {
 std::vector<std::string> fixed_tokens(const ModelInfo& info, const io::safetensors::Metadata& m,
                                       const std::string& path) {
   std::vector<std::string> want;
-  if (info.task == "sort" && m.count("n_values")) {  // every sort model xgrad train writes says n_values
+  const TaskKind task = info.task_kind();
+  if (task == TaskKind::sort && m.count("n_values")) {  // every sort model xgrad train writes says n_values
     const std::string nv = m.at("n_values");
     const std::uint64_t n = io::parse_uint(nv, "[checkpoint] " + path + ": metadata 'n_values'");
     if (n > 1000) throw FormatError("[checkpoint] " + path + ": metadata 'n_values' = " + shown_value(nv) + " exceeds 1000");
     for (std::uint64_t v = 0; v < n; ++v) want.push_back(std::to_string(v));
     want.push_back("|");
-  } else if (info.task == "reverse") {
+  } else if (task == TaskKind::reverse) {
     for (int v = 0; v < 10; ++v) want.push_back(std::to_string(v));
     want.insert(want.end(), {"_", "<", ">"});
-  } else if (info.task == "llama2c") {
+  } else if (info.task == "llama2c") {  // xgrad import llama2c's placeholders
     for (std::size_t i = 0; i < info.vocab.size(); ++i) want.push_back(text::placeholder_token(i));
   }
   return want;
@@ -58,7 +59,7 @@ void check_vocabulary(const ModelInfo& info, const io::safetensors::Metadata& m,
     for (std::size_t id = 0; id < have.size(); ++id)
       want.push_back(id < tok->vocab_size() ? tok->decode({static_cast<std::int64_t>(id)}) : text::placeholder_token(id));
     source = "its " + kind + " tokenizer (sha256 " + tok->digest().substr(0, 16) + ")";
-  } else if (info.task == "charlm") {
+  } else if (info.task_kind() == TaskKind::charlm) {
     for (std::size_t i = 0; i < have.size(); ++i)
       if (have[i].size() != 1 || (i > 0 && static_cast<unsigned char>(have[i - 1][0]) >= static_cast<unsigned char>(have[i][0])))
         throw FormatError("[checkpoint] " + path + ": vocabulary entry " + std::to_string(i) + " is " +
@@ -165,7 +166,7 @@ LoadedModel load_model(const std::string& path) {
     throw FormatError("[checkpoint] " + path + ": the metadata describes a model of " + std::to_string(expected) +
                       " parameters, the file holds " + std::to_string(in_file));
   Generator gen(0);  // initial values are overwritten by the file
-  if (lm.info.kind == "gpt")
+  if (lm.info.model_kind() == ModelKind::gpt)
     lm.gpt = std::make_unique<nn::GPT>(lm.info.config, gen);
   else
     lm.encdec = std::make_unique<nn::EncoderDecoder>(lm.info.config, gen);

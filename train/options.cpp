@@ -498,20 +498,20 @@ namespace {
 // with another tokenizer). Refusals name the way forward.
 std::string init_task(const TrainOptions& o, const std::set<std::string>& given, const ModelInfo& info,
                       const io::safetensors::Metadata& saved, const std::string& path) {
-  const bool carries_tokenizer = saved.count("tokenizer") || info.task == "charlm";
+  const bool carries_tokenizer = saved.count("tokenizer") || info.task_kind() == TaskKind::charlm;
   if (given.count("task") && o.task != info.task) {
     if (o.task != "text")
       throw UsageError(op_message("train", "--task " + o.task + " conflicts with --init-from " + path + " (task " +
                                                info.task + "); leave --task out, or give --task text to fine-tune "
                                                "a decoder-only model on text"));
-    if (info.kind != "gpt")
+    if (info.model_kind() != ModelKind::gpt)
       throw UsageError(op_message("train", "--task text: --init-from " + path + " is an encoder-decoder (task " +
                                                info.task + "); only decoder-only models learn text"));
   }
   const std::string task = given.count("task") ? o.task : info.task;
   // An imported model (xgrad import llama2c: task llama2c; tools/xgrad_torch.py: its own word) is
   // no task of this trainer: it learns text.
-  if (task != "sort" && task != "reverse" && task != "charlm" && task != "text")
+  if (train::task_kind(task) == TaskKind::imported)
     throw UsageError(op_message("train", "--init-from " + path + " is " +
                                          (task == "llama2c" ? std::string("a llama2.c model (xgrad import llama2c)")
                                                             : "a model of task '" + shown_value(task) + "'") +
@@ -544,7 +544,7 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
   const io::safetensors::Metadata saved = io::safetensors::load(path).metadata;
   const ModelInfo info = model_info(saved, path);
   const nn::TransformerConfig& c = info.config;
-  if (info.kind == "encoder_decoder" && c.encoder_layers != c.layers)
+  if (info.model_kind() == ModelKind::encoder_decoder && c.encoder_layers != c.layers)
     throw FormatError("[train] --init-from " + path + ": " + std::to_string(c.encoder_layers) + " encoder and " +
                       std::to_string(c.layers) + " decoder layers; xgrad train makes both the same");
   const std::string task = init_task(o, given, info, saved, path);
