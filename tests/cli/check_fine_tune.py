@@ -13,6 +13,8 @@ usage: check_fine_tune.py XGRAD WORKDIR
 - The same model with a SentencePiece model of 280 pieces (fewer than the model's 300): ids 280..299
   are placeholders "<280>".."<299>" in the saved vocabulary and never sampled (temperature 1,
   several seeds); eval and export work.
+- A model made in PyTorch with tools/xgrad_torch.py (task "custom") fine-tuned with the
+  tokenizer.bin (when torch is importable).
 - A SentencePiece text run (text_sp.safetensors) fine-tuned with its own tokenizer; without
   --tokenizer it is refused (it would otherwise train with bytes).
 """
@@ -133,6 +135,28 @@ check(not have_sp or r.returncode == 0 and "initialised from" in r.stdout, f"fin
 r = run("train", "--init-from", "text_sp.safetensors", "--text", "corpus", "--steps", "2", "--out", "tsp2", *SMALL)
 check(not have_sp or r.returncode == 2 and "--tokenizer" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
       f"without its tokenizer: one line naming --tokenizer: {r.stderr.strip()!r}")
+
+# 4. A model made in PyTorch with tools/xgrad_torch.py (task "custom", GPT-2 blocks, vocabulary 300):
+# fine-tuned with the tokenizer.bin, then generated from (skipped without torch).
+try:
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
+    import torch  # noqa: F401
+    import xgrad_torch
+except ImportError:
+    xgrad_torch = None
+    print("skipped: the tools/xgrad_torch.py model (torch is not importable)")
+if xgrad_torch is not None:
+    torch.manual_seed(0)
+    m = xgrad_torch.XgradGPT(xgrad_torch.Config(kind="gpt", V_vocab=300, context=16, d_model=16, H_q=2, layers=1))
+    xgrad_torch.save_checkpoint(m, os.path.join(WORK, "torch.safetensors"))
+    r = run("train", "--init-from", "torch.safetensors", "--out", "t0", *SMALL)
+    check(r.returncode == 2 and "task 'custom'" in r.stderr and "--task text" in r.stderr,
+          f"a torch model without --task: says how to fine-tune it: {r.stderr.strip()!r}")
+    r = run("train", "--init-from", "torch.safetensors", "--task", "text", "--text", "corpus", "--tokenizer",
+            "tokenizer300.bin", "--steps", "2", "--out", "torch", *SMALL)
+    check(r.returncode == 0 and "initialised from" in r.stdout, f"fine-tune the torch model: {r.stderr.strip()[-300:]!r}")
+    g = run("generate", "--checkpoint", "torch", "--prompt", "the", "--max-new", "4")
+    check(g.returncode == 0 and g.stdout.startswith("the"), f"generate from it: {g.stdout!r} {g.stderr.strip()!r}")
 
 print(f"{len(failures)} failures" if failures else "all passed")
 sys.exit(1 if failures else 0)
