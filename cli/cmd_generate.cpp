@@ -200,7 +200,10 @@ std::unique_ptr<text::Tokenizer> given_tokenizer(const GenerateArgs& a, const tr
   const nn::TransformerConfig& c = m.info.config;
   if (!m.gpt) usage("--tokenizer needs a GPT (decoder-only) checkpoint; " + a.checkpoint + " is an encoder-decoder");
   std::unique_ptr<text::Tokenizer> tok = text::load_tokenizer(a.tokenizer);
-  if (tok->vocab_size() != c.V_vocab)
+  // The same size, or the tokenizer the model was fine-tuned with when it has fewer ids than the
+  // model's vocabulary (the ids past it are placeholders, never sampled).
+  const bool own = meta.count("tokenizer_sha256") && meta.at("tokenizer_sha256") == tok->digest();
+  if (tok->vocab_size() != c.V_vocab && !(own && tok->vocab_size() < c.V_vocab))
     usage("--tokenizer '" + a.tokenizer + "' (" + tok->description() + ") has " + std::to_string(tok->vocab_size()) +
           " ids, but the model of " + a.checkpoint + " has a vocabulary of " + std::to_string(c.V_vocab) +
           ": they must be the same size");
@@ -214,6 +217,7 @@ std::unique_ptr<text::Tokenizer> given_tokenizer(const GenerateArgs& a, const tr
     vocab.tokens.push_back(l2c && (i == text::kLlama2cBos || i == text::kLlama2cEos) ? tok->piece(i)
                                                                                         : tok->decode({i}));
   }
+  for (std::size_t id = tok->vocab_size(); id < c.V_vocab; ++id) vocab.tokens.push_back(text::placeholder_token(id));
   return tok;
 }
 
@@ -462,6 +466,7 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
   if (text.llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
+  if (text.tok) so.vocab_limit = text.tok->vocab_size();  // a larger model's placeholder ids: never
   if (!a.stops.empty())
     so.stop_when = [&](std::size_t, const std::vector<std::int64_t>& generated) {
       return stop_position(generated_text(text, vocab, generated), a.stops) != std::string::npos;

@@ -16,6 +16,7 @@
 #include <xgrad/nn/cost_model.hpp>
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/model_schema.hpp>
 
 namespace xg::cli {
 
@@ -136,6 +137,16 @@ void write_inspect_json(const InspectArgs& a, const io::safetensors::File& f, co
   for (const auto& [k, v] : f.metadata)
     if (k != "vocabulary") meta[k] = v;
   j["metadata"] = meta;
+  // The model description, one entry a row of the model schema (train/model_schema.hpp) that the
+  // model has (the vocabulary and the tokenizer's file are left out: "vocabulary" below, metadata).
+  json description = json::array();
+  const io::safetensors::Metadata desc = train::model_metadata(info);
+  for (const train::ModelField& field : train::model_schema()) {
+    const auto it = desc.find(field.key);
+    if (it == desc.end() || field.key == "vocabulary" || field.key == "tokenizer_model") continue;
+    description.push_back({{"key", field.key}, {"value", it->second}, {"option", field.option}, {"help", field.help}});
+  }
+  j["description"] = description;
   j["config"] = {{"vocab_size", c.V_vocab}, {"context", c.context},   {"d_model", c.d_model},
                  {"heads", c.H_q},          {"kv_heads", c.H_kv},     {"d_h", d_h},
                  {"layers", c.layers},      {"encoder_layers", info.kind == "encoder_decoder" ? c.encoder_layers : 0},

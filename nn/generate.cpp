@@ -57,6 +57,7 @@ Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, Fi
     std::vector<std::int64_t> picked(B);
     for (std::size_t b = 0; b < B; ++b) {
       row(logits, b, r);
+      if (opts.vocab_limit > 0 && opts.vocab_limit < r.size()) r.resize(opts.vocab_limit);
       picked[b] = pick_token(r, opts);
       if (done[b]) continue;
       g.tokens[b].push_back(picked[b]);

@@ -35,6 +35,9 @@ struct SampleOptions {
   /// its new tokens so far (that token last); true ends the sample there (the token is kept).
   /// E.g. a stop string found in the decoded text.
   std::function<bool(std::size_t sample, const std::vector<std::int64_t>& generated)> stop_when;
+  /// Sample among ids below this only (0: every id of the vocabulary): a model whose vocabulary is
+  /// larger than its tokenizer's never produces the ids past the tokenizer's.
+  std::size_t vocab_limit = 0;
 };
 
 /// What generate() produced.

@@ -76,4 +76,6 @@ Vocabulary Vocabulary::from_json(const std::string& text) {
   return v;
 }
 
+std::string placeholder_token(std::size_t id) { return "<" + std::to_string(id) + ">"; }
+
 }  // namespace xg::text

@@ -28,4 +28,9 @@ struct Vocabulary {
   static Vocabulary from_json(const std::string& json);
 };
 
+/// The token that stands for an id with no text of its own: "<id>" (e.g. "<300>"). A model
+/// imported without a tokenizer (xgrad import llama2c) has one for every id; a text model whose
+/// vocabulary is larger than its tokenizer's, one for each id past the tokenizer's (never sampled).
+std::string placeholder_token(std::size_t id);
+
 }  // namespace xg::text

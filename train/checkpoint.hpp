@@ -9,6 +9,7 @@
 
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/transformer.hpp>
+#include <xgrad/train/model_schema.hpp>
 #include <xgrad/train/tasks.hpp>
 
 /// The training program behind `xgrad train/generate/convert`: built-in tasks, the training
@@ -21,7 +22,13 @@ struct ModelInfo {
   std::string task;  ///< "sort", "reverse", "charlm".
   nn::TransformerConfig config;  ///< The model's configuration (resolved when read by model_info).
   text::Vocabulary vocab;  ///< The task's vocabulary: token ids of the model's inputs and outputs.
-  io::safetensors::Metadata task_params;  ///< The task's sizes, e.g. n_digits, min_len, max_len.
+  /// The task's and importer's data (train/model_schema.hpp's carried rows): the sort task's sizes,
+  /// the reverse lengths, the tokenizer (kind, digest, file), llama2.c's format and RoPE tables.
+  io::safetensors::Metadata task_params;
+  /// `kind` as an enum (checked when read, so this does not throw for a loaded checkpoint).
+  ModelKind model_kind() const { return model_kind_from_name(kind); }
+  /// `task` as an enum: imported for a word that is no task of xgrad train.
+  TaskKind task_kind() const { return train::task_kind(task); }
 };
 
 /// Number of parameters of the model `kind` ("gpt" / "encoder_decoder") with this resolved

@@ -99,7 +99,7 @@ void import_file(const std::string& bin, const std::string& out) {
   info.task = "llama2c";
   info.config = m.config;
   // llama2.c models carry no vocabulary: placeholder tokens that name their ids.
-  for (std::size_t i = 0; i < m.config.V_vocab; ++i) info.vocab.tokens.push_back("<" + std::to_string(i) + ">");
+  for (std::size_t i = 0; i < m.config.V_vocab; ++i) info.vocab.tokens.push_back(text::placeholder_token(i));
   io::safetensors::Metadata meta = model_metadata(info);
   meta["llama2c_format"] = io::llama2c::format_name(m.header.format);
   if (m.header.format == io::llama2c::Format::legacy) {

@@ -124,6 +124,19 @@ std::vector<OptionSpec> make_schema() {
                               {"bos", "eos", "none", "auto"}),
                       "none"),
                 lm),
+      for_tasks(added(model(range(row("vocab_size", "--vocab-size", &O::vocab_size,
+                                      "text: the model's vocabulary (0: the tokenizer's); ids past the tokenizer's "
+                                      "are placeholders that are never sampled"),
+                                  0, 1 << 20),
+                            "V_vocab"),
+                      "0"),
+                {"text"}),
+      for_tasks(added(range(row("model_context", "--model-context", &O::model_context,
+                                "text: the model's context when longer than the training window --context (0: = "
+                                "--context); --init-from sets it to the model's"),
+                            0, 65536),
+                      "0"),
+                {"text"}),
       no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
                        1, true)),
       range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
@@ -409,6 +422,9 @@ void validate_options(const TrainOptions& o) {
     bad("--n-digits", std::to_string(o.n_digits),
         "too few distinct problems for a held-out set of " + std::to_string(o.heldout) +
             " and training (the held-out set may take at most half of the 10^digits problems; use --n-digits >= 3)");
+  if (o.model_context != 0 && o.model_context < o.context)
+    bad("--model-context", std::to_string(o.model_context),
+        "must be 0 or at least --context " + std::to_string(o.context) + " (the training window)");
   if (o.max_len < o.min_len)
     bad("--max-len", std::to_string(o.max_len), "must be in [" + std::to_string(o.min_len) + ", 32]");
   if (o.out.empty()) bad("--out", "''", "must name a folder");
@@ -484,6 +500,49 @@ std::map<std::string, std::string> options_ranks_agree_on(const TrainOptions& o)
   return m;
 }
 
+namespace {
+
+// The task a run --init-from `info` trains: the checkpoint's own, or --task text for any
+// decoder-only model (fine-tuning on text: an imported llama2.c model, a sort model, a text model
+// with another tokenizer). Refusals name the way forward.
+std::string init_task(const TrainOptions& o, const std::set<std::string>& given, const ModelInfo& info,
+                      const io::safetensors::Metadata& saved, const std::string& path) {
+  const bool carries_tokenizer = saved.count("tokenizer") || info.task_kind() == TaskKind::charlm;
+  if (given.count("task") && o.task != info.task) {
+    if (o.task != "text")
+      throw UsageError(op_message("train", "--task " + o.task + " conflicts with --init-from " + path + " (task " +
+                                               info.task + "); leave --task out, or give --task text to fine-tune "
+                                               "a decoder-only model on text"));
+    if (info.model_kind() != ModelKind::gpt)
+      throw UsageError(op_message("train", "--task text: --init-from " + path + " is an encoder-decoder (task " +
+                                               info.task + "); only decoder-only models learn text"));
+  }
+  const std::string task = given.count("task") ? o.task : info.task;
+  // An imported model (xgrad import llama2c: task llama2c; tools/xgrad_torch.py: its own word) is
+  // no task of this trainer: it learns text.
+  if (train::task_kind(task) == TaskKind::imported)
+    throw UsageError(op_message("train", "--init-from " + path + " is " +
+                                         (task == "llama2c" ? std::string("a llama2.c model (xgrad import llama2c)")
+                                                            : "a model of task '" + shown_value(task) + "'") +
+                                         ": fine-tune it with --task text --text FILES --tokenizer TOKENIZER "
+                                         "(e.g. its tokenizer.bin, or a SentencePiece .model of at most " +
+                                         std::to_string(info.config.V_vocab) + " pieces)"));
+  if (task == "text" && !carries_tokenizer && !given.count("tokenizer"))
+    throw UsageError(op_message("train", "--init-from " + path + " carries no tokenizer (task " + info.task +
+                                         "): give --tokenizer (bytes, a tokenizer.bin or a SentencePiece .model) "
+                                         "of at most " + std::to_string(info.config.V_vocab) + " ids"));
+  // A text model's tokenizer file is not in the checkpoint's name: a run without --tokenizer would
+  // train it with bytes.
+  if (task == "text" && saved.count("tokenizer") && saved.at("tokenizer") != "bytes" && !given.count("tokenizer"))
+    throw UsageError(op_message("train", "--init-from " + path + " was trained with a " + saved.at("tokenizer") +
+                                         " tokenizer (sha256 " + shown_value(saved.count("tokenizer_sha256") ? saved.at("tokenizer_sha256").substr(0, 16) : "") +
+                                         "): give it, or another of at most " + std::to_string(info.config.V_vocab) +
+                                         " ids, with --tokenizer"));
+  return task;
+}
+
+}  // namespace
+
 void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
   const std::string& path = o.init_from;
   std::error_code ec;
@@ -494,19 +553,21 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
   const io::safetensors::Metadata saved = io::safetensors::load(path).metadata;
   const ModelInfo info = model_info(saved, path);
   const nn::TransformerConfig& c = info.config;
-  if (info.kind == "encoder_decoder" && c.encoder_layers != c.layers)
+  if (info.model_kind() == ModelKind::encoder_decoder && c.encoder_layers != c.layers)
     throw FormatError("[train] --init-from " + path + ": " + std::to_string(c.encoder_layers) + " encoder and " +
                       std::to_string(c.layers) + " decoder layers; xgrad train makes both the same");
-  if (info.task == "sort" && info.task_params.count("n_values") && info.task_params.at("n_values") != "10")
+  const std::string task = init_task(o, given, info, saved, path);
+  if (task == "sort" && info.task_params.count("n_values") && info.task_params.at("n_values") != "10")
     throw FormatError("[train] --init-from " + path + ": sort with " + info.task_params.at("n_values") +
                       " values; xgrad train sorts 10");
+  o.task = task;
   // The checkpoint's model metadata as this trainer writes it (resolved: H_kv, d_ff), so each
   // model option compares with the value the checkpoint's model has.
   io::safetensors::Metadata theirs = model_metadata(info);
   for (const OptionSpec& s : option_schema()) {
-    if (s.model_key.empty()) continue;
+    if (s.model_key.empty() || s.name == "task") continue;
     bool for_task = s.tasks.empty();
-    for (const std::string& t : s.tasks) for_task = for_task || t == info.task;
+    for (const std::string& t : s.tasks) for_task = for_task || t == task;
     if (!for_task) continue;
     // Options read only under another option's value (RoPE's) shape the model only then.
     if (!s.only_when.first.empty()) {
@@ -525,6 +586,22 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
       throw FormatError("[train] --init-from " + path + ": metadata lacks '" + s.model_key + "'");
     TrainOptions probe = o;
     set_option_text(probe, s, value, "[train] --init-from " + path + ": metadata '" + s.model_key + "'");
+    // The training window may be shorter than the model's context (which the model keeps), not longer.
+    if (s.name == "context" && task == "text") {
+      const std::size_t model = probe.context;
+      if (given.count("context") && o.context > model)
+        throw UsageError(op_message("train", "--context " + std::to_string(o.context) + " conflicts with --init-from " +
+                                                 path + " (context " + std::to_string(model) +
+                                                 "): the training window may be shorter than the model's context, "
+                                                 "not longer"));
+      if (given.count("model_context") && o.model_context != model)
+        throw UsageError(op_message("train", "--model-context " + std::to_string(o.model_context) +
+                                                 " conflicts with --init-from " + path + " (context " +
+                                                 std::to_string(model) + "); leave --model-context out"));
+      if (!given.count("context")) o.context = model;
+      o.model_context = o.context < model ? model : 0;
+      continue;
+    }
     std::string mine = option_text(o, s);
     // Options whose 0 means "derived" compare by the value they resolve to.
     if (s.name == "kv_heads" && o.kv_heads == 0) mine = std::to_string(o.heads);

@@ -61,7 +61,13 @@ struct TrainOptions {
   double rope_base = 10000.0, rope_fraction = 1.0;
   /// @}
   std::string rope_layout = "interleaved";           ///< `--pos` rope: interleaved | half-split.
-  std::size_t context = 64;  ///< charlm: the context length (`--context`).
+  std::size_t context = 64;  ///< charlm, text: the training window, in tokens (`--context`).
+  /// text: the model's context when longer than the training window (`--model-context`; 0: =
+  /// context). --init-from a model of a longer context sets it.
+  std::size_t model_context = 0;
+  /// text: the model's vocabulary when larger than the tokenizer's (`--vocab-size`; 0: the
+  /// tokenizer's). The ids past the tokenizer's are placeholders, never produced as text.
+  std::size_t vocab_size = 0;
   std::size_t n_digits = 8;  ///< sort: digits per problem (`--n-digits`).
   /// reverse: the shortest and longest source. @{
   std::size_t min_len = 3, max_len = 8;

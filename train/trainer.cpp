@@ -5,6 +5,8 @@
 // folder (runs/run_folder.cpp) and the checkpoint (train/train_state.cpp) live elsewhere.
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/train/eval_samples.hpp>
+
+#include <set>
 #include <xgrad/io/number.hpp>
 
 #include <algorithm>
@@ -346,11 +348,16 @@ std::string metadata_difference(const std::string& key, const std::string& their
 }
 
 // --init-from: the checkpoint must describe exactly this model (any metadata key this trainer
-// writes), then its weights replace the initial ones.
+// writes), then its weights replace the initial ones. A text run may bring its own tokenizer (one
+// that fits the model's vocabulary, train/tasks/text.cpp): the task, the vocabulary and the
+// tokenizer's keys are then the run's, not the checkpoint's.
 void load_init_from(Session& s) {
   const io::safetensors::Metadata saved = io::safetensors::load(s.o.init_from).metadata;
   std::vector<std::string> differ;
+  static const std::set<std::string> text_keys = {"task", "vocabulary", "val_fraction", "tokenizer",
+                                                  "tokenizer_sha256", "tokenizer_model"};
   for (const auto& [k, v] : model_metadata(s.model.task->info())) {
+    if (s.o.task == "text" && text_keys.count(k)) continue;
     auto it = saved.find(k);
     if (it == saved.end())
       differ.push_back(k + " (missing) vs " + shown_value(v, 40));

@@ -222,8 +222,15 @@ def check_inspect(xgrad, work, model):
     r = run(xgrad, ["inspect", "--checkpoint", model, "--json", ipath])
     need(r.stdout == text, "inspect: the text output changed with --json FILE")
     j = json.loads(read(ipath))
-    keys(j, ["command", "xgrad_version", "checkpoint", "kind", "task", "metadata", "config", "vocabulary",
-             "parameters", "parameter_count", "cost"], "inspect JSON")
+    keys(j, ["command", "xgrad_version", "checkpoint", "kind", "task", "metadata", "description", "config",
+             "vocabulary", "parameters", "parameter_count", "cost"], "inspect JSON")
+    # The description: one entry per model schema row the model has, each value the metadata's.
+    for d in j["description"]:
+        keys(d, ["key", "value", "option", "help"], "inspect JSON description")
+        need(j["metadata"].get(d["key"]) == d["value"], f"description {d['key']}: {d['value']!r} vs the metadata's")
+    described = {d["key"]: d for d in j["description"]}
+    need(described.get("d_model", {}).get("option") == "d_model" and described.get("H_q", {}).get("option") == "heads",
+         f"description names the options: {sorted(described)}")
     keys(j["config"], ["vocab_size", "context", "d_model", "heads", "kv_heads", "d_h", "layers", "encoder_layers",
                        "d_ff", "dropout", "dtype"], "inspect JSON config")
     c = j["config"]

@@ -8,7 +8,8 @@ folders involved exactly as they were: the same names, the same bytes, and the s
 (a file replaced by an equal copy counts as changed). The text task tokenises its corpus into
 the run folder's train.bin and val.bin; these cases are refused after that:
 - a new run whose --init-from model does not match it (a new folder must not appear, an
-  existing empty one stays empty);
+  existing empty one stays empty): a tokenizer with more ids than the model's vocabulary, now
+  refused before tokenising (a fitting tokenizer fine-tunes the model: check_fine_tune.py);
 - a --resume whose corpus changed, or (with SentencePiece) whose tokenizer file changed;
 - a --resume whose val.bin is a folder (train.bin must not have been rewritten first).
 """
@@ -95,21 +96,21 @@ def main():
     if not have_tok and "built without SentencePiece" not in r.stderr:
         fail(f"tokenizer train: {r.stderr}")
 
-    # A new run refused after tokenising: the --init-from model has another tokenizer (and
-    # vocabulary) than the run's bytes, which only the tokenised run can tell.
+    # A new run refused: the --init-from model (bytes, 256 ids) is smaller than the tokenizer
+    # (300 ids).
     if have_tok:
-        sprun = os.path.join(w, "sprun")
-        run(xgrad, ["train", "--tokenizer", tok, "--steps", "2", "--out", sprun] + text, w)
-        init = os.path.join(sprun, "model.safetensors")
+        byterun = os.path.join(w, "byterun")
+        run(xgrad, ["train", "--tokenizer", "bytes", "--steps", "2", "--out", byterun] + text, w)
+        init = os.path.join(byterun, "model.safetensors")
         new = os.path.join(w, "new")
-        refused(xgrad, w, ["train", "--init-from", init, "--tokenizer", "bytes", "--steps", "2", "--out",
-                           os.path.join(new, "run")] + text, 2, ["--init-from", "not the model of this run"], [new],
-                "a new run in a new folder, refused after tokenising (--init-from)")
+        refused(xgrad, w, ["train", "--init-from", init, "--tokenizer", tok, "--steps", "2", "--out",
+                           os.path.join(new, "run")] + text, 2, ["--init-from", "300 ids", "vocabulary of 256"], [new],
+                "a new run in a new folder, refused (--init-from, a tokenizer larger than the model)")
         empty = os.path.join(w, "empty")
         os.makedirs(empty)
-        refused(xgrad, w, ["train", "--init-from", init, "--tokenizer", "bytes", "--steps", "2", "--out", empty] +
-                text, 2, ["--init-from", "not the model of this run"], [empty],
-                "a new run in an empty folder, refused after tokenising (--init-from)")
+        refused(xgrad, w, ["train", "--init-from", init, "--tokenizer", tok, "--steps", "2", "--out", empty] +
+                text, 2, ["--init-from", "300 ids", "vocabulary of 256"], [empty],
+                "a new run in an empty folder, refused (--init-from, a tokenizer larger than the model)")
     else:
         print("skipped: --init-from with another tokenizer (this build has no SentencePiece)")
 

@@ -91,9 +91,10 @@ LMBatch shard_of(LMBatch b, const dist::Shard& shard, std::size_t batch, double*
 }
 
 std::vector<std::int64_t> continue_text(nn::GPT& gpt, const std::vector<std::int64_t>& prompt, std::size_t context,
-                                        std::size_t count, Generator& gen) {
+                                        std::size_t count, Generator& gen, std::size_t vocab_limit) {
   nn::SampleOptions so;
   so.temperature = 0.8;
+  so.vocab_limit = vocab_limit;
   so.generator = &gen;
   std::vector<std::int64_t> text = prompt, written;
   while (written.size() < count) {

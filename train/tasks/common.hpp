@@ -31,9 +31,15 @@ std::size_t targets_in(const IndexArray& targets);
 LMBatch shard_of(LMBatch b, const dist::Shard& shard, std::size_t batch, double* weight);
 
 /// `count` tokens sampled (temperature 0.8, from `gen`) after `prompt`; past the context,
-/// each piece continues the last context/2 tokens.
+/// each piece continues the last context/2 tokens. Ids at or past `vocab_limit` (when not 0)
+/// are never sampled.
 std::vector<std::int64_t> continue_text(nn::GPT& gpt, const std::vector<std::int64_t>& prompt, std::size_t context,
-                                        std::size_t count, Generator& gen);
+                                        std::size_t count, Generator& gen, std::size_t vocab_limit = 0);
+
+/// The text task's vocabulary: each id's text under `tok`, then, up to --vocab-size (with
+/// --init-from: the model's vocabulary), a placeholder token (text::placeholder_token) for each
+/// id the tokenizer does not have. UsageError naming both sizes when the tokenizer has more ids.
+text::Vocabulary text_vocabulary(const text::Tokenizer& tok, const TrainOptions& o);
 
 /// Exact match on held-out problems, shared out among the ranks: rank r answers problems
 /// [n r / R, n (r + 1) / R) with `answer(first, last, right)` (adding its exact matches to

@@ -69,9 +69,8 @@ class TextTraining : public GPTTask {
     nn::TransformerConfig c = config_from_options(o);
     info_.task = "text";
     info_.kind = "gpt";
-    for (std::size_t id = 0; id < tok_->vocab_size(); ++id)
-      info_.vocab.tokens.push_back(tok_->decode({static_cast<std::int64_t>(id)}));
-    c.context = T;
+    info_.vocab = text_vocabulary(*tok_, o);
+    c.context = std::max(T, o.model_context);  // the model may take more than the training window
     c.V_vocab = info_.vocab.size();
     info_.config = c.resolved();
     info_.task_params = text::tokenizer_metadata(*tok_);
@@ -80,7 +79,8 @@ class TextTraining : public GPTTask {
     // and join them as training did (models saved before this key: none; written only when
     // not none, so those runs keep their bytes).
     if (o.doc_separator != "none") info_.task_params["doc_separator"] = o.doc_separator;
-    for (const std::string& t : info_.vocab.tokens) token_bytes_.push_back(t.size());
+    for (std::size_t id = 0; id < info_.vocab.size(); ++id)
+      token_bytes_.push_back(id < tok_->vocab_size() ? info_.vocab.tokens[id].size() : 0);  // placeholders: none
     windows_ = text::validation_windows(val_->size(), T, text::kMaxValidationWindows);
     for (std::uint64_t start : windows_.starts)
       for (std::uint64_t t = start + 1; t <= std::min<std::uint64_t>(start + T, val_->size() - 1); ++t) {
@@ -136,7 +136,8 @@ class TextTraining : public GPTTask {
     const std::size_t p = std::min<std::size_t>({16, o_.context / 2, static_cast<std::size_t>(val_->size())});
     std::vector<std::int64_t> prompt;
     for (std::size_t i = 0; i < p; ++i) prompt.push_back((*val_)[i]);
-    const std::vector<std::int64_t> written = continue_text(*gpt_, prompt, o_.context, 120, sample_gen);
+    const std::vector<std::int64_t> written =
+        continue_text(*gpt_, prompt, o_.context, 120, sample_gen, tok_->vocab_size());
     // Printable: a model that has not learned UTF-8 yet writes any bytes (\xNN escapes them).
     samples << "  sample (prompt|what the model wrote): \"" << text::printable(tok_->decode(prompt)) << "|" << text::printable(tok_->decode(written)) << "\"\n";
     module().train();
@@ -237,6 +238,18 @@ std::unique_ptr<text::TokenFile> share(dist::Communicator& comm, std::unique_ptr
 
 }  // namespace
 
+text::Vocabulary text_vocabulary(const text::Tokenizer& tok, const TrainOptions& o) {
+  const std::size_t n = tok.vocab_size(), V = o.vocab_size == 0 ? n : o.vocab_size;
+  if (n > V)
+    throw UsageError(op_message("train", "--tokenizer '" + o.tokenizer + "' has " + std::to_string(n) +
+                                             " ids, more than the model's vocabulary of " + std::to_string(V) +
+                                             (o.init_from.empty() ? " (--vocab-size)" : " (--init-from " + o.init_from + ")")));
+  text::Vocabulary v;
+  for (std::size_t id = 0; id < n; ++id) v.tokens.push_back(tok.decode({static_cast<std::int64_t>(id)}));
+  for (std::size_t id = n; id < V; ++id) v.tokens.push_back(text::placeholder_token(id));
+  return v;
+}
+
 // Rank 0 reads and tokenises the texts into the run folder; the others get the tokens.
 std::unique_ptr<Task> make_text(const TrainOptions& given, dist::Communicator& comm) {
   // run_training resolved --doc-separator auto when the run started; a task made directly
@@ -249,10 +262,7 @@ std::unique_ptr<Task> make_text(const TrainOptions& given, dist::Communicator& c
   std::string corpus, split;
   dist::together(comm, [&] {
     tok = text::load_tokenizer(o.tokenizer);
-    if (tok->kind() == "llama2c")
-      throw UsageError(op_message("train", "--tokenizer '" + o.tokenizer +
-                                               "' is a llama2.c tokenizer.bin: it is for generate and tokenizer "
-                                               "encode/decode; --task text trains with a SentencePiece .model or bytes"));
+    text_vocabulary(*tok, o);  // the tokenizer fits the model's vocabulary, before any tokenising
     if (comm.rank() != 0) return;
     const std::vector<text::Document> docs = text::list_documents(o.text, o.out);
     std::vector<text::Document> train_docs, val_docs;

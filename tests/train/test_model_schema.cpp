@@ -1,0 +1,213 @@
+// The model schema (train/model_schema.hpp): its rows drive the checkpoint metadata both ways,
+// every row is written and read, and the checkpoints saved before it (tests/fixtures/checkpoints,
+// made by commit 659e72a's xgrad) still load, re-save the same metadata and run.
+#include <catch2/catch.hpp>
+
+#include "tests/support/helpers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include <xgrad/io/safetensors.hpp>
+#include <xgrad/nn/generate.hpp>
+#include <xgrad/text/corpus.hpp>
+#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/model_schema.hpp>
+#include <xgrad/train/options.hpp>
+
+using namespace xg;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = fs::path(XGRAD_CHECKPOINT_FIXTURES);
+const std::vector<std::string> kFixtureFiles = {"sort.safetensors", "reverse.safetensors", "text_llama.safetensors",
+                                                "text_sp.safetensors", "llama2c.safetensors"};
+
+// The metadata without the keys written at save time (step, version).
+io::safetensors::Metadata description_of(io::safetensors::Metadata m) {
+  for (const std::string& k : train::save_keys()) m.erase(k);
+  return m;
+}
+
+// A model description in which every row has a key: a Llama GPT with a window, RoPE and every
+// carried field.
+train::ModelInfo every_row() {
+  train::ModelInfo info;
+  info.kind = "gpt";
+  info.task = "text";
+  nn::TransformerConfig& c = info.config;
+  c.arch = nn::Architecture::llama;
+  c.pos = nn::PositionScheme::rope;
+  c.rope.base = 500000.0;
+  c.rope.fraction = 0.5;
+  c.rope.layout = ops::RopeLayout::half_split;
+  c.norm_eps = 1e-6;
+  c.multiple_of = 32;
+  c.tie_embeddings = false;
+  c.window = 5;
+  c.d_model = 16;
+  c.H_q = 4;
+  c.H_kv = 2;
+  c.layers = 2;
+  c.context = 12;
+  c.dtype = DType::float64;
+  for (int i = 0; i < 7; ++i) info.vocab.tokens.push_back(text::placeholder_token(static_cast<std::size_t>(i)));
+  c.V_vocab = info.vocab.size();
+  for (const train::ModelField& f : train::model_schema())
+    if (f.presence == train::ModelField::Presence::carried) info.task_params[f.key] = "value of " + f.key;
+  return info;
+}
+
+}  // namespace
+
+TEST_CASE("model schema: every row is written for a model that has every field", "[model_schema]") {
+  const io::safetensors::Metadata m = train::model_metadata(every_row());
+  std::set<std::string> rows;
+  for (const train::ModelField& f : train::model_schema()) {
+    rows.insert(f.key);
+    CHECK(m.count(f.key) == 1);
+    INFO(f.key);
+    CHECK_FALSE(f.help.empty());
+  }
+  CHECK(rows.size() == train::model_schema().size());  // each key once
+  for (const auto& [k, v] : m) CHECK(rows.count(k) == 1);  // nothing written but by a row
+}
+
+TEST_CASE("model schema: metadata written by the rows reads back to the same model and the same metadata",
+          "[model_schema]") {
+  const train::ModelInfo info = every_row();
+  // Carried fields are text: a tokenizer would be checked against the vocabulary, so leave them out here.
+  train::ModelInfo plain = info;
+  plain.task_params.clear();
+  plain.task = "sort-like";  // a task this trainer does not know: no fixed vocabulary to check
+  const io::safetensors::Metadata m = train::model_metadata(plain);
+  const train::ModelInfo back = train::model_info(m, "m.safetensors");
+  const nn::TransformerConfig a = plain.config.resolved(), &b = back.config;
+  CHECK(back.kind == "gpt");
+  CHECK(back.task == "sort-like");
+  CHECK(back.vocab.tokens == plain.vocab.tokens);
+  CHECK((b.arch == a.arch && b.pos == a.pos && b.rope.layout == a.rope.layout));
+  CHECK(b.rope.base == a.rope.base);
+  CHECK(b.rope.fraction == a.rope.fraction);
+  CHECK(b.norm_eps == a.norm_eps);
+  CHECK(b.multiple_of == a.multiple_of);
+  CHECK(b.tie_embeddings == a.tie_embeddings);
+  CHECK(b.window == a.window);
+  CHECK(b.dtype == a.dtype);
+  CHECK((b.d_model == a.d_model && b.H_q == a.H_q && b.H_kv == a.H_kv && b.layers == a.layers && b.d_ff == a.d_ff &&
+         b.context == a.context && b.V_vocab == a.V_vocab));
+  CHECK(train::model_metadata(back) == m);
+}
+
+TEST_CASE("model schema: a missing key is refused by name, an optional one means its default", "[model_schema]") {
+  train::ModelInfo info = every_row();
+  info.task_params.clear();
+  info.task = "other";
+  const io::safetensors::Metadata m = train::model_metadata(info);
+  for (const train::ModelField& f : train::model_schema()) {
+    if (f.presence == train::ModelField::Presence::carried || !f.set) continue;
+    io::safetensors::Metadata without = m;
+    without.erase(f.key);
+    INFO(f.key);
+    if (f.presence == train::ModelField::Presence::unless_default) {
+      // Absent: the default, so the rows that depend on it are not read either.
+      try {
+        const train::ModelInfo back = train::model_info(without, "m.safetensors");
+        CHECK_FALSE(f.written(back));
+      } catch (const FormatError& e) {  // e.g. without pos rope, llama's RoPE requirement
+        CHECK(std::string(e.what()).find("m.safetensors") != std::string::npos);
+      }
+    } else {
+      CHECK_THROWS_WITH(train::model_info(without, "m.safetensors"),
+                        Catch::Contains("m.safetensors") && Catch::Contains("lacks '" + f.key + "'"));
+    }
+  }
+}
+
+TEST_CASE("model schema: each row names the option that sets it, and each model option a row", "[model_schema]") {
+  for (const train::ModelField& f : train::model_schema()) {
+    if (f.option.empty()) continue;
+    INFO(f.key + " <- " + f.option);
+    const train::OptionSpec* s = train::find_option(f.option);
+    REQUIRE(s != nullptr);
+    if (f.presence != train::ModelField::Presence::carried || !s->model_key.empty()) CHECK(s->model_key == f.key);
+  }
+  for (const train::OptionSpec& s : train::option_schema()) {
+    if (s.model_key.empty()) continue;
+    INFO(s.name + " -> " + s.model_key);
+    const train::ModelField* f = train::find_model_field(s.model_key);
+    REQUIRE(f != nullptr);
+    CHECK(f->option == s.name);
+  }
+}
+
+TEST_CASE("model schema: enums for the model and the task", "[model_schema]") {
+  CHECK(train::model_kind_from_name("gpt") == train::ModelKind::gpt);
+  CHECK(train::model_kind_from_name(train::model_kind_name(train::ModelKind::encoder_decoder)) ==
+        train::ModelKind::encoder_decoder);
+  CHECK_THROWS_AS(train::model_kind_from_name("rnn"), ValueError);
+  CHECK(train::task_kind("sort") == train::TaskKind::sort);
+  CHECK(train::task_kind("text") == train::TaskKind::text);
+  CHECK(train::task_kind("llama2c") == train::TaskKind::imported);
+  CHECK(train::task_kind("custom") == train::TaskKind::imported);
+}
+
+TEST_CASE("model schema: checkpoints saved before it load, re-save the same metadata and run", "[model_schema]") {
+  for (const std::string& name : kFixtureFiles) {
+    const std::string path = (kFixtures / name).string();
+    INFO(path);
+    REQUIRE(fs::exists(path));
+    const io::safetensors::Metadata saved = io::safetensors::load_header(path).metadata;
+    const train::ModelInfo info = train::model_info(saved, path);
+    // Every key is a row's or written at save time.
+    for (const auto& [k, v] : saved) {
+      INFO(k);
+      const bool save_key =
+          std::find(train::save_keys().begin(), train::save_keys().end(), k) != train::save_keys().end();
+      CHECK((save_key || train::find_model_field(k) != nullptr));
+    }
+    CHECK(train::model_metadata(info) == description_of(saved));
+
+    train::LoadedModel lm = train::load_model(path);
+    const nn::TransformerConfig& c = lm.info.config;
+    Generator gen(3);
+    nn::SampleOptions so;
+    so.temperature = 1.0;
+    so.generator = &gen;
+    nn::Generation g;
+    if (lm.gpt) {
+      g = nn::generate(*lm.gpt, {{0, 1}}, 4, so);
+    } else {
+      g = nn::generate(*lm.encdec, IndexArray({1, 2}, {0, 1}), {2}, 0, 4, so);
+    }
+    REQUIRE(g.tokens.size() == 1);
+    CHECK(g.tokens[0].size() == 4);
+    for (std::int64_t id : g.tokens[0]) CHECK((id >= 0 && static_cast<std::size_t>(id) < c.V_vocab));
+    for (const Array& l : g.logits) {
+      CHECK(l.shape() == Shape{1, c.V_vocab});
+      for (double x : l.to_vector()) REQUIRE(std::isfinite(x));
+    }
+    // A text model decodes what it generates with the tokenizer it carries.
+    if (saved.count("tokenizer") && (saved.at("tokenizer") != "sentencepiece" || text::sentencepiece_available())) {
+      const auto tok = text::tokenizer_of_metadata(saved, path);
+      CHECK(tok->vocab_size() == c.V_vocab);
+      CHECK_NOTHROW(tok->decode(g.tokens[0]));
+    }
+  }
+}
+
+TEST_CASE("model schema: the imported llama2.c checkpoint is a Llama model of its file's sizes", "[model_schema]") {
+  const std::string path = (kFixtures / "llama2c.safetensors").string();
+  const train::ModelInfo info = train::model_info(io::safetensors::load_header(path).metadata, path);
+  const nn::TransformerConfig& c = info.config;
+  // write_llama2c.py's sizes: dim 16, hidden 32, 1 layer, 2 heads, 1 kv head, vocab 300, context 32, untied.
+  CHECK(info.kind == "gpt");
+  CHECK(train::task_kind(info.task) == train::TaskKind::imported);
+  CHECK((c.arch == nn::Architecture::llama && c.pos == nn::PositionScheme::rope && !c.tie_embeddings));
+  CHECK((c.d_model == 16 && c.d_ff == 32 && c.layers == 1 && c.H_q == 2 && c.H_kv == 1 && c.V_vocab == 300 &&
+         c.context == 32));
+  CHECK(info.task_params.at("llama2c_format") == "legacy");
+}
