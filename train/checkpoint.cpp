@@ -10,6 +10,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/adapters.hpp>
 #include <xgrad/text/corpus.hpp>
 
 namespace xg::train {
@@ -244,13 +245,16 @@ LoadedModel load_model(const std::string& path) {
   // built: a metadata value cannot make the program allocate more than the file holds.
   std::uint64_t in_file = 0;
   for (const auto& named : f.tensors) in_file += named.second.size();
-  const std::uint64_t expected = parameter_count(lm.info.kind, lm.info.config);
+  // Adapters (train/adapters.hpp): their tensors are in the file beside the base weights.
+  const std::uint64_t expected = parameter_count(lm.info.kind, lm.info.config) +
+                                 adapter_parameter_count(f.metadata, lm.info.config, path);
   if (expected != in_file)
     throw FormatError("[checkpoint] " + path + ": the metadata describes a model of " + std::to_string(expected) +
                       " parameters, the file holds " + std::to_string(in_file));
   Generator gen(0);  // initial values are overwritten by the file
   if (lm.info.kind == "gpt")
     lm.gpt = std::make_unique<nn::GPT>(lm.info.config, gen);
+  if (lm.gpt) add_saved_adapters(f.metadata, *lm.gpt, path);
   else
     lm.encdec = std::make_unique<nn::EncoderDecoder>(lm.info.config, gen);
   nn::safetensors::load_module(path, lm.module());

@@ -2,6 +2,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/input_file.hpp>
+#include <xgrad/train/adapters.hpp>
 
 namespace xg::train {
 
@@ -47,6 +48,7 @@ void resolve_new_run(TrainOptions& o, const std::set<std::string>& given) {
   check_options_apply(o, given);
   if (given.count("lr") && o.lr == 0.0) refuse("--lr 0: must be a number in (0, 1] (leave --lr out for the default)");
   validate_options(with_defaults(o));
+  check_adapter_options(o, given);  // --lora-*, --freeze (train/adapters.cpp)
 }
 
 }  // namespace
