@@ -91,6 +91,10 @@ void check_adapter_options(const TrainOptions& o, const std::set<std::string>& g
       refuse("--lora-targets " + (o.lora_targets.empty() ? std::string("''") : o.lora_targets) + ": " + what);
     }
   }
+  // A model with adapters is a base model plus its adapters: folded in first, it starts any run.
+  if (!o.init_from.empty() && has_adapters(io::safetensors::load_header(o.init_from).metadata))
+    refuse("--init-from " + o.init_from + " has LoRA adapters; fold them in first (xgrad merge --checkpoint " +
+           o.init_from + " --out merged.safetensors) and start from the merged model");
   if (given.count("freeze")) {
     if (o.freeze.empty()) refuse("--freeze '': give a regular expression that matches parameter names");
     try {
