@@ -5,9 +5,12 @@
 // command lines in tests/robustness (cli-1850..1877, file-1550..1559).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "tests/support/helpers.hpp"
+#include "tests/support/tiny_runs.hpp"
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/random.hpp>
 #include <xgrad/distributed/communicator.hpp>
@@ -150,4 +153,42 @@ TEST_CASE("adapters: a --freeze that matches nothing or everything and a rank to
   CHECK_THAT(m, Catch::Contains("--lora-rank 17"));
   CHECK_THAT(m, Catch::Contains("larger than the layer"));
   CHECK(nn::count_adapters(dynamic_cast<nn::GPT&>(t->module())) == 0);
+}
+
+TEST_CASE("adapters: a LoRA run's state holds only the adapters and their moments and resumes exactly",
+          "[adapters][checkpoint]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = xgt::temp_dir("adapters_resume");
+  std::ostringstream log;
+  auto lora = [&](const fs::path& out) {
+    train::TrainOptions o = xgt::tiny_sort_run(out, 6);
+    o.lora_rank = 2;
+    o.lora_targets = "q,v,fc2";
+    return o;
+  };
+  train::run_training(lora(dir / "whole"), log);
+  train::TrainOptions stopped = lora(dir / "stopped");
+  stopped.stop_at = 3;
+  train::run_training(stopped, log);
+  const io::safetensors::File state = io::safetensors::load((dir / "stopped" / "train_state.safetensors").string());
+  std::size_t params = 0, moments = 0;
+  for (const auto& [name, a] : state.tensors) {
+    INFO(name);
+    const bool adapter = name.find(".lora_") != std::string::npos;
+    if (name.rfind("model.", 0) == 0) {
+      CHECK(adapter);
+      ++params;
+    } else if (name.rfind("optim.", 0) == 0) {
+      CHECK(adapter);
+      ++moments;
+    }
+  }
+  CHECK(params == 3 * 2);       // q, v, fc2 in 1 layer: lora_A and lora_B each
+  CHECK(moments == 2 * params);  // AdamW's two moments
+  CHECK(state.metadata.at("opt.lora_rank") == "2");
+  // The frozen weights come back from model.safetensors: the resumed run ends where the
+  // uninterrupted one did, bit for bit (one thread, the same steps).
+  CHECK(train::run_training(xgt::resume_options(dir / "stopped"), log).steps_done == 6);
+  CHECK(xgt::read_file(dir / "stopped" / "model.safetensors") == xgt::read_file(dir / "whole" / "model.safetensors"));
+  fs::remove_all(dir);
 }
