@@ -61,15 +61,6 @@ std::pair<std::uint64_t, std::uint64_t> widths(const std::string& name, const nn
   return {f, d};  // down, fc2
 }
 
-std::string scalars(std::size_t n) {
-  char buf[32];
-  if (n >= 1000000)
-    std::snprintf(buf, sizeof buf, "%.2fM", static_cast<double>(n) / 1e6);
-  else
-    std::snprintf(buf, sizeof buf, "%zu", n);
-  return buf;
-}
-
 }  // namespace
 
 void check_adapter_options(const TrainOptions& o, const std::set<std::string>& given) {

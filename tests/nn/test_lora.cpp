@@ -246,6 +246,20 @@ TEST_CASE("lora: lora_affine passes gradcheck on x W b A B in float64", "[lora][
   }
 }
 
+TEST_CASE("lora: lora_affine passes gradgradcheck through its composed second-order rule", "[lora][gradcheck]") {
+  Generator gen(24);
+  const std::vector<Array> in = {random_uniform({2, 4}, gen, DType::float64, -1, 1),
+                                 random_uniform({4, 3}, gen, DType::float64, -1, 1),
+                                 random_uniform({4, 2}, gen, DType::float64, -1, 1),
+                                 random_uniform({2, 3}, gen, DType::float64, -1, 1),
+                                 random_uniform({3}, gen, DType::float64, -1, 1)};
+  const GradcheckReport r = gradgradcheck(
+      [](const std::vector<Tensor>& v) { return ops::tanh(nn::lora_affine(v[0], v[1], v[4], v[2], v[3], 0.5)); }, in, {},
+      {"x", "W", "A", "B", "b"});
+  INFO(r.summary());
+  CHECK(r.passed);
+}
+
 TEST_CASE("lora: lora_affine equals the composed matmuls in value and every gradient", "[lora]") {
   Generator gen(22);
   const double s = 2.5;
