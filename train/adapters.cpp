@@ -66,11 +66,13 @@ std::pair<std::uint64_t, std::uint64_t> widths(const std::string& name, const nn
 void check_adapter_options(const TrainOptions& o, const std::set<std::string>& given) {
   if (given.count("lora_rank") && o.lora_rank == 0)
     refuse("--lora-rank 0: must be positive (leave --lora-rank out for no adapters)");
-  if (o.lora_rank == 0)
-    for (const char* name : {"lora_alpha", "lora_targets"})
-      if (given.count(name))
-        refuse(std::string(name == std::string("lora_alpha") ? "--lora-alpha" : "--lora-targets") +
-               " needs --lora-rank: without it the run has no adapters");
+  if (o.lora_rank == 0) {
+    const TrainOptions defaults;
+    if (given.count("lora_alpha") || o.lora_alpha != defaults.lora_alpha)
+      refuse("--lora-alpha needs --lora-rank: without it the run has no adapters");
+    if (given.count("lora_targets") || o.lora_targets != defaults.lora_targets)
+      refuse("--lora-targets needs --lora-rank: without it the run has no adapters");
+  }
   if (o.lora_rank > 0) {
     if (o.task == "reverse") refuse("--lora-rank: the reverse task's encoder-decoder cannot hold adapters (decoder-only tasks)");
     try {

@@ -19,8 +19,9 @@
 
 namespace xg::train {
 
-/// A new run's LoRA and --freeze options against what was given: --lora-rank 0, or
-/// --lora-alpha / --lora-targets without --lora-rank, is a UsageError; so is a --lora-targets
+/// A new run's LoRA and --freeze options against the flags `given` on the command line:
+/// --lora-rank 0 given, or --lora-alpha / --lora-targets given or set (e.g. by --config)
+/// without a rank, is a UsageError; so is a --lora-targets
 /// list that names no layer of the run's architecture, a --freeze that is not a regular
 /// expression, or an --init-from model that has adapters (merge it first).
 void check_adapter_options(const TrainOptions& o, const std::set<std::string>& given);

@@ -48,7 +48,6 @@ void resolve_new_run(TrainOptions& o, const std::set<std::string>& given) {
   check_options_apply(o, given);
   if (given.count("lr") && o.lr == 0.0) refuse("--lr 0: must be a number in (0, 1] (leave --lr out for the default)");
   validate_options(with_defaults(o));
-  check_adapter_options(o, given);  // --lora-*, --freeze (train/adapters.cpp)
 }
 
 }  // namespace
@@ -67,8 +66,12 @@ std::set<std::string> resolve_invocation(TrainOptions& o, const Invocation& inv,
   if (inv.resume_flag && o.resume.empty()) refuse("--resume needs the folder of a run, got ''");
   if (!o.resume.empty())
     check_resume(o, given);
-  else
+  else {
     resolve_new_run(o, given);
+    // --lora-*, --freeze (train/adapters.cpp): against the flags of the command line (a
+    // --config file, e.g. a run's config.json, holds every option, defaults included).
+    check_adapter_options(o, inv.given);
+  }
   return given;
 }
 
