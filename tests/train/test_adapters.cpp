@@ -15,9 +15,11 @@
 #include <xgrad/core/random.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/nn/lora.hpp>
+#include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/adapters.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/detail/train_state.hpp>
+#include <xgrad/train/llama2c.hpp>
 #include <xgrad/train/options.hpp>
 #include <xgrad/train/task.hpp>
 
@@ -190,5 +192,40 @@ TEST_CASE("adapters: a LoRA run's state holds only the adapters and their moment
   // uninterrupted one did, bit for bit (one thread, the same steps).
   CHECK(train::run_training(xgt::resume_options(dir / "stopped"), log).steps_done == 6);
   CHECK(xgt::read_file(dir / "stopped" / "model.safetensors") == xgt::read_file(dir / "whole" / "model.safetensors"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("adapters: export llama2c of an adapted model writes the merged model's bytes", "[adapters][llama2c]") {
+  namespace fs = std::filesystem;
+  auto comm = dist::make_local();
+  train::TrainOptions o = options(2);
+  o.dtype = "float32";  // llama2.c's format
+  std::unique_ptr<train::Task> t = train::make_task(o, *comm);
+  Generator init(9);
+  t->build_model(init);
+  train::apply_adapters(t->module(), o, init);
+  Generator g(10);
+  for (auto& [name, p] : t->module().named_parameters())
+    if (name.find("lora_B") != std::string::npos) {
+      Tensor q = p;
+      q.set_value(random_uniform(q.shape(), g, q.dtype(), -0.3, 0.3));
+    }
+  const fs::path dir = xgt::temp_dir("adapters_export");
+  const std::string adapted = (dir / "adapted.safetensors").string(), merged = (dir / "merged.safetensors").string();
+  train::detail::save_model(*t, adapted, 1);
+  // The merge `xgrad merge` does: load, fold in, save without the adapters' metadata.
+  train::LoadedModel lm = train::load_model(adapted);
+  nn::merge_lora(*lm.gpt);
+  nn::safetensors::save_module(merged, lm.module(),
+                               train::without_adapter_metadata(io::safetensors::load_header(adapted).metadata));
+  train::llama2c::export_file(adapted, (dir / "a.bin").string());
+  train::llama2c::export_file(merged, (dir / "m.bin").string());
+  const std::string a = xgt::read_file(dir / "a.bin"), m = xgt::read_file(dir / "m.bin");
+  REQUIRE(!a.empty());
+  CHECK(a == m);  // the same merge (the same arithmetic on the same arrays): the same bytes
+  // and not the base model's: the adapters changed the weights.
+  train::LoadedModel base = train::load_model(adapted);
+  CHECK(max_abs_diff(base.gpt->parameter("blocks.0.ffn.down.W").value(),
+                     lm.gpt->parameter("blocks.0.ffn.down.W").value()) > 0);
   fs::remove_all(dir);
 }
