@@ -15,6 +15,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/cost_model.hpp>
 #include <xgrad/io/safetensors.hpp>
+#include <xgrad/train/adapters.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/model_schema.hpp>
 
@@ -58,12 +59,13 @@ std::string checkpoint_of(const InspectArgs& a, const CLI::App& cmd) {
 // The figures of the report: the attention cost model at the checkpoint's configuration.
 struct Figures {
   std::size_t bytes, d_h, T, attn_layers, total = 0;
+  std::uint64_t frozen = 0;  // of total: frozen in training (--lora-rank, --freeze)
   nn::cost::Flops fl;
   std::uint64_t kv_token, kv_params, kv_params_mha, weight_bytes;
   double per_token(std::uint64_t v) const { return static_cast<double>(v) / static_cast<double>(T); }
 };
 
-Figures figures_of(const io::safetensors::File& f, const train::ModelInfo& info) {
+Figures figures_of(const io::safetensors::File& f, const train::ModelInfo& info, const std::string& path) {
   const nn::TransformerConfig& c = info.config;
   Figures x;
   x.bytes = c.dtype == DType::float32 ? 4 : 8;
@@ -77,6 +79,7 @@ Figures figures_of(const io::safetensors::File& f, const train::ModelInfo& info)
   x.kv_params_mha = nn::cost::kv_projection_params(c.d_model, c.H_q, x.d_h);
   x.weight_bytes = nn::cost::weight_matrix_bytes(1, c.H_q, x.T, x.T, x.bytes);
   for (const auto& named : f.tensors) x.total += named.second.size();
+  x.frozen = train::frozen_parameter_count(f.metadata, x.total, path);
   return x;
 }
 
@@ -100,6 +103,9 @@ void print_report(const InspectArgs& a, const io::safetensors::File& f, const tr
     o << "  " << std::setw(34) << name << std::setw(16) << shape_str(arr.shape()) << std::right << std::setw(10)
       << arr.size() << std::left << "\n";
   o << "  " << std::setw(50) << "total" << std::right << std::setw(10) << x.total << std::left << "\n";
+  if (x.frozen > 0)  // trained with --lora-rank or --freeze (train/adapters.hpp)
+    o << "  " << std::setw(50) << "trainable" << std::right << std::setw(10) << x.total - x.frozen << std::left << "\n"
+      << "  " << std::setw(50) << "frozen" << std::right << std::setw(10) << x.frozen << std::left << "\n";
   o << "\nattention cost per layer at T = S = " << T << " (context), B = 1; FLOPs per token ((5.34) and the text before it)\n"
     << "  Q projection        " << per_token(fl.q_proj) << "\n"
     << "  K projection        " << per_token(fl.k_proj) << "\n"
@@ -157,6 +163,8 @@ void write_inspect_json(const InspectArgs& a, const io::safetensors::File& f, co
     params.push_back({{"name", name}, {"shape", arr.shape()}, {"count", arr.size()}, {"dtype", dtype_name(arr.dtype())}});
   j["parameters"] = params;
   j["parameter_count"] = x.total;
+  j["trainable_parameter_count"] = x.total - x.frozen;
+  j["frozen_parameter_count"] = x.frozen;
   j["cost"] = {
       {"T", T},
       {"S", T},
@@ -196,7 +204,7 @@ void run_inspect(InspectArgs a, const CLI::App& cmd) {
   const io::safetensors::File f = io::safetensors::load(a.path);
   // Everything generate would check (configuration against the tensors, shapes, finiteness).
   const train::ModelInfo info = train::load_model(a.path).info;
-  const Figures x = figures_of(f, info);
+  const Figures x = figures_of(f, info, a.path);
   if (a.json_path != "-") print_report(a, f, info, x);
   if (!a.json_path.empty()) write_inspect_json(a, f, info, x);
 }

@@ -20,11 +20,11 @@ namespace xg::cli {
 using AddCommand = void(CLI::App& app);
 // add_<name> is in cli/cmd_<name>.cpp; add_import and add_export are in cli/cmd_llama2c.cpp.
 AddCommand add_demo, add_gradcheck, add_train, add_generate, add_inspect, add_visibility, add_convert, add_compare,
-    add_eval, add_report, add_tokenizer, add_import, add_export;
+    add_eval, add_report, add_tokenizer, add_import, add_export, add_merge;
 // Every subcommand, in the order `xgrad --help` lists them.
 inline AddCommand* const all_commands[] = {add_demo, add_gradcheck, add_train, add_generate, add_inspect,
                                            add_visibility, add_convert, add_compare, add_eval, add_report,
-                                           add_tokenizer, add_import, add_export};
+                                           add_tokenizer, add_import, add_export, add_merge};
 
 // Flag validators (cli/common.cpp).
 // For unsigned flags: only digits (CLI11 alone would wrap "-1" around to 2^64 - 1).

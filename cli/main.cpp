@@ -21,7 +21,8 @@
 namespace {
 
 const char* const kCommands[] = {"demo",    "gradcheck", "train",   "generate", "inspect",  "visibility",
-                                 "convert", "compare",   "eval",    "report",   "tokenizer", "import", "export"};
+                                 "convert", "compare",   "eval",    "report",   "tokenizer", "import", "export",
+                                 "merge"};
 
 // Under mpirun/srun every rank runs the same command line and would print the same error:
 // rank 0 alone reports it (docs/distributed.md); the others exit with the same status.
@@ -93,7 +94,7 @@ int run(int argc, char** argv) {
       }
       if (argc > 1 && command.empty())  // the first argument is not a command
         return fail(2, std::string(argv[1][0] == '-' ? "unknown option '" : "unknown command '") + argv[1] +
-                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, report, tokenizer, import, export; see 'xgrad --help')");
+                           "' (commands: demo, gradcheck, train, generate, inspect, visibility, convert, compare, eval, report, tokenizer, import, export, merge; see 'xgrad --help')");
       // `xgrad import FORMAT` (export too) without a format it knows: name the formats.
       if ((command == "import" || command == "export") && (argc < 3 || argv[2][0] != '-'))
         return fail(2, "[" + command + "] " +

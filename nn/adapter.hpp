@@ -28,6 +28,15 @@ class Adapter : public Module {
   virtual std::size_t d_in() const = 0;
   /// Output width d_out.
   virtual std::size_t d_out() const = 0;
+  /// The whole adapted projection x W + b + operator()(x) for the host's weight `W`
+  /// [d_in, d_out] and bias `b` (undefined: none); the host has checked x. This default
+  /// composes it from recorded ops (the tape then keeps the term's intermediates); an adapter
+  /// may override it with one op of its own (LoRA: nn::lora_affine).
+  virtual Tensor project(const Tensor& x, const Tensor& W, const Tensor& b) const;
+  /// A low-rank adapter's factors with its scale folded in: operator()(x) = (x A) B. Returns
+  /// false (the default) for an adapter that is not low-rank; a host that packs several
+  /// projections into one weight (attention's W_QKV) fuses adapters that have them into one op.
+  virtual bool low_rank(Tensor& A, Tensor& B) const;
 };
 
 }  // namespace xg::nn

@@ -13,6 +13,7 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/nn/detail/adapter_check.hpp>
 #include <xgrad/nn/detail/flash_attention.hpp>
+#include <xgrad/nn/lora.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/join.hpp>
 #include <xgrad/ops/matmul.hpp>
@@ -191,11 +192,42 @@ void MultiHeadAttention::merge_adapter(Projection p) {
   remove_adapter(p);
 }
 
+// Low-rank adapters on q, k, v as one: A = [A_q A_k A_v] (scales folded in) and B the
+// block-diagonal [B_q; B_k; B_v] placed in their column blocks, so that the projection with
+// every adapter is one nn::lora_affine op, X W_QKV + b_QKV + (X A) B, whose tape entry holds no
+// intermediate. Undefined when an adapter present is not low-rank.
+Tensor MultiHeadAttention::packed_low_rank(const Tensor& X, const Adapter* const a[3],
+                                           const std::size_t widths[3]) const {
+  std::vector<Tensor> As, rows;
+  const std::size_t total = widths[0] + widths[1] + widths[2];
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < 3; offset += widths[i], ++i) {
+    if (!a[i]) continue;
+    Tensor A, B;
+    if (!a[i]->low_rank(A, B)) return Tensor();
+    const std::size_t r = B.shape()[0];
+    std::vector<Tensor> row;
+    if (offset > 0) row.emplace_back(Array::zeros({r, offset}, cfg_.dtype));
+    row.push_back(B);
+    if (offset + widths[i] < total) row.emplace_back(Array::zeros({r, total - offset - widths[i]}, cfg_.dtype));
+    As.push_back(A);
+    rows.push_back(row.size() == 1 ? row[0] : ops::concat(row, 1));
+  }
+  const Tensor A = As.size() == 1 ? As[0] : ops::concat(As, 1);
+  const Tensor B = rows.size() == 1 ? rows[0] : ops::concat(rows, 0);
+  return lora_affine(X, W_QKV, b_QKV, A, B, 1.0);
+}
+
 Tensor MultiHeadAttention::packed(const Tensor& X) const {
-  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
   const Adapter* a[3] = {adapter(Projection::q), adapter(Projection::k), adapter(Projection::v)};
+  if (a[0] || a[1] || a[2]) {
+    const std::size_t widths[3] = {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_};
+    if (const Tensor fused = packed_low_rank(X, a, widths); fused.defined()) return fused;
+  }
+  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
   if (!a[0] && !a[1] && !a[2]) return P;
-  // The adapters' terms in their column blocks, zeros where a block has none.
+  // Adapters without low-rank factors: their terms in their column blocks, zeros where a
+  // block has none.
   const std::size_t widths[3] = {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_};
   std::vector<Tensor> parts;
   for (std::size_t i = 0; i < 3; ++i) {
@@ -212,9 +244,9 @@ Tensor MultiHeadAttention::packed(const Tensor& X) const {
 
 Tensor MultiHeadAttention::output(const Tensor& C) const {
   const Adapter* a = adapter(Projection::o);
+  if (a) return a->project(C, W_O, b_O);  // the whole projection (one op for LoRA)
   const Tensor Y = ops::matmul(C, W_O);
-  const Tensor Ya = a ? Y + (*a)(C) : Y;
-  return b_O.defined() ? Ya + b_O : Ya;
+  return b_O.defined() ? Y + b_O : Y;
 }
 
 void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const {

@@ -174,6 +174,8 @@ class MultiHeadAttention : public Module {
  private:
   // P = X W_QKV + b_QKV plus the q, k and v adapters' terms in their columns.
   Tensor packed(const Tensor& X) const;
+  // packed() as one nn::lora_affine op when every adapter on q, k, v is low-rank, else undefined.
+  Tensor packed_low_rank(const Tensor& X, const Adapter* const a[3], const std::size_t widths[3]) const;
   // C W_O + b_O plus the o adapter's term.
   Tensor output(const Tensor& C) const;
   // The input and output widths of projection p.

@@ -59,6 +59,13 @@ Linear::Linear(const Array& W_, const Array& b_) {
 }
 
 Tensor Linear::operator()(const Tensor& x) const {
+  if (adapter_) {  // the adapter computes the whole projection (one op for LoRA)
+    if (!x.defined() || x.ndim() == 0 || x.shape().back() != W.shape()[0])
+      throw ShapeError(op_message("linear", "x must be [..., " + std::to_string(W.shape()[0]) + "], has shape " +
+                                                (x.defined() ? shape_str(x.shape()) : "undefined")));
+    check_input_dtype("linear", x, W, "W");
+    return adapter_->project(x, W, b);
+  }
   const Tensor y = product(x);
   return b.defined() ? y + b : y;
 }
@@ -71,6 +78,13 @@ Tensor Linear::product(const Tensor& x) const {
   const Tensor y = ops::matmul(x, W);
   return adapter_ ? y + (*adapter_)(x) : y;
 }
+
+Tensor Adapter::project(const Tensor& x, const Tensor& W, const Tensor& b) const {
+  const Tensor y = ops::matmul(x, W) + (*this)(x);
+  return b.defined() ? y + b : y;
+}
+
+bool Adapter::low_rank(Tensor&, Tensor&) const { return false; }
 
 void detail::check_adapter(const std::string& op, const std::string& where, const Adapter* adapter, std::size_t d_in,
                    std::size_t d_out, DType dtype) {

@@ -8,6 +8,8 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/matmul.hpp>
+#include <xgrad/ops/reduce.hpp>
+#include <xgrad/ops/shape_ops.hpp>
 
 namespace xg::nn {
 
@@ -16,6 +18,73 @@ namespace {
 std::string str(std::size_t v) { return std::to_string(v); }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The adapted projection as one op
+
+namespace {
+
+// x W + s (x A) B + b composed from recorded matmuls: lora_affine's second-order rule (and,
+// in tests/nn/test_lora.cpp, its oracle). in = {x, W, A, B[, b]}.
+Tensor composed_lora(const std::vector<Tensor>& in, double s) {
+  const Tensor y = ops::matmul(in[0], in[1]) + ops::matmul(ops::matmul(in[0], in[2]) * s, in[3]);
+  return in.size() > 4 ? y + in[4] : y;
+}
+
+}  // namespace
+
+Tensor lora_affine(const Tensor& x, const Tensor& W, const Tensor& b, const Tensor& A, const Tensor& B, double s) {
+  const std::string op = "lora_affine";
+  auto shape_of = [](const Tensor& t) { return t.defined() ? shape_str(t.shape()) : std::string("undefined"); };
+  if (!x.defined() || !W.defined() || !A.defined() || !B.defined() || x.ndim() == 0 || W.ndim() != 2 ||
+      A.ndim() != 2 || B.ndim() != 2 || x.shape().back() != W.shape()[0] || A.shape()[0] != W.shape()[0] ||
+      B.shape()[0] != A.shape()[1] || B.shape()[1] != W.shape()[1] ||
+      (b.defined() && (b.ndim() != 1 || b.shape()[0] != W.shape()[1])))
+    throw ShapeError(op_message(op, "x " + shape_of(x) + ", W " + shape_of(W) + ", b " + shape_of(b) + ", A " +
+                                        shape_of(A) + ", B " + shape_of(B) +
+                                        " do not fit x [..., d_in], W [d_in, d_out], b [d_out], A [d_in, r], B [r, d_out]"));
+  for (const Tensor* t : {&W, &A, &B, &b})
+    if (t->defined() && t->dtype() != x.dtype())
+      throw DTypeError(op_message(op, "x is " + std::string(dtype_name(x.dtype())) + ", an operand is " +
+                                          dtype_name(t->dtype()) + "; all must be one dtype"));
+  std::vector<Tensor> in = {x, W, A, B};
+  if (b.defined()) in.push_back(b);
+  return custom_op(
+      op, in,
+      [s](const std::vector<Array>& v) {
+        NoGradGuard ng;
+        const Tensor xt(v[0]);
+        Tensor y = ops::matmul(xt, Tensor(v[1])) + ops::matmul(ops::matmul(xt, Tensor(v[2])) * s, Tensor(v[3]));
+        if (v.size() > 4) y = y + Tensor(v[4]);
+        return y.value();
+      },
+      [s](const VjpContext& c) {
+        NoGradGuard ng;
+        const Array& xa = c.inputs[0];
+        const auto d_in = static_cast<long>(xa.shape().back());
+        const auto d_out = static_cast<long>(c.grad_output.shape().back());
+        const long rows = d_in ? static_cast<long>(xa.size()) / d_in : 0;
+        const Tensor x2 = ops::reshape(Tensor(xa), {rows, d_in});
+        const Tensor g2 = ops::reshape(Tensor(c.grad_output), {rows, d_out});
+        const Tensor Wt(c.inputs[1]), At(c.inputs[2]), Bt(c.inputs[3]);
+        Cotangents cot(c.inputs.size());
+        Tensor gB;  // g B^T [rows, r]: shared by dx and dA
+        if (c.needs(0) || c.needs(2)) gB = ops::matmul(g2, Bt, {false, true});
+        if (c.needs(0)) {
+          const Tensor dx = ops::matmul(g2, Wt, {false, true}) + ops::matmul(gB * s, At, {false, true});
+          std::vector<long> shape(xa.shape().begin(), xa.shape().end());
+          cot[0] = ops::reshape(dx, shape).value();
+        }
+        if (c.needs(1)) cot[1] = ops::matmul(x2, g2, {true, false}).value();  // skipped for a frozen W
+        if (c.needs(2)) cot[2] = (ops::matmul(x2, gB, {true, false}) * s).value();
+        if (c.needs(3)) cot[3] = ops::matmul(ops::matmul(x2, At) * s, g2, {true, false}).value();  // x A recomputed
+        if (c.inputs.size() > 4 && c.needs(4)) cot[4] = ops::sum(g2, {0}).value();
+        return cot;
+      },
+      [s](const DiffVjpContext& c) {
+        return composed_vjp(c, [s](const std::vector<Tensor>& v) { return composed_lora(v, s); });
+      });
+}
 
 // ---------------------------------------------------------------------------------------
 // LoRA
@@ -50,6 +119,19 @@ Tensor LoRA::operator()(const Tensor& x) const {
   // (x A) first: [..., r] is narrow, so the term costs O(r (d_in + d_out)) per row and its
   // backward never forms a [d_in, d_out] gradient.
   return ops::matmul(ops::matmul(x, lora_A) * scale(), lora_B);
+}
+
+Tensor LoRA::project(const Tensor& x, const Tensor& W, const Tensor& b) const {
+  if (x.dtype() != lora_A.dtype())
+    throw DTypeError(op_message("lora", "x is " + std::string(dtype_name(x.dtype())) + ", lora_A is " +
+                                            dtype_name(lora_A.dtype())));
+  return lora_affine(x, W, b, lora_A, lora_B, scale());
+}
+
+bool LoRA::low_rank(Tensor& A, Tensor& B) const {
+  A = lora_A * scale();
+  B = lora_B;
+  return true;
 }
 
 Array LoRA::weight_delta() const {
@@ -103,8 +185,10 @@ LoRALinear::LoRALinear(const Array& W_, const Array& b_, const LoRAConfig& cfg, 
 }
 
 Tensor LoRALinear::operator()(const Tensor& x) const {
-  const Tensor y = ops::matmul(x, W) + lora(x);  // lora(x) checks x's width and dtype first
-  return b.defined() ? y + b : y;
+  if (!x.defined() || x.ndim() == 0 || x.shape().back() != lora.d_in())
+    throw ShapeError(op_message("lora", "x must be [..., " + str(lora.d_in()) + "], has shape " +
+                                            (x.defined() ? shape_str(x.shape()) : "undefined")));
+  return lora.project(x, W, b);  // one op: x W + b + s (x A) B
 }
 
 Array LoRALinear::merged_weight() const {

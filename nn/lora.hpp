@@ -32,6 +32,19 @@
 
 namespace xg::nn {
 
+/// The adapted projection y = x W + b + s (x A) B as one recorded op, for x [..., d_in],
+/// W [d_in, d_out], b [d_out] or undefined, A [d_in, r], B [r, d_out]. Its tape entry holds
+/// only its inputs (x, W, b, A, B) and output: the backward pass recomputes x A [..., r] from
+/// x instead of keeping it, and skips the products for inputs that want no gradient (a frozen
+/// W costs no x^T g). Cotangents, with g the output's:
+/// \verbatim
+///   dx = g W^T + s (g B^T) A^T    dW = x^T g    db = sum over rows of g
+///   dA = s x^T (g B^T)            dB = s (x A)^T g
+/// \endverbatim
+/// The composition of matmuls it replaces is its second-order rule and its test oracle
+/// (tests/nn/test_lora.cpp). ShapeError / DTypeError for operands that do not fit.
+Tensor lora_affine(const Tensor& x, const Tensor& W, const Tensor& b, const Tensor& A, const Tensor& B, double s);
+
 /// The sizes of a LoRA adapter.
 struct LoRAConfig {
   /// Rank r of the update: positive and at most min(d_in, d_out) of the layer (ValueError).
@@ -60,6 +73,11 @@ class LoRA : public Adapter {
   Tensor operator()(const Tensor& x) const override;
   /// s A B [d_in, d_out]: what merging adds to W.
   Array weight_delta() const override;
+  /// x W + b + s (x A) B as one op (lora_affine): what a Linear or attention projection with
+  /// this adapter computes.
+  Tensor project(const Tensor& x, const Tensor& W, const Tensor& b) const override;
+  /// A s and B (the scale folded into A, a recorded op on the small factor).
+  bool low_rank(Tensor& A, Tensor& B) const override;
   std::size_t d_in() const override { return d_in_; }    ///< Input width.
   std::size_t d_out() const override { return d_out_; }  ///< Output width.
   std::size_t rank() const { return rank_; }              ///< The rank r.

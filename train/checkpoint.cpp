@@ -11,6 +11,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/adapters.hpp>
 #include <xgrad/text/corpus.hpp>
 
 namespace xg::train {
@@ -161,16 +162,19 @@ LoadedModel load_model(const std::string& path) {
   // built: a metadata value cannot make the program allocate more than the file holds.
   std::uint64_t in_file = 0;
   for (const auto& named : f.tensors) in_file += named.second.size();
+  // Adapters (train/adapters.hpp): their tensors are in the file beside the base weights.
+  const std::uint64_t adapters = adapter_parameter_count(f.metadata, lm.info.config, path);
   // A registered mlp or norm has parameters only its factory knows: the model is built first
   // (within the sizes model_info bounds) and counted.
   const bool registered = !lm.info.config.mlp.empty() || !lm.info.config.norm.empty();
-  const std::uint64_t expected = registered ? in_file : parameter_count(lm.info.kind, lm.info.config);
+  const std::uint64_t expected = registered ? in_file : parameter_count(lm.info.kind, lm.info.config) + adapters;
   if (expected != in_file)
     throw FormatError("[checkpoint] " + path + ": the metadata describes a model of " + std::to_string(expected) +
                       " parameters, the file holds " + std::to_string(in_file));
   Generator gen(0);  // initial values are overwritten by the file
   if (lm.info.model_kind() == ModelKind::gpt)
     lm.gpt = std::make_unique<nn::GPT>(lm.info.config, gen);
+  if (lm.gpt) add_saved_adapters(f.metadata, *lm.gpt, path);
   else
     lm.encdec = std::make_unique<nn::EncoderDecoder>(lm.info.config, gen);
   nn::safetensors::load_module(path, lm.module());

@@ -9,6 +9,7 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/nn/kv_head_pooling.hpp>
 #include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/adapters.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/nn/generate.hpp>
 #include <xgrad/train/tasks.hpp>
@@ -251,6 +252,9 @@ HeldoutScore score_checkpoint(const std::string& path, const ConvertOptions& opt
 
 ConvertReport convert_checkpoint(const ConvertOptions& o) {
   const io::safetensors::File file = io::safetensors::load(o.in);
+  if (has_adapters(file.metadata))  // K and V are pooled from plain weights only
+    throw UsageError(op_message("convert", o.in + " has LoRA adapters; fold them in first (xgrad merge) and convert "
+                                                  "the merged model"));
   LoadedModel from = load_model(o.in);
   const nn::TransformerConfig& c = from.info.config;
   const std::size_t G = o.kv_heads;

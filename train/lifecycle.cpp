@@ -2,6 +2,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/input_file.hpp>
+#include <xgrad/train/adapters.hpp>
 
 namespace xg::train {
 
@@ -65,8 +66,12 @@ std::set<std::string> resolve_invocation(TrainOptions& o, const Invocation& inv,
   if (inv.resume_flag && o.resume.empty()) refuse("--resume needs the folder of a run, got ''");
   if (!o.resume.empty())
     check_resume(o, given);
-  else
+  else {
     resolve_new_run(o, given);
+    // --lora-*, --freeze (train/adapters.cpp): against the flags of the command line (a
+    // --config file, e.g. a run's config.json, holds every option, defaults included).
+    check_adapter_options(o, inv.given);
+  }
   return given;
 }
 

@@ -9,6 +9,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/io/number.hpp>
+#include <xgrad/nn/lora.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
 namespace xg::train::llama2c {
@@ -116,6 +117,7 @@ void import_file(const std::string& bin, const std::string& out) {
 void export_file(const std::string& in, const std::string& bin) {
   LoadedModel lm = load_model(in);
   if (!lm.gpt) throw ValueError(op_message("export llama2c", in + ": an encoder-decoder; llama2.c holds decoder-only Llama models"));
+  if (nn::count_adapters(*lm.gpt) > 0) nn::merge_lora(*lm.gpt);  // LoRA adapters are folded in on the way out
   const nn::TransformerConfig& c = lm.info.config;
   check_exportable(c, in);
   const io::safetensors::Metadata meta = io::safetensors::load_header(in).metadata;

@@ -137,6 +137,23 @@ std::vector<OptionSpec> make_schema() {
                             0, 65536),
                       "0"),
                 {"text"}),
+      added(range(row("lora_rank", "--lora-rank", &O::lora_rank,
+                      "LoRA: low-rank adapters of this rank on the --lora-targets projections of every block, "
+                      "the other weights frozen (0: none)"),
+                  0, 65536),
+            "0"),
+      added(range(row("lora_alpha", "--lora-alpha", &O::lora_alpha,
+                      "LoRA: the adapters' term is scaled by alpha / rank"),
+                  0, 1e6, true),
+            exact(16.0)),
+      added(row("lora_targets", "--lora-targets", &O::lora_targets,
+                "LoRA: the projections adapted, comma-separated: q, k, v, o, gate, up, down (llama), fc1, fc2 "
+                "(gpt), or the groups attn, mlp, all"),
+            "all"),
+      added(row("freeze", "--freeze", &O::freeze,
+                "freeze the parameters whose names this regular expression matches (anywhere in the name; "
+                "xgrad inspect lists the names)"),
+            ""),
       no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
                        1, true)),
       range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),

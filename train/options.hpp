@@ -37,6 +37,11 @@ struct TrainOptions {
   /// none. A run resolves "auto" when it starts (resolve_doc_separator) and saves the result; a
   /// checkpoint saved before the option means "none" (documents joined with nothing between).
   std::string doc_separator = "auto";
+  /// LoRA (train/adapters.hpp): the adapters' rank r, 0 for none (`--lora-rank`).
+  std::size_t lora_rank = 0;
+  double lora_alpha = 16.0;  ///< LoRA: the adapters' scale is alpha / r (`--lora-alpha`).
+  std::string lora_targets = "all";  ///< LoRA: the projections adapted (`--lora-targets`, nn::lora_targets).
+  std::string freeze;  ///< A regular expression: the parameters whose names it matches are frozen (`--freeze`).
   double lr = 0.0;  ///< Peak learning rate, in (0, 1]; 0: the task's default (`--lr`).
   double min_lr_ratio = 0.1;  ///< The cosine schedule's final learning rate, as a fraction of lr.
   std::int64_t warmup = 100;  ///< Linear warmup steps (`--warmup`).

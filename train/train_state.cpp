@@ -8,6 +8,7 @@
 #include <xgrad/io/atomic_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/nn/safetensors.hpp>
+#include <xgrad/train/adapters.hpp>
 #include <xgrad/train/checkpoint.hpp>
 
 namespace xg::train::detail {
@@ -96,6 +97,7 @@ io::safetensors::NamedArrays with_prefix(const io::safetensors::File& f, const s
 void save_model(Task& task, const std::string& path, std::int64_t step, const io::safetensors::Metadata& extra) {
   io::safetensors::Metadata meta = model_metadata(task.info());
   meta["step"] = std::to_string(step);
+  for (const auto& [k, v] : adapter_metadata(task.module())) meta[k] = v;  // LoRA, frozen weights
   for (const auto& [k, v] : extra) meta[k] = v;
   nn::safetensors::save_module(path, task.module(), meta);
 }
@@ -125,7 +127,9 @@ void save_checkpoint(Task& task, const TrainOptions& o, int threads, RunIdentity
   if (threads != 1) state["threads"] = std::to_string(threads);
   for (const auto& [k, v] : task.state_metadata()) state[k] = v;
   io::safetensors::NamedArrays tensors;
-  for (const auto& [name, p] : task.module().named_parameters()) tensors.emplace_back(kParamPrefix + name, p.value());
+  // Only what trains: frozen parameters are in model.safetensors (load_frozen_parameters).
+  for (const auto& [name, p] : task.module().named_trainable_parameters())
+    tensors.emplace_back(kParamPrefix + name, p.value());
   for (auto& [name, a] : opt.state()) tensors.emplace_back(kOptimPrefix + name, std::move(a));
   io::safetensors::save((fs::path(o.out) / runs::kStateFile).string(), tensors, state);
   save_model(task, (fs::path(o.out) / runs::kModelFile).string(), step);

@@ -41,6 +41,7 @@
 #include <xgrad/runs/run_folder.hpp>
 #include <xgrad/train/detail/grad_accum.hpp>
 #include <xgrad/train/detail/train_state.hpp>
+#include <xgrad/train/adapters.hpp>
 #include <xgrad/runs/plots.hpp>
 #include <xgrad/train/task.hpp>
 
@@ -169,7 +170,7 @@ struct SavedState {
 struct Model {
   std::unique_ptr<Task> task;
   std::unique_ptr<nn::AdamW> opt;
-  nn::NamedTensors params;
+  nn::NamedTensors params;  // the trainable ones
 };
 
 // Validation tasks: the lowest validation loss so far and its step (on resume, from the log),
@@ -202,6 +203,7 @@ struct Session {
   Model model;
   Generator data, dropout;  // the data stream's and dropout's random draws
   std::int64_t start = 0;   // the step the run continues from
+  AdapterSummary adapters;  // what --lora-* and --freeze did (train/adapters.hpp)
   int threads = 1;
   std::unique_ptr<runs::RunLog> csv;  // rank 0
   ValidationRecord val;
@@ -385,24 +387,30 @@ void build(Session& s) {
     if (n_expected > 1000000000)
       throw UsageError(op_message("train", "the model would have " + std::to_string(n_expected) +
                                                " parameters; the limit is 1000000000 (reduce --d-model, --layers, --d-ff)"));
-    ResumePoint point;
-    if (!o.resume.empty()) {
-      task.check_resume(s.resume.state.metadata, s.resume.path);
-      point = read_resume_point(s.resume.state, o, s.resume.path, s.root, n_expected);
-      s.start = point.step;
-    }
+    if (!o.resume.empty()) task.check_resume(s.resume.state.metadata, s.resume.path);
     Generator init(o.seed);
     task.build_model(init);
     if (o.resume.empty() && !o.init_from.empty() && s.root) load_init_from(s);
-    s.model.params = task.module().named_parameters();
+    // LoRA adapters and --freeze (train/adapters.hpp), after the base weights are in place.
+    s.adapters = apply_adapters(task.module(), o, init);
+    // Only trainable parameters get optimizer state (and are saved in train_state.safetensors).
+    s.model.params = task.module().named_trainable_parameters();
     s.model.opt = std::make_unique<nn::AdamW>(s.model.params, o.lr, o.weight_decay);
-    if (!o.resume.empty())
+    if (!o.resume.empty()) {
+      std::uint64_t n_trainable = 0;
+      for (const auto& named : s.model.params) n_trainable += named.second.size();
+      const ResumePoint point = read_resume_point(s.resume.state, o, s.resume.path, s.root, n_trainable);
+      s.start = point.step;
       restore(point, s.resume.state, s.resume.path, s.root, s.model.params, *s.model.opt, s.data, s.dropout);
+      if (s.root && !point.legacy_pair) load_frozen_parameters(task.module(), (fs::path(o.out) / runs::kModelFile).string());
+    }
   });
   s.resume.state = {};
-  // Every rank starts from rank 0's parameters (the same anyway: same seed, same checkpoint).
-  dist::broadcast_parameters(s.comm, s.model.params, 0);
-  dist::check_parameters_agree(s.comm, s.model.params, "at the start");
+  // Every rank starts from rank 0's parameters (the same anyway: same seed, same checkpoint),
+  // frozen ones included.
+  const nn::NamedTensors all = s.model.task->module().named_parameters();
+  dist::broadcast_parameters(s.comm, all, 0);
+  dist::check_parameters_agree(s.comm, all, "at the start");
 }
 
 // Rank 0's files. log.csv: on resume keep exactly the rows up to the checkpoint, then continue.
@@ -457,6 +465,7 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
   s.console.out << s.model.task->describe_data();
+  s.console.out << describe_adapters(s.adapters, o);
   if (o.dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16)
     s.console.out << "note: --dtype bfloat16 runs in float32 here: " << bfloat16_matmul_unavailable_reason() << "\n";
   if (s.start == 0 && !o.init_from.empty()) {

@@ -223,6 +223,100 @@ TEST_CASE("lora: gradcheck of LoRALinear and of LoRA on x, A and B in float64", 
       {"x", "A", "B"});
 }
 
+// The adapted projection as one op (nn::lora_affine), against the composition of recorded
+// matmuls it replaced (the layer's first form, kept here as the reference).
+Tensor composed_reference(const Tensor& x, const Tensor& W, const Tensor& b, const Tensor& A, const Tensor& B, double s) {
+  const Tensor y = ops::matmul(x, W) + ops::matmul(ops::matmul(x, A) * s, B);
+  return b.defined() ? y + b : y;
+}
+
+TEST_CASE("lora: lora_affine passes gradcheck on x W b A B in float64", "[lora][gradcheck]") {
+  Generator gen(21);
+  for (const bool bias : {true, false}) {
+    std::vector<Array> in = {random_uniform({2, 3, 6}, gen, DType::float64, -1, 1),
+                             random_uniform({6, 5}, gen, DType::float64, -1, 1),
+                             random_uniform({6, 2}, gen, DType::float64, -1, 1),
+                             random_uniform({2, 5}, gen, DType::float64, -1, 1)};
+    if (bias) in.push_back(random_uniform({5}, gen, DType::float64, -1, 1));
+    require_gradcheck(
+        [&](const std::vector<Tensor>& v) {
+          return nn::lora_affine(v[0], v[1], v.size() > 4 ? v[4] : Tensor(), v[2], v[3], 1.75);
+        },
+        in, bias ? std::vector<std::string>{"x", "W", "A", "B", "b"} : std::vector<std::string>{"x", "W", "A", "B"});
+  }
+}
+
+TEST_CASE("lora: lora_affine passes gradgradcheck through its composed second-order rule", "[lora][gradcheck]") {
+  Generator gen(24);
+  const std::vector<Array> in = {random_uniform({2, 4}, gen, DType::float64, -1, 1),
+                                 random_uniform({4, 3}, gen, DType::float64, -1, 1),
+                                 random_uniform({4, 2}, gen, DType::float64, -1, 1),
+                                 random_uniform({2, 3}, gen, DType::float64, -1, 1),
+                                 random_uniform({3}, gen, DType::float64, -1, 1)};
+  const GradcheckReport r = gradgradcheck(
+      [](const std::vector<Tensor>& v) { return ops::tanh(nn::lora_affine(v[0], v[1], v[4], v[2], v[3], 0.5)); }, in, {},
+      {"x", "W", "A", "B", "b"});
+  INFO(r.summary());
+  CHECK(r.passed);
+}
+
+TEST_CASE("lora: lora_affine equals the composed matmuls in value and every gradient", "[lora]") {
+  Generator gen(22);
+  const double s = 2.5;
+  auto leaf = [&](const Shape& sh) { return Tensor(random_uniform(sh, gen, DType::float64, -1, 1), true); };
+  const Tensor x = leaf({3, 4, 7}), W = leaf({7, 5}), b = leaf({5}), A = leaf({7, 3}), B = leaf({3, 5});
+  const Array G = random_uniform({3, 4, 5}, gen, DType::float64, -1, 1);  // a cotangent that is not all ones
+  std::map<std::string, Array> fused, composed;
+  for (int path = 0; path < 2; ++path) {
+    for (Tensor t : {x, W, b, A, B}) t.zero_grad();  // copies share the leaf
+    Tensor y = path == 0 ? nn::lora_affine(x, W, b, A, B, s) : composed_reference(x, W, b, A, B, s);
+    auto& out = path == 0 ? fused : composed;
+    out["y"] = y.value();
+    ops::sum(y * Tensor(G)).backward();
+    const char* n[] = {"x", "W", "b", "A", "B"};
+    const Tensor* t[] = {&x, &W, &b, &A, &B};
+    for (int i = 0; i < 5; ++i) {
+      REQUIRE(t[i]->has_grad());
+      out[n[i]] = t[i]->grad();
+    }
+  }
+  // Both paths ran (the fused one is a single tape node, below); float64 rounding of sums of
+  // at most 7 products of numbers in [-1, 1] times s: far below 1e-12.
+  for (const auto& [name, a] : fused) {
+    INFO(name);
+    XGT_CHECK_WITHIN(a, composed.at(name), 1e-12);
+  }
+}
+
+TEST_CASE("lora: an adapted projection is one tape node and a frozen W gets no weight gradient", "[lora][freeze]") {
+  Generator gen(23);
+  nn::Linear base(8, 6, gen, true, DType::float64);
+  nn::LoRALinear l(base, {2, 4.0}, gen);
+  randomise(l, gen, "lora_B");
+  const Tensor x(random_uniform({4, 8}, gen, DType::float64, -1, 1), true);
+  {
+    Tape tape;
+    const Tensor y = l(x);
+    // One op: its entry keeps only its inputs and output, not x A or the term s (x A) B.
+    CHECK(tape.size() == 1);
+    CHECK(tape.op_at(0) == "lora_affine");
+    ops::sum(y).backward();
+  }
+  CHECK(!l.W.has_grad());
+  CHECK(!l.b.has_grad());
+  CHECK(l.lora.lora_A.has_grad());
+  CHECK(l.lora.lora_B.has_grad());
+  CHECK(x.has_grad());
+  // A model's Linear and attention projections with adapters attached use the op too.
+  nn::GPT m(tiny_llama(DType::float64, 1), gen);
+  REQUIRE(nn::add_lora(m, "all", {2, 4.0}, gen) == 7);
+  Tape t2;
+  const Tensor loss = m.loss(tokens(gen, 2, 4, 13), tokens(gen, 2, 4, 13));
+  std::size_t fused = 0;
+  for (std::size_t i = 0; i < t2.size(); ++i) fused += t2.op_at(i) == "lora_affine" ? 1 : 0;
+  CHECK(fused == 5);  // q, k, v packed as one; o; gate; up; down
+}
+
 TEST_CASE("lora: gradcheck of a Llama model's loss on every adapter", "[lora][gradcheck]") {
   Generator gen(5);
   nn::GPT m(tiny_llama(DType::float64, 1), gen);

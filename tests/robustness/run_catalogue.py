@@ -10,7 +10,7 @@ Case files: one case per line, fields separated by " | ", '#' starts a comment l
   file_cases.txt: id | fixture | file | mutation | exit | key words | untouched | command
 fixture:   - (an empty folder) or gpt / encdec / charlm: a small run folder made once by this
            script with xgrad itself (gpt stops at step 2 of 4 so it can be resumed; charlm is a
-           text run, as --task charlm now is); charlm_v0: a charlm run saved by xgrad 0.2.0
+           text run, as --task charlm now is; lora is that run with --lora-rank 2); charlm_v0: a charlm run saved by xgrad 0.2.0
            (tests/fixtures/runs_v0/charlm, stopped at step 3 of 6); tok: a
            folder with tok.model (`xgrad tokenizer train --vocab-size 300` on corpus/), the
            corpus/ folder, an empty folder empty/ and the files small.txt (a few words),
@@ -62,6 +62,7 @@ def make_fixtures(xgrad, root):
         "gpt": ["train", "--steps", "4", "--stop-at", "2", "--n-digits", "4"] + SMALL,
         "encdec": ["train", "--task", "reverse", "--steps", "2"] + SMALL,
         "charlm": ["train", "--task", "charlm", "--text", text, "--context", "8", "--steps", "2"] + SMALL,
+        "lora": ["train", "--task", "charlm", "--text", text, "--context", "8", "--steps", "2", "--lora-rank", "2"] + SMALL,
     }
     for name, args in runs.items():
         out = os.path.join(root, name)
