@@ -9,7 +9,7 @@
 ///   norm        every norm of the model: both norms of each block and the final norm.
 /// \endverbatim
 /// A program registers its layers once (before building or loading a model that uses them);
-/// TransformerConfig::activation, ::mlp and ::norm name them (empty: the built-in layer). A
+/// TransformerConfig::activation, TransformerConfig::mlp and TransformerConfig::norm name them (empty: the built-in layer). A
 /// model built with a registered layer records the names in its checkpoint metadata
 /// (keys layer_activation, layer_mlp, layer_norm): loading it where the name is not registered
 /// is a FormatError naming the layer, never a model that computes something else.
@@ -53,7 +53,11 @@ using NormFactory = std::function<std::unique_ptr<NormLayer>(const TransformerCo
 using MLPFactory = std::function<std::unique_ptr<MLPLayer>(const TransformerConfig& resolved, Generator& init)>;
 
 /// The three kinds of registered layer.
-enum class LayerKind { activation, mlp, norm };
+enum class LayerKind {
+  activation,  ///< An element-wise function in place of GELU (gpt) or SiLU (llama's gate).
+  mlp,         ///< The whole feed-forward sub-layer.
+  norm,        ///< Every norm of the model.
+};
 /// "activation", "mlp" or "norm".
 std::string layer_kind_name(LayerKind k);
 

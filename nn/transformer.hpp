@@ -185,7 +185,7 @@ class LlamaBlock : public DecoderLayer {
   Tensor ffn_branch(const Tensor& h, Generator* gen) override;  ///< ffn(ffn_norm(h)) (no dropout inside).
 };
 
-/// A decoder block with registered sub-layers (TransformerConfig::mlp or ::norm set; built
+/// A decoder block with registered sub-layers (TransformerConfig::mlp or TransformerConfig::norm set; built
 /// by GPT): the GPT-2 or Llama block of `arch` whose norms and/or feed-forward sub-layer come
 /// from the registry, the others built-in. Parameter names are those of the arch's block
 /// (gpt: ln1, attn, ln2, ffn; llama: attn_norm, attn, ffn_norm, ffn); a built-in part keeps its

@@ -79,7 +79,11 @@ std::string corpus_fingerprint(const std::vector<Document>& docs);
 /// the tokenizer's BOS before every document (bos: as llama2.c's and TinyStories' models are
 /// trained, each story starting with BOS), or with its EOS after every document (eos). Either
 /// way a window of the stream that crosses from one document into the next holds the separator.
-enum class DocSeparator { none, bos, eos };
+enum class DocSeparator {
+  none,  ///< Documents follow one another with nothing between.
+  bos,   ///< The tokenizer's BOS before every document.
+  eos,   ///< The tokenizer's EOS after every document.
+};
 /// "none", "bos", "eos".
 std::string doc_separator_name(DocSeparator s);
 /// The separator of its name; FormatError naming `where` for another text (a damaged checkpoint).

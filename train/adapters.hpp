@@ -30,7 +30,8 @@ void check_adapter_options(const TrainOptions& o, const std::set<std::string>& g
 struct AdapterSummary {
   std::size_t adapters = 0;       ///< LoRA adapters attached.
   std::size_t frozen = 0;         ///< Parameter tensors frozen.
-  std::size_t trainable_scalars = 0, total_scalars = 0;  ///< Scalars trainable, and in all.
+  std::size_t trainable_scalars = 0;  ///< Scalars (parameter elements) that train.
+  std::size_t total_scalars = 0;      ///< Scalars in all.
 };
 
 /// After the run's model is built (and loaded from --init-from): attaches the LoRA adapters of

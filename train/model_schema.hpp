@@ -52,7 +52,7 @@ struct ModelField {
   std::string key;     ///< The metadata key, e.g. "d_model".
   std::string option;  ///< The `xgrad train` option that sets it (its row name), "" for none.
   std::string help;    ///< What it is, for people (inspect --json, docs).
-  Presence presence = Presence::always;
+  Presence presence = Presence::always;  ///< When the key is in the metadata.
   /// unless_default and with: whether the key is written for `info` (with: read as required).
   bool (*written)(const ModelInfo&) = nullptr;
   /// The field's text in `info` (not for carried rows).

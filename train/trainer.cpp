@@ -356,7 +356,8 @@ std::string metadata_difference(const std::string& key, const std::string& their
 void load_init_from(Session& s) {
   const io::safetensors::Metadata saved = io::safetensors::load(s.o.init_from).metadata;
   std::vector<std::string> differ;
-  static const std::set<std::string> text_keys = {"task", "vocabulary", "val_fraction", "tokenizer",
+  // What a text run may set anew: its tokenizer (and vocabulary), and how it reads its text.
+  static const std::set<std::string> text_keys = {"task", "vocabulary", "val_fraction", "doc_separator", "tokenizer",
                                                   "tokenizer_sha256", "tokenizer_model"};
   for (const auto& [k, v] : model_metadata(s.model.task->info())) {
     if (s.o.task == "text" && text_keys.count(k)) continue;

@@ -12,6 +12,8 @@
 
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/generate.hpp>
+#include <xgrad/nn/layer_registry.hpp>
+#include <xgrad/ops/unary.hpp>
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/model_schema.hpp>
@@ -32,9 +34,26 @@ io::safetensors::Metadata description_of(io::safetensors::Metadata m) {
   return m;
 }
 
-// A model description in which every row has a key: a Llama GPT with a window, RoPE and every
-// carried field.
+// The registered layers the rows layer_activation and layer_mlp name (a program must have
+// registered a name to read it back). Their factories are never called here: no model is built.
+void register_schema_layers() {
+  if (!nn::is_registered(nn::LayerKind::activation, "schema_test_act"))
+    nn::register_activation("schema_test_act", [](const Tensor& x) { return ops::silu(x); });
+  if (!nn::is_registered(nn::LayerKind::norm, "schema_test_norm"))
+    nn::register_norm("schema_test_norm", [](const nn::TransformerConfig&, std::size_t) {
+      return std::unique_ptr<nn::NormLayer>();
+    });
+  if (!nn::is_registered(nn::LayerKind::mlp, "schema_test_mlp"))
+    nn::register_mlp("schema_test_mlp", [](const nn::TransformerConfig&, Generator&) {
+      return std::unique_ptr<nn::MLPLayer>();
+    });
+}
+
+// A model description in which every row has a key: a Llama GPT with a window, RoPE, a
+// registered activation and norm, and every carried field. (A registered mlp replaces the
+// activation's feed-forward, so layer_mlp is the one row it leaves out; the test names it.)
 train::ModelInfo every_row() {
+  register_schema_layers();
   train::ModelInfo info;
   info.kind = "gpt";
   info.task = "text";
@@ -54,6 +73,8 @@ train::ModelInfo every_row() {
   c.layers = 2;
   c.context = 12;
   c.dtype = DType::float64;
+  c.activation = "schema_test_act";
+  c.norm = "schema_test_norm";
   for (int i = 0; i < 7; ++i) info.vocab.tokens.push_back(text::placeholder_token(static_cast<std::size_t>(i)));
   c.V_vocab = info.vocab.size();
   for (const train::ModelField& f : train::model_schema())
@@ -68,8 +89,17 @@ TEST_CASE("model schema: every row is written for a model that has every field",
   std::set<std::string> rows;
   for (const train::ModelField& f : train::model_schema()) {
     rows.insert(f.key);
-    CHECK(m.count(f.key) == 1);
     INFO(f.key);
+    if (f.key == "layer_mlp") {  // with a registered mlp in place of the activation's feed-forward
+      train::ModelInfo mlp = every_row();
+      mlp.config.activation.clear();
+      mlp.config.mlp = "schema_test_mlp";
+      const io::safetensors::Metadata mm = train::model_metadata(mlp);
+      CHECK(mm.count(f.key) == 1);
+      CHECK(mm.count("layer_activation") == 0);
+      continue;
+    }
+    CHECK(m.count(f.key) == 1);
     CHECK_FALSE(f.help.empty());
   }
   CHECK(rows.size() == train::model_schema().size());  // each key once
