@@ -5,8 +5,6 @@
 // folder (runs/run_folder.cpp) and the checkpoint (train/train_state.cpp) live elsewhere.
 #include <xgrad/train/trainer.hpp>
 #include <xgrad/train/eval_samples.hpp>
-
-#include <set>
 #include <xgrad/io/number.hpp>
 
 #include <algorithm>
@@ -38,6 +36,7 @@
 #include <xgrad/nn/optim.hpp>
 #include <xgrad/nn/safetensors.hpp>
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/model_schema.hpp>
 #include <xgrad/runs/run_folder.hpp>
 #include <xgrad/train/detail/grad_accum.hpp>
 #include <xgrad/train/detail/train_state.hpp>
@@ -356,11 +355,14 @@ std::string metadata_difference(const std::string& key, const std::string& their
 void load_init_from(Session& s) {
   const io::safetensors::Metadata saved = io::safetensors::load(s.o.init_from).metadata;
   std::vector<std::string> differ;
-  // What a text run may set anew: its tokenizer (and vocabulary), and how it reads its text.
-  static const std::set<std::string> text_keys = {"task", "vocabulary", "val_fraction", "doc_separator", "tokenizer",
-                                                  "tokenizer_sha256", "tokenizer_model"};
+  // A text run may set anew what is not the model's shape: the task word, the vocabulary and
+  // every carried field of the model schema (its tokenizer, how it reads its text).
+  const auto run_data = [&](const std::string& k) {
+    const ModelField* f = find_model_field(k);
+    return k == "task" || k == "vocabulary" || (f && f->presence == ModelField::Presence::carried);
+  };
   for (const auto& [k, v] : model_metadata(s.model.task->info())) {
-    if (s.o.task == "text" && text_keys.count(k)) continue;
+    if (s.o.task == "text" && run_data(k)) continue;
     auto it = saved.find(k);
     if (it == saved.end())
       differ.push_back(k + " (missing) vs " + shown_value(v, 40));
