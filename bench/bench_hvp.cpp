@@ -6,6 +6,7 @@
 // normal). The two are timed in alternating rounds (--warmup untimed rounds, then --steps timed
 // ones), each on a scoped tape of its own; the closing line is the ratio of the medians.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -18,7 +19,9 @@
 #include <xgrad/core/higher_order.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/loss.hpp>
+#include <xgrad/ops/reduce.hpp>
 
 using namespace xg;
 
@@ -101,13 +104,41 @@ void run(const bench::TrainFlags& f, const std::string& arch, bool profile) {
     gradient();
     hessian_vector();
   }
+  // The hvp again, timed in its three parts: the forward, the recorded (create_graph) backward
+  // with <g, v>, and the reverse pass over that.
+  std::vector<double> fwd_ms, graph_ms, second_ms;
+  const auto hvp_in_parts = [&] {
+    Tape tape;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor y = loss();
+    const auto t1 = std::chrono::steady_clock::now();
+    BackwardOptions o;
+    o.create_graph = true;
+    const std::vector<Tensor> g = grad(y, params, Tensor(), o);
+    Tensor s;
+    for (std::size_t k = 0; k < g.size(); ++k) {
+      const Tensor d = ops::sum(g[k] * Tensor(v[k], false));
+      s = s.defined() ? s + d : d;
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    const std::vector<Array> hv = grad(s, params);
+    const auto t3 = std::chrono::steady_clock::now();
+    const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    fwd_ms.push_back(ms(t0, t1));
+    graph_ms.push_back(ms(t1, t2));
+    second_ms.push_back(ms(t2, t3));
+  };
   std::vector<double> grad_ms, hvp_ms;
   for (std::size_t i = 0; i < f.steps; ++i) {
     grad_ms.push_back(bench::time_reps(0, 1, gradient)[0]);
     hvp_ms.push_back(bench::time_reps(0, 1, hessian_vector)[0]);
+    hvp_in_parts();
   }
   bench::print_summary("gradient (forward + backward)", grad_ms, "ms");
   bench::print_summary("hvp (forward + create_graph backward + backward)", hvp_ms, "ms");
+  bench::print_line("hvp in parts (medians, ms): forward " + bench::fmt(bench::summarize(fwd_ms).median, 3) +
+                    ", create_graph backward " + bench::fmt(bench::summarize(graph_ms).median, 3) +
+                    ", reverse pass over it " + bench::fmt(bench::summarize(second_ms).median, 3));
   bench::print_line("|gradient| " + bench::fmt(g_norm, 6) + ", v . Hv " + bench::fmt(vHv, 6));
   bench::print_peak_rss();
   if (profile) print_profile(f.steps, hessian_vector);
