@@ -13,6 +13,7 @@
 #include <xgrad/nn/detail/flash_tile.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -29,6 +30,7 @@
 #include <xgrad/ops/join.hpp>
 #include <xgrad/ops/mask.hpp>
 #include <xgrad/ops/matmul.hpp>
+#include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/shape_ops.hpp>
 #include <xgrad/ops/softmax.hpp>
 #include <xgrad/core/detail/storage.hpp>
@@ -700,6 +702,8 @@ void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, c
   for (std::size_t c = 0; c < dv; ++c) o[c] = acc[c] * inv;
 }
 
+#include "detail/flash_double_backward.inc"
+
 struct Saved {
   Geometry g;
   Layout lq, lk, lv, lo;            // of Q, K, V and O (Problem)
@@ -749,7 +753,17 @@ void forward(Saved& s, const Array& Q, const Array& K, const Array& V, Array& O)
 // The composed attention of the saved geometry, plan and options (as nn/sdpa.cpp's composed
 // path): U = Q K^T scale + M (M from the plan; 0 on invalid queries' rows), A = softmax(U),
 // dropout with the same seed's mask, O = A V, invalid queries' rows selected to zero.
-Tensor composed_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const Saved& s) {
+// Which queries are valid, as a [B, 1, T, 1] mask (only when the options give validity).
+BoolArray validity_keep(const Saved& s) {
+  const Geometry& g = s.g;
+  BoolArray keep({g.B, 1, g.T, 1}, std::vector<unsigned char>(g.B * g.T));
+  for (std::size_t b = 0; b < g.B; ++b)
+    for (std::size_t i = 0; i < g.T; ++i) keep.data[b * g.T + i] = s.opts.query_valid.data[b * g.T + i] ? 1 : 0;
+  return keep;
+}
+
+// The composed weights A = softmax(Q K^T scale + M), [B, H_q, T, S] (before dropout).
+Tensor composed_weights(const Tensor& Q, const Tensor& K, const Saved& s) {
   const Geometry& g = s.g;
   const Shape BHTS{g.B, g.Hq, g.T, g.S};
   const DType dt = Q.dtype();
@@ -787,19 +801,58 @@ Tensor composed_attention(const Tensor& Q, const Tensor& K, const Tensor& V, con
   const Tensor Qg = ops::reshape(Q, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.dk)});
   Tensor U = ops::reshape(ops::matmul(Qg, K, {false, true}), {L(g.B), L(g.Hq), L(g.T), L(g.S)}) * s.opts.scale;
   if (masked) U = ops::add_mask(U, M);
-  Tensor A = ops::softmax(U, -1);
-  if (s.opts.dropout_p > 0)
-    A = ops::apply_dropout_mask(A, attention_dropout_mask(BHTS, s.opts.dropout_p, s.opts.dropout_seed, dt,
-                                                          s.opts.dropout_row_offset));
+  return ops::softmax(U, -1);
+}
+
+Array composed_dropout_mask(const Saved& s, DType dt) {
+  const Geometry& g = s.g;
+  return attention_dropout_mask({g.B, g.Hq, g.T, g.S}, s.opts.dropout_p, s.opts.dropout_seed, dt,
+                                s.opts.dropout_row_offset);
+}
+
+// The composed attention of the saved geometry, plan and options (as nn/sdpa.cpp's composed
+// path): U = Q K^T scale + M (M from the plan; 0 on invalid queries' rows), A = softmax(U),
+// dropout with the same seed's mask, O = A V, invalid queries' rows selected to zero.
+Tensor composed_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const Saved& s) {
+  const Geometry& g = s.g;
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  Tensor A = composed_weights(Q, K, s);
+  if (s.opts.dropout_p > 0) A = ops::apply_dropout_mask(A, composed_dropout_mask(s, Q.dtype()));
   Tensor O = ops::reshape(ops::matmul(ops::reshape(A, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.S)}), V),
                           {L(g.B), L(g.Hq), L(g.T), L(g.dv)});
-  if (any_validity) {
-    BoolArray keep({g.B, 1, g.T, 1}, std::vector<unsigned char>(g.B * g.T));
-    for (std::size_t b = 0; b < g.B; ++b)
-      for (std::size_t i = 0; i < g.T; ++i) keep.data[b * g.T + i] = valid(b, i) ? 1 : 0;
-    O = ops::where(keep, O, ops::scalar_like(O, 0.0));
-  }
+  if (s.opts.query_valid.size() > 0) O = ops::where(validity_keep(s), O, ops::scalar_like(O, 0.0));
   return O;
+}
+
+// The composed attention's first-order VJP written with recorded ops: (dQ, dK, dV) at (Q, K, V)
+// for the output cotangent dO ([B, H_q, T, d_v]). The fused backward op's second-order rule
+// (third derivatives of the attention) differentiates this.
+struct ComposedGrads {
+  Tensor dQ, dK, dV;
+};
+ComposedGrads composed_attention_backward(const Tensor& Q, const Tensor& K, const Tensor& V, Tensor dO,
+                                          const Saved& s) {
+  const Geometry& g = s.g;
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  const Tensor A = composed_weights(Q, K, s);
+  Tensor Ad = A;
+  Array mask;
+  if (s.opts.dropout_p > 0) {
+    mask = composed_dropout_mask(s, Q.dtype());
+    Ad = ops::apply_dropout_mask(A, mask);
+  }
+  if (s.opts.query_valid.size() > 0) dO = ops::where(validity_keep(s), dO, ops::scalar_like(dO, 0.0));
+  const Tensor dOg = ops::reshape(dO, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.dv)});
+  Tensor dA = ops::reshape(ops::matmul(dOg, V, {false, true}), {L(g.B), L(g.Hq), L(g.T), L(g.S)});
+  if (mask.defined()) dA = ops::apply_dropout_mask(dA, mask);
+  const Tensor dU = A * (dA - ops::sum(A * dA, {-1}, true));
+  const Tensor dUg = ops::reshape(dU, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.S)});
+  const Tensor Qg = ops::reshape(Q, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.dk)});
+  ComposedGrads out;
+  out.dQ = ops::reshape(ops::matmul(dUg, K), {L(g.B), L(g.Hq), L(g.T), L(g.dk)}) * s.opts.scale;
+  out.dK = ops::matmul(dUg, Qg, {true, false}) * s.opts.scale;
+  out.dV = ops::matmul(ops::reshape(Ad, {L(g.B), L(g.Hkv), L(g.r * g.T), L(g.S)}), dOg, {true, false});
+  return out;
 }
 
 // The ops' VJPs as named types: the second-order rules read the saved plan and options.
@@ -812,7 +865,98 @@ struct FlashPackedVjp {
   Cotangents operator()(const VjpContext& c) const;
 };
 
+// ---- create_graph: the fused second-order rule (nn/detail/flash_double_backward.inc)
+
+std::atomic<int> g_second_order{static_cast<int>(AttentionSecondOrder::fused)};
+
+// P [B, T, (H_q + 2 H_kv) d] -> heads [B, n, T, d] of the n heads whose columns start at off.
+Tensor packed_heads(const Tensor& P, const Saved& s, std::size_t off, std::size_t n) {
+  const Geometry& g = s.g;
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  const Tensor cols = ops::slice(P, 2, L(off), L(off + n * g.dk));
+  return ops::permute(ops::reshape(cols, {L(g.B), L(g.T), L(n), L(g.dk)}), {0, 2, 1, 3});
+}
+// heads [B, H, T, d] -> [B, T, H d] (O's layout in the packed op).
+Tensor merge_heads(const Tensor& X) {
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  const Shape& sh = X.shape();
+  return ops::reshape(ops::permute(X, {0, 2, 1, 3}), {L(sh[0]), L(sh[2]), L(sh[1] * sh[3])});
+}
+
+// The recorded backward pass of a fused attention op: "attention_backward" (inputs Q, K, V,
+// dO; output [dQ | dK | dV] flattened, each contiguous) or "attention_packed_backward" (inputs
+// P, dO; output dP, P's shape). Its VJP is the double-backward kernel; its own second-order rule
+// (third derivatives) differentiates the composed path's backward, composed_attention_backward.
+struct AttentionBackwardVjp {
+  std::shared_ptr<Saved> saved;
+  bool packed = false;
+  Cotangents operator()(const VjpContext& c) const;
+};
+
+// G(inputs, dO) from recorded ops, the function the backward op computes (for its rule).
+Tensor composed_backward_value(const std::vector<Tensor>& in, const Saved& s, bool packed) {
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  const Geometry& g = s.g;
+  if (packed) {
+    const Tensor dO = ops::permute(ops::reshape(in[1], {L(g.B), L(g.T), L(g.Hq), L(g.dv)}), {0, 2, 1, 3});
+    const ComposedGrads d = composed_attention_backward(packed_heads(in[0], s, s.oq, g.Hq),
+                                                        packed_heads(in[0], s, s.ok, g.Hkv),
+                                                        packed_heads(in[0], s, s.ov, g.Hkv), dO, s);
+    return ops::concat({merge_heads(d.dQ), merge_heads(d.dK), merge_heads(d.dV)}, 2);
+  }
+  const ComposedGrads d = composed_attention_backward(in[0], in[1], in[2], in[3], s);
+  return ops::concat({ops::reshape(d.dQ, {-1}), ops::reshape(d.dK, {-1}), ops::reshape(d.dV, {-1})}, 0);
+}
+
+DiffVjpFn backward_op_rule() {
+  return second_order([](const DiffVjpContext& c) {
+    const AttentionBackwardVjp& v = c.first_order_as<AttentionBackwardVjp>();
+    const Saved& s = *v.saved;
+    const bool packed = v.packed;
+    return composed_vjp(c, [&s, packed](const std::vector<Tensor>& in) { return composed_backward_value(in, s, packed); });
+  });
+}
+
+// The fused rule of flash_attention: (dQ, dK, dV) as slices of one recorded backward op.
+DiffCotangents fused_rule(const DiffVjpContext& c, const std::shared_ptr<Saved>& saved) {
+  const Tensor &Q = c.inputs[0], &K = c.inputs[1], &V = c.inputs[2];
+  const std::size_t nQ = Q.size(), nK = K.size(), nV = V.size();
+  Array flat = Array::empty({nQ + nK + nV}, Q.dtype());
+  detail::dispatch(Q.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const Problem<T> P = problem<T>(*saved, Q.value(), K.value(), V.value());
+    T* base = flat.data<T>();
+    run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.value().data<T>(),
+                 c.grad_output.value().data<T>(), base, base + nQ, base + nQ + nK);
+  });
+  const Tensor G = record("attention_backward", std::move(flat), {Q, K, V, c.grad_output},
+                          AttentionBackwardVjp{saved, false}, backward_op_rule());
+  const auto L = [](std::size_t v) { return static_cast<long>(v); };
+  const auto part = [&](long from, std::size_t n, const Shape& shape) {
+    std::vector<long> dims(shape.begin(), shape.end());
+    return ops::reshape(ops::slice(G, 0, from, from + L(n)), dims);
+  };
+  DiffCotangents cot(3);
+  if (c.needs(0)) cot[0] = part(0, nQ, Q.shape());
+  if (c.needs(1)) cot[1] = part(L(nQ), nK, K.shape());
+  if (c.needs(2)) cot[2] = part(L(nQ + nK), nV, V.shape());
+  return cot;
+}
+
+// The fused rule of flash_attention_packed: dP is the recorded backward op's output itself.
+DiffCotangents fused_packed_rule(const DiffVjpContext& c, const std::shared_ptr<Saved>& saved) {
+  const Tensor& P = c.inputs[0];
+  const std::vector<Array> values{P.value()};
+  const std::vector<bool> needs{true};
+  const Cotangents dP = FlashPackedVjp{saved}(VjpContext{values, c.output.value(), c.grad_output.value(), needs});
+  return DiffCotangents{record("attention_packed_backward", dP[0], {P, c.grad_output},
+                               AttentionBackwardVjp{saved, true}, backward_op_rule())};
+}
+
 }  // namespace
+
+void set_attention_second_order(AttentionSecondOrder path) { g_second_order.store(static_cast<int>(path)); }
+AttentionSecondOrder attention_second_order() { return static_cast<AttentionSecondOrder>(g_second_order.load()); }
 
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
   return ops::dropout_keep(seed, flat, p);
@@ -843,7 +987,9 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   Array O = Array::empty({g.B, g.Hq, g.T, g.dv}, Q.dtype());  // zeroed block by block (run_forward)
   forward(*saved, Q.value(), K.value(), V.value(), O);
   return record("flash_attention", std::move(O), {Q, K, V}, FlashVjp{saved}, second_order([](const DiffVjpContext& c) {
-                  const Saved& s = *c.first_order_as<FlashVjp>().saved;
+                  const std::shared_ptr<Saved>& saved = c.first_order_as<FlashVjp>().saved;
+                  if (attention_second_order() == AttentionSecondOrder::fused) return fused_rule(c, saved);
+                  const Saved& s = *saved;
                   return composed_vjp(c, [&s](const std::vector<Tensor>& in) {
                     return composed_attention(in[0], in[1], in[2], s);
                   });
@@ -891,17 +1037,15 @@ Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv
   forward(*saved, P.value(), P.value(), P.value(), O);
   return record("flash_attention_packed", std::move(O), {P}, FlashPackedVjp{saved},
                 second_order([](const DiffVjpContext& c) {
-                  const Saved& s = *c.first_order_as<FlashPackedVjp>().saved;
+                  const std::shared_ptr<Saved>& saved = c.first_order_as<FlashPackedVjp>().saved;
+                  if (attention_second_order() == AttentionSecondOrder::fused) return fused_packed_rule(c, saved);
+                  const Saved& s = *saved;
                   return composed_vjp(c, [&s](const std::vector<Tensor>& in) {
                     // P [B, T, (H_q + 2 H_kv) d]: Q, K, V heads as columns; O [B, T, H_q d].
                     const Geometry& g = s.g;
-                    const auto L = [](std::size_t v) { return static_cast<long>(v); };
-                    const auto heads = [&](std::size_t off, std::size_t n) {
-                      const Tensor cols = ops::slice(in[0], 2, L(off), L(off + n * g.dk));
-                      return ops::permute(ops::reshape(cols, {L(g.B), L(g.T), L(n), L(g.dk)}), {0, 2, 1, 3});
-                    };
-                    const Tensor O = composed_attention(heads(s.oq, g.Hq), heads(s.ok, g.Hkv), heads(s.ov, g.Hkv), s);
-                    return ops::reshape(ops::permute(O, {0, 2, 1, 3}), {L(g.B), L(g.T), L(g.Hq * g.dv)});
+                    return merge_heads(composed_attention(packed_heads(in[0], s, s.oq, g.Hq),
+                                                          packed_heads(in[0], s, s.ok, g.Hkv),
+                                                          packed_heads(in[0], s, s.ov, g.Hkv), s));
                   });
                 }));
 }
@@ -918,6 +1062,51 @@ Cotangents FlashPackedVjp::operator()(const VjpContext& c) const {
     run_backward(Pr, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
                  base + saved->oq, base + saved->ok, base + saved->ov);
     cot[0] = dP;
+  });
+  return cot;
+}
+
+Cotangents AttentionBackwardVjp::operator()(const VjpContext& c) const {
+  const Saved& s = *saved;
+  const std::size_t n_in = packed ? 2 : 4, idO = n_in - 1;
+  Cotangents cot(n_in);
+  detail::dispatch(c.output.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const Array& dO = c.inputs[idO];
+    const T* u = c.grad_output.data<T>();
+    DoubleBackwardIo<T> io;
+    io.dO = dO.data<T>();
+    Problem<T> P;
+    if (packed) {
+      P = problem<T>(s, c.inputs[0], c.inputs[0], c.inputs[0]);
+      io.uQ = u + s.oq;
+      io.uK = u + s.ok;
+      io.uV = u + s.ov;
+      if (c.needs(0)) {  // every column is Q's, K's or V's: run_double_backward fills them all
+        cot[0] = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
+        T* base = cot[0].template data<T>();
+        io.Qbar = base + s.oq;
+        io.Kbar = base + s.ok;
+        io.Vbar = base + s.ov;
+      }
+    } else {
+      P = problem<T>(s, c.inputs[0], c.inputs[1], c.inputs[2]);
+      const std::size_t nQ = c.inputs[0].size(), nK = c.inputs[1].size();
+      io.uQ = u;
+      io.uK = u + nQ;
+      io.uV = u + nQ + nK;
+      T** outs[3] = {&io.Qbar, &io.Kbar, &io.Vbar};
+      for (std::size_t k = 0; k < 3; ++k)
+        if (c.needs(k)) {
+          cot[k] = Array::empty(c.inputs[k].shape(), c.inputs[k].dtype());
+          *outs[k] = cot[k].template data<T>();
+        }
+    }
+    if (c.needs(idO)) {
+      cot[idO] = Array::empty(dO.shape(), dO.dtype());
+      io.dObar = cot[idO].template data<T>();
+    }
+    run_double_backward(P, s.row_max.data<T>(), s.log_z.data<T>(), io);
   });
   return cot;
 }

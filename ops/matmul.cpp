@@ -4,7 +4,8 @@
 // mapped back through op and summed over batch dimensions the input was broadcast along
 // (BLAS beta = 1 accumulates straight into the input's matrix, no temporary copies).
 // Second-order rule: the same products as recorded matmuls on the operands promoted to >= 2-d,
-// then sum_to over broadcast batch axes and reshape back to a 1-d operand's shape.
+// then sum_to over broadcast batch axes and reshape back to a 1-d operand's shape; a 2-d b
+// against a batched a (a linear layer) gets b_bar as one product with the batch folded into rows.
 #include <xgrad/ops/matmul.hpp>
 
 #include <xgrad/core/detail/blas.hpp>
@@ -239,6 +240,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
       cot[0] = reshape(sum_to(full, a2), L(a.shape()));
     }
     if (c.needs(1)) {
+      if (b2.size() == 2 && a2.size() > 2 && !ta) {
+        // A batched against one matrix b (a linear layer): fold the batch axes into the rows, so
+        // b's cotangent is one product over all rows, not per-batch products summed by sum_to.
+        const long K = static_cast<long>(a2.back());
+        const Tensor A2 = reshape(A, {-1, K}), G2 = reshape(G, {-1, static_cast<long>(N)});
+        cot[1] = reshape(tb ? matmul(G2, A2, {true, false}) : matmul(A2, G2, {true, false}), L(b.shape()));
+        return cot;
+      }
       const Tensor full = tb ? matmul(G, A, {true, ta}) : matmul(A, G, {!ta, false});
       cot[1] = reshape(sum_to(full, b2), L(b.shape()));
     }

@@ -33,6 +33,7 @@
 #include <xgrad/core/detail/vmath.hpp>
 #include <xgrad/core/detail/xt.hpp>
 #include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/shape_ops.hpp>
 
 namespace xg::ops {
@@ -240,11 +241,10 @@ Tensor normal_cdf(const Tensor& x) {
       second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output * normal_pdf(c.inputs[0])}; }));
 }
 
-// Exact GELU's second-order rule: x_bar = g (Phi(x) + x phi(x)).
-DiffCotangents gelu_rule(const DiffVjpContext& c) {
-  const Tensor& x = c.inputs[0];
-  return DiffCotangents{c.grad_output * (normal_cdf(x) + x * normal_pdf(x))};
-}
+Tensor gelu_backward(const Tensor& x, const Tensor& b, const Tensor& g);  // below
+
+// Exact GELU's second-order rule: x_bar = g (Phi(x) + x phi(x)), as one recorded op.
+DiffCotangents gelu_rule(const DiffVjpContext& c) { return DiffCotangents{gelu_backward(c.inputs[0], Tensor(), c.grad_output)}; }
 
 }  // namespace
 
@@ -312,6 +312,120 @@ constexpr std::size_t kBiasTile = 256;
 
 // Rows per parallel chunk: about 8K elements.
 std::size_t bias_gelu_grain(std::size_t C) { return std::max<std::size_t>(1, (std::size_t{1} << 13) / std::max<std::size_t>(C, 1)); }
+
+}  // namespace
+
+namespace {
+
+// Exact GELU's backward pass as one recorded op (the second-order rule of gelu and bias_gelu):
+// gelu_backward(x, b, g) = g gelu'(z), z = x + b (b [C] along the last axis; none for gelu),
+// with gelu'(z) = Phi(z) + z phi(z) and gelu''(z) = phi(z) (2 - z^2). Its VJP, for the
+// cotangent w: g_bar = w gelu'(z), x_bar = w g gelu''(z), b_bar = column sums of x_bar. Its
+// own second-order rule writes the same with recorded ops (normal_cdf, normal_pdf), so every
+// order is available. One pass each way, against the composed GELU's dozen.
+
+// Calls f(i0, m, z, Phi, phi) for each tile of m <= kBiasTile elements starting at flat index
+// i0 (rows of C columns, tiles within a row), rows split over the pool; part index ch for
+// per-chunk sums.
+template <class T, class F>
+void gelu_tiles(const T* x, const T* b, std::size_t N, std::size_t C, F&& f) {
+  detail::parallel_for(N, bias_gelu_grain(C), [&](std::size_t lo, std::size_t hi, std::size_t ch) {
+    T z[kBiasTile], Phi[kBiasTile], phi[kBiasTile];
+    for (std::size_t r = lo; r < hi; ++r)
+      for (std::size_t c0 = 0; c0 < C; c0 += kBiasTile) {
+        const std::size_t m = std::min(kBiasTile, C - c0), i0 = r * C + c0;
+        for (std::size_t i = 0; i < m; ++i) z[i] = x[i0 + i] + (b ? b[c0 + i] : T(0));
+        for (std::size_t i = 0; i < m; ++i) Phi[i] = z[i] * static_cast<T>(kInvSqrt2);
+        vmath::erf(Phi, Phi, m);
+        for (std::size_t i = 0; i < m; ++i) Phi[i] = T(0.5) * (T(1) + Phi[i]);
+        for (std::size_t i = 0; i < m; ++i) phi[i] = T(-0.5) * z[i] * z[i];
+        vmath::exp(phi, phi, m);
+        for (std::size_t i = 0; i < m; ++i) phi[i] *= static_cast<T>(kInvSqrt2Pi);
+        f(i0, c0, m, z, Phi, phi, ch);
+      }
+  });
+}
+
+struct GeluBackwardVjp {
+  bool has_b = false;
+  Cotangents operator()(const VjpContext& c) const {
+    const std::size_t ig = has_b ? 2 : 1;
+    const Array& X = c.inputs[0];
+    const std::size_t C = has_b ? X.shape().back() : std::max<std::size_t>(X.size(), 1);
+    const std::size_t N = X.size() ? X.size() / C : 0;
+    Cotangents cot(ig + 1);
+    detail::dispatch(X.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = X.data<T>();
+      const T* pb = has_b ? c.inputs[1].data<T>() : nullptr;
+      const T* pg = c.inputs[ig].data<T>();
+      const T* pw = c.grad_output.data<T>();
+      const bool want_x = c.needs(0) || (has_b && c.needs(1)), want_g = c.needs(ig);
+      Array dx = want_x ? Array::empty(X.shape(), X.dtype()) : Array();
+      Array dg = want_g ? Array::empty(X.shape(), X.dtype()) : Array();
+      T* pdx = want_x ? dx.data<T>() : nullptr;
+      T* pdg = want_g ? dg.data<T>() : nullptr;
+      const bool want_b = has_b && c.needs(1);
+      const std::size_t chunks = detail::parallel_chunks(N, bias_gelu_grain(C));
+      std::vector<T> part(want_b ? chunks * C : 0, T(0));
+      gelu_tiles(px, pb, N, C, [&](std::size_t i0, std::size_t c0, std::size_t m, const T* z, const T* Phi,
+                                   const T* phi, std::size_t ch) {
+        for (std::size_t i = 0; i < m; ++i) {
+          const T w = pw[i0 + i];
+          if (pdg) pdg[i0 + i] = w * (Phi[i] + z[i] * phi[i]);
+          if (pdx) pdx[i0 + i] = w * pg[i0 + i] * phi[i] * (T(2) - z[i] * z[i]);
+        }
+        if (want_b)
+          for (std::size_t i = 0; i < m; ++i) part[ch * C + c0 + i] += pdx[i0 + i];
+      });
+      if (c.needs(0)) cot[0] = dx;
+      if (want_b) {
+        Array gb = Array::zeros({C}, X.dtype());
+        T* pgb = gb.data<T>();
+        for (std::size_t ch = 0; ch < chunks; ++ch)
+          for (std::size_t j = 0; j < C; ++j) pgb[j] += part[ch * C + j];
+        cot[1] = gb;
+      }
+      if (want_g) cot[ig] = dg;
+    });
+    return cot;
+  }
+};
+
+// g gelu'(x + b) recorded (b undefined: gelu's own).
+Tensor gelu_backward(const Tensor& x, const Tensor& b, const Tensor& g) {
+  const bool has_b = b.defined();
+  const std::size_t C = has_b ? x.shape().back() : std::max<std::size_t>(x.size(), 1);
+  const std::size_t N = x.size() ? x.size() / C : 0;
+  Array out = Array::empty(x.shape(), x.dtype());
+  detail::dispatch(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pg = g.value().data<T>();
+    T* po = out.data<T>();
+    gelu_tiles(x.value().data<T>(), has_b ? b.value().data<T>() : nullptr, N, C,
+               [&](std::size_t i0, std::size_t, std::size_t m, const T* z, const T* Phi, const T* phi, std::size_t) {
+                 for (std::size_t i = 0; i < m; ++i) po[i0 + i] = pg[i0 + i] * (Phi[i] + z[i] * phi[i]);
+               });
+  });
+  const auto rule = second_order([](const DiffVjpContext& c) {
+    const bool hb = c.inputs.size() == 3;
+    const Tensor& x = c.inputs[0];
+    const Tensor z = hb ? x + c.inputs[1] : x;
+    const Tensor& g = c.inputs[hb ? 2 : 1];
+    const Tensor& w = c.grad_output;
+    DiffCotangents cot(c.inputs.size());
+    const Tensor pdf = normal_pdf(z);
+    if (c.needs(0) || (hb && c.needs(1))) {
+      const Tensor dz = w * g * pdf * (2.0 - z * z);
+      if (c.needs(0)) cot[0] = dz;
+      if (hb && c.needs(1)) cot[1] = sum_to(dz, c.inputs[1].shape());
+    }
+    if (c.needs(hb ? 2 : 1)) cot[hb ? 2 : 1] = w * (normal_cdf(z) + z * pdf);
+    return cot;
+  });
+  if (has_b) return record("gelu_backward", std::move(out), {x, b, g}, GeluBackwardVjp{true}, rule);
+  return record("gelu_backward", std::move(out), {x, g}, GeluBackwardVjp{false}, rule);
+}
 
 }  // namespace
 
@@ -394,7 +508,11 @@ Tensor bias_gelu(const Tensor& x, const Tensor& b) {
     });
     return cot;
   }, second_order([](const DiffVjpContext& c) {
-    return composed_vjp(c, [](const std::vector<Tensor>& in) { return gelu(in[0] + in[1]); });
+    const Tensor dz = gelu_backward(c.inputs[0], c.inputs[1], c.grad_output);
+    DiffCotangents cot(2);
+    if (c.needs(0)) cot[0] = dz;
+    if (c.needs(1)) cot[1] = sum_to(dz, c.inputs[1].shape());
+    return cot;
   }));
 }
 

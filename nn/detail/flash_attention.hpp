@@ -94,6 +94,15 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
 /// Whether element `flat` of a [B, H, T, S] attention-weight array is kept by dropout with
 /// keep probability q = 1 - p, drawn from `seed` (a counter-based hash: the same answer in the
 /// forward pass, the backward pass and the composed path).
+/// How the fused attention ops differentiate their own VJP under create_graph
+/// (docs/higher-order.md): `fused` (the default) records the backward pass as one op whose VJP
+/// is the fused double-backward kernel (nothing of [T, S] size is kept); `composed` rebuilds the
+/// composed path from the saved plan and differentiates that (the attention weights are
+/// materialised). Both give the same derivatives; tests force each. Process-wide.
+enum class AttentionSecondOrder { fused, composed };
+void set_attention_second_order(AttentionSecondOrder path);
+AttentionSecondOrder attention_second_order();
+
 bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p);
 
 /// The scaled mask m / q of shape `BHTS` and `dtype` from the same generator (drop

@@ -245,6 +245,48 @@ TEST_CASE("gradgradcheck passes for every op with a second-order rule (float64)"
   require_gradgradcheck("rms_norm", [](const In& v) { return ops::rms_norm(v[0], v[1]); }, {X({2, 4}), P({4})});
 }
 
+TEST_CASE("third derivatives through the recorded backward ops of gelu and layer_norm",
+          "[core][higher_order]") {
+  // gelu, bias_gelu and layer_norm record their backward pass as one op under create_graph
+  // (gelu_backward, layer_norm_backward), whose VJPs are fused kernels (checked at second
+  // order above) and whose own rules are recorded ops. gradgradcheck of x -> d/dx <f(x), w>
+  // (recorded) checks those rules: the ops' third derivatives.
+  Generator gen(29);
+  using In = std::vector<Tensor>;
+  const auto third = [&](const std::string& what, const std::function<Tensor(const In&)>& f,
+                         const std::vector<Array>& in) {
+    const Array w = rnd(f([&] {
+                          In t;
+                          for (const Array& a : in) t.emplace_back(a);
+                          return t;
+                        }()).shape(),
+                        gen);
+    const auto G = [&](const In& v) {
+      BackwardOptions o;
+      o.create_graph = true;
+      return grad(ops::sum(f(v) * Tensor(w)), {v[0]}, Tensor(), o)[0];
+    };
+    const GradcheckReport r = gradgradcheck(
+        [&](const In& v) {
+          if (v[0].requires_grad()) return G(v);
+          EnableGradGuard on;  // a value-only evaluation: the same map on leaves of its own
+          Tape tape;
+          In leaves;
+          for (const Tensor& t : v) leaves.emplace_back(t.value(), true);
+          return Tensor(G(leaves).value(), false);
+        },
+        in);
+    INFO(what << ": " << r.summary());
+    CHECK(r.passed);
+    CHECK(r.comparisons > 0);
+  };
+  third("gelu", [](const In& v) { return ops::gelu(v[0]); }, {rnd({2, 3}, gen)});
+  third("bias_gelu", [](const In& v) { return ops::bias_gelu(v[0], v[1]); }, {rnd({2, 3}, gen), rnd({3}, gen)});
+  third("layer_norm", [](const In& v) { return ops::layer_norm(v[0], v[1], v[2]); },
+        {rnd({2, 4}, gen), rnd({4}, gen, 0.5, 2.0), rnd({4}, gen)});
+  third("layer_norm no affine", [](const In& v) { return ops::layer_norm(v[0]); }, {rnd({2, 4}, gen)});
+}
+
 TEST_CASE("gradgradcheck: the composed attention path has second derivatives", "[core][higher_order][attention]") {
   Generator gen(13);
   nn::SdpaOptions o;
