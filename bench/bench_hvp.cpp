@@ -51,7 +51,7 @@ void print_profile(std::size_t rounds, const std::function<void()>& hvp_once) {
   }
 }
 
-void run(const bench::TrainFlags& f, const std::string& arch, bool profile) {
+void run(const bench::TrainFlags& f, const std::string& arch, bool profile, bool modes) {
   bench::validate(f);
   set_num_threads(f.threads);
   if (f.no_memory_cache) set_memory_cache_limit(0);
@@ -128,11 +128,45 @@ void run(const bench::TrainFlags& f, const std::string& arch, bool profile) {
     graph_ms.push_back(ms(t1, t2));
     second_ms.push_back(ms(t2, t3));
   };
-  std::vector<double> grad_ms, hvp_ms;
+  // --modes: H v again as forward over reverse, the way xgrad's jvp() computes a JVP (by
+  // linearising reverse mode, docs/higher-order.md): with u a dummy leaf per parameter,
+  // w(u) = d<g, u>/dp = H u is recorded, and H v = d<w(u), v>/du (H symmetric).
+  double fwd_vHv = 0;
+  const auto forward_over_reverse = [&] {
+    Tape tape;
+    BackwardOptions o;
+    o.create_graph = true;
+    const std::vector<Tensor> g = grad(loss(), params, Tensor(), o);
+    std::vector<Tensor> u;
+    Tensor s;
+    for (std::size_t k = 0; k < g.size(); ++k) {
+      u.emplace_back(Array::zeros(g[k].shape(), g[k].dtype()), true);
+      const Tensor d = ops::sum(g[k] * u.back());
+      s = s.defined() ? s + d : d;
+    }
+    const std::vector<Tensor> w = grad(s, params, Tensor(), o);
+    Tensor t;
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      const Tensor d = ops::sum(w[k] * Tensor(v[k], false));
+      t = t.defined() ? t + d : d;
+    }
+    const std::vector<Array> hv = grad(t, u);
+    double acc = 0;
+    for (std::size_t k = 0; k < hv.size(); ++k)
+      for (std::size_t i = 0; i < hv[k].size(); ++i) acc += v[k].flat(i) * hv[k].flat(i);
+    fwd_vHv = acc;
+  };
+  std::vector<double> grad_ms, hvp_ms, fwd_ms2;
   for (std::size_t i = 0; i < f.steps; ++i) {
     grad_ms.push_back(bench::time_reps(0, 1, gradient)[0]);
     hvp_ms.push_back(bench::time_reps(0, 1, hessian_vector)[0]);
     hvp_in_parts();
+    if (modes) fwd_ms2.push_back(bench::time_reps(0, 1, forward_over_reverse)[0]);
+  }
+  if (modes) {
+    bench::print_summary("hvp as forward over reverse (jvp of the gradient, linearised)", fwd_ms2, "ms");
+    bench::print_line("forward over reverse v . Hv " + bench::fmt(fwd_vHv, 6) + ", against reverse over reverse: " +
+                      bench::fmt(bench::summarize(fwd_ms2).median / bench::summarize(hvp_ms).median, 3) + "x");
   }
   bench::print_summary("gradient (forward + backward)", grad_ms, "ms");
   bench::print_summary("hvp (forward + create_graph backward + backward)", hvp_ms, "ms");
@@ -151,7 +185,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, bool profile) {
 int main(int argc, char** argv) {
   bench::TrainFlags f;
   std::string arch = "gpt";
-  bool profile = false;
+  bool profile = false, modes = false;
   return bench::run_program(
       "bench_hvp", "A Hessian-vector product against a gradient on bench_train_step's model, xgrad", argc, argv,
       [&](CLI::App& app) {
@@ -160,6 +194,7 @@ int main(int argc, char** argv) {
             ->check(CLI::IsMember({"gpt", "llama"}))
             ->capture_default_str();
         app.add_flag("--profile", profile, "after the timed rounds, as many hvps again with the op timers on");
+        app.add_flag("--modes", modes, "also time H v as forward over reverse (a jvp of the gradient), per round");
       },
-      [&] { run(f, arch, profile); });
+      [&] { run(f, arch, profile, modes); });
 }
