@@ -207,13 +207,22 @@ CheckResult CheckContext::gradcheck(const GradcheckFn& f, const std::vector<Arra
   xs.reserve(inputs.size());
   for (const Array& x : inputs) xs.push_back(cast(x));
   if (order_ == 1) return CheckResult::from_report(xg::gradcheck(f, xs, opts, names));
+  const GradcheckOptions o = second_order_options(opts);
+  ++second_order_runs_;
+  return second_order_result(xg::gradgradcheck(f, xs, o, names), xg::jvpcheck(f, xs, o, names));
+}
+
+GradcheckOptions CheckContext::second_order_options(const GradcheckOptions& opts) const {
   GradcheckOptions o = opts;  // a check's own tolerances, no tighter than the order's
   o.eps = std::max(o.eps, tol_.eps);
   o.atol = std::max(o.atol, tol_.atol);
   o.rtol = std::max(o.rtol, tol_.rtol);
-  ++second_order_runs_;
-  CheckResult gg = CheckResult::from_report(xg::gradgradcheck(f, xs, o, names));
-  CheckResult jv = CheckResult::from_report(xg::jvpcheck(f, xs, o, names));
+  return o;
+}
+
+CheckResult CheckContext::second_order_result(const GradcheckReport& gradgrad, const GradcheckReport& jvp) {
+  CheckResult gg = CheckResult::from_report(gradgrad);
+  CheckResult jv = CheckResult::from_report(jvp);
   const std::string mode = gg.mode + "+jvp";
   gg.message = "gradgradcheck: " + gg.message;
   jv.worst = "jvp: " + jv.worst;
@@ -240,10 +249,10 @@ CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
 CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
                                            const std::vector<std::pair<std::string, Tensor>>& leaves,
                                            const GradcheckOptions& opts) {
-  if (order_ == 2)
-    return CheckResult::skip("no second-order form: gradcheck_leaves checks leaves in place (module parameters) at "
-                             "first order only; the ops inside have second-order checks of their own");
-  return CheckResult::from_report(xg::gradcheck_leaves(f, leaves, opts));
+  if (order_ == 1) return CheckResult::from_report(xg::gradcheck_leaves(f, leaves, opts));
+  const GradcheckOptions o = second_order_options(opts);
+  ++second_order_runs_;
+  return second_order_result(xg::gradgradcheck_leaves(f, leaves, o), xg::jvpcheck_leaves(f, leaves, o));
 }
 
 // ---------------------------------------------------------------------------------------
