@@ -1,5 +1,6 @@
 // The gradient-check suite: registry, runner, table, JSON report and command-line flags
-// (docs/gradcheck.md). gradcheck_leaves itself is core/gradcheck.cpp.
+// (docs/gradcheck.md). gradcheck_leaves and its second-order forms (gradgradcheck_leaves,
+// jvpcheck_leaves) are core/gradcheck.cpp.
 #include <xgrad/checks/suite.hpp>
 
 #include <fnmatch.h>
@@ -376,7 +377,8 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
   if (opts.order == 2)
     out << "order 2: gradient checks run gradgradcheck (the recorded VJP's gradient against central differences of "
            "first-order gradients)\nand jvpcheck (forward-mode J u against central differences and <v, J u> = "
-           "<J^T v, u>); checks without a second-order form are skipped\n";
+           "<J^T v, u>), module checks with their leaves in place\n(gradgradcheck_leaves, jvpcheck_leaves); checks "
+           "without a second-order form are skipped\n";
   out << "gradient checks: central differences, step h = " << num(tol.eps)
       << " * max(1, |x|); pass when |analytic - numeric| <= " << num(tol.atol) << " + " << num(tol.rtol)
       << " |numeric|\n";

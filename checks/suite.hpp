@@ -10,8 +10,9 @@
 /// Property checks compute an invariant themselves and report an error measure against a
 /// tolerance (CheckResult::property). Every check runs in float64 or, with `--dtype` float32,
 /// in single precision with the tolerances of Tolerances::for_dtype. With `--order 2` gradient
-/// checks check second derivatives (gradgradcheck and jvpcheck) and checks without a
-/// second-order form are skipped.
+/// checks check second derivatives (gradgradcheck and jvpcheck; gradgradcheck_leaves and
+/// jvpcheck_leaves for leaves in place) and checks without a second-order form (property
+/// checks) are skipped.
 #pragma once
 
 #include <cstdint>
