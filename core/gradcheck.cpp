@@ -630,6 +630,8 @@ GradcheckReport gradgradcheck_leaves(const std::function<Tensor()>& f,
   const bool use_full = o.mode == GradcheckOptions::Mode::full ||
                         (o.mode == GradcheckOptions::Mode::automatic && n_in * n_out <= o.full_max_entries &&
                          n_in <= o.full_max_entries / 8);
+  if (!use_full && o.projections < 1)
+    throw ValueError(op_message(op, "projection mode needs projections >= 1, got " + std::to_string(o.projections)));
   if (use_full) {
     cmp.report().mode = "full";
     // Analytic: row i of G's Jacobian is the gradient of G_i (seed e_i).

@@ -133,8 +133,9 @@ GradcheckReport gradgradcheck(const GradcheckFn& f, const std::vector<Array>& in
 /// opts.full_max_entries and N + |v| <= full_max_entries / 8, or forced) records G once, runs N
 /// reverse passes over it and 2 (N + |v|) first-order passes; projection mode runs
 /// opts.projections rounds, each one create_graph pass, one reverse pass over it and 2 (n + 1)
-/// first-order passes for n leaves (a random direction per leaf and for v). Every leaf's value
-/// is restored bit for bit, also when f throws; f must be deterministic. Leaves must be leaves,
+/// first-order passes for n leaves (a random direction per leaf and for v; projections < 1 is
+/// a ValueError). Every leaf's value is restored bit for bit, also when f throws; f must be
+/// deterministic. Leaves must be leaves,
 /// float64 unless opts.allow_float32 (as gradcheck_leaves). An op without a second-order rule
 /// is a TapeError naming it.
 GradcheckReport gradgradcheck_leaves(const std::function<Tensor()>& f,
@@ -148,7 +149,7 @@ GradcheckReport gradgradcheck_leaves(const std::function<Tensor()>& f,
 /// max(1, max |leaf|)), and the transpose identity <v, J u> = <J^T v, u> with J^T v from a
 /// plain first-order pass. Each round: one create_graph pass, two reverse passes, two
 /// evaluations of f. Mode "jvp"; the worst comparison is named "J u" or "<v, J u>". Leaves
-/// restored and options as gradgradcheck_leaves().
+/// restored and options as gradgradcheck_leaves() (projections < 1 is a ValueError).
 GradcheckReport jvpcheck_leaves(const std::function<Tensor()>& f,
                                 const std::vector<std::pair<std::string, Tensor>>& leaves,
                                 const GradcheckOptions& opts = {});

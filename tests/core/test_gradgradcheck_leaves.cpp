@@ -202,6 +202,12 @@ TEST_CASE("gradgradcheck_leaves restores every leaf bit for bit when f throws an
   const Tensor x32(Array::of({1.0, 2.0}, DType::float32), true);
   CHECK_THROWS_AS(gradgradcheck_leaves([&] { return x32 * x32; }, {{"x32", x32}}), DTypeError);
   CHECK_THROWS_AS(jvpcheck_leaves([&] { return x32 * x32; }, {{"x32", x32}}), DTypeError);
+  GradcheckOptions none = projection();
+  none.projections = 0;  // no comparison at all would be a pass that checked nothing
+  CHECK_THROWS_WITH(gradgradcheck_leaves([&] { return m(x, Rule::right); }, leaves, none),
+                    Catch::Contains("[gradgradcheck_leaves]") && Catch::Contains("projections >= 1"));
+  CHECK_THROWS_WITH(jvpcheck_leaves([&] { return m(x, Rule::right); }, leaves, none),
+                    Catch::Contains("[jvpcheck_leaves]") && Catch::Contains("projections must be >= 1"));
   const auto no_rule = [&] {
     return custom_op(
         "times_w_without_rule", {m.w}, [](const std::vector<Array>& in) { return in[0].clone(); },
