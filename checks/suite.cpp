@@ -1,5 +1,6 @@
 // The gradient-check suite: registry, runner, table, JSON report and command-line flags
-// (docs/gradcheck.md). gradcheck_leaves itself is core/gradcheck.cpp.
+// (docs/gradcheck.md). gradcheck_leaves and its second-order forms (gradgradcheck_leaves,
+// jvpcheck_leaves) are core/gradcheck.cpp.
 #include <xgrad/checks/suite.hpp>
 
 #include <fnmatch.h>
@@ -207,13 +208,22 @@ CheckResult CheckContext::gradcheck(const GradcheckFn& f, const std::vector<Arra
   xs.reserve(inputs.size());
   for (const Array& x : inputs) xs.push_back(cast(x));
   if (order_ == 1) return CheckResult::from_report(xg::gradcheck(f, xs, opts, names));
+  const GradcheckOptions o = second_order_options(opts);
+  ++second_order_runs_;
+  return second_order_result(xg::gradgradcheck(f, xs, o, names), xg::jvpcheck(f, xs, o, names));
+}
+
+GradcheckOptions CheckContext::second_order_options(const GradcheckOptions& opts) const {
   GradcheckOptions o = opts;  // a check's own tolerances, no tighter than the order's
   o.eps = std::max(o.eps, tol_.eps);
   o.atol = std::max(o.atol, tol_.atol);
   o.rtol = std::max(o.rtol, tol_.rtol);
-  ++second_order_runs_;
-  CheckResult gg = CheckResult::from_report(xg::gradgradcheck(f, xs, o, names));
-  CheckResult jv = CheckResult::from_report(xg::jvpcheck(f, xs, o, names));
+  return o;
+}
+
+CheckResult CheckContext::second_order_result(const GradcheckReport& gradgrad, const GradcheckReport& jvp) {
+  CheckResult gg = CheckResult::from_report(gradgrad);
+  CheckResult jv = CheckResult::from_report(jvp);
   const std::string mode = gg.mode + "+jvp";
   gg.message = "gradgradcheck: " + gg.message;
   jv.worst = "jvp: " + jv.worst;
@@ -240,10 +250,10 @@ CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
 CheckResult CheckContext::gradcheck_leaves(const std::function<Tensor()>& f,
                                            const std::vector<std::pair<std::string, Tensor>>& leaves,
                                            const GradcheckOptions& opts) {
-  if (order_ == 2)
-    return CheckResult::skip("no second-order form: gradcheck_leaves checks leaves in place (module parameters) at "
-                             "first order only; the ops inside have second-order checks of their own");
-  return CheckResult::from_report(xg::gradcheck_leaves(f, leaves, opts));
+  if (order_ == 1) return CheckResult::from_report(xg::gradcheck_leaves(f, leaves, opts));
+  const GradcheckOptions o = second_order_options(opts);
+  ++second_order_runs_;
+  return second_order_result(xg::gradgradcheck_leaves(f, leaves, o), xg::jvpcheck_leaves(f, leaves, o));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -367,7 +377,8 @@ SuiteReport run_suite(const GradcheckSuite& suite, const RunOptions& opts, std::
   if (opts.order == 2)
     out << "order 2: gradient checks run gradgradcheck (the recorded VJP's gradient against central differences of "
            "first-order gradients)\nand jvpcheck (forward-mode J u against central differences and <v, J u> = "
-           "<J^T v, u>); checks without a second-order form are skipped\n";
+           "<J^T v, u>), module checks with their leaves in place\n(gradgradcheck_leaves, jvpcheck_leaves); checks "
+           "without a second-order form are skipped\n";
   out << "gradient checks: central differences, step h = " << num(tol.eps)
       << " * max(1, |x|); pass when |analytic - numeric| <= " << num(tol.atol) << " + " << num(tol.rtol)
       << " |numeric|\n";

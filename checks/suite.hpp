@@ -10,8 +10,9 @@
 /// Property checks compute an invariant themselves and report an error measure against a
 /// tolerance (CheckResult::property). Every check runs in float64 or, with `--dtype` float32,
 /// in single precision with the tolerances of Tolerances::for_dtype. With `--order 2` gradient
-/// checks check second derivatives (gradgradcheck and jvpcheck) and checks without a
-/// second-order form are skipped.
+/// checks check second derivatives (gradgradcheck and jvpcheck; gradgradcheck_leaves and
+/// jvpcheck_leaves for leaves in place) and checks without a second-order form (property
+/// checks) are skipped.
 #pragma once
 
 #include <cstdint>
@@ -148,8 +149,9 @@ class CheckContext {
   /// f() reads existing leaves (module parameters, input tensors), given by name in
   /// `leaves`; each leaf's gradient is checked against central differences of f, with
   /// options() (xg::gradcheck_leaves). The leaves are not converted to the run's dtype, and f
-  /// must be deterministic. At order 2 it is skipped (CheckResult::skip): leaves checked in
-  /// place have no second-order form in the suite.
+  /// must be deterministic. At order 2 it checks f's second derivatives with respect to the
+  /// leaves instead: xg::gradgradcheck_leaves and xg::jvpcheck_leaves, one verdict as for
+  /// gradcheck() (mode e.g. "projection+jvp"), the leaves' values restored.
   CheckResult gradcheck_leaves(const std::function<Tensor()>& f,
                                const std::vector<std::pair<std::string, Tensor>>& leaves);
   /// The same with explicit gradcheck options `opts`.
@@ -158,6 +160,11 @@ class CheckContext {
                                const GradcheckOptions& opts);
 
  private:
+  // opts with tolerances no tighter than the order's (order 2).
+  GradcheckOptions second_order_options(const GradcheckOptions& opts) const;
+  // gradgradcheck's and jvpcheck's reports as one verdict (mode "<gradgrad mode>+jvp").
+  static CheckResult second_order_result(const GradcheckReport& gradgrad, const GradcheckReport& jvp);
+
   DType dtype_;
   std::uint64_t seed_;
   bool full_;

@@ -483,6 +483,278 @@ GradcheckReport gradcheck_leaves(const std::function<Tensor()>& f,
 }
 
 // ---------------------------------------------------------------------------------------
+// gradgradcheck_leaves and jvpcheck_leaves
+
+namespace {
+
+// Flattened and joined, as pack() lays the gradients out.
+std::vector<double> joined(const std::vector<Array>& parts) {
+  std::vector<double> out;
+  for (const Array& a : parts) {
+    const std::vector<double> v = a.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// The second-order checks of leaves read in place: f, the leaves (requiring grad while the
+// check runs, as `wrt`) and their saved values.
+struct LeafSecondOrder {
+  const std::function<Tensor()>& f;
+  const Leaves& leaves;
+  const std::vector<Tensor>& wrt;
+  const std::vector<Array>& saved;
+  const std::string& op;
+  DType dtype;  // of the joined gradients: the first leaf's
+
+  // f() recorded on the current tape; it must depend on a leaf.
+  Tensor output() const {
+    Tensor y = f();
+    if (!y.defined()) throw ValueError(op_message(op, "f returned an undefined Tensor"));
+    if (!y.requires_grad())
+      throw ValueError(op_message(op, "f's output does not depend on any leaf through a differentiable op"));
+    return y;
+  }
+
+  // f()'s value with the leaves' values as they are now (nothing recorded).
+  Array value() const {
+    NoGradGuard ng;
+    Tape tape;
+    const Tensor y = f();
+    if (!y.defined()) throw ValueError(op_message(op, "f returned an undefined Tensor"));
+    return y.value();
+  }
+
+  // G(x, v): the first-order gradients of v . f() with the leaves' values as they are now, from
+  // a plain backward pass, joined into one vector (pack()'s layout).
+  std::vector<double> gradients(const Array& v) const {
+    EnableGradGuard recording;
+    Tape tape;
+    const Tensor y = output();
+    if (y.shape() != v.shape())
+      throw ValueError(op_message(op, "f's output changed shape between calls: " + shape_str(y.shape())));
+    return joined(grad(y, wrt, v));
+  }
+
+  // The analytic second derivatives: for each seed W in `seeds` (G's shape), the gradient of
+  // <W, G(x, v)> with respect to every leaf and then v, G recorded by a backward pass with
+  // create_graph (the ops' second-order rules). One recorded G, one reverse pass per seed.
+  std::vector<std::vector<Array>> second(const Array& v, const std::vector<Array>& seeds) const {
+    EnableGradGuard recording;
+    Tape tape;
+    const Tensor y = output();
+    const Tensor vt(v, true);
+    BackwardOptions graph;
+    graph.create_graph = true;
+    const Tensor G = pack(grad(y, wrt, vt, graph), dtype);
+    std::vector<Tensor> all = wrt;
+    all.push_back(vt);
+    std::vector<std::vector<Array>> out;
+    for (std::size_t s = 0; s < seeds.size(); ++s) {
+      if (!G.requires_grad()) {  // no gradient depends on a leaf or on v: every derivative is 0
+        std::vector<Array> zeros;
+        for (const Tensor& t : all) zeros.push_back(Array::zeros(t.shape(), t.dtype()));
+        out.push_back(std::move(zeros));
+        continue;
+      }
+      BackwardOptions keep;
+      keep.retain_graph = s + 1 < seeds.size();
+      out.push_back(grad(G, all, seeds[s], keep));
+    }
+    return out;
+  }
+
+  // J u for one tangent per leaf (joined as `u_joined`), by linearising the reverse mode as
+  // jvp() does: with a cotangent c (zeros: G is linear in it), G(x, c) = J^T c is recorded
+  // with create_graph and J u = d<G(x, c), u>/dc is one more reverse pass.
+  Array forward_tangent(const Array& u_joined) const {
+    EnableGradGuard recording;
+    Tape tape;
+    const Tensor y = output();
+    const Tensor c(Array::zeros(y.shape(), y.dtype()), true);
+    BackwardOptions graph;
+    graph.create_graph = true;
+    const Tensor G = pack(grad(y, wrt, c, graph), dtype);
+    if (!G.requires_grad()) return Array::zeros(y.shape(), y.dtype());
+    return grad(G, {c}, u_joined)[0];
+  }
+
+  // Sets leaf k to saved[k] + step * u (u in float64, rounded to the leaf's dtype).
+  void move(std::size_t k, double step, const Array& u) const {
+    const Array& x = saved[k];
+    Array moved = Array::empty(x.shape(), DType::float64);
+    for (std::size_t j = 0; j < x.size(); ++j) moved.set_flat(j, x.flat(j) + step * u.flat(j));
+    Tensor t = leaves[k].second;
+    t.set_value(moved.astype(x.dtype()));
+  }
+  void restore(std::size_t k) const {
+    Tensor t = leaves[k].second;
+    t.set_value(saved[k]);
+  }
+};
+
+double max_abs(const Array& a) {
+  double m = 0;
+  for (std::size_t j = 0; j < a.size(); ++j) m = std::max(m, std::fabs(a.flat(j)));
+  return m;
+}
+
+}  // namespace
+
+GradcheckReport gradgradcheck_leaves(const std::function<Tensor()>& f,
+                                     const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                     const GradcheckOptions& o) {
+  const std::string op = "gradgradcheck_leaves";
+  std::size_t total = 0;
+  const std::vector<Array> saved = checked_leaf_values(leaves, o, op, total);
+  const RestoreValues restore{leaves, saved};
+  const RequireGrad require_grad(leaves);
+  const DType dtype = saved[0].dtype();
+  const LeafSecondOrder s{f, leaves, require_grad.wrt, saved, op, dtype};
+  const std::size_t n = leaves.size();  // input n is the cotangent v ("grad_output")
+
+  Generator gen(o.seed ^ 0x9e3779b97f4a7c15ULL);
+  const Array y0 = s.value();
+  const Array v = random_normal(y0.shape(), gen, y0.dtype());
+  const std::size_t n_in = total + v.size(), n_out = total;
+
+  GradcheckComparer cmp(o.atol, o.rtol);
+  // Automatic: full when G's Jacobian (n_out x n_in) is small, as for gradcheck_leaves, and
+  // the 2 first-order passes per input element stay affordable; projections otherwise.
+  const bool use_full = o.mode == GradcheckOptions::Mode::full ||
+                        (o.mode == GradcheckOptions::Mode::automatic && n_in * n_out <= o.full_max_entries &&
+                         n_in <= o.full_max_entries / 8);
+  if (!use_full && o.projections < 1)
+    throw ValueError(op_message(op, "projection mode needs projections >= 1, got " + std::to_string(o.projections)));
+  if (use_full) {
+    cmp.report().mode = "full";
+    // Analytic: row i of G's Jacobian is the gradient of G_i (seed e_i).
+    std::vector<Array> seeds;
+    for (std::size_t i = 0; i < n_out; ++i) {
+      Array e = Array::zeros({n_out}, dtype);
+      e.set_flat(i, 1.0);
+      seeds.push_back(std::move(e));
+    }
+    const std::vector<std::vector<Array>> rows = s.second(v, seeds);
+    // Numeric: columns, one input element moved at a time.
+    const auto compare_column = [&](std::size_t k, std::size_t j, const Shape& shape, const std::vector<double>& gp,
+                                    const std::vector<double>& gm, double step) {
+      for (std::size_t i = 0; i < n_out; ++i)
+        cmp.compare(rows[i][k].flat(j), (gp[i] - gm[i]) / step, k, unravel_index(j, shape), {i});
+    };
+    for (std::size_t k = 0; k < n; ++k) {
+      const Array& x = saved[k];
+      Tensor t = leaves[k].second;
+      for (std::size_t j = 0; j < x.size(); ++j) {
+        const double x0 = x.flat(j), h = o.eps * std::max(1.0, std::fabs(x0));
+        Array xp = x.clone(), xm = x.clone();
+        xp.set_flat(j, x0 + h);
+        xm.set_flat(j, x0 - h);
+        const double step = xp.flat(j) - xm.flat(j);  // as taken, after rounding to the leaf's dtype
+        t.set_value(xp);
+        const std::vector<double> gp = s.gradients(v);
+        t.set_value(xm);
+        const std::vector<double> gm = s.gradients(v);
+        t.set_value(x);
+        compare_column(k, j, x.shape(), gp, gm, step);
+      }
+    }
+    for (std::size_t j = 0; j < v.size(); ++j) {
+      const double v0 = v.flat(j), h = o.eps * std::max(1.0, std::fabs(v0));
+      Array vp = v.clone(), vm = v.clone();
+      vp.set_flat(j, v0 + h);
+      vm.set_flat(j, v0 - h);
+      compare_column(n, j, v.shape(), s.gradients(vp), s.gradients(vm), vp.flat(j) - vm.flat(j));
+    }
+  } else {
+    cmp.report().mode = "projection";
+    for (int r = 0; r < o.projections; ++r) {
+      // <W, G> for a random W over all the gradients; its gradient against central
+      // differences of <W, G> along a random direction u of each leaf and of v.
+      const Array W = random_normal({n_out}, gen, dtype);
+      const std::vector<double> w = W.to_vector();
+      const std::vector<Array> a = s.second(v, {W})[0];
+      for (std::size_t k = 0; k <= n; ++k) {
+        const Array& x = k < n ? saved[k] : v;
+        const Array u = random_normal(x.shape(), gen, DType::float64);
+        const double h = o.eps * std::max(1.0, max_abs(x));
+        std::vector<double> gp, gm;
+        if (k < n) {
+          s.move(k, h, u);
+          gp = s.gradients(v);
+          s.move(k, -h, u);
+          gm = s.gradients(v);
+          s.restore(k);
+        } else {
+          Array vp = Array::empty(v.shape(), DType::float64), vm = vp.clone();
+          for (std::size_t j = 0; j < v.size(); ++j) {
+            vp.set_flat(j, v.flat(j) + h * u.flat(j));
+            vm.set_flat(j, v.flat(j) - h * u.flat(j));
+          }
+          gp = s.gradients(vp.astype(v.dtype()));
+          gm = s.gradients(vm.astype(v.dtype()));
+        }
+        double numeric = 0;
+        for (std::size_t i = 0; i < n_out; ++i) numeric += w[i] * (gp[i] - gm[i]) / (2 * h);
+        cmp.compare(dot_values(u.to_vector(), a[k]), numeric, k);
+      }
+    }
+  }
+  GradcheckReport rep = cmp.report();
+  rep.input_name = rep.input < n ? leaves[rep.input].first : "grad_output";
+  return rep;
+}
+
+GradcheckReport jvpcheck_leaves(const std::function<Tensor()>& f,
+                                const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                const GradcheckOptions& o) {
+  const std::string op = "jvpcheck_leaves";
+  std::size_t total = 0;
+  const std::vector<Array> saved = checked_leaf_values(leaves, o, op, total);
+  if (o.projections < 1) throw ValueError(op_message(op, "projections must be >= 1"));
+  const RestoreValues restore{leaves, saved};
+  const RequireGrad require_grad(leaves);
+  const DType dtype = saved[0].dtype();
+  const LeafSecondOrder s{f, leaves, require_grad.wrt, saved, op, dtype};
+  const std::size_t n = leaves.size();
+  double scale = 0;  // the step is relative to the largest leaf magnitude, as in jvpcheck
+  for (const Array& x : saved) scale = std::max(scale, max_abs(x));
+  const double h = o.eps * std::max(1.0, scale);
+  GradcheckComparer cmp(o.atol, o.rtol);
+  cmp.report().mode = "jvp";
+  Generator gen(o.seed ^ 0x6a09e667f3bcc908ULL);
+  for (int r = 0; r < o.projections; ++r) {
+    std::vector<Array> u;
+    for (const Array& x : saved) u.push_back(random_normal(x.shape(), gen, DType::float64));
+    const std::vector<double> uj = joined(u);
+    const Array ju = s.forward_tangent(Array::from_vector({total}, uj, dtype));
+    // (1) J u against (f(x + h u) - f(x - h u)) / 2h, every leaf moved together.
+    for (std::size_t k = 0; k < n; ++k) s.move(k, h, u[k]);
+    const std::vector<double> yp = s.value().to_vector();
+    for (std::size_t k = 0; k < n; ++k) s.move(k, -h, u[k]);
+    const std::vector<double> ym = s.value().to_vector();
+    for (std::size_t k = 0; k < n; ++k) s.restore(k);
+    if (ju.size() != yp.size())
+      throw ValueError(op_message(op, "J u has " + std::to_string(ju.size()) + " values for an output of " +
+                                          std::to_string(yp.size())));
+    for (std::size_t i = 0; i < ju.size(); ++i)
+      cmp.compare(ju.flat(i), (yp[i] - ym[i]) / (2 * h), 0, unravel_index(i, ju.shape()));
+    // (2) <v, J u> = <J^T v, u>, J^T v from a plain first-order pass.
+    const Array v = random_normal(ju.shape(), gen, ju.dtype());
+    cmp.compare(dot_values(v.to_vector(), ju), dot(s.gradients(v), uj), 1);
+  }
+  GradcheckReport rep = cmp.report();
+  rep.input_name = rep.input == 0 ? "J u" : "<v, J u>";
+  return rep;
+}
+
+// ---------------------------------------------------------------------------------------
 // jvpcheck
 
 GradcheckReport jvpcheck(const GradcheckFn& f, const std::vector<Array>& inputs, const GradcheckOptions& o,

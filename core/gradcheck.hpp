@@ -122,6 +122,38 @@ GradcheckReport gradgradcheck(const GradcheckFn& f, const std::vector<Array>& in
                               const GradcheckOptions& opts = {},
                               const std::vector<std::string>& names = {});
 
+/// gradgradcheck() for leaves that f() reads in place (a module's parameters, input tensors
+/// made leaves), as gradcheck_leaves() is to gradcheck(): the gradient of the map
+///   G(leaves, v) = (d(v . f)/dleaf_1, ..., d(v . f)/dleaf_n),
+/// recorded by a backward pass with create_graph (the ops' second-order rules), against central
+/// differences of G computed with plain first-order backward passes while each leaf's value is
+/// moved with Tensor::set_value. v, f's output cotangent, is random (opts.seed, never
+/// all-ones) and is checked as an input too ("grad_output"). Cost: with N leaf elements and
+/// |v| output elements, G has N outputs and N + |v| inputs; full mode (when (N + |v|) N <=
+/// opts.full_max_entries and N + |v| <= full_max_entries / 8, or forced) records G once, runs N
+/// reverse passes over it and 2 (N + |v|) first-order passes; projection mode runs
+/// opts.projections rounds, each one create_graph pass, one reverse pass over it and 2 (n + 1)
+/// first-order passes for n leaves (a random direction per leaf and for v; projections < 1 is
+/// a ValueError). Every leaf's value is restored bit for bit, also when f throws; f must be
+/// deterministic. Leaves must be leaves,
+/// float64 unless opts.allow_float32 (as gradcheck_leaves). An op without a second-order rule
+/// is a TapeError naming it.
+GradcheckReport gradgradcheck_leaves(const std::function<Tensor()>& f,
+                                     const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                     const GradcheckOptions& opts = {});
+
+/// jvpcheck() for leaves that f() reads in place: for opts.projections random tangents u (one
+/// per leaf, opts.seed), J u with respect to the leaves (forward mode by linearising the
+/// reverse mode, as jvp() does, so it runs on the ops' second-order rules) against the central
+/// difference (f(x + h u) - f(x - h u)) / 2h with every leaf moved in place together (h = eps *
+/// max(1, max |leaf|)), and the transpose identity <v, J u> = <J^T v, u> with J^T v from a
+/// plain first-order pass. Each round: one create_graph pass, two reverse passes, two
+/// evaluations of f. Mode "jvp"; the worst comparison is named "J u" or "<v, J u>". Leaves
+/// restored and options as gradgradcheck_leaves() (projections < 1 is a ValueError).
+GradcheckReport jvpcheck_leaves(const std::function<Tensor()>& f,
+                                const std::vector<std::pair<std::string, Tensor>>& leaves,
+                                const GradcheckOptions& opts = {});
+
 /// Checks forward mode (jvp(), core/higher_order.hpp) two ways, for `opts.projections` random
 /// tangents u (opts.seed): J u from jvp() against the central difference
 /// (f(x + h u) - f(x - h u)) / 2h element by element (h = eps * max(1, max |x|)), and the

@@ -372,7 +372,8 @@ Tensor cube_with_rule(const Tensor& x, bool wrong_rule) {
       });
 }
 
-// A suite of one right and one wrong second-order rule, a property check and a module check.
+// A suite of one right and one wrong second-order rule, a property check, a module check and a
+// module check through the wrong rule.
 GradcheckSuite order_suite() {
   GradcheckSuite s;
   const auto inputs = [](CheckContext& ctx) { return std::vector<Array>{ctx.uniform({2, 3}, 0.5, 1.5)}; };
@@ -387,6 +388,11 @@ GradcheckSuite order_suite() {
     const Tensor x(ctx.cast(Array::from_vector({3}, {0.5, 1.0, 2.0}, DType::float64)));
     return ctx.gradcheck_leaves([&] { return x * m.w; }, m.named_parameters());
   });
+  s.add("mine/module-wrong-rule", "gradient", "cube(x * w), Scale(3) parameters", [](CheckContext& ctx) {
+    Scale m(3);
+    const Tensor x(ctx.cast(Array::from_vector({3}, {0.5, 1.0, 2.0}, DType::float64)));
+    return ctx.gradcheck_leaves([&] { return cube_with_rule(x * m.w, true); }, m.named_parameters());
+  });
   return s;
 }
 
@@ -398,20 +404,20 @@ TEST_CASE("gradcheck suite: order 2 fails a wrong second-order rule by name and 
   // Order 1 cannot see the wrong rule: everything passes, nothing is skipped.
   std::string text1;
   const SuiteReport r1 = run_quiet(s, RunOptions{}, &text1);
-  CHECK(r1.passed == 4);
+  CHECK(r1.passed == 5);
   CHECK(r1.skipped == 0);
-  CHECK(last_line(text1) == "4 passed, 0 failed");
+  CHECK(last_line(text1) == "5 passed, 0 failed");
 
   RunOptions o2;
   o2.order = 2;
   std::string text;
   const SuiteReport r = run_quiet(s, o2, &text);
   INFO(text);
-  CHECK(r.passed == 1);
-  CHECK(r.failed == 1);
-  CHECK(r.skipped == 2);
+  CHECK(r.passed == 2);
+  CHECK(r.failed == 2);
+  CHECK(r.skipped == 1);
   CHECK_FALSE(r.all_passed());
-  CHECK(last_line(text) == "1 passed, 1 failed, 2 skipped");
+  CHECK(last_line(text) == "2 passed, 2 failed, 1 skipped");
   const CheckResult& right = result_of(r, "mine/cube-right");
   CHECK(right.passed);
   CHECK(right.mode == "full+jvp");
@@ -428,17 +434,26 @@ TEST_CASE("gradcheck suite: order 2 fails a wrong second-order rule by name and 
   CHECK(prop.skipped);
   CHECK_FALSE(prop.passed);
   CHECK_THAT(prop.message, Catch::Contains("no second-order form") && Catch::Contains("invariant"));
+  // Module checks (leaves in place) run gradgradcheck_leaves and jvpcheck_leaves: the right
+  // rule passes, the wrong one fails.
   const CheckResult& mod = result_of(r, "mine/module");
-  CHECK(mod.skipped);
-  CHECK_THAT(mod.message, Catch::Contains("gradcheck_leaves"));
+  CHECK(mod.passed);
+  CHECK_FALSE(mod.skipped);
+  CHECK(mod.mode == "full+jvp");
+  CHECK(mod.comparisons > 0);
+  const CheckResult& mod_bad = result_of(r, "mine/module-wrong-rule");
+  CHECK_FALSE(mod_bad.passed);
+  CHECK_FALSE(mod_bad.skipped);
+  CHECK_THAT(text, Catch::Contains("  mine/module-wrong-rule (float64"));
+  CHECK_THAT(mod_bad.message, Catch::Contains("gradgradcheck: worst element"));
 
   // The JSON report: order, skipped rows and counts.
   const auto j = nlohmann::json::parse(report_json(r));
   CHECK(j["order"] == 2);
   CHECK(j["summary"]["order"] == 2);
-  CHECK(j["summary"]["passed"] == 1);
-  CHECK(j["summary"]["failed"] == 1);
-  CHECK(j["summary"]["skipped"] == 2);
+  CHECK(j["summary"]["passed"] == 2);
+  CHECK(j["summary"]["failed"] == 2);
+  CHECK(j["summary"]["skipped"] == 1);
   CHECK(j["checks"][1]["status"] == "failed");
   CHECK(j["checks"][2]["status"] == "skipped");
   CHECK(j["checks"][2]["passed"] == false);

@@ -4,8 +4,9 @@ Usage: check_gradcheck_json.py XGRAD REPORT_PATH [extra xgrad gradcheck flags...
 Passes when xgrad exits 0, the file is valid JSON with the documented fields, at least 40
 checks ran, none failed, and the summary agrees with the rows and the printed last line.
 With `--order 2` among the flags: the report says order 2, a skipped check has mode "skipped"
-and its reason in the message, and no op check ("ops/...") is skipped (every op has a
-second-order form). At order 1 nothing may be skipped.
+and its reason in the message, and no gradient check is skipped: neither an op check ("ops/...",
+every op has a second-order form) nor a module, layer or model check (kind "gradient", leaves
+checked in place by gradgradcheck_leaves and jvpcheck_leaves). At order 1 nothing may be skipped.
 """
 import json
 import os
@@ -44,6 +45,7 @@ def main() -> int:
             assert order == 2, f"{r['check']!r} skipped at order {order}"
             assert r["mode"] == "skipped" and "no second-order form" in r["message"], r
             assert not r["check"].startswith("ops/"), f"op check {r['check']!r} skipped at order 2"
+            assert r["kind"] != "gradient", f"gradient check {r['check']!r} skipped at order 2: {r['message']}"
         assert r["time_s"] >= 0
         assert r["check"] not in names, f"duplicate check {r['check']!r}"
         names.add(r["check"])
