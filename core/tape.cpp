@@ -415,6 +415,14 @@ Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs, con
   return record(name, custom_forward(name, inputs, forward), inputs, std::move(vjp), std::move(dvjp));
 }
 
+Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs, const ForwardFn& forward, VjpFn vjp,
+                 JvpRuleFn jvp) {
+  if (!jvp)
+    throw ValueError(op_message(name, "custom_op: the JVP rule is empty; pass one or use the overload without it"));
+  return record(name, custom_forward(name, inputs, forward), inputs, std::move(vjp),
+                [rule = std::move(jvp)](const DiffVjpContext& c) { return transposed_jvp(c, rule); });
+}
+
 void DiffVjpContext::throw_first_order_mismatch() {
   throw InternalError(op_message("create_graph", "a second-order rule asked for its op's first-order VJP as a "
                                                  "type it was not recorded with"));
@@ -683,7 +691,8 @@ void graph_sweep(const Tensor& y, const Tensor& seed_in, const BackwardOptions& 
                                          ") was already consumed by a backward pass without retain_graph"));
     if (cap && cap->terminal && cap->nodes.count(i)) continue;
     if (!n.dvjp)
-      throw TapeError(op_message(n.op, "has no second-order rule: create_graph cannot differentiate through it "
+      throw TapeError(op_message(n.op, "has no second-order rule (a custom op needs a differentiable VJP or a JVP "
+                                       "rule): create_graph, jvp and hvp cannot differentiate through it "
                                        "(docs/higher-order.md lists the ops that have one)"));
     for (const detail::Edge& e : n.edges)
       if (e.kind == detail::Edge::node) reached[e.node_index] = 1;
@@ -781,6 +790,44 @@ DiffCotangents composed_vjp(const DiffVjpContext& c,
   for (std::size_t j = 0; j < c.inputs.size(); ++j)
     if (c.needs(j) && !out[j].defined())
       out[j] = Tensor(Array::zeros(c.inputs[j].shape(), c.inputs[j].dtype()));
+  return out;
+}
+
+DiffCotangents transposed_jvp(const DiffVjpContext& c, const JvpRuleFn& jvp) {
+  const std::size_t n = c.inputs.size();
+  // Stand-ins for the inputs (recorded when they require grad, so the cotangents stay
+  // differentiable in them) and for the tangents (fresh zero leaves behind a recorded identity:
+  // the rule is linear in them, so where it is evaluated does not matter). Both are where the
+  // local reverse pass stops.
+  std::vector<Tensor> xs, ts;
+  for (std::size_t j = 0; j < n; ++j) {
+    xs.push_back(c.inputs[j].requires_grad() ? identity_recorded(c.inputs[j]) : c.inputs[j].detach());
+    ts.push_back(c.needs(j) ? identity_recorded(Tensor(Array::zeros(c.inputs[j].shape(), c.inputs[j].dtype()), true))
+                            : Tensor(Array::zeros(c.inputs[j].shape(), c.inputs[j].dtype())));
+  }
+  const Tensor y = jvp(xs, ts);
+  if (!y.defined() || y.shape() != c.output.shape() || y.dtype() != c.output.dtype())
+    throw InternalError(op_message(
+        "transposed_jvp", "the JVP rule's tangent has shape " +
+                              (y.defined() ? shape_str(y.shape()) + " " + dtype_name(y.dtype()) : std::string("<undefined>")) +
+                              ", the op's output " + shape_str(c.output.shape()) + " " + dtype_name(c.output.dtype())));
+  DiffCotangents out(n);
+  if (y.requires_grad()) {
+    GraphCapture cap;
+    cap.terminal = true;
+    std::vector<Tensor> got(2 * n);
+    cap.out = &got;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (c.needs(j) && ts[j].requires_grad()) cap.nodes[ts[j].impl()->node].push_back(j);
+      if (xs[j].requires_grad()) cap.nodes[xs[j].impl()->node].push_back(n + j);  // stop there
+    }
+    GraphLeafGrads leaves;
+    BackwardOptions opts;
+    graph_sweep(y, c.grad_output, opts, &cap, leaves);
+    for (std::size_t j = 0; j < n; ++j) out[j] = got[j];
+  }
+  for (std::size_t j = 0; j < n; ++j)
+    if (c.needs(j) && !out[j].defined()) out[j] = Tensor(Array::zeros(c.inputs[j].shape(), c.inputs[j].dtype()));
   return out;
 }
 

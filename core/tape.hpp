@@ -127,6 +127,22 @@ Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
 Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
                  const ForwardFn& forward, VjpFn vjp, DiffVjpFn dvjp);
 
+/// A custom op's JVP rule, written with recorded ops: the output's tangent from the inputs and
+/// one tangent per input (each of its input's shape and dtype). It must be linear in the
+/// tangents (as every JVP is).
+using JvpRuleFn = std::function<Tensor(const std::vector<Tensor>& inputs, const std::vector<Tensor>& tangents)>;
+/// custom_op() with a JVP rule instead of a differentiable VJP (as jax.custom_jvp). jvp() and
+/// create_graph both run on differentiable VJPs (docs/higher-order.md), so the op's is derived
+/// from the rule: transposed_jvp(), a local reverse pass over the rule in its tangents. An
+/// empty rule is a ValueError.
+Tensor custom_op(const std::string& name, const std::vector<Tensor>& inputs,
+                 const ForwardFn& forward, VjpFn vjp, JvpRuleFn jvp);
+/// The differentiable VJP that a JVP rule implies: for each input j that wants a cotangent,
+/// J_j^T g (g = c.grad_output), computed by a reverse pass over `jvp` with respect to stand-in
+/// tangents (the rule is linear in them, so this is exact), recorded, so it can be differentiated
+/// again. Its output must have the op's shape and dtype (InternalError otherwise).
+DiffCotangents transposed_jvp(const DiffVjpContext& c, const JvpRuleFn& jvp);
+
 /// A tape: the recorded ops of one step. Declaring one makes it this thread's current tape
 /// until it goes out of scope; every op recorded meanwhile lands on it.
 class Tape {

@@ -401,6 +401,63 @@ TEST_CASE("create_graph in float32: the recorded gradients' values agree with th
   require_near(rg.value(), plain, 1e-5 * std::max(1.0, scale));
 }
 
+namespace {
+
+// y = c x^2 * z (elementwise) as a custom op with a first-order VJP and, for higher orders, the
+// JVP rule `rule` (written with recorded ops) instead of a differentiable VJP.
+Tensor scaled_square(const Tensor& x, const Tensor& z, double c, JvpRuleFn rule) {
+  return custom_op(
+      "scaled_square", {x, z},
+      [c](const std::vector<Array>& in) {
+        Array y = in[0].clone();
+        for (std::size_t i = 0; i < y.size(); ++i) y.set_flat(i, c * in[0].flat(i) * in[0].flat(i) * in[1].flat(i));
+        return y;
+      },
+      [c](const VjpContext& ctx) {
+        Array gx = ctx.grad_output.clone(), gz = ctx.grad_output.clone();
+        for (std::size_t i = 0; i < gx.size(); ++i) {
+          const double x = ctx.inputs[0].flat(i), z = ctx.inputs[1].flat(i), g = ctx.grad_output.flat(i);
+          gx.set_flat(i, g * 2 * c * x * z);
+          gz.set_flat(i, g * c * x * x);
+        }
+        return Cotangents{gx, gz};
+      },
+      std::move(rule));
+}
+
+}  // namespace
+
+TEST_CASE("a custom op with a JVP rule only: create_graph, jvp and hvp run on its transpose",
+          "[core][higher_order]") {
+  Generator gen(31);
+  const double c = 1.5;
+  using In = std::vector<Tensor>;
+  // dy = c (2 x z dx + x^2 dz): linear in (dx, dz).
+  const JvpRuleFn right = [c](const In& p, const In& t) { return (p[0] * p[1] * t[0] * 2.0 + p[0] * p[0] * t[1]) * c; };
+  const JvpRuleFn wrong = [c](const In& p, const In& t) { return (p[0] * p[1] * t[0] * 3.0 + p[0] * p[0] * t[1]) * c; };
+  const Array x = rnd({3}, gen), z = rnd({3}, gen, 0.5, 1.5);
+  const auto f = [&](const JvpRuleFn& rule) {
+    return [&, rule](const In& v) { return ops::tanh(scaled_square(v[0], v[1], c, rule)); };
+  };
+  const GradcheckReport ok = gradgradcheck(f(right), {x, z}, {}, {"x", "z"});
+  INFO(ok.summary());
+  CHECK(ok.passed);
+  CHECK(ok.comparisons > 0);
+  const GradcheckReport jok = jvpcheck(f(right), {x, z}, {}, {"x", "z"});
+  INFO(jok.summary());
+  CHECK(jok.passed);
+  // A rule that disagrees with the op's derivative fails both checks.
+  CHECK_FALSE(gradgradcheck(f(wrong), {x, z}, {}, {"x", "z"}).passed);
+  CHECK_FALSE(jvpcheck(f(wrong), {x, z}, {}, {"x", "z"}).passed);
+  // hvp of sum(y) in x for fixed z: H = diag(2 c z).
+  const Array v = rnd({3}, gen);
+  const Array hv = hvp([&](const Tensor& t) { return ops::sum(scaled_square(t, Tensor(z), c, right)); }, x, v);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(std::fabs(hv.flat(i) - 2 * c * z.flat(i) * v.flat(i)) <= 1e-14);
+  // An empty rule is refused when the op is made.
+  const std::string msg = error_of<ValueError>([&] { scaled_square(Tensor(x, true), Tensor(z), c, JvpRuleFn()); });
+  CHECK_THAT(msg, Catch::Contains("[scaled_square]") && Catch::Contains("JVP rule is empty"));
+}
+
 TEST_CASE("create_graph through an op without a second-order rule is refused naming the op",
           "[core][higher_order][errors]") {
   Tape tape;
@@ -408,8 +465,15 @@ TEST_CASE("create_graph through an op without a second-order rule is refused nam
   const Tensor y = ops::sum(passthrough_no_rule(x) * x);
   const std::size_t before = tape.size();
   const std::string msg = error_of<TapeError>([&] { grad(y, {x}, Tensor(), graph()); });
-  CHECK_THAT(msg, Catch::Contains("[passthrough_without_rule]") && Catch::Contains("no second-order rule"));
+  CHECK_THAT(msg, Catch::Contains("[passthrough_without_rule]") && Catch::Contains("no second-order rule") &&
+                     Catch::Contains("a differentiable VJP or a JVP rule"));
   CHECK(tape.size() == before);  // refused before anything was recorded
+  // jvp through it is refused the same way, naming the op and what it lacks.
+  const std::string msg3 = error_of<TapeError>([&] {
+    jvp([](const std::vector<Tensor>& v) { return passthrough_no_rule(v[0]); }, {from({2}, {1.0, 2.0})},
+        {from({2}, {1.0, 1.0})});
+  });
+  CHECK_THAT(msg3, Catch::Contains("[passthrough_without_rule]") && Catch::Contains("JVP rule"));
   const std::string msg2 = error_of<TapeError>([&] {
     BackwardOptions o = graph();
     backward(y, Array(), o);
