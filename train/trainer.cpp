@@ -467,6 +467,12 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
+  // The kernels chosen on this CPU (docs/performance.md, "GEMM: which library computes the products").
+  s.console.out << "kernels: float32 GEMM " << float32_gemm_kernels();
+  if (o.dtype == "float64") s.console.out << "; float64 GEMM " << float64_gemm_kernels();
+  if (o.dtype == "bfloat16")
+    s.console.out << "; bfloat16 products " << (effective_matmul_dtype() == MatmulDtype::bfloat16 ? "on" : "off");
+  s.console.out << "\n";
   s.console.out << s.model.task->describe_data();
   s.console.out << describe_adapters(s.adapters, o);
   if (o.dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16)

@@ -69,6 +69,10 @@ def check_train(xgrad, work):
     need("step 40/40 |" in r.stderr, f"train: no progress line on stderr: {r.stderr!r}")
     need("step " not in r.stdout and "ETA" not in r.stdout, f"train: progress on stdout: {r.stdout!r}")
     need("RESULT" not in r.stderr, "train: the RESULT line went to stderr")
+    # The second line names the kernels chosen on this CPU (issue 34: the choice in the run line).
+    lines = r.stdout.split("\n")
+    need(len(lines) > 1 and lines[1].startswith("kernels: float32 GEMM ") and len(lines[1]) > len("kernels: float32 GEMM "),
+         f"train: no kernels line after the run line: {r.stdout!r}")
     need(f"{out}/loss.png" in r.stdout, "train: stdout does not list loss.png")
     need(png_size(os.path.join(out, "loss.png")) == (900, 500), "loss.png is not 900 x 500")
     gp = read(os.path.join(out, "loss.gp"))
