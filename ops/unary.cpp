@@ -559,6 +559,109 @@ template <class T, class F> void sigmoid_tiles(const T* x, std::size_t n, F f) {
 
 }  // namespace
 
+namespace {
+
+// SiLU's and SwiGLU's backward passes as recorded ops (their second-order rules), each one
+// pass with a fused VJP. With s = sigmoid(a), q = 1 - s:
+//   silu'(a) = s (1 + a q),   silu''(a) = s q (2 + a (q - s))
+// "silu_backward" (inputs a, [b], g) = g b silu'(a) (b = 1 when absent); its VJP for the
+// cotangent w: a_bar = w g b silu''(a), b_bar = w g silu'(a), g_bar = w b silu'(a).
+// "silu_value_times" (inputs a, g) = g silu(a); its VJP: a_bar = w g silu'(a), g_bar = w silu(a).
+// Their own rules are the same formulas with recorded ops (sigmoid), so every order exists.
+template <class T> T silu_curvature(T x, T s, T q) {
+  const T sq = s * q;
+  return sq == T(0) ? T(0) : sq * (T(2) + x * (q - s));
+}
+
+struct SiluBackwardVjp {
+  bool has_b = false;
+  bool value = false;  // silu_value_times
+  Cotangents operator()(const VjpContext& c) const {
+    const std::size_t ig = has_b ? 2 : 1;
+    const Array& A = c.inputs[0];
+    Cotangents cot(ig + 1);
+    detail::dispatch(A.dtype(), [&](auto t) {
+      using T = decltype(t);
+      const T* pa = A.data<T>();
+      const T* pb = has_b ? c.inputs[1].data<T>() : nullptr;
+      const T* pg = c.inputs[ig].data<T>();
+      const T* pw = c.grad_output.data<T>();
+      Array da = c.needs(0) ? Array::empty(A.shape(), A.dtype()) : Array();
+      Array db = has_b && c.needs(1) ? Array::empty(A.shape(), A.dtype()) : Array();
+      Array dg = c.needs(ig) ? Array::empty(A.shape(), A.dtype()) : Array();
+      T* pda = da.defined() ? da.data<T>() : nullptr;
+      T* pdb = db.defined() ? db.data<T>() : nullptr;
+      T* pdg = dg.defined() ? dg.data<T>() : nullptr;
+      sigmoid_tiles(pa, A.size(), [&](std::size_t st, std::size_t m, const T* s, const T* q) {
+        for (std::size_t i = 0; i < m; ++i) {
+          const std::size_t k = st + i;
+          const T x = pa[k], w = pw[k], g = pg[k], b = pb ? pb[k] : T(1);
+          const T slope = silu_slope(x, s[i], q[i]);
+          if (value) {
+            if (pda) pda[k] = w * g * slope;
+            if (pdg) pdg[k] = w * silu_value(x, s[i]);
+          } else {
+            if (pda) pda[k] = w * g * b * silu_curvature(x, s[i], q[i]);
+            if (pdb) pdb[k] = w * g * slope;
+            if (pdg) pdg[k] = w * b * slope;
+          }
+        }
+      });
+      cot[0] = da;
+      if (has_b) cot[1] = db;
+      cot[ig] = dg;
+    });
+    return cot;
+  }
+};
+
+// sigmoid-based slope and curvature of silu as recorded Tensors (for the rules).
+Tensor silu_slope_recorded(const Tensor& a, const Tensor& s) { return s * (1.0 + a * (1.0 - s)); }
+
+// g b silu'(a) (value false; b undefined: 1) or g silu(a) (value true), recorded as one op.
+Tensor silu_backward(const Tensor& a, const Tensor& b, const Tensor& g, bool value) {
+  const bool has_b = b.defined();
+  Array out = Array::empty(a.shape(), a.dtype());
+  detail::dispatch(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* pa = a.value().data<T>();
+    const T* pb = has_b ? b.value().data<T>() : nullptr;
+    const T* pg = g.value().data<T>();
+    T* po = out.data<T>();
+    sigmoid_tiles(pa, a.size(), [&](std::size_t st, std::size_t m, const T* s, const T* q) {
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::size_t k = st + i;
+        po[k] = value ? pg[k] * silu_value(pa[k], s[i]) : pg[k] * (pb ? pb[k] : T(1)) * silu_slope(pa[k], s[i], q[i]);
+      }
+    });
+  });
+  const auto rule = second_order([](const DiffVjpContext& c) {
+    const SiluBackwardVjp& v = c.first_order_as<SiluBackwardVjp>();
+    const std::size_t ig = v.has_b ? 2 : 1;
+    const Tensor& x = c.inputs[0];
+    const Tensor& g = c.inputs[ig];
+    const Tensor& w = c.grad_output;
+    const Tensor s = sigmoid(x);
+    const Tensor slope = silu_slope_recorded(x, s);
+    DiffCotangents cot(c.inputs.size());
+    if (v.value) {
+      if (c.needs(0)) cot[0] = w * g * slope;
+      if (c.needs(ig)) cot[ig] = w * (x * s);
+      return cot;
+    }
+    const Tensor wb = v.has_b ? w * c.inputs[1] : w;
+    if (c.needs(0)) cot[0] = wb * g * (s * (1.0 - s) * (2.0 + x * (1.0 - s * 2.0)));
+    if (v.has_b && c.needs(1)) cot[1] = w * g * slope;
+    if (c.needs(ig)) cot[ig] = wb * slope;
+    return cot;
+  });
+  const std::string name = value ? "silu_value_times" : "silu_backward";
+  if (has_b) return record(name, std::move(out), {a, b, g}, SiluBackwardVjp{true, value}, rule);
+  return record(name, std::move(out), {a, g}, SiluBackwardVjp{false, value}, rule);
+}
+
+}  // namespace
+
 Tensor silu(const Tensor& x) {
   check::defined("silu", "x", x);
   Array y = Array::empty(x.shape(), x.dtype());
@@ -583,7 +686,7 @@ Tensor silu(const Tensor& x) {
     });
     return Cotangents{d};
   }, second_order([](const DiffVjpContext& c) {
-    return composed_vjp(c, [](const std::vector<Tensor>& in) { return in[0] * sigmoid(in[0]); });
+    return DiffCotangents{silu_backward(c.inputs[0], Tensor(), c.grad_output, false)};
   }));
 }
 
@@ -625,7 +728,10 @@ Tensor swiglu(const Tensor& a, const Tensor& b) {
     });
     return Cotangents{da, db};
   }, second_order([](const DiffVjpContext& c) {
-    return composed_vjp(c, [](const std::vector<Tensor>& in) { return silu(in[0]) * in[1]; });
+    DiffCotangents cot(2);
+    if (c.needs(0)) cot[0] = silu_backward(c.inputs[0], c.inputs[1], c.grad_output, false);
+    if (c.needs(1)) cot[1] = silu_backward(c.inputs[0], Tensor(), c.grad_output, true);
+    return cot;
   }));
 }
 

@@ -245,10 +245,11 @@ TEST_CASE("gradgradcheck passes for every op with a second-order rule (float64)"
   require_gradgradcheck("rms_norm", [](const In& v) { return ops::rms_norm(v[0], v[1]); }, {X({2, 4}), P({4})});
 }
 
-TEST_CASE("third derivatives through the recorded backward ops of gelu and layer_norm",
+TEST_CASE("third derivatives through the recorded backward ops of gelu and the norms and silu",
           "[core][higher_order]") {
-  // gelu, bias_gelu and layer_norm record their backward pass as one op under create_graph
-  // (gelu_backward, layer_norm_backward), whose VJPs are fused kernels (checked at second
+  // gelu, bias_gelu, layer_norm, rms_norm, silu and swiglu record their backward pass as one op
+  // under create_graph (gelu_backward, layer_norm_backward, rms_norm_backward, silu_backward,
+  // silu_value_times), whose VJPs are fused kernels (checked at second
   // order above) and whose own rules are recorded ops. gradgradcheck of x -> d/dx <f(x), w>
   // (recorded) checks those rules: the ops' third derivatives.
   Generator gen(29);
@@ -285,6 +286,9 @@ TEST_CASE("third derivatives through the recorded backward ops of gelu and layer
   third("layer_norm", [](const In& v) { return ops::layer_norm(v[0], v[1], v[2]); },
         {rnd({2, 4}, gen), rnd({4}, gen, 0.5, 2.0), rnd({4}, gen)});
   third("layer_norm no affine", [](const In& v) { return ops::layer_norm(v[0]); }, {rnd({2, 4}, gen)});
+  third("rms_norm", [](const In& v) { return ops::rms_norm(v[0], v[1]); }, {rnd({2, 4}, gen), rnd({4}, gen, 0.5, 2.0)});
+  third("silu", [](const In& v) { return ops::silu(v[0]); }, {rnd({2, 3}, gen, -3.0, 3.0)});
+  third("swiglu", [](const In& v) { return ops::swiglu(v[0], v[1]); }, {rnd({2, 3}, gen, -3.0, 3.0), rnd({2, 3}, gen)});
 }
 
 TEST_CASE("gradgradcheck: the composed attention path has second derivatives", "[core][higher_order][attention]") {
