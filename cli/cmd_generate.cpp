@@ -391,7 +391,7 @@ json generation_json(const GenerateArgs& a, const Outcome& r) {
   const nn::SampleOptions& so = r.so;
   json j = command_json("generate");
   j["checkpoint"] = a.checkpoint;
-  j["model"] = {{"kind", r.m.info.kind},     {"task", r.m.info.task},     {"context", c.context},
+  j["model"] = {{"kind", train::model_kind_name(r.m.info.kind)},     {"task", r.m.info.task},     {"context", c.context},
                 {"vocab_size", r.vocab.size()}, {"layers", c.layers}, {"heads", c.H_q},
                 {"kv_heads", c.H_kv}};
   j["sampling"] = {{"mode", a.temperature == 0.0 ? "greedy" : "sample"},

@@ -71,7 +71,7 @@ Figures figures_of(const io::safetensors::File& f, const train::ModelInfo& info,
   x.bytes = c.dtype == DType::float32 ? 4 : 8;
   x.d_h = c.d_model / c.H_q;
   x.T = c.context;
-  x.attn_layers = c.layers + (info.kind == "encoder_decoder" ? c.encoder_layers : 0);
+  x.attn_layers = c.layers + (info.kind == train::ModelKind::encoder_decoder ? c.encoder_layers : 0);
   nn::cost::AttentionShape s{1, x.T, x.T, c.d_model, c.H_q, c.H_kv, x.d_h};
   x.fl = nn::cost::attention_flops(s);
   x.kv_token = nn::cost::kv_cache_bytes(1, 1, c.H_kv, x.d_h, x.bytes) * c.layers;
@@ -137,7 +137,7 @@ void write_inspect_json(const InspectArgs& a, const io::safetensors::File& f, co
   auto per_token = [&](std::uint64_t v) { return x.per_token(v); };
   json j = command_json("inspect");
   j["checkpoint"] = a.path;
-  j["kind"] = info.kind;
+  j["kind"] = train::model_kind_name(info.kind);
   j["task"] = info.task;
   json meta = json::object();
   for (const auto& [k, v] : f.metadata)
@@ -155,7 +155,7 @@ void write_inspect_json(const InspectArgs& a, const io::safetensors::File& f, co
   j["description"] = description;
   j["config"] = {{"vocab_size", c.V_vocab}, {"context", c.context},   {"d_model", c.d_model},
                  {"heads", c.H_q},          {"kv_heads", c.H_kv},     {"d_h", d_h},
-                 {"layers", c.layers},      {"encoder_layers", info.kind == "encoder_decoder" ? c.encoder_layers : 0},
+                 {"layers", c.layers},      {"encoder_layers", info.kind == train::ModelKind::encoder_decoder ? c.encoder_layers : 0},
                  {"d_ff", c.d_ff},          {"dropout", c.dropout},   {"dtype", dtype_name(c.dtype)}};
   j["vocabulary"] = json::parse(info.vocab.to_json());
   json params = json::array();

@@ -108,7 +108,7 @@ int run(const Args& a) {
   }
   const std::set<unsigned char> distinct(text.begin(), text.end());
   train::ModelInfo info;
-  info.kind = "gpt";
+  info.kind = train::ModelKind::gpt;
   info.task = "charlm";
   std::vector<std::int64_t> id_of(256, -1);
   for (const unsigned char c : distinct) {

@@ -82,7 +82,7 @@ void check_vocabulary(const ModelInfo& info, const io::safetensors::Metadata& m,
 
 }  // namespace
 
-std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConfig& c) {
+std::uint64_t parameter_count(ModelKind kind, const nn::TransformerConfig& c) {
   // In long double: exact for every count that fits (< 2^64), saturating above.
   using R = long double;
   const R d = c.d_model, f = c.d_ff, d_h = c.H_q ? R(c.d_model / c.H_q) : 0, q = c.H_q * d_h, kv = c.H_kv * d_h;
@@ -90,14 +90,14 @@ std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConf
   const R self = d * (q + 2 * kv) + (q + 2 * kv) + q * d + d;   // W_QKV, b_QKV, W_O, b_O
   const R cross = d * q + q + d * 2 * kv + 2 * kv + q * d + d;  // W_Q, b_Q, W_KV, b_KV, W_O, b_O
   // A GPT without learned position embeddings has no `pos` table.
-  const bool pos_table = kind != "gpt" || c.pos == nn::PositionScheme::learned;
+  const bool pos_table = kind != ModelKind::gpt || c.pos == nn::PositionScheme::learned;
   const R embed = R(c.V_vocab) * d + (pos_table ? R(c.context) * d : R(0));
   R n = 0;
-  if (kind == "gpt" && c.arch == nn::Architecture::llama) {
+  if (kind == ModelKind::gpt && c.arch == nn::Architecture::llama) {
     // tok, per layer attn_norm, W_QKV, W_O, ffn_norm, gate, up, down (no biases), norm, classifier.
     const R layer = d + d * (q + 2 * kv) + q * d + d + 3 * d * f;
     n = R(c.V_vocab) * d + R(c.layers) * layer + d + (c.tie_embeddings ? R(0) : R(c.V_vocab) * d);
-  } else if (kind == "gpt")
+  } else if (kind == ModelKind::gpt)
     n = embed + R(c.layers) * (2 * ln + self + ffn) + ln;
   else
     n = embed + R(c.encoder_layers) * (2 * ln + self + ffn) + ln + R(c.layers) * (3 * ln + self + cross + ffn) + ln;
@@ -172,7 +172,7 @@ LoadedModel load_model(const std::string& path) {
     throw FormatError("[checkpoint] " + path + ": the metadata describes a model of " + std::to_string(expected) +
                       " parameters, the file holds " + std::to_string(in_file));
   Generator gen(0);  // initial values are overwritten by the file
-  if (lm.info.model_kind() == ModelKind::gpt)
+  if (lm.info.kind == ModelKind::gpt)
     lm.gpt = std::make_unique<nn::GPT>(lm.info.config, gen);
   if (lm.gpt) add_saved_adapters(f.metadata, *lm.gpt, path);
   else

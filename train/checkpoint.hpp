@@ -18,22 +18,20 @@ namespace xg::train {
 
 /// What a checkpoint's metadata says about its model: enough to rebuild it and its task.
 struct ModelInfo {
-  std::string kind;  ///< "gpt" or "encoder_decoder".
+  ModelKind kind = ModelKind::gpt;  ///< The model family (metadata "model": "gpt" or "encoder_decoder").
   std::string task;  ///< "sort", "reverse", "charlm".
   nn::TransformerConfig config;  ///< The model's configuration (resolved when read by model_info).
   text::Vocabulary vocab;  ///< The task's vocabulary: token ids of the model's inputs and outputs.
   /// The task's and importer's data (train/model_schema.hpp's carried rows): the sort task's sizes,
   /// the reverse lengths, the tokenizer (kind, digest, file), llama2.c's format and RoPE tables.
   io::safetensors::Metadata task_params;
-  /// `kind` as an enum (checked when read, so this does not throw for a loaded checkpoint).
-  ModelKind model_kind() const { return model_kind_from_name(kind); }
   /// `task` as an enum: imported for a word that is no task of xgrad train.
   TaskKind task_kind() const { return train::task_kind(task); }
 };
 
-/// Number of parameters of the model `kind` ("gpt" / "encoder_decoder") with this resolved
-/// configuration, computed without building it (saturates at UINT64_MAX).
-std::uint64_t parameter_count(const std::string& kind, const nn::TransformerConfig& resolved);
+/// Number of parameters of the model `kind` with this resolved configuration, computed without
+/// building it (saturates at UINT64_MAX).
+std::uint64_t parameter_count(ModelKind kind, const nn::TransformerConfig& resolved);
 
 /// The safetensors metadata that describes `info`: the task's parameters plus the format,
 /// model kind, task, vocabulary, weight layout, the resolved configuration (sizes, heads,
@@ -47,8 +45,8 @@ ModelInfo model_info(const io::safetensors::Metadata& meta, const std::string& p
 /// A model rebuilt from a checkpoint: exactly one of gpt and encdec is set, as info.kind says.
 struct LoadedModel {
   ModelInfo info;  ///< What the checkpoint's metadata says.
-  std::unique_ptr<nn::GPT> gpt;  ///< The model when info.kind is "gpt", else null.
-  std::unique_ptr<nn::EncoderDecoder> encdec;  ///< The model when info.kind is "encoder_decoder", else null.
+  std::unique_ptr<nn::GPT> gpt;  ///< The model when info.kind is ModelKind::gpt, else null.
+  std::unique_ptr<nn::EncoderDecoder> encdec;  ///< The model when info.kind is ModelKind::encoder_decoder, else null.
   /// Whichever model is loaded, as a Module (its parameters, train/eval mode).
   nn::Module& module() { return gpt ? static_cast<nn::Module&>(*gpt) : static_cast<nn::Module&>(*encdec); }
 };

@@ -288,7 +288,7 @@ ConvertReport convert_checkpoint(const ConvertOptions& o) {
   LoadedModel to = load_model(o.out);
 
   ConvertReport r;
-  r.kind = from.info.kind;
+  r.kind = model_kind_name(from.info.kind);
   r.task = from.info.task;
   r.H_q = c.H_q;
   r.H_kv_from = c.H_kv;

@@ -96,7 +96,7 @@ void check_exportable(const nn::TransformerConfig& c, const std::string& what) {
 void import_file(const std::string& bin, const std::string& out) {
   const Model m = read(bin);
   ModelInfo info;
-  info.kind = "gpt";
+  info.kind = ModelKind::gpt;
   info.task = "llama2c";
   info.config = m.config;
   // llama2.c models carry no vocabulary: placeholder tokens that name their ids.

@@ -38,7 +38,7 @@ std::size_t size_of(const std::string& key, const std::string& text, const std::
   return static_cast<std::size_t>(v);
 }
 
-bool is_gpt(const Info& i) { return i.kind == "gpt"; }
+bool is_gpt(const Info& i) { return i.kind == ModelKind::gpt; }
 bool is_llama(const Info& i) { return i.config.arch == nn::Architecture::llama; }
 bool is_rope(const Info& i) { return i.config.pos == nn::PositionScheme::rope; }
 
@@ -79,14 +79,13 @@ std::vector<ModelField> make_schema() {
       F{"format", "", "the checkpoint format, xgrad-1", P::always, nullptr, [](const Info&) { return std::string("xgrad-1"); },
         nullptr},
       F{"model", "", "the model family: gpt (decoder-only) or encoder_decoder", P::always, nullptr,
-        [](const Info& i) { return i.kind; },
+        [](const Info& i) { return model_kind_name(i.kind); },
         [](Info& i, const std::string& t, const std::string& at) {
           try {
-            model_kind_from_name(t);
+            i.kind = model_kind_from_name(t);
           } catch (const ValueError&) {
             throw FormatError(at + "unknown model kind '" + t + "'");
           }
-          i.kind = t;
         }},
       F{"layout", "", "the weight layout: in_x_out (y = x W + b)", P::always, nullptr,
         [](const Info&) { return std::string("in_x_out"); },
@@ -111,7 +110,7 @@ std::vector<ModelField> make_schema() {
         }},
       XG_SIZE_ROW("layers", "layers", "decoder layers", layers, 1024),
       F{"encoder_layers", "", "encoder layers (0 for gpt)", P::always, nullptr,
-        [](const Info& i) { return std::to_string(i.kind == "encoder_decoder" ? i.config.encoder_layers : 0); },
+        [](const Info& i) { return std::to_string(i.kind == ModelKind::encoder_decoder ? i.config.encoder_layers : 0); },
         [](Info& i, const std::string& t, const std::string& at) {
           i.config.encoder_layers = size_of("encoder_layers", t, at, 1024);
         }},

@@ -530,7 +530,7 @@ std::string init_task(const TrainOptions& o, const std::set<std::string>& given,
       throw UsageError(op_message("train", "--task " + o.task + " conflicts with --init-from " + path + " (task " +
                                                info.task + "); leave --task out, or give --task text to fine-tune "
                                                "a decoder-only model on text"));
-    if (info.model_kind() != ModelKind::gpt)
+    if (info.kind != ModelKind::gpt)
       throw UsageError(op_message("train", "--task text: --init-from " + path + " is an encoder-decoder (task " +
                                                info.task + "); only decoder-only models learn text"));
   }
@@ -570,7 +570,7 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
   const io::safetensors::Metadata saved = io::safetensors::load(path).metadata;
   const ModelInfo info = model_info(saved, path);
   const nn::TransformerConfig& c = info.config;
-  if (info.model_kind() == ModelKind::encoder_decoder && c.encoder_layers != c.layers)
+  if (info.kind == ModelKind::encoder_decoder && c.encoder_layers != c.layers)
     throw FormatError("[train] --init-from " + path + ": " + std::to_string(c.encoder_layers) + " encoder and " +
                       std::to_string(c.layers) + " decoder layers; xgrad train makes both the same");
   const std::string task = init_task(o, given, info, saved, path);

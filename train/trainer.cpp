@@ -457,7 +457,7 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
   const ModelInfo& info = s.model.task->info();
   const std::string others = describe_options(o);
   // The model's kind as people name it: a decoder of Llama blocks is "llama", not "gpt".
-  const std::string kind = info.kind == "gpt" ? nn::architecture_name(info.config.arch) : info.kind;
+  const std::string kind = info.kind == ModelKind::gpt ? nn::architecture_name(info.config.arch) : model_kind_name(info.kind);
   s.console.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
         << "/" << info.config.H_kv << " (q/kv), layers " << o.layers << ", " << s.model.task->module().parameter_count()
         << " parameters; " << o.steps << " steps of batch " << o.batch * o.grad_accum

@@ -118,13 +118,13 @@ int run(const std::string& ckpt, const std::string& out_path, const std::string&
 
   std::FILE* f = std::fopen(out_path.c_str(), "w");
   if (!f) throw std::runtime_error("cannot open " + out_path + " for writing");
-  const std::string text = "{\"checkpoint\":" + jstr(ckpt) + ",\"model\":" + jstr(lm.info.kind) +
+  const std::string text = "{\"checkpoint\":" + jstr(ckpt) + ",\"model\":" + jstr(train::model_kind_name(lm.info.kind)) +
                            ",\"dtype\":" + jstr(dtype_name(c.dtype)) + ",\"V_vocab\":" + std::to_string(V) +
                            ",\"context\":" + std::to_string(C) + ",\"cases\":[\n" + body + "]}\n";
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (std::fclose(f) != 0 || !ok) throw std::runtime_error("writing " + out_path + " failed");
   std::printf("dump_logits: %s -> %s (%s, %zu cases, V=%zu, context=%zu)\n", ckpt.c_str(), out_path.c_str(),
-              lm.info.kind.c_str(), cases.size(), V, C);
+              train::model_kind_name(lm.info.kind).c_str(), cases.size(), V, C);
   return 0;
 }
 

@@ -308,7 +308,7 @@ TEST_CASE("layer registry: checkpoints name the registered layers and load only 
   const auto dir = temp_dir("layer_registry_ckpt");
   Generator gen(10), gt(11);
   train::ModelInfo info;
-  info.kind = "gpt";
+  info.kind = train::ModelKind::gpt;
   info.task = "llama2c";
   info.config = llama();
   info.config.norm = "test_mean_abs";

@@ -269,7 +269,7 @@ TEST_CASE("llama: dropout in training needs a generator and is off in eval", "[l
 TEST_CASE("llama: checkpoint metadata names the architecture and reads back the same model", "[llama]") {
   for (const bool tied : {true, false}) {
     train::ModelInfo info;
-    info.kind = "gpt";
+    info.kind = train::ModelKind::gpt;
     info.task = "charlm";
     info.config = llama();
     info.config.tie_embeddings = tied;
@@ -285,10 +285,10 @@ TEST_CASE("llama: checkpoint metadata names the architecture and reads back the 
     CHECK(back.config.norm_eps == 1e-6);
     Generator gen(3);
     nn::GPT m(back.config, gen);
-    CHECK(train::parameter_count("gpt", back.config) == m.parameter_count());
+    CHECK(train::parameter_count(train::ModelKind::gpt, back.config) == m.parameter_count());
   }
   train::ModelInfo gpt2;
-  gpt2.kind = "gpt";
+  gpt2.kind = train::ModelKind::gpt;
   gpt2.task = "charlm";
   gpt2.config = llama();
   gpt2.config.arch = nn::Architecture::gpt;

@@ -97,8 +97,8 @@ TEST_CASE("checkpoint: the recorded parameter_count matches the built models", "
     c.d_ff = kv == 1 ? 24 : 0;
     c.encoder_layers = kv == 2 ? 3 : 0;
     c = c.resolved();
-    CHECK(train::parameter_count("gpt", c) == nn::GPT(c, g).parameter_count());
-    CHECK(train::parameter_count("encoder_decoder", c) == nn::EncoderDecoder(c, g).parameter_count());
+    CHECK(train::parameter_count(train::ModelKind::gpt, c) == nn::GPT(c, g).parameter_count());
+    CHECK(train::parameter_count(train::ModelKind::encoder_decoder, c) == nn::EncoderDecoder(c, g).parameter_count());
   }
 }
 
@@ -302,7 +302,7 @@ TEST_CASE("checkpoint: a damaged vocabulary (entries swapped) is refused at load
   c.H_q = 2;
   c.layers = 1;
   train::ModelInfo info;
-  info.kind = "gpt";
+  info.kind = train::ModelKind::gpt;
   info.task = "text";
   info.config = c.resolved();
   info.task_params = text::tokenizer_metadata(*text::make_byte_tokenizer());
@@ -428,7 +428,7 @@ TEST_CASE("init-from: a model with another vocabulary is refused in one short li
   c.H_q = 2;
   c.layers = 1;
   train::ModelInfo info;
-  info.kind = "gpt";
+  info.kind = train::ModelKind::gpt;
   info.task = "charlm";
   info.vocab = train::CharLMTask((dir / "lower.txt").string(), c.context).vocab();
   c.V_vocab = info.vocab.size();

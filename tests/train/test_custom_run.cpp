@@ -162,7 +162,7 @@ TEST_CASE("train_module: a GPT with a registered activation trains and loads bac
     nn::register_activation("test_run_softsign", [](const Tensor& x) { return x / (ops::abs(x) + 1.0); });
   const auto dir = temp_dir("custom_run_gpt");
   train::ModelInfo info;
-  info.kind = "gpt";
+  info.kind = train::ModelKind::gpt;
   info.task = "llama2c";
   info.config.V_vocab = 7;
   info.config.context = 8;

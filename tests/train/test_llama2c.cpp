@@ -356,7 +356,7 @@ TEST_CASE("llama2c export refuses models run.c cannot compute and unwritable pat
     Generator g(1);
     nn::GPT m(c, g);
     train::ModelInfo info;
-    info.kind = "gpt";
+    info.kind = train::ModelKind::gpt;
     info.task = "sort";
     info.config = c.resolved();
     for (std::size_t i = 0; i < c.V_vocab; ++i) info.vocab.tokens.push_back(std::to_string(i));

@@ -55,7 +55,7 @@ void register_schema_layers() {
 train::ModelInfo every_row() {
   register_schema_layers();
   train::ModelInfo info;
-  info.kind = "gpt";
+  info.kind = train::ModelKind::gpt;
   info.task = "text";
   nn::TransformerConfig& c = info.config;
   c.arch = nn::Architecture::llama;
@@ -116,7 +116,7 @@ TEST_CASE("model schema: metadata written by the rows reads back to the same mod
   const io::safetensors::Metadata m = train::model_metadata(plain);
   const train::ModelInfo back = train::model_info(m, "m.safetensors");
   const nn::TransformerConfig a = plain.config.resolved(), &b = back.config;
-  CHECK(back.kind == "gpt");
+  CHECK(back.kind == train::ModelKind::gpt);
   CHECK(back.task == "sort-like");
   CHECK(back.vocab.tokens == plain.vocab.tokens);
   CHECK((b.arch == a.arch && b.pos == a.pos && b.rope.layout == a.rope.layout));
@@ -234,7 +234,7 @@ TEST_CASE("model schema: the imported llama2.c checkpoint is a Llama model of it
   const train::ModelInfo info = train::model_info(io::safetensors::load_header(path).metadata, path);
   const nn::TransformerConfig& c = info.config;
   // write_llama2c.py's sizes: dim 16, hidden 32, 1 layer, 2 heads, 1 kv head, vocab 300, context 32, untied.
-  CHECK(info.kind == "gpt");
+  CHECK(info.kind == train::ModelKind::gpt);
   CHECK(train::task_kind(info.task) == train::TaskKind::imported);
   CHECK((c.arch == nn::Architecture::llama && c.pos == nn::PositionScheme::rope && !c.tie_embeddings));
   CHECK((c.d_model == 16 && c.d_ff == 32 && c.layers == 1 && c.H_q == 2 && c.H_kv == 1 && c.V_vocab == 300 &&

@@ -238,7 +238,7 @@ TEST_CASE("train --arch llama: the checkpoint names the architecture and loads a
   CHECK(m.info.config.multiple_of == 32);
   CHECK_FALSE(m.info.config.tie_embeddings);
   CHECK(m.info.config.d_ff == nn::llama_hidden_size(16, 32));
-  CHECK(train::parameter_count("gpt", m.info.config) == m.module().parameter_count());
+  CHECK(train::parameter_count(train::ModelKind::gpt, m.info.config) == m.module().parameter_count());
   bool has_gate = false, has_bias = false;
   for (const auto& [name, p] : m.module().named_parameters()) {
     has_gate = has_gate || name == "blocks.0.ffn.gate.W";

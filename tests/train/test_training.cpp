@@ -284,7 +284,7 @@ TEST_CASE("checkpoint: save and load round-trip parameters and the configuration
   std::ostringstream log;
   train::run_training(small_sort(dir, 5), log);
   train::LoadedModel m = train::load_model((dir / "model.safetensors").string());
-  CHECK(m.info.kind == "gpt");
+  CHECK(m.info.kind == train::ModelKind::gpt);
   CHECK(m.info.config.H_q == 4);
   CHECK(m.info.config.H_kv == 2);
   CHECK(m.info.vocab.size() == 11);

@@ -81,7 +81,7 @@ class CharLMTraining : public GPTTask {
  public:
   CharLMTraining(const TrainOptions& o, const std::vector<text::TextFile>& corpus)
       : o_(o), data_(o.text, o.context, corpus), corpus_(text::fingerprint(corpus)) {
-    describe_task(info_, o, "charlm", "gpt", data_.vocab(), o.context);
+    describe_task(info_, o, "charlm", ModelKind::gpt, data_.vocab(), o.context);
   }
 
   Tensor loss(std::size_t batch, Generator& data, Generator& dropout, const dist::Shard& shard,

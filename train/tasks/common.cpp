@@ -56,7 +56,7 @@ nn::TransformerConfig config_from_options(const TrainOptions& o) {
   return c;
 }
 
-void describe_task(ModelInfo& info, const TrainOptions& o, const std::string& task, const std::string& kind,
+void describe_task(ModelInfo& info, const TrainOptions& o, const std::string& task, ModelKind kind,
                    const text::Vocabulary& vocab, std::size_t context) {
   nn::TransformerConfig c = config_from_options(o);
   info.task = task;

@@ -18,7 +18,7 @@ namespace xg::train::tasks {
 nn::TransformerConfig config_from_options(const TrainOptions& o);
 /// Sets `info`'s task, kind and vocabulary, and its configuration: config_from_options(o) with
 /// the task's context and the vocabulary's size, resolved.
-void describe_task(ModelInfo& info, const TrainOptions& o, const std::string& task, const std::string& kind,
+void describe_task(ModelInfo& info, const TrainOptions& o, const std::string& task, ModelKind kind,
                    const text::Vocabulary& vocab, std::size_t context);
 
 /// Rows [shard.begin, shard.end) of a [B, ...] index array.

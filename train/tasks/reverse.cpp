@@ -87,7 +87,7 @@ namespace {
 class ReverseTraining : public Task {
  public:
   explicit ReverseTraining(const TrainOptions& o) : data_(o.min_len, o.max_len) {
-    describe_task(info_, o, "reverse", "encoder_decoder", data_.vocab(), data_.context());
+    describe_task(info_, o, "reverse", ModelKind::encoder_decoder, data_.vocab(), data_.context());
     info_.task_params = {{"min_len", std::to_string(o.min_len)}, {"max_len", std::to_string(o.max_len)}};
     heldout_ = data_.heldout(o.heldout, o.seed + 1000);
     data_.exclude(heldout_);

@@ -84,7 +84,7 @@ namespace {
 class SortTraining : public GPTTask {
  public:
   explicit SortTraining(const TrainOptions& o) : data_(o.n_digits) {
-    describe_task(info_, o, "sort", "gpt", data_.vocab(), data_.context());
+    describe_task(info_, o, "sort", ModelKind::gpt, data_.vocab(), data_.context());
     info_.task_params = {{"n_digits", std::to_string(o.n_digits)}, {"n_values", "10"}};
     heldout_ = data_.heldout(o.heldout, o.seed + 1000);
     data_.exclude(heldout_);

@@ -68,7 +68,7 @@ class TextTraining : public GPTTask {
                                                std::to_string(T + 2) + " (give more text or a shorter --context)"));
     nn::TransformerConfig c = config_from_options(o);
     info_.task = "text";
-    info_.kind = "gpt";
+    info_.kind = ModelKind::gpt;
     info_.vocab = text_vocabulary(*tok_, o);
     c.context = std::max(T, o.model_context);  // the model may take more than the training window
     c.V_vocab = info_.vocab.size();

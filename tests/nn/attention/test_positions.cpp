@@ -227,7 +227,7 @@ TEST_CASE("GPT with rope, alibi or none: cached decoding equals the full forward
     gpt.eval();
     // No learned position table is a parameter.
     for (const auto& np : gpt.named_parameters()) CHECK(np.first.rfind("pos", 0) != 0);
-    CHECK(gpt.parameter_count() == train::parameter_count("gpt", gpt.config()));
+    CHECK(gpt.parameter_count() == train::parameter_count(train::ModelKind::gpt, gpt.config()));
     const std::size_t T = 9;
     IndexArray tokens({2, T}, std::vector<std::int64_t>(2 * T));
     for (std::size_t i = 0; i < tokens.data.size(); ++i) tokens.data[i] = static_cast<std::int64_t>((i * 7 + 3) % 11);
@@ -298,7 +298,7 @@ TEST_CASE("GPT position schemes differ in what they see; encoder-decoder refuses
 TEST_CASE("checkpoint metadata: the position scheme round-trips; without the key it is learned",
           "[train][checkpoint][rope]") {
   train::ModelInfo info;
-  info.kind = "gpt";
+  info.kind = train::ModelKind::gpt;
   info.task = "sort";
   info.vocab = text::Vocabulary{{"a", "b", "c"}};
   info.config.V_vocab = 3;
