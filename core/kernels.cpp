@@ -22,8 +22,8 @@ constexpr std::size_t kGrain = 1 << 14;  // elements per chunk below which one t
 enum class Bcast { same, scalar, rows, cols, general };
 
 Bcast classify(const Shape& sx, const Shape& out, std::size_t& inner) {
-  const std::size_t n = numel(sx);
   if (sx == out) return Bcast::same;
+  const std::size_t n = numel(sx);
   if (n == 1) return Bcast::scalar;
   // Left-pad sx to out's rank.
   Shape p(out.size() - std::min(out.size(), sx.size()), 1);
