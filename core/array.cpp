@@ -101,7 +101,8 @@ std::shared_ptr<Storage> new_storage() {
 }  // namespace
 
 Array Storage::make(const Shape& shape, DType dtype) {
-  const std::size_t n = numel(shape);  // ShapeError on overflow
+  // numel (ShapeError on overflow) past rank 1; a scalar or a vector cannot overflow
+  const std::size_t n = shape.empty() ? 1 : shape.size() == 1 ? shape[0] : numel(shape);
   const std::size_t width = dtype == DType::float32 ? sizeof(float) : sizeof(double);
   if (n > static_cast<std::size_t>(-1) / width)
     throw ShapeError(op_message("array", "shape " + shape_str(shape) + " needs more bytes than size_t counts"));

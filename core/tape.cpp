@@ -101,13 +101,16 @@ struct Node {
   VjpFn vjp;
   DiffVjpFn dvjp;  // the second-order rule (create_graph), if the op has one
 
-  // Drops what the node holds (values, leaves, the VJP) but keeps the lists' capacity.
+  // Drops what the node holds (values, leaves, the VJP) but keeps the lists' capacity. edges
+  // and needs keep their length too, emptied (no leaf, no flag): record() sizes them again,
+  // usually to the same arity, and resizing a vector<bool> each op was not free.
   void reset() {
     op.clear();
     inputs.clear();
     output = Array();
-    edges.clear();
-    needs.clear();
+    for (Edge& e : edges)
+      if (e.kind != Edge::none) e = Edge();
+    std::fill(needs.begin(), needs.end(), false);
     vjp = nullptr;
     if (dvjp) dvjp = nullptr;
   }
@@ -393,8 +396,8 @@ Tensor record_list(const std::string& op, Array output, Input input, std::size_t
   try {
     node.op = op;
     node.inputs.reserve(n_inputs);
-    node.edges.resize(n_inputs);
-    node.needs.resize(n_inputs);
+    if (node.edges.size() != n_inputs) node.edges.resize(n_inputs);  // reset() left them empty
+    if (node.needs.size() != n_inputs) node.needs.resize(n_inputs);
     for (std::size_t i = 0; i < n_inputs; ++i) {
       const auto& in = input(i).impl();
       node.inputs.push_back(in->value);
@@ -552,8 +555,12 @@ using Capture = CaptureOf<Array>;
 // A VJP's cotangent j for an input that requires grad: defined, of the input's shape and
 // dtype, and finite in anomaly mode. The message (naming the op) is built only on failure.
 void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::size_t pos) {
-  const Array& in = n.inputs[j];
-  if (!c.defined() || c.shape() != in.shape() || c.dtype() != in.dtype()) throw_bad_cotangent(n, j, c);
+  if (!c.defined()) throw_bad_cotangent(n, j, c);
+  const detail::Storage& cs = c.storage();
+  const detail::Storage& is = n.inputs[j].storage();
+  if (cs.dtype != is.dtype || cs.shape.size() != is.shape.size() ||
+      !std::equal(cs.shape.begin(), cs.shape.end(), is.shape.begin()))
+    throw_bad_cotangent(n, j, c);
   if (tl_anomaly)
     check_finite_or_throw(c, n.op, pos, "backward cotangent for input " + std::to_string(j));
 }
