@@ -9,6 +9,7 @@
 // ops, S = ops::sum_to; div's uses the recorded output.
 #include <xgrad/ops/elementwise.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include <xgrad/core/check.hpp>
@@ -53,7 +54,8 @@ Cotangents cotangents(Array a, Array b) {
 }
 // kernels::sum_to_shape of a temporary `g`: g itself (moved) when it already has `shape`.
 Array sum_to_owned(Array g, const Shape& shape) {
-  if (g.shape() == shape) return g;
+  const Shape& gs = g.shape();
+  if (gs.size() == shape.size() && std::equal(gs.begin(), gs.end(), shape.begin())) return g;  // no memcmp call
   return kernels::sum_to_shape(g, shape);
 }
 
