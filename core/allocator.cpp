@@ -186,6 +186,7 @@ void* pool_alloc(std::size_t bytes) {
       void* p = l->head;
       l->head = *static_cast<void**>(p);
       --l->count;
+      if (l->head) __builtin_prefetch(l->head, 1);  // the next pop reads its link (often out of cache)
       return p;
     }
 #endif

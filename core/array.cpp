@@ -9,37 +9,126 @@
 #include <type_traits>
 
 #include <xgrad/core/allocator.hpp>
+#include <xgrad/core/detail/sanitizer.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
 
 namespace xg {
 namespace detail {
 
+namespace {
+
+// Recycled Storage descriptors. Copying a shape into a new Storage allocates the shape's
+// vector on the heap; an op on small arrays makes two Storages (its output, and in backward
+// its cotangent), and that malloc and free were a tenth of its overhead. A Storage whose last
+// Array goes away therefore gives its buffer back but keeps its shape vector (and that
+// vector's capacity) on a list of this thread, and the next make() or view() assigns the new
+// shape into it: no heap call for shapes of at most the rank the descriptor had before. The
+// list is plain data (constant-initialised) and bounded like the block pool (kPoolBlocks; more
+// are deleted); a Storage released on another thread joins that thread's list, and a
+// thread's list is deleted when the thread ends (after that, released Storages are deleted at
+// once). Under AddressSanitizer nothing is kept, so ASan sees every free.
+struct RecycledStorages {
+  Storage* head;  // linked through Storage::ptr while on the list
+  std::size_t count;
+  bool armed;
+  bool dead;
+};
+thread_local RecycledStorages tl_storages{};
+
+// Gives back the buffer s owns (a view owns none: it drops its reference to the base).
+void release_buffer(Storage& s) noexcept {
+  if (!s.base && s.ptr != s.small) cached_free(s.ptr, s.bytes);
+  s.base.reset();
+  s.ptr = nullptr;
+  s.bytes = 0;
+}
+
+void delete_recycled_storages() noexcept {
+  while (Storage* s = tl_storages.head) {
+    tl_storages.head = static_cast<Storage*>(s->ptr);
+    --tl_storages.count;
+    s->ptr = nullptr;  // owns nothing: its buffer went back when it was recycled
+    delete s;
+  }
+}
+
+struct RecycledStoragesGuard {
+  ~RecycledStoragesGuard() {
+    tl_storages.dead = true;
+    delete_recycled_storages();
+  }
+};
+
+// The deleter of every Storage: recycles it (see RecycledStorages) or deletes it.
+struct RecycleStorage {
+  void operator()(Storage* s) const noexcept {
+    release_buffer(*s);
+#if !XG_UNDER_ASAN
+    if (!tl_storages.dead && tl_storages.count < kPoolBlocks) {
+      if (!tl_storages.armed) {
+        tl_storages.armed = true;
+        static thread_local RecycledStoragesGuard guard;  // deletes the list when this thread ends
+        (void)guard;
+      }
+      s->ptr = tl_storages.head;
+      tl_storages.head = s;
+      ++tl_storages.count;
+      return;
+    }
+#endif
+    delete s;
+  }
+};
+
+// A Storage with no buffer (ptr null, bytes 0, no base), recycled when one is at hand, owned
+// by a shared_ptr whose control block comes from the block pool. Its fields other than the
+// shape are the caller's to set; its shape holds whatever it held before (assign it).
+std::shared_ptr<Storage> new_storage() {
+  Storage* s = nullptr;
+#if !XG_UNDER_ASAN
+  if (!tl_storages.dead && tl_storages.head) {
+    s = tl_storages.head;
+    tl_storages.head = static_cast<Storage*>(s->ptr);
+    --tl_storages.count;
+    s->ptr = nullptr;
+    // The next make() reads the new head's link: start loading it now (the list runs through
+    // descriptors freed a while ago, so it is often out of cache).
+    if (tl_storages.head) __builtin_prefetch(&tl_storages.head->ptr, 1);
+  }
+#endif
+  if (!s) s = new Storage;
+  return std::shared_ptr<Storage>(s, RecycleStorage{}, PoolAllocator<Storage>());  // on throw: recycled
+}
+
+}  // namespace
+
 Array Storage::make(const Shape& shape, DType dtype) {
-  const std::size_t n = numel(shape);  // ShapeError on overflow
+  // numel (ShapeError on overflow) past rank 1; a scalar or a vector cannot overflow
+  const std::size_t n = shape.empty() ? 1 : shape.size() == 1 ? shape[0] : numel(shape);
   const std::size_t width = dtype == DType::float32 ? sizeof(float) : sizeof(double);
   if (n > static_cast<std::size_t>(-1) / width)
     throw ShapeError(op_message("array", "shape " + shape_str(shape) + " needs more bytes than size_t counts"));
   const std::size_t bytes = n * width;
-  auto s = std::allocate_shared<Storage>(PoolAllocator<Storage>());
-  s->shape = shape;
+  auto s = new_storage();
+  s->shape = shape;  // into the recycled vector's capacity: no allocation for a rank it had
   s->dtype = dtype;
   s->size = n;
   if (bytes <= sizeof(s->small)) {
     s->ptr = s->small;
   } else {
-    s->ptr = cached_alloc(bytes);
+    s->ptr = cached_alloc(bytes);  // on throw: s (no buffer yet) is recycled
     s->bytes = bytes;
   }
   return Array(std::move(s));
 }
 
 Storage::~Storage() {
-  if (!base && ptr != small) cached_free(ptr, bytes);
+  if (!base && ptr && ptr != small) cached_free(ptr, bytes);
 }
 
 Array Storage::view(const Array& a, const Shape& shape) {
-  auto s = std::allocate_shared<Storage>(PoolAllocator<Storage>());
+  auto s = new_storage();
   s->shape = shape;
   s->dtype = a.s_->dtype;
   s->size = a.s_->size;

@@ -28,9 +28,27 @@
 extern "C" void omp_set_num_threads(int);
 #endif
 
+// OpenBLAS's pthreads build: stops its worker threads (they start again when OpenBLAS is next
+// asked to run on more than one thread). Weak: other builds of OpenBLAS lack it.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+
 namespace xg::blas {
 
 namespace {
+
+// OpenBLAS starts its worker threads when the library loads, and each spins (sched_yield in a
+// loop) for about 2^28 cycles, a tenth of a second, before it first sleeps. xgrad runs OpenBLAS
+// on one thread (single_threaded below), so those workers never get work: at startup they only
+// compete for the cores with the program's first tenth of a second (every short program, every
+// test, a benchmark like bench_op_overhead whose whole run fits in it; on 2 shared cores that was
+// a tenth of its time). Stopped here, once, as the program starts; a later OpenBLAS call with more
+// threads (bench_matmul's raw cblas_sgemm comparison) starts them again.
+struct StopIdleOpenblasWorkers {
+  StopIdleOpenblasWorkers() {
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+  }
+};
+const StopIdleOpenblasWorkers g_stop_idle_openblas_workers;
 CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
 blasint bi(std::size_t v) { return static_cast<blasint>(v); }
 // OpenBLAS runs single-threaded: parallelism comes from xgrad's one pool (core/parallel.hpp),

@@ -14,6 +14,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/detail/profile.hpp>
+#include <xgrad/core/detail/record.hpp>
 #include <xgrad/core/detail/storage.hpp>
 
 namespace xg {
@@ -76,7 +77,10 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad_graph;  // leaves only: grad as recorded by create_graph passes
   bool requires_grad = false;
   bool is_leaf = true;
-  std::weak_ptr<TapeImpl> tape;  // non-leaves: the tape that recorded them
+  // Non-leaves: the serial of the tape that recorded them (TapeImpl::serial; lock_tape() finds
+  // the tape while it lives). A number rather than a weak_ptr: recording an op and dropping
+  // its output then touch no reference count of the tape.
+  std::uint64_t tape_serial = 0;
   std::uint64_t generation = 0;
   std::size_t node = 0;
   std::string name;
@@ -97,13 +101,16 @@ struct Node {
   VjpFn vjp;
   DiffVjpFn dvjp;  // the second-order rule (create_graph), if the op has one
 
-  // Drops what the node holds (values, leaves, the VJP) but keeps the lists' capacity.
+  // Drops what the node holds (values, leaves, the VJP) but keeps the lists' capacity. edges
+  // and needs keep their length too, emptied (no leaf, no flag): record() sizes them again,
+  // usually to the same arity, and resizing a vector<bool> each op was not free.
   void reset() {
     op.clear();
     inputs.clear();
     output = Array();
-    edges.clear();
-    needs.clear();
+    for (Edge& e : edges)
+      if (e.kind != Edge::none) e = Edge();
+    std::fill(needs.begin(), needs.end(), false);
     vjp = nullptr;
     if (dvjp) dvjp = nullptr;
   }
@@ -116,6 +123,12 @@ struct TapeImpl {
   std::vector<Node> slots;
   std::size_t count = 0;
   std::uint64_t generation = 0;
+  std::uint64_t serial = 0;  // unique in the process (never reused); set by make_tape()
+
+  TapeImpl() = default;
+  TapeImpl(const TapeImpl&) = delete;
+  TapeImpl& operator=(const TapeImpl&) = delete;
+  ~TapeImpl();
 
   std::size_t size() const { return count; }
   Node& operator[](std::size_t i) { return slots[i]; }
@@ -137,10 +150,51 @@ struct TapeImpl {
   }
 };
 
+// The live tapes by serial: how a recorded tensor finds its tape (lock_tape) without holding a
+// reference to it. Registered by make_tape(), removed by ~TapeImpl(); consulted only off the
+// per-op path (backward, error messages, printing).
+namespace {
+struct TapeRegistry {
+  std::mutex m;
+  std::unordered_map<std::uint64_t, std::weak_ptr<TapeImpl>> live;  // guarded by m
+  std::uint64_t next_serial = 1;                                     // guarded by m
+};
+TapeRegistry& tape_registry() {
+  static TapeRegistry* r = new TapeRegistry;  // never destroyed: tapes may end during static destruction
+  return *r;
+}
+}  // namespace
+
+TapeImpl::~TapeImpl() {
+  if (serial == 0) return;
+  TapeRegistry& r = tape_registry();
+  std::lock_guard<std::mutex> lk(r.m);
+  r.live.erase(serial);
+}
+
+std::shared_ptr<TapeImpl> make_tape() {
+  auto tape = std::make_shared<TapeImpl>();
+  TapeRegistry& r = tape_registry();
+  std::lock_guard<std::mutex> lk(r.m);
+  r.live.emplace(r.next_serial, tape);  // may throw: then tape has no serial and unregisters nothing
+  tape->serial = r.next_serial++;
+  return tape;
+}
+
+// The tape that recorded `t` while it lives; null for a leaf or a tape that no longer exists.
+std::shared_ptr<TapeImpl> lock_tape(const TensorImpl& t) {
+  if (t.tape_serial == 0) return nullptr;
+  TapeRegistry& r = tape_registry();
+  std::lock_guard<std::mutex> lk(r.m);
+  const auto it = r.live.find(t.tape_serial);
+  return it == r.live.end() ? nullptr : it->second.lock();
+}
+
 }  // namespace detail
 
 using detail::TapeImpl;
 using detail::TensorImpl;
+using detail::lock_tape;
 
 namespace {
 
@@ -151,11 +205,17 @@ thread_local std::shared_ptr<TapeImpl> tl_default_tape;
 
 const std::shared_ptr<TapeImpl>& current_tape() {
   if (!tl_tape_stack.empty()) return tl_tape_stack.back();
-  if (!tl_default_tape) tl_default_tape = std::make_shared<TapeImpl>();
+  if (!tl_default_tape) tl_default_tape = detail::make_tape();
   return tl_default_tape;
 }
 
 void accumulate(Array& slot, const Array& g) { slot = slot.defined() ? kernels::add(slot, g) : g; }
+void accumulate(Array& slot, Array&& g) {
+  if (slot.defined())
+    slot = kernels::add(slot, g);
+  else
+    slot = std::move(g);  // the first cotangent of a node: handed over, no reference count touched
+}
 
 void check_finite_or_throw(const Array& a, const std::string& op, std::size_t position,
                            const std::string& what) {
@@ -170,7 +230,7 @@ void check_finite_or_throw(const Array& a, const std::string& op, std::size_t po
 // Tape of a recorded (non-leaf) tensor, checked to be alive and of the current generation.
 std::shared_ptr<TapeImpl> live_tape_of(const TensorImpl& t, const std::string& op,
                                        const std::string& what) {
-  auto tape = t.tape.lock();
+  auto tape = lock_tape(t);
   if (!tape)
     throw TapeError(op_message(op, what + " was recorded on a tape that no longer exists; "
                                           "detach() it to use its value as a constant"));
@@ -241,7 +301,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   os << "tensor(" << impl.value.str() << ", dtype=" << dtype_name(impl.value.dtype());
   if (impl.is_leaf) {
     if (impl.requires_grad) os << ", requires_grad=true";
-  } else if (const auto tape = impl.tape.lock(); tape && tape->generation == impl.generation && impl.node < tape->size()) {
+  } else if (const auto tape = lock_tape(impl); tape && tape->generation == impl.generation && impl.node < tape->size()) {
     os << ", grad_fn=" << (*tape)[impl.node].op;
   }
   if (!impl.name.empty()) os << ", name=" << impl.name;
@@ -302,11 +362,10 @@ namespace {
 
 // Whether the recorded tensor `in` is of `tape` (the current tape, alive) and its current
 // generation; otherwise the TapeError that says why (input `i` of `op`). The common case
-// compares owners only: no reference count is touched.
+// compares two numbers: no reference count is touched and no lock taken.
 void check_recorded_input(const TensorImpl& in, const std::shared_ptr<TapeImpl>& tape, const std::string& op,
                           std::size_t i) {
-  const bool same_tape = !in.tape.owner_before(tape) && !tape.owner_before(in.tape);
-  if (same_tape && in.generation == tape->generation) return;
+  if (in.tape_serial == tape->serial && in.generation == tape->generation) return;
   const std::string what = "input " + std::to_string(i);
   auto in_tape = live_tape_of(in, op, what);  // throws for a dead tape or an old generation
   if (in_tape != tape)
@@ -314,7 +373,10 @@ void check_recorded_input(const TensorImpl& in, const std::shared_ptr<TapeImpl>&
                                           "one; detach() it or record on its tape"));
 }
 
-Tensor record_list(const std::string& op, Array output, const Tensor* inputs, std::size_t n_inputs, VjpFn& vjp,
+// The one recording path. `input(i)` is the i-th of `n_inputs` inputs (a const Tensor&): from a
+// vector, a braced list or a list of pointers (detail::record_refs), so no caller copies them.
+template <class Input>
+Tensor record_list(const std::string& op, Array output, Input input, std::size_t n_inputs, VjpFn& vjp,
                    DiffVjpFn* dvjp) {
   if (detail::profiling()) {
     const auto now = std::chrono::steady_clock::now();
@@ -327,17 +389,17 @@ Tensor record_list(const std::string& op, Array output, const Tensor* inputs, st
 
   bool any = false;
   if (tl_grad_enabled)
-    for (std::size_t i = 0; i < n_inputs; ++i) any = any || inputs[i].requires_grad();
+    for (std::size_t i = 0; i < n_inputs; ++i) any = any || input(i).requires_grad();
   if (!any) return Tensor(std::move(output));
 
   detail::Node& node = tape->next_slot();
   try {
     node.op = op;
     node.inputs.reserve(n_inputs);
-    node.edges.resize(n_inputs);
-    node.needs.resize(n_inputs);
+    if (node.edges.size() != n_inputs) node.edges.resize(n_inputs);  // reset() left them empty
+    if (node.needs.size() != n_inputs) node.needs.resize(n_inputs);
     for (std::size_t i = 0; i < n_inputs; ++i) {
-      const auto& in = inputs[i].impl();
+      const auto& in = input(i).impl();
       node.inputs.push_back(in->value);
       if (!in->requires_grad) continue;
       node.needs[i] = true;
@@ -362,7 +424,7 @@ Tensor record_list(const std::string& op, Array output, const Tensor* inputs, st
   out->value = std::move(output);
   out->requires_grad = true;
   out->is_leaf = false;
-  out->tape = tape;
+  out->tape_serial = tape->serial;
   out->generation = tape->generation;
   out->node = tape->size();
   tape->commit();
@@ -371,21 +433,40 @@ Tensor record_list(const std::string& op, Array output, const Tensor* inputs, st
 
 }  // namespace
 
+namespace {
+// record_list's input(i) over an array of Tensors, and over an array of pointers to them.
+struct InputsOf {
+  const Tensor* p;
+  const Tensor& operator()(std::size_t i) const { return p[i]; }
+};
+struct InputsAt {
+  const Tensor* const* p;
+  const Tensor& operator()(std::size_t i) const { return *p[i]; }
+};
+}  // namespace
+
 Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs, VjpFn vjp) {
-  return record_list(op, std::move(output), inputs.data(), inputs.size(), vjp, nullptr);
+  return record_list(op, std::move(output), InputsOf{inputs.data()}, inputs.size(), vjp, nullptr);
 }
 
 Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp) {
-  return record_list(op, std::move(output), inputs.begin(), inputs.size(), vjp, nullptr);
+  return record_list(op, std::move(output), InputsOf{inputs.begin()}, inputs.size(), vjp, nullptr);
 }
 
 Tensor record(const std::string& op, Array output, const std::vector<Tensor>& inputs, VjpFn vjp, DiffVjpFn dvjp) {
-  return record_list(op, std::move(output), inputs.data(), inputs.size(), vjp, &dvjp);
+  return record_list(op, std::move(output), InputsOf{inputs.data()}, inputs.size(), vjp, &dvjp);
 }
 
 Tensor record(const std::string& op, Array output, std::initializer_list<Tensor> inputs, VjpFn vjp,
               DiffVjpFn dvjp) {
-  return record_list(op, std::move(output), inputs.begin(), inputs.size(), vjp, &dvjp);
+  return record_list(op, std::move(output), InputsOf{inputs.begin()}, inputs.size(), vjp, &dvjp);
+}
+
+Tensor detail::record_refs(const std::string& op, Array output, std::initializer_list<const Tensor*> inputs, VjpFn vjp,
+                           DiffVjpFn dvjp) {
+  for (const Tensor* t : inputs)
+    if (!t) throw InternalError(op_message(op, "record_refs: a null input pointer"));
+  return record_list(op, std::move(output), InputsAt{inputs.begin()}, inputs.size(), vjp, &dvjp);
 }
 
 namespace {
@@ -465,7 +546,7 @@ struct CaptureOf {
 };
 using Capture = CaptureOf<Array>;
 
-void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::size_t pos) {
+[[noreturn]] void throw_bad_cotangent(const detail::Node& n, std::size_t j, const Array& c) {
   const std::string who = n.op + " vjp";
   if (!c.defined())
     throw InternalError(op_message(who, "returned no cotangent for input " + std::to_string(j) +
@@ -475,10 +556,19 @@ void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::
     throw InternalError(op_message(who, "returned cotangent " + std::to_string(j) +
                                             " has shape " + shape_str(c.shape()) +
                                             ", input has shape " + shape_str(in.shape())));
-  if (c.dtype() != in.dtype())
-    throw InternalError(op_message(who, "returned cotangent " + std::to_string(j) + " is " +
-                                            dtype_name(c.dtype()) + ", input is " +
-                                            dtype_name(in.dtype())));
+  throw InternalError(op_message(who, "returned cotangent " + std::to_string(j) + " is " +
+                                          dtype_name(c.dtype()) + ", input is " + dtype_name(in.dtype())));
+}
+
+// A VJP's cotangent j for an input that requires grad: defined, of the input's shape and
+// dtype, and finite in anomaly mode. The message (naming the op) is built only on failure.
+void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::size_t pos) {
+  if (!c.defined()) throw_bad_cotangent(n, j, c);
+  const detail::Storage& cs = c.storage();
+  const detail::Storage& is = n.inputs[j].storage();
+  if (cs.dtype != is.dtype || cs.shape.size() != is.shape.size() ||
+      !std::equal(cs.shape.begin(), cs.shape.end(), is.shape.begin()))
+    throw_bad_cotangent(n, j, c);
   if (tl_anomaly)
     check_finite_or_throw(c, n.op, pos, "backward cotangent for input " + std::to_string(j));
 }
@@ -574,7 +664,7 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
         check_cotangent(n, j, cot[j], i);
         const detail::Edge& e = n.edges[j];
         if (e.kind == detail::Edge::node)
-          accumulate(grads[e.node_index], cot[j]);
+          accumulate(grads[e.node_index], std::move(cot[j]));
         else
           leaves.add(e.leaf_impl, cot[j]);
       }
@@ -607,7 +697,7 @@ Tensor node_tensor(const std::shared_ptr<TapeImpl>& tape, std::size_t i, const A
   t->value = value;
   t->requires_grad = true;
   t->is_leaf = false;
-  t->tape = tape;
+  t->tape_serial = tape->serial;
   t->generation = tape->generation;
   t->node = i;
   return Tensor(std::move(t));
@@ -835,14 +925,14 @@ void backward(const Tensor& y, const Array& seed, BackwardOptions opts) {
   if (opts.create_graph) {
     GraphLeafGrads leaves;
     graph_sweep(y, seed.defined() ? Tensor(seed) : Tensor(), opts, nullptr, leaves);
-    const std::shared_ptr<TapeImpl> tape = y.impl()->is_leaf ? current_tape() : y.impl()->tape.lock();
+    const std::shared_ptr<TapeImpl> tape = y.impl()->is_leaf ? current_tape() : lock_tape(*y.impl());
     RecordOn recording(tape);
     for (auto& [leaf, g] : leaves.items) {
       // grad_graph's value stays equal to grad: it continues the recorded gradient held so far
       // when that is still live on this tape, else starts from the plain value held so far.
       Tensor total = g;
       const auto& prev = leaf->grad_graph;
-      const bool prev_live = prev && (prev->is_leaf || (prev->tape.lock() == tape && prev->generation == tape->generation));
+      const bool prev_live = prev && (prev->is_leaf || (tape && prev->tape_serial == tape->serial && prev->generation == tape->generation));
       if (prev_live)
         total = add_recorded(Tensor(prev), g);
       else if (leaf->grad.defined())
@@ -935,7 +1025,7 @@ std::vector<Tensor> grad(const Tensor& y, const std::vector<Tensor>& wrt, const 
 // ---------------------------------------------------------------------------------------
 // Tape object, modes
 
-Tape::Tape() : impl_(std::make_shared<TapeImpl>()) { tl_tape_stack.push_back(impl_); }
+Tape::Tape() : impl_(detail::make_tape()) { tl_tape_stack.push_back(impl_); }
 
 Tape::~Tape() {
   auto it = std::find(tl_tape_stack.rbegin(), tl_tape_stack.rend(), impl_);

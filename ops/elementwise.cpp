@@ -9,11 +9,13 @@
 // ops, S = ops::sum_to; div's uses the recorded output.
 #include <xgrad/ops/elementwise.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/detail/map.hpp>
+#include <xgrad/core/detail/record.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/unary.hpp>
@@ -27,21 +29,45 @@ Shape checked_broadcast(const std::string& op, const Tensor& a, const Tensor& b)
   return broadcast_shapes(op, "a", a.shape(), "b", b.shape());
 }
 
-// checked_broadcast for ops that do not need the shape (the kernel makes it).
-void check_binary(const std::string& op, const Tensor& a, const Tensor& b) {
+// checked_broadcast for ops that do not need the shape (the kernel makes it). The common
+// cases (one dtype, equal shapes or a 0-d operand, which broadcasts with any shape) return
+// before any name is made into a string; anything else runs the full checks, whose errors
+// name the op and the arguments.
+void check_binary(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.defined() && b.defined()) {
+    const Array& va = a.value();
+    const Array& vb = b.value();
+    if (va.dtype() == vb.dtype() && (va.ndim() == 0 || vb.ndim() == 0 || va.shape() == vb.shape())) return;
+  }
   check::same_dtype(op, "a", a, "b", b);
   check_broadcastable(op, a.shape(), b.shape());
+}
+
+// The VJPs below build their results with these rather than a braced Cotangents{...} or a
+// copy: a braced list copies each Array (a reference count up, then down for the temporary).
+// Two cotangents moved into place.
+Cotangents cotangents(Array a, Array b) {
+  Cotangents c(2);
+  c[0] = std::move(a);
+  c[1] = std::move(b);
+  return c;
+}
+// kernels::sum_to_shape of a temporary `g`: g itself (moved) when it already has `shape`.
+Array sum_to_owned(Array g, const Shape& shape) {
+  const Shape& gs = g.shape();
+  if (gs.size() == shape.size() && std::equal(gs.begin(), gs.end(), shape.begin())) return g;  // no memcmp call
+  return kernels::sum_to_shape(g, shape);
 }
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
   check_binary("add", a, b);
-  return record(
-      "add", kernels::add(a.value(), b.value()), {a, b},
+  return detail::record_refs(
+      "add", kernels::add(a.value(), b.value()), {&a, &b},
       [](const VjpContext& c) {
-        return Cotangents{c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
-                          c.needs(1) ? kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()) : Array()};
+        return cotangents(c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
+                          c.needs(1) ? kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()) : Array());
       },
       second_order([](const DiffVjpContext& c) {
         return DiffCotangents{c.needs(0) ? sum_to(c.grad_output, c.inputs[0].shape()) : Tensor(),
@@ -51,11 +77,11 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   check_binary("sub", a, b);
-  return record("sub", kernels::sub(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
-    return Cotangents{
+  return detail::record_refs("sub", kernels::sub(a.value(), b.value()), {&a, &b}, [](const VjpContext& c) {
+    return cotangents(
         c.needs(0) ? kernels::sum_to_shape(c.grad_output, c.inputs[0].shape()) : Array(),
         c.needs(1) ? kernels::scale(kernels::sum_to_shape(c.grad_output, c.inputs[1].shape()), -1.0)
-                   : Array()};
+                   : Array());
   }, second_order([](const DiffVjpContext& c) {
     return DiffCotangents{c.needs(0) ? sum_to(c.grad_output, c.inputs[0].shape()) : Tensor(),
                           c.needs(1) ? neg(sum_to(c.grad_output, c.inputs[1].shape())) : Tensor()};
@@ -64,12 +90,11 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   check_binary("mul", a, b);
-  return record("mul", kernels::mul(a.value(), b.value()), {a, b}, [](const VjpContext& c) {
+  return detail::record_refs("mul", kernels::mul(a.value(), b.value()), {&a, &b}, [](const VjpContext& c) {
     const Array& A = c.inputs[0];
     const Array& B = c.inputs[1];
-    return Cotangents{
-        c.needs(0) ? kernels::sum_to_shape(kernels::mul(c.grad_output, B), A.shape()) : Array(),
-        c.needs(1) ? kernels::sum_to_shape(kernels::mul(c.grad_output, A), B.shape()) : Array()};
+    return cotangents(c.needs(0) ? sum_to_owned(kernels::mul(c.grad_output, B), A.shape()) : Array(),
+                      c.needs(1) ? sum_to_owned(kernels::mul(c.grad_output, A), B.shape()) : Array());
   }, second_order([](const DiffVjpContext& c) {
     const Tensor &A = c.inputs[0], &B = c.inputs[1], &g = c.grad_output;
     return DiffCotangents{c.needs(0) ? sum_to(g * B, A.shape()) : Tensor(),
@@ -87,15 +112,15 @@ Tensor div(const Tensor& a, const Tensor& b) {
     throw ValueError(op_message("div", "0/0 at output flat index " + std::to_string(bad) +
                                            " (a has shape " + shape_str(a.shape()) +
                                            ", b has shape " + shape_str(b.shape()) + ")"));
-  return record("div", std::move(out), {a, b}, [](const VjpContext& c) {
+  return detail::record_refs("div", std::move(out), {&a, &b}, [](const VjpContext& c) {
     const Array& A = c.inputs[0];
     const Array& B = c.inputs[1];
     const Array g_over_b = kernels::div(c.grad_output, B);
-    return Cotangents{
+    return cotangents(
         c.needs(0) ? kernels::sum_to_shape(g_over_b, A.shape()) : Array(),
         c.needs(1)
             ? kernels::scale(kernels::sum_to_shape(kernels::mul(g_over_b, c.output), B.shape()), -1.0)
-            : Array()};
+            : Array());
   }, second_order([](const DiffVjpContext& c) {
     const Tensor &A = c.inputs[0], &B = c.inputs[1];
     const Tensor g_over_b = c.grad_output / B;
@@ -139,7 +164,7 @@ Tensor where(const BoolArray& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor scalar_like(const Tensor& x, double value) {
-  check::defined("scalar", "x", x);
+  if (!x.defined()) check::defined("scalar", "x", x);  // throws, naming the op and argument
   return Tensor(Array::scalar(value, x.dtype()));
 }
 

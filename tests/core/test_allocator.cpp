@@ -5,6 +5,7 @@
 // large ones (core/allocator.cpp) for a run and its resumption to agree bit for bit.
 #include <cstdint>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "tests/support/helpers.hpp"
@@ -26,4 +27,50 @@ TEST_CASE("allocator: small arrays are 64-byte aligned and tanh of the same valu
     XGT_CHECK_SAME(y, first);
   }
   CHECK(offsets == std::set<std::uintptr_t>{0});
+}
+
+// Array descriptors (core/array.cpp) are recycled with their shape vector: each new array must
+// take exactly its own shape, size and values whatever rank the recycled descriptor had, views
+// must keep their base's data after the base is dropped, and descriptors freed on another
+// thread than the one that made them must come back as good as new.
+TEST_CASE("allocator: recycled array descriptors take each new shape and keep views intact", "[allocator]") {
+  const std::vector<Shape> shapes = {{2, 3, 4, 5}, {}, {7}, {3, 1}, {1, 1, 1, 1, 1, 2}, {0, 4}, {40, 3}};
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      const Shape& s = shapes[(k + static_cast<std::size_t>(round)) % shapes.size()];
+      std::vector<double> values(numel(s));
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.25 * static_cast<double>(i) - 3.0;
+      const Array a = Array::from_vector(s, values, k % 2 ? DType::float32 : DType::float64);
+      REQUIRE(a.shape() == s);
+      CHECK(a.ndim() == s.size());
+      CHECK(a.size() == values.size());
+      CHECK(a.to_vector() == values);
+    }
+  }
+
+  Array base = Array::from_vector({2, 3}, {1, 2, 3, 4, 5, 6}, DType::float32);
+  const Array flat = base.view({6});
+  base = Array();  // the view alone holds the buffer now
+  std::vector<Array> churn;
+  for (std::size_t n = 1; n <= 200; ++n) churn.push_back(Array::full({n % 5 + 1, 2}, -1.0, DType::float32));
+  churn.clear();  // back to the recycled list...
+  for (std::size_t n = 1; n <= 200; ++n) churn.push_back(Array::full({n % 3 + 1}, -2.0, DType::float32));  // ...and out
+  CHECK(flat.shape() == Shape{6});
+  CHECK(flat.to_vector() == std::vector<double>{1, 2, 3, 4, 5, 6});
+
+  // Made on a worker thread, released on this one (they join this thread's list), reused here.
+  std::vector<Array> made;
+  std::thread([&made] {
+    for (std::size_t n = 1; n <= 100; ++n) made.push_back(Array::full({n, 2, 2}, static_cast<double>(n), DType::float64));
+  }).join();
+  for (std::size_t n = 1; n <= 100; ++n) {
+    REQUIRE(made[n - 1].shape() == (Shape{n, 2, 2}));
+    CHECK(made[n - 1].flat(4 * n - 1) == static_cast<double>(n));
+  }
+  made.clear();
+  for (std::size_t n = 1; n <= 100; ++n) {
+    const Array a = Array::full({n}, 0.5, DType::float32);
+    REQUIRE(a.shape() == Shape{n});
+    CHECK(a.flat(n - 1) == 0.5);
+  }
 }

@@ -334,6 +334,36 @@ TEST_CASE("tape: float32 and float64 run the same op code and agree", "[core][dt
   for (std::size_t i = 0; i < 3; ++i) CHECK(max_abs_diff(r32[i].astype(DType::float64), r64[i]) < 1e-5);
 }
 
+// A recorded tensor knows its tape by a serial number, not by a reference (core/tape.cpp): a tape
+// made after another one is gone (often at the same address) must still refuse the gone tape's
+// tensors, and a live tape must refuse another live tape's.
+TEST_CASE("tape: a gone tape's tensor is refused by the tapes made after it and a live tape's by another",
+          "[core][tape][errors]") {
+  Tensor x(Array::of({1.0}), true);
+  for (int round = 0; round < 4; ++round) {
+    Tensor stale;
+    {
+      Tape gone;
+      stale = x * 2.0;
+      CHECK(Tape::current_size() == 1);
+    }
+    Tape next;
+    CHECK_THROWS_WITH(stale * 3.0, Catch::Contains("[mul]") && Catch::Contains("no longer exists"));
+    CHECK_THROWS_WITH(stale.backward(), Catch::Contains("[backward]") && Catch::Contains("no longer exists"));
+    Tensor fresh = x * 2.0;  // the new tape records as usual
+    ops::sum(fresh * 3.0).backward();
+    CHECK(x.grad().item() == 6.0);
+    x.zero_grad();
+  }
+  Tape outer;
+  const Tensor a = x * 2.0;
+  {
+    Tape inner;
+    CHECK_THROWS_WITH(a * 3.0, Catch::Contains("[mul]") && Catch::Contains("input 0 was recorded on another tape"));
+  }
+  CHECK((a * 3.0).item() == 6.0);  // back on its own tape
+}
+
 TEST_CASE("tape: grad() fills every position of a repeated wrt and refuses another tape's tensor",
           "[core][tape][errors]") {
   Tensor x(Array::of({1.0, 2.0}), true);
