@@ -632,8 +632,15 @@ void sgemv_on(GemvKernel k, bool ta, bool tb, std::size_t M, std::size_t N, std:
   run_own(gemv_isa(k), &p, 1);
 }
 
+namespace {
+std::atomic<std::uint64_t> g_row_products_calls{0};
+}  // namespace
+
+std::uint64_t row_products_calls() { return g_row_products_calls.load(std::memory_order_relaxed); }
+
 void row_products(const float* x, std::size_t K, const RowProduct* ps, std::size_t count) {
   const ProfileTimer timer;
+  g_row_products_calls.fetch_add(1, std::memory_order_relaxed);
   const GemvKernel k = sgemv_kernel();
   if (k == GemvKernel::openblas || K == 0) {  // one product after the other, as gemm would
     for (std::size_t i = 0; i < count; ++i) {

@@ -123,6 +123,7 @@ struct RowProduct {
   float* y;
 };
 void row_products(const float* x, std::size_t K, const RowProduct* ps, std::size_t count);
+std::uint64_t row_products_calls();  // row_products calls so far, process-wide
 
 // What OpenBLAS says of itself: openblas_get_corename() (the kernels it runs on this CPU) and
 // openblas_get_config().
