@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include <xgrad/core/error.hpp>
@@ -38,13 +39,13 @@ void row(const Array& a, std::size_t b, std::vector<double>& r) {
 // and keeps the order, so the same index), and the same error for a non-finite logit.
 std::int64_t greedy_float(const Array& a, std::size_t b, std::size_t V) {
   const float* p = a.data<float>() + b * a.shape()[1];
+  // Branch-free passes the compiler vectorises: the largest magnitude (not finite: NaN fails
+  // the comparison, infinity exceeds the largest float), then the largest value.
+  int bad = 0;
+  for (std::size_t i = 0; i < V; ++i) bad |= !(std::fabs(p[i]) <= std::numeric_limits<float>::max());
   float m = p[0];
-  bool finite = true;
-  for (std::size_t i = 0; i < V; ++i) {
-    finite = finite && std::isfinite(p[i]);
-    m = p[i] > m ? p[i] : m;
-  }
-  if (!finite) {  // pick_token's message for the first non-finite logit
+  for (std::size_t i = 0; i < V; ++i) m = p[i] > m ? p[i] : m;
+  if (bad) {  // pick_token's message for the first non-finite logit
     std::vector<double> r(p, p + V);
     return pick_token(r, SampleOptions{});
   }
