@@ -10,7 +10,7 @@
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/nn/layers.hpp>
-#include <xgrad/ops/elementwise.hpp>
+#include <xgrad/ops/unary.hpp>
 
 using namespace xg;
 
