@@ -222,13 +222,13 @@ SwiGLUFeedForward::SwiGLUFeedForward(std::size_t d, std::size_t d_ff, Generator&
 }
 
 namespace {
-// Decoding's one-row case of gate(x) and up(x): x is a single float32 row, no gradient is
+// Decoding's one-row case of gate(x) and up(x): x is a single float32 row [1, .., 1, d], no gradient is
 // wanted, neither layer has an adapter and products run in float32. Then both products run as
 // one (blas::row_products: x read once, one pool hand-off for the two), each output bit for bit
 // what ops::matmul(x, W) gives (the same kernel and chains). False otherwise: the caller takes
 // the op-by-op path (which also reports any bad input).
 bool gate_up_one_row(const Tensor& x, const Linear& gate, const Linear& up, Tensor& g, Tensor& u) {
-  if (!x.defined() || x.dtype() != DType::float32 || x.ndim() == 0 || gate.adapter() || up.adapter()) return false;
+  if (!x.defined() || x.dtype() != DType::float32 || x.ndim() < 2 || gate.adapter() || up.adapter()) return false;
   const Shape& wg = gate.W.shape();
   const std::size_t d = wg[0], n = wg[1];
   if (x.shape().back() != d || x.size() != d || up.W.shape() != wg || gate.W.dtype() != DType::float32 ||
