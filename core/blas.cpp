@@ -520,6 +520,9 @@ f32v::Isa gemv_isa(GemvKernel k) {
 // smallest product, 288 x 288, is 166K): each chunk streams its own columns of W once, and the
 // bits of an entry do not depend on the split (core/detail/sgemv.hpp).
 constexpr double kSplitOwnGemvFlops = 1 << 16;
+// Outputs per block of the split: one cache line of y (chunks never share a line of y), small
+// enough that 288 outputs (a stories15M projection) split evenly over two threads.
+constexpr std::size_t kAlignOwnGemv = 16;
 
 // x as a contiguous vector: x itself when incx is 1, else a copy into `buf`.
 const float* contiguous(const float* x, std::size_t K, std::size_t incx, std::vector<float>& buf) {
@@ -548,13 +551,13 @@ struct OwnGemv {
 };
 
 // Runs `count` products sharing a pool hand-off: their outputs are cut into blocks of
-// kAlignGemv, the blocks of all products dealt to the chunks in one run_chunks.
+// kAlignOwnGemv, the blocks of all products dealt to the chunks in one run_chunks.
 void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
   double flops = 0;
   std::size_t blocks = 0;
   for (std::size_t i = 0; i < count; ++i) {
     flops += 2.0 * double(ps[i].n) * double(ps[i].K);
-    blocks += (ps[i].n + kAlignGemv - 1) / kAlignGemv;
+    blocks += (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
   }
   const std::size_t threads = flops < kSplitOwnGemvFlops ? 1 : static_cast<std::size_t>(detail::pool_threads());
   const std::size_t chunks = std::min(threads, blocks);
@@ -566,9 +569,9 @@ void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
     const std::size_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;  // global block range
     std::size_t first = 0;                                                        // of product i
     for (std::size_t i = 0; i < count && first < b1; ++i) {
-      const std::size_t nb = (ps[i].n + kAlignGemv - 1) / kAlignGemv;
+      const std::size_t nb = (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
       const std::size_t lo = std::max(b0, first), hi = std::min(b1, first + nb);
-      if (lo < hi) ps[i].run(isa, (lo - first) * kAlignGemv, std::min(ps[i].n, (hi - first) * kAlignGemv));
+      if (lo < hi) ps[i].run(isa, (lo - first) * kAlignOwnGemv, std::min(ps[i].n, (hi - first) * kAlignOwnGemv));
       first += nb;
     }
   });

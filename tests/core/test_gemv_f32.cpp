@@ -173,7 +173,7 @@ std::vector<float> check_case(GemvKernel k, const Case& c, std::mt19937& rng) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   // K around the 16-lane steps, N around the panels (16 x 8 and 8 x 8 columns) and the split
-  // blocks of 64; both kinds (one row, one column), both layouts, strided x (ta for one row,
+  // blocks of 16; both kinds (one row, one column), both layouts, strided x (ta for one row,
   // !tb for one column), padding, alpha and beta.
   for (std::size_t K : {1, 7, 16, 17, 288})
     for (std::size_t n : {2, 15, 17, 129, 300})
