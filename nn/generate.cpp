@@ -7,6 +7,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/nn/detail/flash_tile.hpp>
 #include <xgrad/ops/join.hpp>
 
 namespace xg::nn {
@@ -39,12 +40,21 @@ void row(const Array& a, std::size_t b, std::vector<double>& r) {
 // and keeps the order, so the same index), and the same error for a non-finite logit.
 std::int64_t greedy_float(const Array& a, std::size_t b, std::size_t V) {
   const float* p = a.data<float>() + b * a.shape()[1];
-  // Branch-free passes the compiler vectorises: the largest magnitude (not finite: NaN fails
-  // the comparison, infinity exceeds the largest float), then the largest value.
-  int bad = 0;
-  for (std::size_t i = 0; i < V; ++i) bad |= !(std::fabs(p[i]) <= std::numeric_limits<float>::max());
+  // The vector kernels of the fused attention's tiles where the CPU has them (finite, then max);
+  // else branch-free loops (not finite: NaN fails the comparison, infinity exceeds the largest
+  // float).
+  const tile::Kernels* kz = tile::kernels();
+  bool bad = false;
   float m = p[0];
-  for (std::size_t i = 0; i < V; ++i) m = p[i] > m ? p[i] : m;
+  if (kz) {
+    bad = !kz->finite(p, V);
+    if (!bad) m = kz->max(p, V);
+  } else {
+    int nonfinite = 0;
+    for (std::size_t i = 0; i < V; ++i) nonfinite |= !(std::fabs(p[i]) <= std::numeric_limits<float>::max());
+    bad = nonfinite != 0;
+    for (std::size_t i = 0; i < V; ++i) m = p[i] > m ? p[i] : m;
+  }
   if (bad) {  // pick_token's message for the first non-finite logit
     std::vector<double> r(p, p + V);
     return pick_token(r, SampleOptions{});
