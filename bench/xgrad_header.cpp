@@ -9,6 +9,7 @@ struct Register {
   Register() {
     bench::add_header_lines([] {
       return std::vector<std::string>{"float32 GEMM: " + xg::float32_gemm_kernels(),
+                                      "float32 matrix-vector: " + xg::float32_gemv_kernels(),
                                       "float64 GEMM: " + xg::float64_gemm_kernels()};
     });
   }

@@ -11,9 +11,11 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/detail/dgemm.hpp>
+#include <xgrad/core/detail/sgemv.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/detail/profile.hpp>
@@ -297,10 +299,19 @@ void on_backend(Backend b, F&& f) {
 
 }  // namespace
 
+namespace {
+// A matrix-vector product: one row or one column of C (not both), something to sum.
+bool is_gemv(std::size_t M, std::size_t N, std::size_t K) { return K > 0 && ((M == 1 && N > 1) || (N == 1 && M > 1)); }
+}  // namespace
+
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
           const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
           std::size_t ldc) {
   const ProfileTimer timer;
+  if (is_gemv(M, N, K)) {
+    sgemv_on(sgemv_kernel(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   sgemm_on(sgemm_backend(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -479,6 +490,198 @@ std::string openblas_config() {
   const char* c = openblas_get_config();
   return c ? c : "unknown";
 }
+
+// --- which float32 matrix-vector kernel: chosen once, at the first one-row product ---
+
+namespace {
+
+std::atomic<std::uint64_t> g_gemv_calls[4];
+
+struct GemvChoice {
+  GemvKernel kernel = GemvKernel::openblas;
+  std::string reason;
+};
+
+GemvKernel own_gemv(const std::string& ceiling) {
+  return ceiling == "avx512" ? GemvKernel::xgrad_avx512
+         : ceiling == "avx2" ? GemvKernel::xgrad_avx2
+                             : GemvKernel::xgrad_scalar;
+}
+
+GemvChoice choose_gemv() {
+  const std::string ceiling = isa_ceiling();  // cpuid, capped by set_max_isa / XGRAD_ISA
+  const char* env = std::getenv("XGRAD_FLOAT32_GEMV");
+  const std::string force = env ? env : "";
+  if (force == "openblas") return {GemvKernel::openblas, "XGRAD_FLOAT32_GEMV=openblas"};
+  if (force == "xgrad") return {own_gemv(ceiling), "XGRAD_FLOAT32_GEMV=xgrad"};
+  if (!force.empty() && force != "auto")
+    throw ValueError(op_message("XGRAD_FLOAT32_GEMV", "unknown value '" + force + "' (xgrad, openblas or auto)"));
+  const std::string core = openblas_corename();
+  if (ceiling == "none") return {GemvKernel::openblas, "the CPU has no AVX2 + FMA"};
+  if (openblas_core_is_vector(core))
+    return {GemvKernel::openblas, "OpenBLAS core " + core + " has AVX2/AVX-512 sgemv kernels"};
+  return {own_gemv(ceiling), "OpenBLAS core " + core + " has no AVX2 or AVX-512 sgemv kernels"};
+}
+
+const GemvChoice& gemv_choice() {
+  static const GemvChoice choice = choose_gemv();  // a throw leaves it unset: the next call throws again
+  return choice;
+}
+
+f32v::Isa gemv_isa(GemvKernel k) {
+  return k == GemvKernel::xgrad_avx512 ? f32v::Isa::avx512
+         : k == GemvKernel::xgrad_avx2 ? f32v::Isa::avx2
+                                       : f32v::Isa::scalar;
+}
+
+// Own-kernel products are split over the pool from this many flops (a stories15M layer's
+// smallest product, 288 x 288, is 166K): each chunk streams its own columns of W once, and the
+// bits of an entry do not depend on the split (core/detail/sgemv.hpp).
+constexpr double kSplitOwnGemvFlops = 1 << 16;
+// Outputs per block of the split: one cache line of y (chunks never share a line of y), small
+// enough that 288 outputs (a stories15M projection) split evenly over two threads.
+constexpr std::size_t kAlignOwnGemv = 16;
+
+// x as a contiguous vector: x itself when incx is 1, else a copy into `buf`.
+const float* contiguous(const float* x, std::size_t K, std::size_t incx, std::vector<float>& buf) {
+  if (incx == 1) return x;
+  buf.resize(K);
+  for (std::size_t k = 0; k < K; ++k) buf[k] = x[k * incx];
+  return buf.data();
+}
+
+// One product of the own kernel: outputs [0, n) of form rows (W [K, n]) or dots (W [n, K]).
+struct OwnGemv {
+  bool rows;
+  std::size_t K, n;
+  const float* x;
+  const float* W;
+  std::size_t ldw;
+  float alpha, beta;
+  float* y;
+  std::size_t incy;
+  void run(f32v::Isa isa, std::size_t lo, std::size_t hi) const {
+    if (rows)
+      f32v::rows(isa, K, lo, hi, alpha, x, W, ldw, beta, y, incy);
+    else
+      f32v::dots(isa, K, lo, hi, alpha, x, W, ldw, beta, y, incy);
+  }
+};
+
+// Runs `count` products sharing a pool hand-off: their outputs are cut into blocks of
+// kAlignOwnGemv, the blocks of all products dealt to the chunks in one run_chunks.
+void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
+  double flops = 0;
+  std::size_t blocks = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    flops += 2.0 * double(ps[i].n) * double(ps[i].K);
+    blocks += (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
+  }
+  const std::size_t threads = flops < kSplitOwnGemvFlops ? 1 : static_cast<std::size_t>(detail::pool_threads());
+  const std::size_t chunks = std::min(threads, blocks);
+  if (chunks <= 1) {
+    for (std::size_t i = 0; i < count; ++i) ps[i].run(isa, 0, ps[i].n);
+    return;
+  }
+  detail::run_chunks(chunks, [&](std::size_t c) {
+    const std::size_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;  // global block range
+    std::size_t first = 0;                                                        // of product i
+    for (std::size_t i = 0; i < count && first < b1; ++i) {
+      const std::size_t nb = (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
+      const std::size_t lo = std::max(b0, first), hi = std::min(b1, first + nb);
+      if (lo < hi) ps[i].run(isa, (lo - first) * kAlignOwnGemv, std::min(ps[i].n, (hi - first) * kAlignOwnGemv));
+      first += nb;
+    }
+  });
+}
+
+void check_gemv_kernel(GemvKernel k) {
+  if (!gemv_kernel_available(k))
+    throw Error(op_message("blas::sgemv_on", std::string(gemv_kernel_name(k)) + " needs instructions this CPU lacks"));
+}
+
+}  // namespace
+
+GemvKernel sgemv_kernel() { return gemv_choice().kernel; }
+
+std::string sgemv_reason() { return gemv_choice().reason; }
+
+const char* gemv_kernel_name(GemvKernel k) {
+  switch (k) {
+    case GemvKernel::xgrad_avx512: return "xgrad avx512";
+    case GemvKernel::xgrad_avx2: return "xgrad avx2";
+    case GemvKernel::xgrad_scalar: return "xgrad scalar";
+    default: return "OpenBLAS";
+  }
+}
+
+bool gemv_kernel_available(GemvKernel k) { return k == GemvKernel::openblas || f32v::cpu_supported(gemv_isa(k)); }
+
+void sgemv_on(GemvKernel k, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+              std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  if (!is_gemv(M, N, K))
+    throw ValueError(op_message("blas::sgemv_on", "a matrix-vector product has M = 1 or N = 1 (not both) and K > 0, got M " +
+                                                      std::to_string(M) + ", N " + std::to_string(N) + ", K " +
+                                                      std::to_string(K)));
+  check_gemv_kernel(k);
+  g_gemv_calls[static_cast<int>(k)].fetch_add(1, std::memory_order_relaxed);
+  if (k == GemvKernel::openblas) {
+    sgemm_on(Backend::openblas, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  thread_local std::vector<float> xbuf;
+  OwnGemv p{};
+  p.K = K;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.y = C;
+  if (M == 1) {  // C [1, N] = row x of op(A) times op(B) [K, N]
+    p.x = contiguous(A, K, ta ? lda : 1, xbuf);
+    p.rows = !tb;  // B [K, N]: rows of B; B [N, K]: a dot product per row of B
+    p.n = N;
+    p.W = B;
+    p.ldw = ldb;
+    p.incy = 1;
+  } else {  // C [M, 1] = op(A) [M, K] times the column op(B)
+    p.x = contiguous(B, K, tb ? 1 : ldb, xbuf);
+    p.rows = ta;  // A [K, M]: rows of A; A [M, K]: a dot product per row of A
+    p.n = M;
+    p.W = A;
+    p.ldw = lda;
+    p.incy = ldc;
+  }
+  run_own(gemv_isa(k), &p, 1);
+}
+
+namespace {
+std::atomic<std::uint64_t> g_row_products_calls{0};
+}  // namespace
+
+std::uint64_t row_products_calls() { return g_row_products_calls.load(std::memory_order_relaxed); }
+
+void row_products(const float* x, std::size_t K, const RowProduct* ps, std::size_t count) {
+  const ProfileTimer timer;
+  g_row_products_calls.fetch_add(1, std::memory_order_relaxed);
+  const GemvKernel k = sgemv_kernel();
+  if (k == GemvKernel::openblas || K == 0) {  // one product after the other, as gemm would
+    for (std::size_t i = 0; i < count; ++i) {
+      const RowProduct& p = ps[i];
+      if (is_gemv(1, p.N, K))
+        sgemv_on(k, false, false, 1, p.N, K, 1.0f, x, K, p.W, p.N, 0.0f, p.y, p.N);
+      else
+        sgemm_on(sgemm_backend(), false, false, 1, p.N, K, 1.0f, x, K, p.W, p.N, 0.0f, p.y, p.N);
+    }
+    return;
+  }
+  std::vector<OwnGemv> own(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    own[i] = OwnGemv{true, K, ps[i].N, x, ps[i].W, ps[i].N, 1.0f, 0.0f, ps[i].y, 1};
+    g_gemv_calls[static_cast<int>(k)].fetch_add(1, std::memory_order_relaxed);
+  }
+  run_own(gemv_isa(k), own.data(), count);
+}
+
+std::uint64_t sgemv_calls(GemvKernel k) { return g_gemv_calls[static_cast<int>(k)].load(std::memory_order_relaxed); }
 
 // --- bfloat16 products (core/detail/bf16_gemm.hpp, xg::set_matmul_dtype) ---
 

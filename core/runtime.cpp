@@ -33,6 +33,10 @@ std::string float64_gemm_kernels() {
   return std::string(blas::f64_kernel_name(blas::dgemm_kernel())) + " (" + blas::dgemm_reason() + ")";
 }
 
+std::string float32_gemv_kernels() {
+  return std::string(blas::gemv_kernel_name(blas::sgemv_kernel())) + " (" + blas::sgemv_reason() + ")";
+}
+
 std::string openblas_core() { return blas::openblas_corename(); }
 
 std::string openblas_config() { return blas::openblas_config(); }

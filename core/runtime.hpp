@@ -31,6 +31,11 @@ std::string float32_gemm_kernels();
 /// without AVX2/AVX-512 dgemm kernels and the CPU has AVX2 + FMA, at the ISA ceiling above;
 /// XGRAD_FLOAT64_GEMM=xgrad|openblas|auto forces it (docs/performance.md, "GEMM").
 std::string float64_gemm_kernels();
+/// What float32 matrix-vector products (one row or one column: batch-1 decoding) run on:
+/// "xgrad avx512", "xgrad avx2", "xgrad scalar" (xgrad's own kernel) or "OpenBLAS" (its
+/// sgemv), and why; chosen at the first such product by the float64 rule above,
+/// XGRAD_FLOAT32_GEMV=xgrad|openblas|auto forces it (docs/performance.md, "Generation").
+std::string float32_gemv_kernels();
 /// OpenBLAS's core: the kernels it runs on this CPU (openblas_get_corename()), e.g. "Haswell",
 /// "SkylakeX" or "Prescott", its SSE3 fallback for a CPU model it does not know.
 std::string openblas_core();

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/nn/detail/flash_tile.hpp>
 #include <xgrad/ops/join.hpp>
 
 namespace xg::nn {
@@ -33,6 +35,33 @@ void row(const Array& a, std::size_t b, std::vector<double>& r) {
   }
 }
 
+// Greedy pick_token (temperature 0) on row b of float32 logits [B, V], its first V entries,
+// without the copy into doubles: the first index of the largest value (float to double is exact
+// and keeps the order, so the same index), and the same error for a non-finite logit.
+std::int64_t greedy_float(const Array& a, std::size_t b, std::size_t V) {
+  const float* p = a.data<float>() + b * a.shape()[1];
+  // The vector kernels of the fused attention's tiles where the CPU has them (finite, then max);
+  // else branch-free loops (not finite: NaN fails the comparison, infinity exceeds the largest
+  // float).
+  const tile::Kernels* kz = tile::kernels();
+  bool bad = false;
+  float m = p[0];
+  if (kz) {
+    bad = !kz->finite(p, V);
+    if (!bad) m = kz->max(p, V);
+  } else {
+    int nonfinite = 0;
+    for (std::size_t i = 0; i < V; ++i) nonfinite |= !(std::fabs(p[i]) <= std::numeric_limits<float>::max());
+    bad = nonfinite != 0;
+    for (std::size_t i = 0; i < V; ++i) m = p[i] > m ? p[i] : m;
+  }
+  if (bad) {  // pick_token's message for the first non-finite logit
+    std::vector<double> r(p, p + V);
+    return pick_token(r, SampleOptions{});
+  }
+  return static_cast<std::int64_t>(std::find(p, p + V, m) - p);
+}
+
 IndexArray as_batch(const std::vector<std::vector<std::int64_t>>& seqs) {
   const std::size_t B = seqs.size(), T = seqs[0].size();
   std::vector<std::int64_t> flat;
@@ -55,10 +84,16 @@ Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, Fi
   for (std::size_t step = 0; step < max_new; ++step) {
     g.logits.push_back(logits);
     std::vector<std::int64_t> picked(B);
+    const std::size_t V = logits.shape()[1];
+    const std::size_t V_pick = opts.vocab_limit > 0 && opts.vocab_limit < V ? opts.vocab_limit : V;
     for (std::size_t b = 0; b < B; ++b) {
-      row(logits, b, r);
-      if (opts.vocab_limit > 0 && opts.vocab_limit < r.size()) r.resize(opts.vocab_limit);
-      picked[b] = pick_token(r, opts);
+      if (opts.temperature == 0.0 && logits.dtype() == DType::float32 && V_pick > 0) {
+        picked[b] = greedy_float(logits, b, V_pick);
+      } else {
+        row(logits, b, r);
+        r.resize(V_pick);
+        picked[b] = pick_token(r, opts);
+      }
       if (done[b]) continue;
       g.tokens[b].push_back(picked[b]);
       if (picked[b] == opts.stop_token ||

@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/nn/detail/adapter_check.hpp>
 #include <xgrad/ops/dropout.hpp>
@@ -219,9 +221,41 @@ SwiGLUFeedForward::SwiGLUFeedForward(std::size_t d, std::size_t d_ff, Generator&
   register_module("down", down);
 }
 
+namespace {
+// Decoding's one-row case of gate(x) and up(x): x is a single float32 row [1, .., 1, d], no gradient is
+// wanted, neither layer has an adapter and products run in float32. Then both products run as
+// one (blas::row_products: x read once, one pool hand-off for the two), each output bit for bit
+// what ops::matmul(x, W) gives (the same kernel and chains). False otherwise: the caller takes
+// the op-by-op path (which also reports any bad input).
+bool gate_up_one_row(const Tensor& x, const Linear& gate, const Linear& up, Tensor& g, Tensor& u) {
+  if (!x.defined() || x.dtype() != DType::float32 || x.ndim() < 2 || gate.adapter() || up.adapter()) return false;
+  const Shape& wg = gate.W.shape();
+  const std::size_t d = wg[0], n = wg[1];
+  if (x.shape().back() != d || x.size() != d || up.W.shape() != wg || gate.W.dtype() != DType::float32 ||
+      up.W.dtype() != DType::float32)
+    return false;
+  if (grad_enabled() && (x.requires_grad() || gate.W.requires_grad() || up.W.requires_grad())) return false;
+  if (effective_matmul_dtype() != MatmulDtype::float32) return false;
+  Shape out = x.shape();
+  out.back() = n;
+  Array ga = Array::empty(out, DType::float32), ua = Array::empty(out, DType::float32);
+  const Array xv = x.value(), gw = gate.W.value(), uw = up.W.value();
+  const blas::RowProduct ps[2] = {{gw.data<float>(), n, ga.data<float>()}, {uw.data<float>(), n, ua.data<float>()}};
+  blas::row_products(xv.data<float>(), d, ps, 2);
+  g = Tensor(ga);
+  u = Tensor(ua);
+  return true;
+}
+}  // namespace
+
 Tensor SwiGLUFeedForward::operator()(const Tensor& x) const {
-  if (activation) return down(activated(activation, gate(x), "swiglu_feed_forward") * up(x));
-  return down(ops::swiglu(gate(x), up(x)));
+  Tensor g, u;
+  if (!gate_up_one_row(x, gate, up, g, u)) {
+    g = gate(x);
+    u = up(x);
+  }
+  if (activation) return down(activated(activation, g, "swiglu_feed_forward") * u);
+  return down(ops::swiglu(g, u));
 }
 
 }  // namespace xg::nn

@@ -25,7 +25,31 @@ struct Angles {
   std::vector<double> c, s;
 };
 
+std::shared_ptr<Angles> compute_angles(const std::vector<std::int64_t>& pos, std::size_t r, double base);
+
+// The angles of the last short call (at most kReuse positions: decoding steps) on this thread are
+// reused when the positions, r and base are the same (the Q and K of every layer of a step share
+// them: a decoding step computes them once, not twice per layer). Angles are never changed once
+// made; a reused one is the same values. Longer calls compute theirs (nothing large is kept).
+constexpr std::size_t kReuse = 64;
 std::shared_ptr<Angles> angles(const std::vector<std::int64_t>& pos, std::size_t r, double base) {
+  struct Last {
+    std::vector<std::int64_t> pos;
+    std::size_t r = 0;
+    double base = 0;
+    std::shared_ptr<Angles> a;
+  };
+  thread_local Last last;
+  if (pos.size() > kReuse) return compute_angles(pos, r, base);
+  if (last.a && last.r == r && last.base == base && last.pos == pos) return last.a;
+  last.a = compute_angles(pos, r, base);
+  last.pos = pos;
+  last.r = r;
+  last.base = base;
+  return last.a;
+}
+
+std::shared_ptr<Angles> compute_angles(const std::vector<std::int64_t>& pos, std::size_t r, double base) {
   auto a = std::make_shared<Angles>();
   a->T = pos.size();
   a->half = r / 2;

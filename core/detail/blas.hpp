@@ -89,6 +89,42 @@ void dgemm_on(F64Kernel k, bool trans_a, bool trans_b, std::size_t M, std::size_
 // float64 GEMM calls (through gemm(double) or dgemm_on) that ran on each kernel so far.
 std::uint64_t dgemm_calls(F64Kernel k);
 
+// The float32 matrix-vector products (one row or one column of C, K > 0: batch-1 decoding's
+// products): xgrad's own kernel (core/detail/sgemv.hpp: AVX-512, AVX2 + FMA, or a scalar
+// fallback) or OpenBLAS's sgemv, chosen once at the first such product by the float64 rule
+// above: the own kernel, at the ISA ceiling, where OpenBLAS runs a core without AVX2/AVX-512
+// kernels and the CPU has AVX2 + FMA; OpenBLAS otherwise. XGRAD_FLOAT32_GEMV=xgrad|openblas|auto
+// forces it (xgrad on a CPU without AVX2 + FMA: the scalar fallback). gemm(float) sends every
+// matrix-vector product to sgemv_kernel(). The own kernel's products are split over the pool by
+// output blocks from 64K flops; an entry's bits depend on K alone (not on the thread count, the
+// split or the ISA); OpenBLAS's (sgemm_on's splitting, from 1M flops) on the thread count.
+enum class GemvKernel { openblas, xgrad_scalar, xgrad_avx2, xgrad_avx512 };
+// Chosen at the first call; XGRAD_FLOAT32_GEMV with another value than xgrad, openblas or auto
+// throws ValueError.
+GemvKernel sgemv_kernel();
+std::string sgemv_reason();  // why, one phrase
+const char* gemv_kernel_name(GemvKernel k);  // "OpenBLAS", "xgrad scalar", "xgrad avx2", "xgrad avx512"
+bool gemv_kernel_available(GemvKernel k);    // the CPU has its instructions
+// The matrix-vector product C = alpha op(A) op(B) + beta C (M = 1 or N = 1, not both, K > 0:
+// ValueError otherwise) on `k` (Error if !gemv_kernel_available(k)); openblas is the doorway's
+// old path (OpenBLAS's sgemv split over the pool, as sgemm_on(Backend::openblas)).
+void sgemv_on(GemvKernel k, bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha,
+              const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
+              std::size_t ldc);
+// Matrix-vector products (gemm or sgemv_on) that ran on each kernel so far, process-wide.
+std::uint64_t sgemv_calls(GemvKernel k);
+// y_i [N_i] = x [K] W_i for weights W_i [K, N_i] (row-major, contiguous) sharing x, on
+// sgemv_kernel(): with the own kernel as one pool hand-off (the outputs of all products dealt to
+// the chunks together; each y_i bit for bit what gemm(1, N_i, K) gives), else one product after
+// the other (decoding's gate and up projections of a SwiGLU feed-forward).
+struct RowProduct {
+  const float* W;
+  std::size_t N;
+  float* y;
+};
+void row_products(const float* x, std::size_t K, const RowProduct* ps, std::size_t count);
+std::uint64_t row_products_calls();  // row_products calls so far, process-wide
+
 // What OpenBLAS says of itself: openblas_get_corename() (the kernels it runs on this CPU) and
 // openblas_get_config().
 std::string openblas_corename();

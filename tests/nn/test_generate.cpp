@@ -165,6 +165,32 @@ TEST_CASE("generate: stop_when ends one sample and lets the others run", "[gener
   CHECK(h.logits.size() == 2);
 }
 
+TEST_CASE("generate: greedy float32 picks are pick_token's on each step's logits", "[generate]") {
+  // nn/generate.cpp picks greedy float32 tokens without copying the row into doubles: the same
+  // token as pick_token on that row, with and without a vocabulary limit, ties to the first.
+  Generator init(8);
+  nn::TransformerConfig c = small_config(16, 2);
+  c.dtype = DType::float32;
+  nn::GPT model(c, init);
+  for (std::size_t limit : {std::size_t{0}, std::size_t{6}}) {
+    nn::SampleOptions so;
+    so.vocab_limit = limit;
+    const nn::Generation g = nn::generate(model, {{1, 2}, {3, 4}}, 6, so);
+    REQUIRE(g.logits.size() == 6);
+    for (std::size_t s = 0; s < 6; ++s)
+      for (std::size_t b = 0; b < 2; ++b) {
+        const float* row = g.logits[s].data<float>() + b * c.V_vocab;
+        std::vector<double> r(row, row + (limit ? limit : c.V_vocab));
+        CHECK(g.tokens[b][s] == nn::pick_token(r, nn::SampleOptions{}));
+      }
+  }
+  // A non-finite logit: pick_token's error.
+  NoGradGuard ng;
+  model.ln_f.gamma.set_value(Array::full(model.ln_f.gamma.shape(), std::numeric_limits<double>::quiet_NaN(),
+                                         DType::float32));
+  CHECK_THROWS_WITH(nn::generate(model, {{1}}, 2), Catch::Contains("the model's output is not finite"));
+}
+
 TEST_CASE("generate: a prompt longer than the context is refused", "[generate]") {
   Generator init(6);
   nn::GPT model(small_config(4, 1), init);
