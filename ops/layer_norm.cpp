@@ -7,7 +7,7 @@
 //   gamma_bar = sum over rows of y_bar * xh,  beta_bar = sum over rows of y_bar
 // The forward keeps mu and r per row; xh is recomputed. layer_norm_composed() builds the same
 // function from mean, sub, mul, sqrt and div: the test oracle for this VJP. Under create_graph
-// x_bar is one recorded op, layer_norm_backward (below), with its own fused VJP.
+// x_bar is one recorded op, layer_norm_backward (ops/norm_backward.cpp), with its own fused VJP.
 #include <xgrad/ops/layer_norm.hpp>
 
 #include <cmath>
@@ -22,6 +22,7 @@
 #include <xgrad/core/detail/fused_kernels.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/ops/detail/norm_backward.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/unary.hpp>
@@ -49,123 +50,6 @@ void check_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, double
 }
 
 constexpr std::size_t kRowsGrain = 64;
-
-}  // namespace
-
-namespace {
-
-// The backward pass x_bar = r (gh - mean(gh) - xh mean(gh xh)), gh = g gamma, as one recorded op
-// under create_graph ("layer_norm_backward", inputs x, [gamma], g). Its VJP, for the cotangent
-// w of x_bar (per row of D, with Jw = r (w - mean(w) - xh mean(w xh)), the same map applied to
-// w, since x_bar = J gh for the symmetric Jacobian J of xh in x):
-//   g_bar = gamma Jw,   gamma_bar = sum over rows of g Jw,
-//   x_bar' = -r ( <w, x_bar> xh / D + <w, xh> x_bar / D + mean(gh xh) Jw )
-// (docs/math.md derives it). mu and r are recomputed per row. The op's own second-order rule
-// differentiates the same map written with recorded ops, so every order is available.
-struct LayerNormBackwardVjp {
-  double eps = 1e-5;
-  bool has_g = false;
-  Cotangents operator()(const VjpContext& c) const {
-    const std::size_t ig = has_g ? 2 : 1;
-    const Array& X = c.inputs[0];
-    const std::size_t D = X.shape().back(), N = D ? X.size() / D : 0;
-    Cotangents cot(ig + 1);
-    detail::dispatch(X.dtype(), [&](auto t) {
-      using T = decltype(t);
-      const T* px = X.data<T>();
-      const T* pgam = has_g ? c.inputs[1].data<T>() : nullptr;
-      const T* pg = c.inputs[ig].data<T>();
-      const T* pw = c.grad_output.data<T>();
-      Array dx = c.needs(0) ? Array::empty(X.shape(), X.dtype()) : Array();
-      Array dg = c.needs(ig) ? Array::empty(X.shape(), X.dtype()) : Array();
-      T* pdx = dx.defined() ? dx.data<T>() : nullptr;
-      T* pdg = dg.defined() ? dg.data<T>() : nullptr;
-      const bool want_gamma = has_g && c.needs(1);
-      const std::size_t chunks = detail::parallel_chunks(N, kRowsGrain);
-      std::vector<T> part(want_gamma ? chunks * D : 0, T(0));
-      detail::parallel_for(N, kRowsGrain, [&](std::size_t lo, std::size_t hi, std::size_t ch) {
-        std::vector<T> xh(D), jw(D), xb(D);
-        const T inv_d = T(1) / static_cast<T>(D);
-        for (std::size_t r = lo; r < hi; ++r) {
-          const T* xr = px + r * D;
-          const T* gr = pg + r * D;
-          const T* wr = pw + r * D;
-          T mu = 0;
-          for (std::size_t j = 0; j < D; ++j) mu += xr[j];
-          mu *= inv_d;
-          T var = 0;
-          for (std::size_t j = 0; j < D; ++j) var += (xr[j] - mu) * (xr[j] - mu);
-          const T rs = T(1) / std::sqrt(var * inv_d + static_cast<T>(eps));
-          T a = 0, cc = 0, mw = 0, mwx = 0;  // mean(gh), mean(gh xh), mean(w), mean(w xh)
-          for (std::size_t j = 0; j < D; ++j) {
-            xh[j] = (xr[j] - mu) * rs;
-            const T gh = pgam ? gr[j] * pgam[j] : gr[j];
-            a += gh;
-            cc += gh * xh[j];
-            mw += wr[j];
-            mwx += wr[j] * xh[j];
-          }
-          a *= inv_d;
-          cc *= inv_d;
-          mw *= inv_d;
-          mwx *= inv_d;
-          T f = 0, p = 0;  // <w, x_bar>, <w, xh>
-          for (std::size_t j = 0; j < D; ++j) {
-            const T gh = pgam ? gr[j] * pgam[j] : gr[j];
-            xb[j] = rs * (gh - a - xh[j] * cc);
-            jw[j] = rs * (wr[j] - mw - xh[j] * mwx);
-            f += wr[j] * xb[j];
-            p += wr[j] * xh[j];
-          }
-          if (pdx)
-            for (std::size_t j = 0; j < D; ++j)
-              pdx[r * D + j] = -rs * (f * inv_d * xh[j] + p * inv_d * xb[j] + cc * jw[j]);
-          if (pdg)
-            for (std::size_t j = 0; j < D; ++j) pdg[r * D + j] = pgam ? pgam[j] * jw[j] : jw[j];
-          if (want_gamma)
-            for (std::size_t j = 0; j < D; ++j) part[ch * D + j] += gr[j] * jw[j];
-        }
-      });
-      cot[0] = dx;
-      if (want_gamma) {
-        Array gg = Array::zeros({D}, X.dtype());
-        T* pgg = gg.data<T>();
-        for (std::size_t ch = 0; ch < chunks; ++ch)
-          for (std::size_t j = 0; j < D; ++j) pgg[j] += part[ch * D + j];
-        cot[1] = gg;
-      }
-      cot[ig] = dg;
-    });
-    return cot;
-  }
-};
-
-// x_bar of layer_norm as a recorded op; its value comes from the layer's own first-order VJP
-// (the same bits as a plain backward pass).
-Tensor layer_norm_backward(const DiffVjpContext& c, double eps, bool has_g) {
-  const Tensor& x = c.inputs[0];
-  std::vector<Array> values;
-  for (const Tensor& in : c.inputs) values.push_back(in.value());
-  std::vector<bool> needs(c.inputs.size(), false);
-  needs[0] = true;
-  Array dx = c.first_order(VjpContext{values, c.output.value(), c.grad_output.value(), needs})[0];
-  std::vector<Tensor> inputs{x};
-  if (has_g) inputs.push_back(c.inputs[1]);
-  inputs.push_back(c.grad_output);
-  return record("layer_norm_backward", std::move(dx), inputs, LayerNormBackwardVjp{eps, has_g},
-                second_order([](const DiffVjpContext& cc) {
-                  const LayerNormBackwardVjp& v = cc.first_order_as<LayerNormBackwardVjp>();
-                  return composed_vjp(cc, [&v](const std::vector<Tensor>& in) {
-                    const Tensor& xx = in[0];
-                    const Tensor& g = in[v.has_g ? 2 : 1];
-                    const Tensor gh = v.has_g ? g * in[1] : g;
-                    const Tensor d = xx - mean(xx, {-1}, true);
-                    const Tensor sd = sqrt(mean(d * d, {-1}, true) + v.eps);
-                    const Tensor xh = d / sd;
-                    return (gh - mean(gh, {-1}, true) - xh * mean(gh * xh, {-1}, true)) / sd;
-                  });
-                }));
-}
 
 }  // namespace
 
@@ -282,7 +166,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   }, second_order([eps, has_g, has_b](const DiffVjpContext& c) {
     // x_bar as one recorded op (layer_norm_backward); gamma_bar and beta_bar as column sums.
     DiffCotangents cot(c.inputs.size());
-    if (c.needs(0)) cot[0] = layer_norm_backward(c, eps, has_g);
+    if (c.needs(0)) cot[0] = recorded_norm_backward("layer_norm_backward", c, eps, has_g, true);
     if (has_g && c.needs(1))
       cot[1] = sum_to(c.grad_output * layer_norm(c.inputs[0], Tensor(), Tensor(), eps), c.inputs[1].shape());
     const std::size_t ib = has_g ? 2 : 1;
