@@ -4,15 +4,26 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <unistd.h>
 
 namespace xgfuzz {
 
-// Writes the input to /tmp/xgrad_fuzz_<name>_<pid>.safetensors; returns its path ("" if the
-// file cannot be written).
+// Writes the input to /tmp/xgrad_fuzz_<name>_<pid>.safetensors (removed at exit); returns its
+// path ("" if the file cannot be written).
+// The file is removed when the fuzzer exits (its runs end with exit()).
+struct InputFile {
+  std::string path;
+  pid_t owner = ::getpid();
+  explicit InputFile(std::string p) : path(std::move(p)) {}
+  ~InputFile() {
+    if (::getpid() == owner) std::remove(path.c_str());
+  }
+};
+
 inline std::string write_input(const char* name, const std::uint8_t* data, std::size_t size) {
-  static const std::string path =
-      std::string("/tmp/xgrad_fuzz_") + name + "_" + std::to_string(::getpid()) + ".safetensors";
+  static const InputFile file(std::string("/tmp/xgrad_fuzz_") + name + "_" + std::to_string(::getpid()) + ".safetensors");
+  const std::string& path = file.path;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return {};
   const bool ok = std::fwrite(data, 1, size, f) == size;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <system_error>
+#include <vector>
 #include <limits>
 #include <sstream>
 #include <fstream>
@@ -11,11 +14,37 @@
 
 namespace xgt {
 
+namespace {
+
+// The folders temp_dir made, removed when the test program exits (XGRAD_KEEP_TEST_DIRS set:
+// kept, to look at after a failure). Only by the process that made them: a forked child that
+// exits leaves them to its parent.
+struct TempDirs {
+  std::vector<std::filesystem::path> paths;
+  pid_t owner = ::getpid();
+  ~TempDirs() {
+    if (::getpid() != owner || std::getenv("XGRAD_KEEP_TEST_DIRS")) return;
+    for (const auto& p : paths) {
+      std::error_code ec;
+      std::filesystem::remove_all(p, ec);
+    }
+  }
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::filesystem::path temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
   const fs::path p = fs::temp_directory_path() / ("xgrad_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  TempDirs& dirs = temp_dirs();
+  if (std::find(dirs.paths.begin(), dirs.paths.end(), p) == dirs.paths.end()) dirs.paths.push_back(p);
   return p;
 }
 

@@ -24,7 +24,8 @@ GradcheckReport require_gradcheck(const GradcheckFn& f, const std::vector<Array>
                                   const std::vector<std::string>& names = {},
                                   const GradcheckOptions& opts = {});
 
-// A fresh, empty folder under the temporary directory, unique to this process.
+// A fresh, empty folder under the temporary directory, unique to this process; removed with
+// everything in it when the test program exits (set XGRAD_KEEP_TEST_DIRS to keep it).
 std::filesystem::path temp_dir(const std::string& name);
 
 // Writes `bytes` to the file `p` (replacing it) and requires the write to succeed.
