@@ -13,6 +13,7 @@
 #include <xgrad/core/tape.hpp>
 #include <xgrad/nn/detail/adapter_check.hpp>
 #include <xgrad/nn/detail/flash_attention.hpp>
+#include <xgrad/nn/layer_registry.hpp>
 #include <xgrad/nn/lora.hpp>
 #include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/join.hpp>
@@ -121,6 +122,7 @@ void MultiHeadAttention::init(Generator* gen) {
   d_h_ = cfg_.d_head ? cfg_.d_head : cfg_.d_model / cfg_.H_q;
   if (cfg_.rope) ops::rope_rotary_dims("attention", *cfg_.rope, d_h_);  // checks the RoPE config
   if (cfg_.alibi) slopes_ = alibi_slopes(cfg_.H_q);
+  if (!cfg_.core.empty()) core_ = make_attention(cfg_.core);  // ValueError naming it when not registered
   const std::size_t width = (cfg_.H_q + 2 * cfg_.H_kv) * d_h_;
   W_QKV = register_parameter("W_QKV", xavier(cfg_.d_model, width, gen, cfg_.dtype));
   if (cfg_.bias) b_QKV = register_parameter("b_QKV", Array::zeros({width}, cfg_.dtype));
@@ -261,8 +263,30 @@ void MultiHeadAttention::split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V)
   V = split_heads(parts[2], cfg_.H_kv);
 }
 
+Tensor MultiHeadAttention::registered_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
+                                           const AttentionCall& call) const {
+  const std::string who = "the registered attention '" + cfg_.core + "'";
+  if (call.return_weights)
+    throw ValueError(op_message("attention", who + " gives no weights: attention maps (return_weights) need the "
+                                                   "built-in core"));
+  const Tensor O = core_(Q, K, V, vis, sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training()));
+  const Shape want = {Q.shape()[0], cfg_.H_q, Q.shape()[2], V.shape()[3]};
+  if (!O.defined() || O.shape() != want)
+    throw ShapeError(op_message("attention", who + " returned " + (O.defined() ? shape_str(O.shape()) : "nothing") +
+                                                 ", expected O [B, H_q, T, d_v] = " + shape_str(want)));
+  if (O.dtype() != Q.dtype())
+    throw DTypeError(op_message("attention", who + " returned " + dtype_name(O.dtype()) + ", expected Q's dtype " +
+                                                 dtype_name(Q.dtype())));
+  return O;
+}
+
 AttentionOutput MultiHeadAttention::finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                                            const AttentionCall& call) {
+  if (core_) {
+    AttentionOutput out;
+    out.Y = output(merge_heads(registered_core(Q, K, V, vis, call)));  // (5.20)
+    return out;
+  }
   const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training()));
   return {output(merge_heads(r.output)), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
 }
@@ -296,7 +320,7 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& X, const AttentionCall
   // The fused path reads the heads from P in place and merges them on the way out.
   SdpaResult r;
   const SdpaOptions o = sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training());
-  if (packed_self_attention(Pr, cfg_.H_q, cfg_.H_kv, vis, o, r))
+  if (!core_ && packed_self_attention(Pr, cfg_.H_q, cfg_.H_kv, vis, o, r))
     return {output(r.output), r.weights, r.dropout_mask, r.dropout_seed, r.path};  // (5.20)
   Tensor Q, K, V;
   split(Pr, Q, K, V);
@@ -312,7 +336,7 @@ Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
 bool MultiHeadAttention::one_query_step(const AttentionCall& call, std::size_t n, const Tensor& Q) const {
   const bool scale_ok = !cfg_.scale || (std::isfinite(*cfg_.scale) && *cfg_.scale > 0.0);
   const bool dropout = training() && cfg_.dropout > 0.0;
-  return n == 1 && !cfg_.alibi && cfg_.impl != SdpaImpl::composed && scale_ok && !dropout && !call.return_weights &&
+  return n == 1 && !core_ && !cfg_.alibi && cfg_.impl != SdpaImpl::composed && scale_ok && !dropout && !call.return_weights &&
          call.query_valid.size() == 0 && call.visibility.unconstrained() && !(grad_enabled() && Q.requires_grad()) &&
          (Q.dtype() == DType::float32 || Q.dtype() == DType::float64);
 }

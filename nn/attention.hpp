@@ -54,6 +54,11 @@ struct AttentionConfig {
   /// ALiBi: Visibility::alibi with alibi_slopes(H_q) by absolute position, added to (intersected
   /// with) the call's visibility in forward() and forward_cached().
   bool alibi = false;
+  /// A registered attention core (nn::register_attention, nn/layer_registry.hpp) computing O
+  /// from the heads in place of scaled_dot_product_attention, in forward() and
+  /// forward_cached(); looked up when the layer is made (ValueError naming it if it is not
+  /// registered). Empty: the built-in core (`impl`). A layer with one returns no weights.
+  std::string core;
 };
 
 /// Configuration of a CrossAttention layer.
@@ -187,6 +192,9 @@ class MultiHeadAttention : public Module {
   void split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V) const;
   AttentionOutput finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                          const AttentionCall& call);
+  // O [B, H_q, T, d_h] of the registered core, its shape and dtype checked.
+  Tensor registered_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
+                         const AttentionCall& call) const;
   // Whether forward_cached() of n new positions with queries Q may take the decoding step
   // (nn::attention_one_query): one query, nothing recorded for gradients, no weights, dropout,
   // ALiBi, extra visibility or invalid queries, and not forced onto the composed path.
@@ -198,6 +206,7 @@ class MultiHeadAttention : public Module {
   std::size_t d_h_;
   std::vector<double> slopes_;  // ALiBi slopes when cfg_.alibi
   std::array<std::unique_ptr<Adapter>, 4> adapters_;  // by Projection
+  AttentionFn core_;  // the registered core of cfg_.core, empty for the built-in one
 };
 
 /// Cross-attention: queries from one sequence, keys and values from another (the memory).

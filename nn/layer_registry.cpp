@@ -16,6 +16,7 @@ struct Registry {
   std::map<std::string, ActivationFn> activations;
   std::map<std::string, MLPFactory> mlps;
   std::map<std::string, NormFactory> norms;
+  std::map<std::string, AttentionFn> attentions;
 };
 
 Registry& registry() {
@@ -69,6 +70,7 @@ std::string layer_kind_name(LayerKind k) {
     case LayerKind::activation: return "activation";
     case LayerKind::mlp: return "mlp";
     case LayerKind::norm: return "norm";
+    case LayerKind::attention: return "attention";
   }
   return "activation";
 }
@@ -91,6 +93,12 @@ void register_norm(const std::string& name, NormFactory f) {
   add(LayerKind::norm, r.norms, name, std::move(f));
 }
 
+void register_attention(const std::string& name, AttentionFn f) {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  add(LayerKind::attention, r.attentions, name, std::move(f));
+}
+
 bool unregister_layer(LayerKind k, const std::string& name) {
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
@@ -98,6 +106,7 @@ bool unregister_layer(LayerKind k, const std::string& name) {
     case LayerKind::activation: return r.activations.erase(name) > 0;
     case LayerKind::mlp: return r.mlps.erase(name) > 0;
     case LayerKind::norm: return r.norms.erase(name) > 0;
+    case LayerKind::attention: return r.attentions.erase(name) > 0;
   }
   return false;
 }
@@ -109,6 +118,7 @@ bool is_registered(LayerKind k, const std::string& name) {
     case LayerKind::activation: return r.activations.count(name) > 0;
     case LayerKind::mlp: return r.mlps.count(name) > 0;
     case LayerKind::norm: return r.norms.count(name) > 0;
+    case LayerKind::attention: return r.attentions.count(name) > 0;
   }
   return false;
 }
@@ -120,6 +130,7 @@ std::vector<std::string> registered_layers(LayerKind k) {
     case LayerKind::activation: return names_of(r.activations);
     case LayerKind::mlp: return names_of(r.mlps);
     case LayerKind::norm: return names_of(r.norms);
+    case LayerKind::attention: return names_of(r.attentions);
   }
   return {};
 }
@@ -129,6 +140,14 @@ ActivationFn make_activation(const std::string& name) {
   const std::lock_guard<std::mutex> lock(r.mutex);
   const auto it = r.activations.find(name);
   if (it == r.activations.end()) unknown(LayerKind::activation, name, names_of(r.activations));
+  return it->second;
+}
+
+AttentionFn make_attention(const std::string& name) {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.attentions.find(name);
+  if (it == r.attentions.end()) unknown(LayerKind::attention, name, names_of(r.attentions));
   return it->second;
 }
 
@@ -166,7 +185,10 @@ void check_registered_layers(const TransformerConfig& c) {
                                                    "': the activation replaces the built-in MLP's; a registered mlp "
                                                    "has its own (set one of them)"));
   const std::pair<LayerKind, const std::string*> named[] = {
-      {LayerKind::activation, &c.activation}, {LayerKind::mlp, &c.mlp}, {LayerKind::norm, &c.norm}};
+      {LayerKind::activation, &c.activation},
+      {LayerKind::mlp, &c.mlp},
+      {LayerKind::norm, &c.norm},
+      {LayerKind::attention, &c.attention}};
   for (const auto& [k, name] : named)
     if (!name->empty() && !is_registered(k, *name)) unknown(k, *name, registered_layers(k));
 }

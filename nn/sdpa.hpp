@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include <xgrad/core/random.hpp>
@@ -77,5 +78,12 @@ SdpaResult scaled_dot_product_attention(const Tensor& Q, const Tensor& K, const 
 /// The output alone: scaled_dot_product_attention(Q, K, V, visibility, opts).output.
 Tensor attention(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& visibility,
                  const SdpaOptions& opts = {});
+
+/// An attention core: a function of attention()'s signature, Q [B, H_q, T, d_k], K
+/// [B, H_kv, S, d_k], V [B, H_kv, S, d_v], the visibility and options -> O [B, H_q, T, d_v], on
+/// the tape. A program registers one by name (nn::register_attention, nn/layer_registry.hpp) to
+/// put it in place of scaled dot-product attention inside GPT and Llama blocks.
+using AttentionFn = std::function<Tensor(const Tensor& Q, const Tensor& K, const Tensor& V,
+                                         const Visibility& visibility, const SdpaOptions& opts)>;
 
 }  // namespace xg::nn

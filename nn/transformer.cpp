@@ -27,7 +27,10 @@ const double kInitStd = 0.02;
 // `causal_layer`: a decoder self-attention layer, which takes the model's sliding window.
 AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer = false) {
   AttentionConfig a;
-  if (causal_layer) a.window = c.window;
+  if (causal_layer) {
+    a.window = c.window;
+    a.core = c.attention;  // a registered core replaces the blocks' self-attention core
+  }
   a.d_model = c.d_model;
   a.H_q = c.H_q;
   a.H_kv = c.H_kv;
@@ -472,8 +475,9 @@ EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
   if (cfg_.arch != Architecture::gpt)
     throw ValueError(op_message("encoder_decoder", "arch " + architecture_name(cfg_.arch) +
                                                        ": the encoder-decoder is built from GPT-2 blocks only"));
-  if (!cfg_.activation.empty() || !cfg_.mlp.empty() || !cfg_.norm.empty())
-    throw ValueError(op_message("encoder_decoder", "registered layers (activation, mlp, norm) are for GPT models only"));
+  if (!cfg_.activation.empty() || !cfg_.mlp.empty() || !cfg_.norm.empty() || !cfg_.attention.empty())
+    throw ValueError(
+        op_message("encoder_decoder", "registered layers (activation, mlp, norm, attention) are for GPT models only"));
   if (cfg_.pos != PositionScheme::learned)
     throw ValueError(op_message("encoder_decoder", "position scheme '" + position_scheme_name(cfg_.pos) +
                                                        "': the encoder-decoder has learned position embeddings only"));

@@ -120,6 +120,10 @@ struct TransformerConfig {
   /// layer_norm). @{
   std::string activation, mlp, norm;
   /// @}
+  /// A registered attention core (nn::register_attention) in place of scaled dot-product
+  /// attention in every block's self-attention (AttentionConfig::core); empty: the built-in
+  /// one. Checkpoints record it (metadata layer_attention); an EncoderDecoder takes none.
+  std::string attention;
 
   /// A copy with the 0 defaults filled in; validates (ValueError naming the bad size).
   TransformerConfig resolved() const;

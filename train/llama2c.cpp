@@ -89,7 +89,7 @@ void check_exportable(const nn::TransformerConfig& c, const std::string& what) {
   if (c.window > 0) refuse("it has a sliding window of " + std::to_string(c.window));
   if (c.H_q == 0 || (c.d_model / c.H_q) % 2 != 0) refuse("its head size is odd");
   for (const auto& [kind, name] : {std::pair<const char*, const std::string*>{"activation", &c.activation},
-                                   {"mlp", &c.mlp}, {"norm", &c.norm}})
+                                   {"mlp", &c.mlp}, {"norm", &c.norm}, {"attention", &c.attention}})
     if (!name->empty()) refuse(std::string("its ") + kind + " is the registered layer '" + *name + "'");
 }
 

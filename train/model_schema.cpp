@@ -190,6 +190,7 @@ std::vector<ModelField> make_schema() {
       XG_LAYER_ROW(activation, "layer_activation", "a registered activation in place of GELU / SiLU (absent: the built-in one)"),
       XG_LAYER_ROW(mlp, "layer_mlp", "a registered feed-forward layer (absent: the built-in one)"),
       XG_LAYER_ROW(norm, "layer_norm", "a registered norm (absent: the built-in one)"),
+      XG_LAYER_ROW(attention, "layer_attention", "a registered attention core in place of scaled dot-product attention (absent: the built-in one)"),
       // The tokenizer's identity: its kind, digest and the model file itself (base64).
       carried("tokenizer", "tokenizer", "text: the tokenizer's kind (bytes, sentencepiece, llama2c)"),
       carried("tokenizer_sha256", "", "text: the tokenizer's SHA-256"),
