@@ -30,6 +30,7 @@ installs it with scripts/setup.sh --test): then a failure.
 import base64
 import csv
 import json
+import math
 import os
 import select
 import shutil
@@ -254,12 +255,15 @@ INTERACT = r"""
     await tick();
     out.sortedDown = Array.from(document.querySelectorAll("#gradcheck-table tbody tr")).map((r) => r.children[1].textContent);
   }
-  for (const axis of ["tokens", "wall", "step"]) {
+  for (const axis of ["tokens", "bytes", "wall", "step"]) {
     const s = document.getElementById("x-axis");
     s.value = axis;
     s.dispatchEvent(new Event("change"));
     await tick();
     out["charts_" + axis] = document.querySelectorAll("#charts .plot canvas").length;
+    const last = document.querySelector('.chart[data-kind="loss"]').dataset.last;
+    out["lastX_" + axis] = last ? JSON.parse(last)[0] : null;
+    out["xNote_" + axis] = document.getElementById("x-note").textContent;
   }
   const box = document.getElementById("log-scale");
   box.checked = !box.checked;
@@ -336,6 +340,27 @@ def check_toggles_and_smoothing(name, act, want):
         fail(f"{name}: smoothing changed the validation loss (points): {act['valLastSmoothed']} vs {act['valLastRaw']}")
 
 
+def check_bytes_axis(name, act, want):
+    """The bytes-seen axis: tokens seen times the runs' bytes per token, which log.csv gives as
+    val_loss / (val_bpb ln 2) (the first row with both, as xgrad compare reads it)."""
+    logs = want.get("logs", [])
+    if not logs:  # runs without val_bpb: none drawn, and the note says why
+        if act["xNote_bytes"] and "bytes seen are unknown" not in act["xNote_bytes"]:
+            fail(f"{name}: the bytes axis note says {act['xNote_bytes']!r}")
+        return
+    with open(os.path.join(logs[0], "log.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("val_bpb") and r.get("val_loss")]
+    if not rows:
+        fail(f"{name}: {logs[0]}/log.csv has no val_bpb row to test the bytes axis with")
+    bpt = float(rows[0]["val_loss"]) / (float(rows[0]["val_bpb"]) * math.log(2.0))
+    tokens, got = act["lastX_tokens"], act["lastX_bytes"]
+    if act["charts_bytes"] < len(want["kinds"]) or act["xNote_bytes"]:
+        fail(f"{name}: the bytes axis drew {act['charts_bytes']} charts, note {act['xNote_bytes']!r}")
+    if tokens is None or got is None or abs(got - tokens * bpt) > 1e-9 * abs(tokens * bpt):
+        fail(f"{name}: the loss chart's last x on the bytes axis is {got!r}; tokens seen {tokens!r} x bytes per token "
+             f"{bpt!r} from log.csv gives {tokens * bpt if tokens is not None else None!r}")
+
+
 def check_page(browser, path, want):
     """Loads `path` and checks it against `want` (kinds, layers, heads, runs, checks, failed_first)."""
     url = "file://" + os.path.abspath(path)
@@ -397,6 +422,7 @@ def check_page(browser, path, want):
             if act[key] < len(want["kinds"]):
                 fail(f"{name}: after switching ({key}) only {act[key]} chart canvases")
         check_toggles_and_smoothing(name, act, want)
+        check_bytes_axis(name, act, want)
     # Give late errors (timers, resources) a moment to arrive.
     end = time.monotonic() + 0.3
     while time.monotonic() < end:
