@@ -1,6 +1,7 @@
 // LoRA over the public API: what a user's own layer would include, nothing more.
 #include <xgrad/nn/lora.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -270,22 +271,29 @@ Site site(GPT& model, std::size_t L, const std::string& name) {
       return s;
     }
   s.path = prefix + "ffn." + name;
-  if (auto* llama = dynamic_cast<LlamaBlock*>(&block)) {
-    s.linear = name == "gate" ? &llama->ffn.gate : name == "up" ? &llama->ffn.up : &llama->ffn.down;
+  if (SwiGLUFeedForward* f = swiglu_ffn(block)) {
+    s.linear = name == "gate" ? &f->gate : name == "up" ? &f->up : &f->down;
     if (name == "gate" || name == "up" || name == "down") return s;
-  } else if (auto* gpt = dynamic_cast<DecoderBlock*>(&block)) {
-    s.linear = name == "fc1" ? &gpt->ffn.fc1 : &gpt->ffn.fc2;
+  } else if (FeedForward* f = gelu_ffn(block)) {
+    s.linear = name == "fc1" ? &f->fc1 : &f->fc2;
     if (name == "fc1" || name == "fc2") return s;
   }
-  throw ValueError(op_message("lora", "block " + str(L) + " has no projection '" + name + "'"));
+  throw ValueError(op_message("lora", "block " + str(L) + " has no projection '" + name + "'" +
+                                          (swiglu_ffn(block) || gelu_ffn(block)
+                                               ? std::string()
+                                               : " (its feed-forward sub-layer is the registered mlp '" +
+                                                     model.config().mlp + "')")));
 }
 
-// Every projection of every block that may hold an adapter.
+// Every projection of every block that may hold an adapter (a registered mlp has none).
 std::vector<Site> all_sites(GPT& model) {
   std::vector<Site> out;
   const auto names = lora_targets("all", model.config().arch);
-  for (std::size_t L = 0; L < model.blocks.size(); ++L)
-    for (const auto& n : names) out.push_back(site(model, L, n));
+  for (std::size_t L = 0; L < model.blocks.size(); ++L) {
+    const bool builtin_ffn = swiglu_ffn(*model.blocks[L]) || gelu_ffn(*model.blocks[L]);
+    for (const auto& n : names)
+      if (builtin_ffn || std::find(kAttn.begin(), kAttn.end(), n) != kAttn.end()) out.push_back(site(model, L, n));
+  }
   return out;
 }
 
@@ -358,10 +366,10 @@ std::size_t count_adapters(const GPT& model) {
   for (const auto& block : model.blocks) {
     for (std::size_t i = 0; i < kAttn.size(); ++i)
       n += block->attn.adapter(static_cast<MultiHeadAttention::Projection>(i)) ? 1 : 0;
-    if (const auto* llama = dynamic_cast<const LlamaBlock*>(block.get()))
-      for (const Linear* l : {&llama->ffn.gate, &llama->ffn.up, &llama->ffn.down}) n += l->adapter() ? 1 : 0;
-    if (const auto* gpt = dynamic_cast<const DecoderBlock*>(block.get()))
-      for (const Linear* l : {&gpt->ffn.fc1, &gpt->ffn.fc2}) n += l->adapter() ? 1 : 0;
+    if (const SwiGLUFeedForward* f = swiglu_ffn(*block))
+      for (const Linear* l : {&f->gate, &f->up, &f->down}) n += l->adapter() ? 1 : 0;
+    if (const FeedForward* f = gelu_ffn(*block))
+      for (const Linear* l : {&f->fc1, &f->fc2}) n += l->adapter() ? 1 : 0;
   }
   return n;
 }

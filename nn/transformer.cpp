@@ -292,12 +292,17 @@ RegisteredBlock::RegisteredBlock(const TransformerConfig& c, Generator& gen)
   const bool llama = c.arch == Architecture::llama;
   norm1 = block_norm(c);
   norm2 = block_norm(c);
-  if (!c.mlp.empty())
+  if (!c.mlp.empty()) {
     ffn = make_mlp(c.mlp, c, gen);
-  else if (llama)
-    ffn = std::make_unique<BuiltinSwiGLUMLP>(c, gen);
-  else
-    ffn = std::make_unique<BuiltinGeluMLP>(c, gen);
+  } else if (llama) {
+    auto f = std::make_unique<BuiltinSwiGLUMLP>(c, gen);
+    builtin_swiglu = &f->inner;
+    ffn = std::move(f);
+  } else {
+    auto f = std::make_unique<BuiltinGeluMLP>(c, gen);
+    builtin_gelu = &f->inner;
+    ffn = std::move(f);
+  }
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   register_module(llama ? "attn_norm" : "ln1", *norm1);
   register_module("attn", attn);
@@ -374,6 +379,22 @@ Tensor CrossDecoderBlock::forward_cached(const Tensor& x, KVCache& cache, const 
                            self_call.generator);
   return h + residual_dropout(ffn(ln3(h), self_call.generator), dropout_, training(), self_call.generator);
 }
+
+FeedForward* gelu_ffn(DecoderLayer& block) {
+  if (auto* b = dynamic_cast<DecoderBlock*>(&block)) return &b->ffn;
+  if (auto* r = dynamic_cast<RegisteredBlock*>(&block)) return r->builtin_gelu;
+  return nullptr;
+}
+
+const FeedForward* gelu_ffn(const DecoderLayer& block) { return gelu_ffn(const_cast<DecoderLayer&>(block)); }
+
+SwiGLUFeedForward* swiglu_ffn(DecoderLayer& block) {
+  if (auto* b = dynamic_cast<LlamaBlock*>(&block)) return &b->ffn;
+  if (auto* r = dynamic_cast<RegisteredBlock*>(&block)) return r->builtin_swiglu;
+  return nullptr;
+}
+
+const SwiGLUFeedForward* swiglu_ffn(const DecoderLayer& block) { return swiglu_ffn(const_cast<DecoderLayer&>(block)); }
 
 // ---------------------------------------------------------------------------------------
 

@@ -203,11 +203,27 @@ class RegisteredBlock : public DecoderLayer {
   std::unique_ptr<NormLayer> norm1, norm2;
   /// @}
   std::unique_ptr<MLPLayer> ffn;  ///< The feed-forward sub-layer.
+  /// The built-in feed-forward layer inside `ffn` when no mlp is registered (the arch's: one of
+  /// them is set), so that LoRA reaches its projections; null with a registered mlp. @{
+  FeedForward* builtin_gelu = nullptr;
+  SwiGLUFeedForward* builtin_swiglu = nullptr;
+  /// @}
 
  protected:
   Tensor attention_input(const Tensor& x) override;             ///< norm1(x).
   Tensor ffn_branch(const Tensor& h, Generator* gen) override;  ///< ffn(norm2(h), gen); its shape checked.
 };
+
+/// The built-in GPT-2 feed-forward layer of `block` (a DecoderBlock's, or a RegisteredBlock's
+/// built-in one), or null (a Llama block, a registered mlp). @{
+FeedForward* gelu_ffn(DecoderLayer& block);
+const FeedForward* gelu_ffn(const DecoderLayer& block);
+/// @}
+/// The built-in SwiGLU feed-forward layer of `block` (a LlamaBlock's, or a RegisteredBlock's
+/// built-in one), or null. @{
+SwiGLUFeedForward* swiglu_ffn(DecoderLayer& block);
+const SwiGLUFeedForward* swiglu_ffn(const DecoderLayer& block);
+/// @}
 
 /// Pre-LN encoder block: bidirectional self-attention (key padding only) and a feed-forward
 /// layer, each residual.

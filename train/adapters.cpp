@@ -38,14 +38,14 @@ const nn::Adapter* adapter_of(const nn::DecoderLayer& block, const std::string& 
   if (name == "k") return block.attn.adapter(P::k);
   if (name == "v") return block.attn.adapter(P::v);
   if (name == "o") return block.attn.adapter(P::o);
-  if (const auto* l = dynamic_cast<const nn::LlamaBlock*>(&block)) {
-    if (name == "gate") return l->ffn.gate.adapter();
-    if (name == "up") return l->ffn.up.adapter();
-    if (name == "down") return l->ffn.down.adapter();
+  if (const nn::SwiGLUFeedForward* f = nn::swiglu_ffn(block)) {
+    if (name == "gate") return f->gate.adapter();
+    if (name == "up") return f->up.adapter();
+    if (name == "down") return f->down.adapter();
   }
-  if (const auto* g = dynamic_cast<const nn::DecoderBlock*>(&block)) {
-    if (name == "fc1") return g->ffn.fc1.adapter();
-    if (name == "fc2") return g->ffn.fc2.adapter();
+  if (const nn::FeedForward* f = nn::gelu_ffn(block)) {
+    if (name == "fc1") return f->fc1.adapter();
+    if (name == "fc2") return f->fc2.adapter();
   }
   return nullptr;
 }

@@ -9,6 +9,7 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/nn/layer_registry.hpp>
+#include <xgrad/nn/lora.hpp>
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/llama2c.hpp>
 
@@ -347,4 +348,48 @@ TEST_CASE("layer registry: llama2c export refuses a model with a registered laye
   c.activation = "test_silu";  // the same function as SiLU, yet not what run.c is known to compute
   const std::string e = error_of<ValueError>([&] { train::llama2c::check_exportable(c.resolved(), "m"); });
   CHECK(e.find("activation is the registered layer 'test_silu'") != std::string::npos);
+}
+
+TEST_CASE("layer registry: LoRA on the projections of blocks with a registered norm or mlp", "[layer_registry][lora]") {
+  ensure_registered();
+  for (const bool with_mlp : {false, true}) {
+    INFO((with_mlp ? "registered mlp" : "registered norm"));
+    Generator gen(14), gt(15);
+    nn::TransformerConfig c = llama();
+    if (with_mlp)
+      c.mlp = "test_tanh_mlp";
+    else
+      c.norm = "test_mean_abs";
+    nn::GPT m(c, gen);
+    randomise(m, gen);
+    m.eval();
+    const IndexArray t = tokens(gt, 2, 5, 11);
+    const Array before = m.logits(t).value();
+    nn::LoRAConfig lc;
+    lc.rank = 2;
+    REQUIRE(nn::add_lora(m, "attn", lc, gen) == 8);  // q, k, v, o of both blocks
+    CHECK(nn::count_adapters(m) == 8);
+    randomise(m, gen);  // the adapters' B away from zero: they change the model
+    const Array adapted = m.logits(t).value();
+    CHECK(max_abs_diff(adapted, before) > 1e-3);
+    std::size_t adapters = 8;
+    if (with_mlp) {  // the feed-forward sub-layer is the registry's: its projections are not LoRA targets
+      const std::string e = error_of<ValueError>([&] { nn::add_lora(m, "mlp", lc, gen); });
+      CHECK(e.find("has no projection 'gate' (its feed-forward sub-layer is the registered mlp 'test_tanh_mlp')") !=
+            std::string::npos);
+    } else {  // a registered norm keeps the built-in SwiGLU: gate, up and down take adapters
+      REQUIRE(nn::add_lora(m, "mlp", lc, gen) == 6);
+      adapters += 6;
+      CHECK(m.named_parameters().size() > 0);
+      bool found = false;
+      for (const auto& np : m.named_parameters()) found = found || np.first == "blocks.1.ffn.down.lora_B";
+      CHECK(found);
+    }
+    randomise(m, gen);
+    const Array adapted2 = m.logits(t).value();
+    // Merging folds the adapters in: the same function, up to rounding (float64).
+    REQUIRE(nn::merge_lora(m) == adapters);
+    CHECK(nn::count_adapters(m) == 0);
+    XGT_CHECK_WITHIN(m.logits(t).value(), adapted2, 1e-12);
+  }
 }
