@@ -19,7 +19,11 @@ struct Storage {
   void* ptr = nullptr;
   std::size_t bytes = 0;               // of the buffer this Storage owns (0 for a view)
   std::shared_ptr<const Storage> base;  // a view: the Storage whose buffer ptr points into
-  alignas(16) unsigned char small[64];  // arrays of up to 64 bytes live here: no allocation
+  // Arrays of up to 64 bytes live here: no allocation. 64-byte aligned as the allocator's blocks
+  // are (core/allocator.cpp): xtensor's SIMD assignment splits an array at its first aligned
+  // address, and the scalar and vector paths of exp and tanh differ in the last bit, so the same
+  // values must meet the same split wherever the descriptor lies (`new` honours the alignment).
+  alignas(64) unsigned char small[64];
 
   Storage() = default;
   Storage(const Storage&) = delete;
