@@ -13,6 +13,8 @@
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/nn/generate.hpp>
 #include <xgrad/nn/layer_registry.hpp>
+#include <xgrad/nn/safetensors.hpp>
+#include <xgrad/nn/transformer.hpp>
 #include <xgrad/ops/unary.hpp>
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/train/checkpoint.hpp>
@@ -158,20 +160,67 @@ TEST_CASE("model schema: a missing key is refused by name, an optional one means
 }
 
 TEST_CASE("model schema: each row names the option that sets it, and each model option a row", "[model_schema]") {
+  // The rows name their options; the option table's model_key is derived from them.
+  std::size_t shaping = 0;
   for (const train::ModelField& f : train::model_schema()) {
     if (f.option.empty()) continue;
     INFO(f.key + " <- " + f.option);
     const train::OptionSpec* s = train::find_option(f.option);
     REQUIRE(s != nullptr);
-    if (f.presence != train::ModelField::Presence::carried || !s->model_key.empty()) CHECK(s->model_key == f.key);
+    CHECK(s->model_key == (f.option_shapes ? f.key : std::string()));
+    shaping += f.option_shapes;
+    // Only a model row (not carried) turns an option into a field by itself.
+    if (f.from_option) CHECK(f.presence != train::ModelField::Presence::carried);
   }
+  std::size_t keyed = 0;
   for (const train::OptionSpec& s : train::option_schema()) {
     if (s.model_key.empty()) continue;
+    ++keyed;
     INFO(s.name + " -> " + s.model_key);
     const train::ModelField* f = train::find_model_field(s.model_key);
     REQUIRE(f != nullptr);
     CHECK(f->option == s.name);
   }
+  CHECK(keyed == shaping);
+  CHECK(shaping >= 20);  // the sizes, heads, dtype, arch, Llama's, window, positions, the task sizes
+  // The carried fields that only feed a run are no model options.
+  for (const char* name : {"tokenizer", "doc_separator", "val_fraction"}) CHECK(train::find_option(name)->model_key.empty());
+}
+
+TEST_CASE("model schema: the options' special values become the model's fields through the rows", "[model_schema]") {
+  train::TrainOptions o;
+  o.d_model = 32;
+  o.heads = 4;
+  o.layers = 3;
+  // The defaults: kv_heads 0 and d_ff 0 are the field's own 0 (resolved derives them), window 0 none.
+  train::ModelInfo m = train::model_from_options(o);
+  CHECK(m.config.dtype == DType::float32);
+  CHECK((m.config.H_kv == 0 && m.config.d_ff == 0 && m.config.window == 0));
+  m.config.V_vocab = 10;
+  m.config.context = 8;
+  const nn::TransformerConfig r = m.config.resolved();
+  CHECK((r.d_model == 32 && r.H_q == 4 && r.H_kv == 4 && r.layers == 3 && r.d_ff == 128));
+  m.config = r;
+  CHECK(train::model_metadata(m).count("window") == 0);  // no window: the key is left out
+  // --dtype bfloat16: float32 parameters (the matmuls' inputs are the run's matter).
+  o.dtype = "bfloat16";
+  CHECK(train::model_from_options(o).config.dtype == DType::float32);
+  o.dtype = "float64";
+  CHECK(train::model_from_options(o).config.dtype == DType::float64);
+  // Llama's rows apply under --arch llama only; RoPE's under --pos rope only.
+  o.norm_eps = 1e-6;
+  o.rope_base = 500000.0;
+  CHECK(train::model_from_options(o).config.norm_eps == 1e-5);
+  CHECK(train::model_from_options(o).config.rope.base == 10000.0);
+  o.arch = "llama";
+  o.pos = "rope";
+  o.window = 3;
+  o.kv_heads = 2;
+  const nn::TransformerConfig l = train::model_from_options(o).config;
+  CHECK((l.arch == nn::Architecture::llama && l.pos == nn::PositionScheme::rope));
+  CHECK(l.norm_eps == 1e-6);
+  CHECK(l.rope.base == 500000.0);
+  CHECK((l.window == 3 && l.H_kv == 2));
 }
 
 TEST_CASE("model schema: enums for the model and the task", "[model_schema]") {
@@ -240,4 +289,89 @@ TEST_CASE("model schema: the imported llama2.c checkpoint is a Llama model of it
   CHECK((c.d_model == 16 && c.d_ff == 32 && c.layers == 1 && c.H_q == 2 && c.H_kv == 1 && c.V_vocab == 300 &&
          c.context == 32));
   CHECK(info.task_params.at("llama2c_format") == "legacy");
+}
+
+namespace {
+
+// apply_init_from of the options `o` with the flags `given` (and --init-from) from `path`.
+train::TrainOptions init_from(train::TrainOptions o, const std::string& path, std::set<std::string> given) {
+  o.init_from = path;
+  given.insert("init_from");
+  train::apply_init_from(o, given);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("model schema: --init-from compares each model option by the model it asks for", "[model_schema][init_from]") {
+  // The sort fixture: d_model 8, H_q = H_kv = 2, d_ff 32 (4 d_model), float32, no window.
+  const std::string sort = (kFixtures / "sort.safetensors").string();
+  train::TrainOptions o;
+  // Agreeing special values: taken, and the run keeps what it was given.
+  o.dtype = "bfloat16";
+  train::TrainOptions r = init_from(o, sort, {"dtype"});
+  CHECK(r.dtype == "bfloat16");  // float32 parameters, bfloat16 matmuls
+  CHECK((r.d_model == 8 && r.heads == 2 && r.layers == 1 && r.n_digits == 3));
+  o = {};
+  o.kv_heads = 0;
+  o.d_ff = 0;
+  o.window = 0;
+  r = init_from(o, sort, {"kv_heads", "d_ff", "window"});
+  CHECK((r.kv_heads == 0 && r.d_ff == 0 && r.window == 0));
+  o = {};
+  o.kv_heads = 2;
+  o.d_ff = 32;
+  CHECK(init_from(o, sort, {"kv_heads", "d_ff"}).kv_heads == 2);
+  // Not given: the checkpoint's values.
+  o = {};
+  r = init_from(o, sort, {});
+  CHECK((r.kv_heads == 2 && r.d_ff == 32 && r.dtype == "float32" && r.window == 0));
+  // Differing: refused naming the flag, the key and both values.
+  o = {};
+  o.window = 4;
+  CHECK_THROWS_WITH(init_from(o, sort, {"window"}),
+                    Catch::Contains("--window 4 conflicts with --init-from " + sort + " (window 0); leave --window out"));
+  o = {};
+  o.d_ff = 16;
+  CHECK_THROWS_WITH(init_from(o, sort, {"d_ff"}), Catch::Contains("--d-ff 16 conflicts with --init-from " + sort + " (d_ff 32)"));
+  o = {};
+  o.heads = 1;  // H_q 1 with H_kv 2 is no model: it differs, shown as given
+  CHECK_THROWS_WITH(init_from(o, sort, {"heads"}), Catch::Contains("--heads 1 conflicts with --init-from " + sort + " (H_q 2)"));
+  o = {};
+  o.dtype = "float64";
+  CHECK_THROWS_WITH(init_from(o, sort, {"dtype"}), Catch::Contains("--dtype float64 conflicts with --init-from " + sort + " (dtype float32)"));
+
+  // The llama2.c fixture: H_q 2, H_kv 1, d_ff 32 (not llama_hidden_size(16, 256) = 256).
+  const std::string l2c = (kFixtures / "llama2c.safetensors").string();
+  o = {};
+  o.task = "text";
+  o.kv_heads = 0;
+  CHECK_THROWS_WITH(init_from(o, l2c, {"task", "tokenizer", "kv_heads"}),
+                    Catch::Contains("--kv-heads 0 (H_kv 2) conflicts with --init-from " + l2c + " (H_kv 1)"));
+  o.kv_heads = 1;
+  o.d_ff = 0;
+  CHECK_THROWS_WITH(init_from(o, l2c, {"task", "tokenizer", "kv_heads", "d_ff"}),
+                    Catch::Contains("--d-ff 0 (d_ff 256) conflicts with --init-from " + l2c + " (d_ff 32)"));
+}
+
+TEST_CASE("model schema: --dtype bfloat16 is a float32 model to --init-from", "[model_schema][init_from]") {
+  const fs::path dir = xgt::temp_dir("model_schema_bf16");
+  // The sort fixture's model in float64.
+  const std::string sort = (kFixtures / "sort.safetensors").string();
+  train::ModelInfo info = train::model_info(io::safetensors::load_header(sort).metadata, sort);
+  info.config.dtype = DType::float64;
+  const nn::TransformerConfig& c = info.config;
+  Generator g(1);
+  const nn::GPT model(c, g);
+  const std::string path = (dir / "f64.safetensors").string();
+  nn::safetensors::save_module(path, model, train::model_metadata(info));
+  train::TrainOptions o;
+  o.dtype = "bfloat16";
+  CHECK_THROWS_WITH(init_from(o, path, {"dtype"}),
+                    Catch::Contains("--dtype bfloat16 (dtype float32) conflicts with --init-from " + path +
+                                    " (dtype float64); leave --dtype out"));
+  o.dtype = "float64";
+  CHECK(init_from(o, path, {"dtype"}).dtype == "float64");
+  CHECK(init_from(train::TrainOptions{}, path, {}).dtype == "float64");
+  fs::remove_all(dir);
 }
