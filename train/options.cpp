@@ -75,6 +75,11 @@ OptionSpec no_default(OptionSpec s) {
   s.show_default = false;
   return s;
 }
+// A boolean whose flag turns it off (`--no-progress`).
+OptionSpec negated(OptionSpec s) {
+  s.negated = true;
+  return s;
+}
 OptionSpec when(OptionSpec s, std::string option, std::string value) {
   s.only_when = {std::move(option), std::move(value)};
   return s;
@@ -85,8 +90,8 @@ std::vector<OptionSpec> make_schema() {
   const std::vector<std::string> lm = {"charlm", "text"};
   std::vector<OptionSpec> t = {
       choices(row("task", "--task", &O::task,
-                        "sort (decoder-only), reverse (encoder-decoder), text (your own text) or charlm "
-                        "(an alias of text with --tokenizer bytes)"),
+                  "sort (decoder-only), reverse (encoder-decoder), text (your own text) or charlm "
+                  "(an alias of text with --tokenizer bytes)"),
               {"sort", "reverse", "charlm", "text"}),
       for_tasks(row("text", "--text", &O::text,
                     "charlm, text: the text file to learn, or a folder of them (all its files; text: recursively)"),
@@ -122,9 +127,9 @@ std::vector<OptionSpec> make_schema() {
                       "none"),
                 lm),
       for_tasks(added(range(row("vocab_size", "--vocab-size", &O::vocab_size,
-                                      "text: the model's vocabulary (0: the tokenizer's); ids past the tokenizer's "
-                                      "are placeholders that are never sampled"),
-                                  0, 1 << 20),
+                                "text: the model's vocabulary (0: the tokenizer's); ids past the tokenizer's "
+                                "are placeholders that are never sampled"),
+                            0, 1 << 20),
                       "0"),
                 {"text"}),
       for_tasks(added(range(row("model_context", "--model-context", &O::model_context,
@@ -138,10 +143,10 @@ std::vector<OptionSpec> make_schema() {
                       "the other weights frozen (0: none)"),
                   0, 65536),
             "0"),
-      added(range(row("lora_alpha", "--lora-alpha", &O::lora_alpha,
-                      "LoRA: the adapters' term is scaled by alpha / rank"),
-                  0, 1e6, true),
-            exact(16.0)),
+      added(
+          range(row("lora_alpha", "--lora-alpha", &O::lora_alpha, "LoRA: the adapters' term is scaled by alpha / rank"),
+                0, 1e6, true),
+          exact(16.0)),
       added(row("lora_targets", "--lora-targets", &O::lora_targets,
                 "LoRA: the projections adapted, comma-separated: q, k, v, o, gate, up, down (llama), fc1, fc2 "
                 "(gpt), or the groups attn, mlp, all"),
@@ -150,34 +155,34 @@ std::vector<OptionSpec> make_schema() {
                 "freeze the parameters whose names this regular expression matches (anywhere in the name; "
                 "xgrad inspect lists the names)"),
             ""),
-      no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
-                       1, true)),
-      range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
+      no_default(
+          range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0, 1, true)),
+      range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio,
+                "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
             0, 1),
       range(row("warmup", "--warmup", &O::warmup, "warmup steps"), 0, kBig),
       range(row("weight_decay", "--weight-decay", &O::weight_decay, "AdamW weight decay"), 0, 10),
       range(row("clip", "--clip", &O::clip, "gradient clipping by global norm"), 0, 1e6, true),
       since(choices(row("dtype", "--dtype", &O::dtype,
-                              "parameter and arithmetic precision: float32, float64, or bfloat16 (float32 "
-                              "parameters, matmul inputs rounded to bfloat16; needs AVX512_BF16, else float32)"),
-                          {"float32", "float64", "bfloat16"}),
+                        "parameter and arithmetic precision: float32, float64, or bfloat16 (float32 "
+                        "parameters, matmul inputs rounded to bfloat16; needs AVX512_BF16, else float32)"),
+                    {"float32", "float64", "bfloat16"}),
             "float32"),
       for_tasks(added(choices(row("arch", "--arch", &O::arch,
-                                        "gpt (GPT-2 blocks) or llama (RMSNorm, SwiGLU, RoPE, no biases)"),
-                                    {"gpt", "llama"}),
+                                  "gpt (GPT-2 blocks) or llama (RMSNorm, SwiGLU, RoPE, no biases)"),
+                              {"gpt", "llama"}),
                       "gpt"),
                 {"sort", "charlm", "text"}),
       when(added(range(row("multiple_of", "--multiple-of", &O::multiple_of,
-                                 "--arch llama: the feed-forward width is rounded up to a multiple of this"),
-                             1, 65536),
+                           "--arch llama: the feed-forward width is rounded up to a multiple of this"),
+                       1, 65536),
                  "256"),
            "arch", "llama"),
-      when(added(range(row("norm_eps", "--norm-eps", &O::norm_eps, "--arch llama: RMSNorm's epsilon"), 0, 1,
-                             true),
+      when(added(range(row("norm_eps", "--norm-eps", &O::norm_eps, "--arch llama: RMSNorm's epsilon"), 0, 1, true),
                  exact(1e-5)),
            "arch", "llama"),
-      when(added(row("tie_embeddings", "--no-tie-embeddings", &O::tie_embeddings,
-                           "--arch llama: a classifier of its own, not the token embedding's transpose"),
+      when(added(negated(row("tie_embeddings", "--no-tie-embeddings", &O::tie_embeddings,
+                             "--arch llama: a classifier of its own, not the token embedding's transpose")),
                  "true"),
            "arch", "llama"),
       range(row("d_model", "--d-model", &O::d_model, "model width"), 1, 8192),
@@ -187,34 +192,33 @@ std::vector<OptionSpec> make_schema() {
       range(row("d_ff", "--d-ff", &O::d_ff, "feed-forward width (0: 4 d_model)"), 0, 65536),
       range(row("dropout", "--dropout", &O::dropout, "dropout"), 0, 1, false, true),
       since(choices(row("pos", "--pos", &O::pos, "positions (decoder-only tasks): learned, rope, alibi or none"),
-                          {"learned", "rope", "alibi", "none"}),
+                    {"learned", "rope", "alibi", "none"}),
             "learned"),
-      since(when(range(row("rope_base", "--rope-base", &O::rope_base, "--pos rope: frequency base, > 1"), 1, 1e12,
-                             true),
-                 "pos", "rope"),
-            "10000"),
+      since(
+          when(range(row("rope_base", "--rope-base", &O::rope_base, "--pos rope: frequency base, > 1"), 1, 1e12, true),
+               "pos", "rope"),
+          "10000"),
       since(when(range(row("rope_fraction", "--rope-fraction", &O::rope_fraction,
-                                 "--pos rope: fraction of each head rotated, in (0, 1]"),
-                             0, 1, true),
+                           "--pos rope: fraction of each head rotated, in (0, 1]"),
+                       0, 1, true),
                  "pos", "rope"),
             "1"),
       since(when(choices(row("rope_layout", "--rope-layout", &O::rope_layout,
-                                   "--pos rope: interleaved or half-split (GPT-NeoX)"),
-                               {"interleaved", "half-split"}),
+                             "--pos rope: interleaved or half-split (GPT-NeoX)"),
+                         {"interleaved", "half-split"}),
                  "pos", "rope"),
             "interleaved"),
-      for_tasks(range(row("context", "--context", &O::context, "charlm, text: context length (tokens)"), 2, 8192),
-                lm),
+      for_tasks(range(row("context", "--context", &O::context, "charlm, text: context length (tokens)"), 2, 8192), lm),
       since(range(row("window", "--window", &O::window,
-                            "sliding-window attention: each position sees itself and the W-1 before it (0: no window)"),
-                        0, 65536),
+                      "sliding-window attention: each position sees itself and the W-1 before it (0: no window)"),
+                  0, 65536),
             "0"),
-      for_tasks(range(row("n_digits", "--n-digits", &O::n_digits, "sort: digits per problem"), 1, 32),
-                {"sort"}),
+      for_tasks(range(row("n_digits", "--n-digits", &O::n_digits, "sort: digits per problem"), 1, 32), {"sort"}),
       for_tasks(range(row("min_len", "--min-len", &O::min_len, "reverse: the shortest source, in [1, 32]"), 1, 32),
                 {"reverse"}),
-      for_tasks(range(row("max_len", "--max-len", &O::max_len, "reverse: the longest source, in [--min-len, 32]"), 1, 32),
-                {"reverse"}),
+      for_tasks(
+          range(row("max_len", "--max-len", &O::max_len, "reverse: the longest source, in [--min-len, 32]"), 1, 32),
+          {"reverse"}),
       row("seed", "--seed", &O::seed, "random seed (initialisation, data, dropout)"),
       role(range(row("threads", "--threads", &O::threads,
                      "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine; "
@@ -225,11 +229,13 @@ std::vector<OptionSpec> make_schema() {
       range(row("checkpoint_every", "--checkpoint-every", &O::checkpoint_every,
                 "checkpoint every N steps (0: only at the end)"),
             0, kBig),
-      range(row("heldout", "--heldout", &O::heldout, "held-out problems (sort, reverse) for the exact-match metric, in [1, 100000]"), 1, 100000),
+      range(row("heldout", "--heldout", &O::heldout,
+                "held-out problems (sort, reverse) for the exact-match metric, in [1, 100000]"),
+            1, 100000),
       no_default(role(row("stop_at", "--stop-at", &O::stop_at, "stop after this step, as if interrupted (for resume)"),
                       R::session, true)),
-      role(row("progress", "--no-progress", &O::progress, "no live progress line"), R::session, false),
-      role(row("plot", "--no-plot", &O::plot, "do not draw loss.png"), R::session, false),
+      role(negated(row("progress", "--no-progress", &O::progress, "no live progress line")), R::session, false),
+      role(negated(row("plot", "--no-plot", &O::plot, "do not draw loss.png")), R::session, false),
       role(row("overwrite", "--overwrite", &O::overwrite, "replace a different run saved in --out"), R::start, false),
       role(range(row("dist_check_every", "--dist-check-every", &O::dist_check_every,
                      "several ranks: compare parameter checksums every N steps (0: at the start and end only)"),
@@ -244,7 +250,6 @@ std::vector<OptionSpec> make_schema() {
            R::session, true),
   };
   for (OptionSpec& s : t) {
-    if (s.name == "progress" || s.name == "plot" || s.name == "tie_embeddings") s.negated = true;
     // Options added after the first checkpoints are written only when not at their default.
     if (s.name == "init_from") s.omit_when_legacy = true;
     // Flags renamed so that flag and JSON name agree (docs/cli.md, "Renamed flags").
