@@ -162,6 +162,18 @@ std::vector<ModelField> make_schema() {
             throw FormatError(at + "metadata 'tie_embeddings' = '" + t + "' is not true or false");
           i.config.tie_embeddings = t == "true";
         }},
+      // GPT-2 blocks with biases are the default and write no key (nanoGPT's bias; --no-bias).
+      from_option(F{"bias", "bias", "gpt: biases in the linear layers and LayerNorms (absent: yes; false: none)",
+                    P::unless_default, [](const Info& i) { return !i.config.bias; },
+                    [](const Info& i) { return std::string(i.config.bias ? "true" : "false"); },
+                    [](Info& i, const std::string& t, const std::string& at) {
+                      if (t != "false")
+                        throw FormatError(at + "metadata 'bias' = '" + shown_value(t, 64) +
+                                          "' is not false (leave the key out for biases)");
+                      if (!is_gpt(i) || is_llama(i)) throw FormatError(at + "metadata 'bias' is for GPT-2 blocks only");
+                      i.config.bias = false;
+                    }},
+                  [](Info& i, const std::string& t, const std::string&) { i.config.bias = t == "true"; }),
       // --window 0 is no window, which the metadata says by leaving the key out.
       from_option(F{"window", "window", "sliding-window attention width (absent: none)", P::unless_default,
                     [](const Info& i) { return i.config.window > 0; },

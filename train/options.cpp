@@ -185,6 +185,12 @@ std::vector<OptionSpec> make_schema() {
                              "--arch llama: a classifier of its own, not the token embedding's transpose")),
                  "true"),
            "arch", "llama"),
+      for_tasks(when(added(negated(row("bias", "--no-bias", &O::bias,
+                                       "--arch gpt: no biases in the linear layers and LayerNorms (nanoGPT's "
+                                       "bias=False)")),
+                           "true"),
+                     "arch", "gpt"),
+                {"sort", "charlm", "text"}),
       range(row("d_model", "--d-model", &O::d_model, "model width"), 1, 8192),
       range(row("heads", "--heads", &O::heads, "query heads H_q"), 1, 8192),
       range(row("kv_heads", "--kv-heads", &O::kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)"), 0, 8192),
@@ -639,7 +645,7 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
       }
     }
     if (mine_model != shown_theirs)
-      throw UsageError(op_message("train", s.flag + " " + mine +
+      throw UsageError(op_message("train", s.flag + (s.negated && mine == "false" ? std::string() : " " + mine) +  // --no-bias: the flag
                                                (!mine_model.empty() && mine_model != mine
                                                     ? " (" + s.model_key + " " + mine_model + ")"
                                                     : std::string()) +

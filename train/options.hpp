@@ -59,6 +59,7 @@ struct TrainOptions {
   std::size_t multiple_of = 256;  ///< `--arch llama`: the feed-forward width rounding (`--multiple-of`).
   double norm_eps = 1e-5;  ///< `--arch llama`: RMSNorm's epsilon (`--norm-eps`).
   bool tie_embeddings = true;  ///< `--arch llama`: the classifier is the token embedding (`--no-tie-embeddings`: not).
+  bool bias = true;  ///< `--arch gpt`: biases in the linear layers and LayerNorms (`--no-bias`: none).
   std::size_t window = 0;  ///< Sliding window of the causal self-attention; 0: none (`--window`).
   double dropout = 0.0;  ///< Dropout probability, in [0, 1) (`--dropout`).
   std::string pos = "learned";  ///< learned | rope | alibi | none (GPT tasks: sort, charlm) (`--pos`).

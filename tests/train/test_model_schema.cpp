@@ -20,6 +20,9 @@
 #include <xgrad/train/checkpoint.hpp>
 #include <xgrad/train/model_schema.hpp>
 #include <xgrad/train/options.hpp>
+#include <xgrad/train/trainer.hpp>
+
+#include "tests/support/tiny_runs.hpp"
 
 using namespace xg;
 namespace fs = std::filesystem;
@@ -99,6 +102,16 @@ TEST_CASE("model schema: every row is written for a model that has every field",
       const io::safetensors::Metadata mm = train::model_metadata(mlp);
       CHECK(mm.count(f.key) == 1);
       CHECK(mm.count("layer_activation") == 0);
+      continue;
+    }
+    if (f.key == "bias") {  // GPT-2 blocks without biases (the every-row model is a Llama one)
+      train::ModelInfo gpt = every_row();
+      gpt.config.arch = nn::Architecture::gpt;
+      gpt.config.tie_embeddings = true;
+      gpt.config.bias = false;
+      const io::safetensors::Metadata mm = train::model_metadata(gpt);
+      CHECK(mm.at(f.key) == "false");
+      CHECK(m.count(f.key) == 0);  // a Llama model writes none
       continue;
     }
     CHECK(m.count(f.key) == 1);
@@ -373,5 +386,87 @@ TEST_CASE("model schema: --dtype bfloat16 is a float32 model to --init-from", "[
   o.dtype = "float64";
   CHECK(init_from(o, path, {"dtype"}).dtype == "float64");
   CHECK(init_from(train::TrainOptions{}, path, {}).dtype == "float64");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("model schema: bias false is written as false, absent means biases, other values are refused",
+          "[model_schema]") {
+  const std::string sort = (kFixtures / "sort.safetensors").string();
+  const io::safetensors::Metadata saved = io::safetensors::load_header(sort).metadata;
+  // A checkpoint saved before the row: biases, and re-saved without the key (the same bytes).
+  train::ModelInfo info = train::model_info(saved, sort);
+  CHECK(info.config.bias);
+  CHECK(train::model_metadata(info).count("bias") == 0);
+  info.config.bias = false;
+  const io::safetensors::Metadata m = train::model_metadata(info);
+  CHECK(m.at("bias") == "false");
+  const train::ModelInfo back = train::model_info(m, "m.safetensors");
+  CHECK_FALSE(back.config.bias);
+  CHECK(train::model_metadata(back) == m);
+  // The parameters the description counts: the biased model's less its biases.
+  const std::size_t d = 8, f = 32, L = 1;
+  CHECK(train::parameter_count(train::ModelKind::gpt, info.config.resolved()) + L * (2 * d + 3 * d + d + f + d) + d ==
+        train::parameter_count(train::ModelKind::gpt, train::model_info(saved, sort).config));
+  for (const char* bad : {"true", "no", "0", ""}) {
+    io::safetensors::Metadata b = m;
+    b["bias"] = bad;
+    CHECK_THROWS_WITH(train::model_info(b, "m.safetensors"),
+                      Catch::Contains("m.safetensors") && Catch::Contains("'bias'") && Catch::Contains("is not false"));
+  }
+  // Not for Llama blocks, nor an encoder-decoder.
+  const std::string l2c = (kFixtures / "llama2c.safetensors").string();
+  io::safetensors::Metadata llama = io::safetensors::load_header(l2c).metadata;
+  llama["bias"] = "false";
+  CHECK_THROWS_WITH(train::model_info(llama, l2c), Catch::Contains("'bias' is for GPT-2 blocks only"));
+  const std::string rev = (kFixtures / "reverse.safetensors").string();
+  io::safetensors::Metadata encdec = io::safetensors::load_header(rev).metadata;
+  encdec["bias"] = "false";
+  CHECK_THROWS_WITH(train::model_info(encdec, rev), Catch::Contains("'bias' is for GPT-2 blocks only"));
+}
+
+TEST_CASE("model schema: a --no-bias run saves a model without biases that loads and resumes bit for bit",
+          "[model_schema][train]") {
+  const fs::path dir = xgt::temp_dir("model_schema_no_bias");
+  std::ostringstream log;
+  train::TrainOptions o = xgt::tiny_sort_run(dir / "straight", 6);
+  o.bias = false;
+  const train::TrainResult straight = train::run_training(o, log);
+  CHECK(straight.steps_done == 6);
+  CHECK_THAT(log.str(), Catch::Contains("bias false"));  // the run's description line
+  const std::string path = (dir / "straight" / "model.safetensors").string();
+  const io::safetensors::File file = io::safetensors::load(path);
+  CHECK(file.metadata.at("bias") == "false");
+  for (const auto& [name, arr] : file.tensors) {
+    INFO(name);
+    CHECK(name.find(".b") == std::string::npos);  // no b, b_QKV, b_O
+    CHECK(name.find("beta") == std::string::npos);
+  }
+  train::LoadedModel lm = train::load_model(path);
+  REQUIRE(lm.gpt);
+  CHECK_FALSE(lm.info.config.bias);
+  CHECK(lm.gpt->parameter_count() == train::parameter_count(train::ModelKind::gpt, lm.info.config));
+  // Stopped at step 3 and resumed (the option taken from the state): the same model, bit for bit.
+  o.out = (dir / "resumed").string();
+  o.stop_at = 3;
+  CHECK(train::run_training(o, log).steps_done == 3);
+  CHECK(train::run_training(xgt::resume_options(dir / "resumed"), log).steps_done == 6);
+  const io::safetensors::File resumed = io::safetensors::load((dir / "resumed" / "model.safetensors").string());
+  REQUIRE(resumed.tensors.size() == file.tensors.size());
+  for (std::size_t i = 0; i < file.tensors.size(); ++i) {
+    INFO(file.tensors[i].first);
+    REQUIRE(resumed.tensors[i].first == file.tensors[i].first);
+    CHECK(resumed.tensors[i].second.to_vector() == file.tensors[i].second.to_vector());
+  }
+  // --init-from it: the option taken; a run asking for biases is refused naming both.
+  train::TrainOptions fine = xgt::tiny_sort_run(dir / "fine", 2);
+  CHECK_FALSE(init_from(fine, path, {}).bias);
+  fine.bias = true;
+  CHECK_THROWS_WITH(init_from(fine, path, {"bias"}),  // as from --config {"bias": true}
+                    Catch::Contains("--no-bias true conflicts with --init-from " + path + " (bias false); leave --no-bias out"));
+  // And the other way: --no-bias against the sort fixture, which has biases.
+  fine.bias = false;
+  const std::string sort = (kFixtures / "sort.safetensors").string();
+  CHECK_THROWS_WITH(init_from(fine, sort, {"bias"}),
+                    Catch::Contains("--no-bias conflicts with --init-from " + sort + " (bias true); leave --no-bias out"));
   fs::remove_all(dir);
 }
