@@ -139,9 +139,9 @@ Embedding::Embedding(const Array& weight_) {
 
 Tensor Embedding::operator()(const IndexArray& ids) const { return ops::embedding(weight, ids); }
 
-LayerNorm::LayerNorm(std::size_t d, DType dtype, double eps) : eps_(eps) {
+LayerNorm::LayerNorm(std::size_t d, DType dtype, double eps, bool bias) : eps_(eps) {
   gamma = register_parameter("gamma", Array::full({d}, 1.0, dtype));
-  beta = register_parameter("beta", Array::zeros({d}, dtype));
+  if (bias) beta = register_parameter("beta", Array::zeros({d}, dtype));
 }
 
 LayerNorm::LayerNorm(const Array& gamma_, const Array& beta_, double eps) : eps_(eps) {
@@ -184,8 +184,8 @@ Tensor activated(const std::function<Tensor(const Tensor&)>& f, const Tensor& x,
 }  // namespace
 
 FeedForward::FeedForward(std::size_t d, std::size_t d_ff, Generator& gen, double dropout, DType dtype,
-                         double out_init_std)
-    : fc1(d, d_ff, gen, true, dtype), fc2(d_ff, d, gen, true, dtype, out_init_std), dropout_(dropout) {
+                         double out_init_std, bool bias)
+    : fc1(d, d_ff, gen, bias, dtype), fc2(d_ff, d, gen, bias, dtype, out_init_std), dropout_(dropout) {
   register_module("fc1", fc1);
   register_module("fc2", fc2);
 }

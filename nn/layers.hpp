@@ -68,14 +68,16 @@ class Embedding : public Module {
 /// Layer norm over the last axis with affine gamma (ones) and beta (zeros).
 class LayerNorm : public Module {
  public:
-  /// Normalises `d` features with `eps` added to the variance; parameters in `dtype`.
-  explicit LayerNorm(std::size_t d, DType dtype = default_dtype(), double eps = 1e-5);
+  /// Normalises `d` features with `eps` added to the variance; parameters in `dtype`. Without
+  /// `bias`, no shift: beta is undefined (gamma x-hat, nanoGPT's LayerNorm with bias=False).
+  explicit LayerNorm(std::size_t d, DType dtype = default_dtype(), double eps = 1e-5, bool bias = true);
   /// From given `gamma` and `beta`, both [d] and of one dtype (copied), with `eps` added to
   /// the variance.
   LayerNorm(const Array& gamma, const Array& beta, double eps = 1e-5);
   /// ops::layer_norm(x, gamma, beta, eps) over x's last axis, of width d.
   Tensor operator()(const Tensor& x) const;
-  /// Parameters: gain gamma [d] (initially ones) and shift beta [d] (initially zeros). @{
+  /// Parameters: gain gamma [d] (initially ones) and shift beta [d] (initially zeros; undefined
+  /// without bias). @{
   Tensor gamma, beta;
   /// @}
 
@@ -103,9 +105,10 @@ class RMSNorm : public Module {
 class FeedForward : public Module {
  public:
   /// Widths `d` -> `d_ff` -> `d`, weights from `gen` (fc2's with standard deviation
-  /// `out_init_std`), dropout probability `dropout` after the GELU in training mode, in `dtype`.
+  /// `out_init_std`), dropout probability `dropout` after the GELU in training mode, in `dtype`;
+  /// fc1 and fc2 with biases if `bias`.
   FeedForward(std::size_t d, std::size_t d_ff, Generator& gen, double dropout = 0.0, DType dtype = default_dtype(),
-              double out_init_std = 0.02);
+              double out_init_std = 0.02, bool bias = true);
   /// From given weights: `W1` [d, d_ff], `b1` [d_ff], `W2` [d_ff, d], `b2` [d] (biases may
   /// be undefined), one dtype (copied); dropout probability `dropout` as above.
   FeedForward(const Array& W1, const Array& b1, const Array& W2, const Array& b2, double dropout = 0.0);

@@ -23,6 +23,7 @@ std::vector<Position> positions(const std::vector<std::size_t>& lengths) {
 namespace {
 
 const double kInitStd = 0.02;
+const double kLayerNormEps = 1e-5;  // GPT-2's LayerNorm eps (LayerNorm's default)
 
 // `causal_layer`: a decoder self-attention layer, which takes the model's sliding window.
 AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer = false) {
@@ -34,7 +35,7 @@ AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer =
   a.d_model = c.d_model;
   a.H_q = c.H_q;
   a.H_kv = c.H_kv;
-  a.bias = c.arch == Architecture::gpt;  // Llama: no biases anywhere
+  a.bias = c.arch == Architecture::gpt && c.bias;  // Llama: no biases anywhere
   a.dropout = c.dropout;
   a.dtype = c.dtype;
   if (c.pos == PositionScheme::rope) a.rope = c.rope;
@@ -156,6 +157,8 @@ TransformerConfig TransformerConfig::resolved() const {
   } else if (!c.tie_embeddings) {
     throw ValueError(op_message(op, "tie_embeddings = false needs arch llama (arch gpt ties the classifier to tok)"));
   }
+  if (!c.bias && c.arch != Architecture::gpt)
+    throw ValueError(op_message(op, "bias = false is for arch gpt (the Llama blocks have no biases either way)"));
   if (!(c.norm_eps > 0.0) || !std::isfinite(c.norm_eps))
     throw ValueError(op_message(op, "norm_eps must be positive and finite, got " + std::to_string(c.norm_eps)));
   if (c.d_ff == 0) c.d_ff = 4 * c.d_model;
@@ -209,8 +212,8 @@ const TransformerConfig& check_arch(const TransformerConfig& c, Architecture wan
 // the same order as before DecoderLayer existed (the layer norms draw nothing).
 DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
     : DecoderLayer(attention_config(check_arch(c, Architecture::gpt, "DecoderBlock"), true), gen, c.dropout),
-      ln1(c.d_model, c.dtype), ln2(c.d_model, c.dtype),
-      ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)) {
+      ln1(c.d_model, c.dtype, kLayerNormEps, c.bias), ln2(c.d_model, c.dtype, kLayerNormEps, c.bias),
+      ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c), c.bias) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   if (!c.activation.empty()) ffn.activation = make_activation(c.activation);
   register_module("ln1", ln1);
@@ -254,7 +257,7 @@ class BuiltinNorm : public NormLayer {
 class BuiltinGeluMLP : public MLPLayer {
  public:
   BuiltinGeluMLP(const TransformerConfig& c, Generator& gen)
-      : inner(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c)) {
+      : inner(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c), c.bias) {
     if (!c.activation.empty()) inner.activation = make_activation(c.activation);
     register_module("", inner);
   }
@@ -276,7 +279,7 @@ class BuiltinSwiGLUMLP : public MLPLayer {
 std::unique_ptr<NormLayer> block_norm(const TransformerConfig& c) {
   if (!c.norm.empty()) return make_norm(c.norm, c, c.d_model);
   if (c.arch == Architecture::llama) return std::make_unique<BuiltinNorm<RMSNorm>>(c.d_model, c.dtype, c.norm_eps);
-  return std::make_unique<BuiltinNorm<LayerNorm>>(c.d_model, c.dtype);
+  return std::make_unique<BuiltinNorm<LayerNorm>>(c.d_model, c.dtype, kLayerNormEps, c.bias);
 }
 
 const TransformerConfig& checked_layers(const TransformerConfig& c) {
@@ -400,7 +403,8 @@ const SwiGLUFeedForward* swiglu_ffn(const DecoderLayer& block) { return swiglu_f
 
 GPT::GPT(const TransformerConfig& c, Generator& gen)
     : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
-      ln_f(c.d_model, c.dtype), norm(c.d_model, c.dtype, c.resolved().norm_eps), cfg_(c.resolved()) {
+      ln_f(c.d_model, c.dtype, kLayerNormEps, c.bias), norm(c.d_model, c.dtype, c.resolved().norm_eps),
+      cfg_(c.resolved()) {
   const bool llama = cfg_.arch == Architecture::llama;
   check_registered_layers(cfg_);
   const bool registered = !cfg_.mlp.empty() || !cfg_.norm.empty();
@@ -499,6 +503,7 @@ EncoderDecoder::EncoderDecoder(const TransformerConfig& c, Generator& gen)
   if (!cfg_.activation.empty() || !cfg_.mlp.empty() || !cfg_.norm.empty() || !cfg_.attention.empty())
     throw ValueError(
         op_message("encoder_decoder", "registered layers (activation, mlp, norm, attention) are for GPT models only"));
+  if (!cfg_.bias) throw ValueError(op_message("encoder_decoder", "bias = false is for GPT models only"));
   if (cfg_.pos != PositionScheme::learned)
     throw ValueError(op_message("encoder_decoder", "position scheme '" + position_scheme_name(cfg_.pos) +
                                                        "': the encoder-decoder has learned position embeddings only"));

@@ -111,6 +111,11 @@ struct TransformerConfig {
   /// gradient the sum of both uses) or a separate classifier.weight [V_vocab, d]. Only a Llama
   /// model may be untied (ValueError naming `tie_embeddings` otherwise).
   bool tie_embeddings = true;
+  /// GPT-2 blocks: whether the linear layers (attention projections, feed-forward) and the
+  /// LayerNorms have biases (nanoGPT's GPTConfig.bias). False: none (W and gamma only), as the
+  /// Llama blocks, which have none either way (false with arch llama is refused, ValueError
+  /// naming `bias`, so that one model has one configuration); an EncoderDecoder has biases.
+  bool bias = true;
   /// Registered sub-layers (nn/layer_registry.hpp) a GPT builds instead of its own; empty: the
   /// built-in one. `activation` replaces GELU (gpt) or SiLU (llama) in the built-in
   /// feed-forward layer; `mlp` replaces the whole feed-forward sub-layer (not together with

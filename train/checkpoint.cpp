@@ -86,8 +86,9 @@ std::uint64_t parameter_count(ModelKind kind, const nn::TransformerConfig& c) {
   // In long double: exact for every count that fits (< 2^64), saturating above.
   using R = long double;
   const R d = c.d_model, f = c.d_ff, d_h = c.H_q ? R(c.d_model / c.H_q) : 0, q = c.H_q * d_h, kv = c.H_kv * d_h;
-  const R ln = 2 * d, ffn = d * f + f + f * d + d;
-  const R self = d * (q + 2 * kv) + (q + 2 * kv) + q * d + d;   // W_QKV, b_QKV, W_O, b_O
+  const R b = c.bias ? 1 : 0;  // GPT-2 blocks without biases: W and gamma only
+  const R ln = d + b * d, ffn = d * f + b * f + f * d + b * d;
+  const R self = d * (q + 2 * kv) + b * (q + 2 * kv) + q * d + b * d;  // W_QKV, b_QKV, W_O, b_O
   const R cross = d * q + q + d * 2 * kv + 2 * kv + q * d + d;  // W_Q, b_Q, W_KV, b_KV, W_O, b_O
   // A GPT without learned position embeddings has no `pos` table.
   const bool pos_table = kind != ModelKind::gpt || c.pos == nn::PositionScheme::learned;

@@ -25,6 +25,7 @@
 #include <xgrad/runs/compare.hpp>
 #include <xgrad/runs/report.hpp>
 #include <xgrad/runs/run_folder.hpp>
+#include <xgrad/train/detail/step.hpp>
 
 namespace xg::train {
 
@@ -257,7 +258,7 @@ ModuleRunResult train_module(nn::Module& model, const LossFn& loss, const RunOpt
     double l = 0, gn = 0;
     {
       Tape tape;
-      r.opt->lr = nn::warmup_cosine(step - 1, o.warmup, o.steps, o.lr, o.lr * o.min_lr_ratio);
+      r.opt->lr = detail::Schedule{o.lr, o.min_lr_ratio, o.warmup, o.steps}.at(step);
       model.train();
       StepInput in{step, r.data, r.dropout};
       Tensor t = loss(model, in);
@@ -267,15 +268,13 @@ ModuleRunResult train_module(nn::Module& model, const LossFn& loss, const RunOpt
       l = t.item();
       if (!std::isfinite(l)) throw ValueError(op_message(kOp, "the loss is not finite at step " + std::to_string(step)));
       t.backward();
-      gn = nn::clip_grad_norm(r.params, o.clip > 0 ? o.clip : std::numeric_limits<double>::infinity());
-      r.opt->step();
-      r.opt->zero_grad();
+      gn = detail::finish_step(*r.opt, r.params, o.clip);
     }
     result.losses.push_back(l);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tps = static_cast<double>(o.tokens_per_step) * static_cast<double>(step - r.start) /
                        std::max(elapsed, 1e-9);
-    const bool val_now = validate_fn && ((o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps);
+    const bool val_now = validate_fn && detail::every_and_last(step, o.eval_every, o.steps);
     double val = 0;
     if (val_now) {
       model.eval();
@@ -293,15 +292,12 @@ ModuleRunResult train_module(nn::Module& model, const LossFn& loss, const RunOpt
         save_model_file(r, r.out / runs::kBestFile, step, {{"val_loss", io::exact_text(val)}});
       }
     }
-    std::ostringstream row;
-    row << step << "," << io::exact_text(r.opt->lr) << "," << io::exact_text(l) << "," << io::exact_text(gn) << ","
-        << tps << "," << elapsed << "," << (val_now ? io::exact_text(val) : "");
-    r.log->row(row.str());
+    r.log->row(detail::log_row(step, r.opt->lr, l, gn, tps, elapsed, val_now ? &val : nullptr));
     if (o.progress && (step % every == 0 || step == o.steps || val_now))
       *o.progress << "step " << step << "/" << o.steps << " | loss " << std::setprecision(5) << l
                   << (val_now ? " | val_loss " + io::shortest_text(val) : std::string()) << "\n"
                   << std::flush;
-    if ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == o.steps || step == o.stop_at)
+    if (detail::every_and_last(step, o.checkpoint_every, o.steps) || step == o.stop_at)
       checkpoint(r, step);
     result.steps_done = step;
     if (step == o.stop_at) break;

@@ -5,6 +5,7 @@
 #include <xgrad/io/number.hpp>
 #include <xgrad/nn/layer_registry.hpp>
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/options.hpp>
 
 namespace xg::train {
 
@@ -70,8 +71,24 @@ void set_layer_name(Info& i, nn::LayerKind kind, std::string nn::TransformerConf
         }                                                                                              \
   }
 
-// A field of the task or the importer, carried as text.
-F carried(const char* key, const char* option, const char* help) { return F{key, option, help, P::carried, nullptr, nullptr, nullptr}; }
+// A field of the task or the importer, carried as text. `shapes`: its option shapes the model
+// (ModelField::option_shapes; the sort and reverse sizes), else it only feeds the run.
+F carried(const char* key, const char* option, const char* help, bool shapes = false) {
+  F f{key, option, help, P::carried, nullptr, nullptr, nullptr};
+  f.option_shapes = shapes;
+  return f;
+}
+
+// A row whose option's values mean more than the field's text (ModelField::from_option).
+F from_option(F f, void (*from)(Info&, const std::string&, const std::string&)) {
+  f.from_option = from;
+  return f;
+}
+
+void set_dtype(Info& i, const std::string& t, const std::string& at) {
+  if (t != "float32" && t != "float64") throw FormatError(at + "unknown dtype '" + t + "'");
+  i.config.dtype = t == "float32" ? DType::float32 : DType::float64;
+}
 
 std::vector<ModelField> make_schema() {
   return {
@@ -115,12 +132,10 @@ std::vector<ModelField> make_schema() {
           i.config.encoder_layers = size_of("encoder_layers", t, at, 1024);
         }},
       XG_SIZE_ROW("d_ff", "d_ff", "feed-forward width", d_ff, 1u << 18),
-      F{"dtype", "dtype", "parameter precision: float32 or float64", P::always, nullptr,
-        [](const Info& i) { return std::string(dtype_name(i.config.dtype)); },
-        [](Info& i, const std::string& t, const std::string& at) {
-          if (t != "float32" && t != "float64") throw FormatError(at + "unknown dtype '" + t + "'");
-          i.config.dtype = t == "float32" ? DType::float32 : DType::float64;
-        }},
+      // --dtype bfloat16 trains float32 parameters (bfloat16 only in the matmuls): a float32 model.
+      from_option(F{"dtype", "dtype", "parameter precision: float32 or float64", P::always, nullptr,
+                    [](const Info& i) { return std::string(dtype_name(i.config.dtype)); }, set_dtype},
+                  [](Info& i, const std::string& t, const std::string& at) { set_dtype(i, t == "bfloat16" ? "float32" : t, at); }),
       // GPT-2 blocks are the default and write no key (those checkpoints keep their bytes).
       F{"arch", "arch", "the blocks: gpt (GPT-2) or llama (RMSNorm, SwiGLU, no biases)", P::unless_default, is_llama,
         [](const Info& i) { return std::string(nn::architecture_name(i.config.arch)); },
@@ -147,12 +162,28 @@ std::vector<ModelField> make_schema() {
             throw FormatError(at + "metadata 'tie_embeddings' = '" + t + "' is not true or false");
           i.config.tie_embeddings = t == "true";
         }},
-      F{"window", "window", "sliding-window attention width (absent: none)", P::unless_default,
-        [](const Info& i) { return i.config.window > 0; }, [](const Info& i) { return std::to_string(i.config.window); },
-        [](Info& i, const std::string& t, const std::string& at) {
-          i.config.window = size_of("window", t, at, 1u << 16);
-          if (i.config.window == 0) throw FormatError(at + "metadata 'window' = 0; leave the key out for no window");
-        }},
+      // GPT-2 blocks with biases are the default and write no key (nanoGPT's bias; --no-bias).
+      from_option(F{"bias", "bias", "gpt: biases in the linear layers and LayerNorms (absent: yes; false: none)",
+                    P::unless_default, [](const Info& i) { return !i.config.bias; },
+                    [](const Info& i) { return std::string(i.config.bias ? "true" : "false"); },
+                    [](Info& i, const std::string& t, const std::string& at) {
+                      if (t != "false")
+                        throw FormatError(at + "metadata 'bias' = '" + shown_value(t, 64) +
+                                          "' is not false (leave the key out for biases)");
+                      if (!is_gpt(i) || is_llama(i)) throw FormatError(at + "metadata 'bias' is for GPT-2 blocks only");
+                      i.config.bias = false;
+                    }},
+                  [](Info& i, const std::string& t, const std::string&) { i.config.bias = t == "true"; }),
+      // --window 0 is no window, which the metadata says by leaving the key out.
+      from_option(F{"window", "window", "sliding-window attention width (absent: none)", P::unless_default,
+                    [](const Info& i) { return i.config.window > 0; },
+                    [](const Info& i) { return std::to_string(i.config.window); },
+                    [](Info& i, const std::string& t, const std::string& at) {
+                      i.config.window = size_of("window", t, at, 1u << 16);
+                      if (i.config.window == 0)
+                        throw FormatError(at + "metadata 'window' = 0; leave the key out for no window");
+                    }},
+                  [](Info& i, const std::string& t, const std::string& at) { i.config.window = size_of("window", t, at, 1u << 16); }),
       // Learned positions are the default and write no key.
       F{"pos", "pos", "positions: learned, rope, alibi or none", P::unless_default,
         [](const Info& i) { return i.config.pos != nn::PositionScheme::learned; },
@@ -197,10 +228,10 @@ std::vector<ModelField> make_schema() {
       carried("tokenizer_model", "", "text: the tokenizer's file, base64"),
       carried("doc_separator", "doc_separator", "text: what joins documents into one token stream (absent: none)"),
       carried("val_fraction", "val_fraction", "text: the share of documents held out for validation"),
-      carried("n_digits", "n_digits", "sort: digits per problem"),
+      carried("n_digits", "n_digits", "sort: digits per problem", true),
       carried("n_values", "", "sort: the values of a digit"),
-      carried("min_len", "min_len", "reverse: the shortest source"),
-      carried("max_len", "max_len", "reverse: the longest source"),
+      carried("min_len", "min_len", "reverse: the shortest source", true),
+      carried("max_len", "max_len", "reverse: the longest source", true),
       carried("llama2c_format", "", "xgrad import llama2c: the file's format"),
       carried("llama2c_tables", "", "xgrad import llama2c: RoPE table entries that differ from xgrad's, for a "
                                     "byte-identical export"),
@@ -221,6 +252,19 @@ const ModelField* find_model_field(const std::string& key) {
   for (const ModelField& f : model_schema())
     if (f.key == key) return &f;
   return nullptr;
+}
+
+ModelInfo model_from_options(const TrainOptions& o) {
+  ModelInfo info;
+  info.kind = ModelKind::gpt;
+  for (const ModelField& f : model_schema()) {
+    if (f.option.empty() || !f.option_shapes || f.presence == ModelField::Presence::carried || !f.set) continue;
+    const OptionSpec* s = find_option(f.option);
+    if (!s) throw InternalError(op_message("train", "model row '" + f.key + "' names no option '" + f.option + "'"));
+    if (!option_applies(o, *s)) continue;
+    f.set_from_option(info, option_text(o, *s), "[train] " + (s->flag.empty() ? s->name : s->flag) + ": ");
+  }
+  return info;
 }
 
 const std::vector<std::string>& save_keys() {

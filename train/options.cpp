@@ -1,6 +1,7 @@
 #include <xgrad/train/options.hpp>
 #include <xgrad/io/number.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <xgrad/io/safetensors.hpp>
 #include <xgrad/text/corpus.hpp>
 #include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/model_schema.hpp>
 
 namespace xg::train {
 
@@ -51,10 +53,6 @@ OptionSpec for_tasks(OptionSpec s, std::vector<std::string> t) {
   s.tasks = std::move(t);
   return s;
 }
-OptionSpec model(OptionSpec s, std::string key) {
-  s.model_key = std::move(key);
-  return s;
-}
 // Saved by newer versions only: older checkpoints lack the key and mean `value`.
 OptionSpec since(OptionSpec s, std::string value) {
   s.legacy = std::move(value);
@@ -77,6 +75,11 @@ OptionSpec no_default(OptionSpec s) {
   s.show_default = false;
   return s;
 }
+// A boolean whose flag turns it off (`--no-progress`).
+OptionSpec negated(OptionSpec s) {
+  s.negated = true;
+  return s;
+}
 OptionSpec when(OptionSpec s, std::string option, std::string value) {
   s.only_when = {std::move(option), std::move(value)};
   return s;
@@ -86,10 +89,9 @@ std::vector<OptionSpec> make_schema() {
   using R = OptionRole;
   const std::vector<std::string> lm = {"charlm", "text"};
   std::vector<OptionSpec> t = {
-      choices(model(row("task", "--task", &O::task,
-                        "sort (decoder-only), reverse (encoder-decoder), text (your own text) or charlm "
-                        "(an alias of text with --tokenizer bytes)"),
-                    "task"),
+      choices(row("task", "--task", &O::task,
+                  "sort (decoder-only), reverse (encoder-decoder), text (your own text) or charlm "
+                  "(an alias of text with --tokenizer bytes)"),
               {"sort", "reverse", "charlm", "text"}),
       for_tasks(row("text", "--text", &O::text,
                     "charlm, text: the text file to learn, or a folder of them (all its files; text: recursively)"),
@@ -124,11 +126,10 @@ std::vector<OptionSpec> make_schema() {
                               {"bos", "eos", "none", "auto"}),
                       "none"),
                 lm),
-      for_tasks(added(model(range(row("vocab_size", "--vocab-size", &O::vocab_size,
-                                      "text: the model's vocabulary (0: the tokenizer's); ids past the tokenizer's "
-                                      "are placeholders that are never sampled"),
-                                  0, 1 << 20),
-                            "V_vocab"),
+      for_tasks(added(range(row("vocab_size", "--vocab-size", &O::vocab_size,
+                                "text: the model's vocabulary (0: the tokenizer's); ids past the tokenizer's "
+                                "are placeholders that are never sampled"),
+                            0, 1 << 20),
                       "0"),
                 {"text"}),
       for_tasks(added(range(row("model_context", "--model-context", &O::model_context,
@@ -142,10 +143,10 @@ std::vector<OptionSpec> make_schema() {
                       "the other weights frozen (0: none)"),
                   0, 65536),
             "0"),
-      added(range(row("lora_alpha", "--lora-alpha", &O::lora_alpha,
-                      "LoRA: the adapters' term is scaled by alpha / rank"),
-                  0, 1e6, true),
-            exact(16.0)),
+      added(
+          range(row("lora_alpha", "--lora-alpha", &O::lora_alpha, "LoRA: the adapters' term is scaled by alpha / rank"),
+                0, 1e6, true),
+          exact(16.0)),
       added(row("lora_targets", "--lora-targets", &O::lora_targets,
                 "LoRA: the projections adapted, comma-separated: q, k, v, o, gate, up, down (llama), fc1, fc2 "
                 "(gpt), or the groups attn, mlp, all"),
@@ -154,82 +155,76 @@ std::vector<OptionSpec> make_schema() {
                 "freeze the parameters whose names this regular expression matches (anywhere in the name; "
                 "xgrad inspect lists the names)"),
             ""),
-      no_default(range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0,
-                       1, true)),
-      range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio, "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
+      no_default(
+          range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0, 1, true)),
+      range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio,
+                "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
             0, 1),
       range(row("warmup", "--warmup", &O::warmup, "warmup steps"), 0, kBig),
       range(row("weight_decay", "--weight-decay", &O::weight_decay, "AdamW weight decay"), 0, 10),
       range(row("clip", "--clip", &O::clip, "gradient clipping by global norm"), 0, 1e6, true),
-      since(model(choices(row("dtype", "--dtype", &O::dtype,
-                              "parameter and arithmetic precision: float32, float64, or bfloat16 (float32 "
-                              "parameters, matmul inputs rounded to bfloat16; needs AVX512_BF16, else float32)"),
-                          {"float32", "float64", "bfloat16"}),
-                  "dtype"),
+      since(choices(row("dtype", "--dtype", &O::dtype,
+                        "parameter and arithmetic precision: float32, float64, or bfloat16 (float32 "
+                        "parameters, matmul inputs rounded to bfloat16; needs AVX512_BF16, else float32)"),
+                    {"float32", "float64", "bfloat16"}),
             "float32"),
-      for_tasks(added(model(choices(row("arch", "--arch", &O::arch,
-                                        "gpt (GPT-2 blocks) or llama (RMSNorm, SwiGLU, RoPE, no biases)"),
-                                    {"gpt", "llama"}),
-                            "arch"),
+      for_tasks(added(choices(row("arch", "--arch", &O::arch,
+                                  "gpt (GPT-2 blocks) or llama (RMSNorm, SwiGLU, RoPE, no biases)"),
+                              {"gpt", "llama"}),
                       "gpt"),
                 {"sort", "charlm", "text"}),
-      when(added(model(range(row("multiple_of", "--multiple-of", &O::multiple_of,
-                                 "--arch llama: the feed-forward width is rounded up to a multiple of this"),
-                             1, 65536),
-                       "multiple_of"),
+      when(added(range(row("multiple_of", "--multiple-of", &O::multiple_of,
+                           "--arch llama: the feed-forward width is rounded up to a multiple of this"),
+                       1, 65536),
                  "256"),
            "arch", "llama"),
-      when(added(model(range(row("norm_eps", "--norm-eps", &O::norm_eps, "--arch llama: RMSNorm's epsilon"), 0, 1,
-                             true),
-                       "norm_eps"),
+      when(added(range(row("norm_eps", "--norm-eps", &O::norm_eps, "--arch llama: RMSNorm's epsilon"), 0, 1, true),
                  exact(1e-5)),
            "arch", "llama"),
-      when(added(model(row("tie_embeddings", "--no-tie-embeddings", &O::tie_embeddings,
-                           "--arch llama: a classifier of its own, not the token embedding's transpose"),
-                       "tie_embeddings"),
+      when(added(negated(row("tie_embeddings", "--no-tie-embeddings", &O::tie_embeddings,
+                             "--arch llama: a classifier of its own, not the token embedding's transpose")),
                  "true"),
            "arch", "llama"),
-      model(range(row("d_model", "--d-model", &O::d_model, "model width"), 1, 8192), "d_model"),
-      model(range(row("heads", "--heads", &O::heads, "query heads H_q"), 1, 8192), "H_q"),
-      model(range(row("kv_heads", "--kv-heads", &O::kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)"), 0, 8192),
-            "H_kv"),
-      model(range(row("layers", "--layers", &O::layers, "transformer layers"), 1, 256), "layers"),
-      model(range(row("d_ff", "--d-ff", &O::d_ff, "feed-forward width (0: 4 d_model)"), 0, 65536), "d_ff"),
+      for_tasks(when(added(negated(row("bias", "--no-bias", &O::bias,
+                                       "--arch gpt: no biases in the linear layers and LayerNorms (nanoGPT's "
+                                       "bias=False)")),
+                           "true"),
+                     "arch", "gpt"),
+                {"sort", "charlm", "text"}),
+      range(row("d_model", "--d-model", &O::d_model, "model width"), 1, 8192),
+      range(row("heads", "--heads", &O::heads, "query heads H_q"), 1, 8192),
+      range(row("kv_heads", "--kv-heads", &O::kv_heads, "key/value heads H_kv (0: = heads; 1: MQA)"), 0, 8192),
+      range(row("layers", "--layers", &O::layers, "transformer layers"), 1, 256),
+      range(row("d_ff", "--d-ff", &O::d_ff, "feed-forward width (0: 4 d_model)"), 0, 65536),
       range(row("dropout", "--dropout", &O::dropout, "dropout"), 0, 1, false, true),
-      since(model(choices(row("pos", "--pos", &O::pos, "positions (decoder-only tasks): learned, rope, alibi or none"),
-                          {"learned", "rope", "alibi", "none"}),
-                  "pos"),
+      since(choices(row("pos", "--pos", &O::pos, "positions (decoder-only tasks): learned, rope, alibi or none"),
+                    {"learned", "rope", "alibi", "none"}),
             "learned"),
-      since(when(model(range(row("rope_base", "--rope-base", &O::rope_base, "--pos rope: frequency base, > 1"), 1, 1e12,
-                             true),
-                       "rope_base"),
-                 "pos", "rope"),
-            "10000"),
-      since(when(model(range(row("rope_fraction", "--rope-fraction", &O::rope_fraction,
-                                 "--pos rope: fraction of each head rotated, in (0, 1]"),
-                             0, 1, true),
-                       "rope_fraction"),
+      since(
+          when(range(row("rope_base", "--rope-base", &O::rope_base, "--pos rope: frequency base, > 1"), 1, 1e12, true),
+               "pos", "rope"),
+          "10000"),
+      since(when(range(row("rope_fraction", "--rope-fraction", &O::rope_fraction,
+                           "--pos rope: fraction of each head rotated, in (0, 1]"),
+                       0, 1, true),
                  "pos", "rope"),
             "1"),
-      since(when(model(choices(row("rope_layout", "--rope-layout", &O::rope_layout,
-                                   "--pos rope: interleaved or half-split (GPT-NeoX)"),
-                               {"interleaved", "half-split"}),
-                       "rope_layout"),
+      since(when(choices(row("rope_layout", "--rope-layout", &O::rope_layout,
+                             "--pos rope: interleaved or half-split (GPT-NeoX)"),
+                         {"interleaved", "half-split"}),
                  "pos", "rope"),
             "interleaved"),
-      for_tasks(model(range(row("context", "--context", &O::context, "charlm, text: context length (tokens)"), 2, 8192), "context"),
-                lm),
-      since(model(range(row("window", "--window", &O::window,
-                            "sliding-window attention: each position sees itself and the W-1 before it (0: no window)"),
-                        0, 65536),
-                  "window"),
+      for_tasks(range(row("context", "--context", &O::context, "charlm, text: context length (tokens)"), 2, 8192), lm),
+      since(range(row("window", "--window", &O::window,
+                      "sliding-window attention: each position sees itself and the W-1 before it (0: no window)"),
+                  0, 65536),
             "0"),
-      for_tasks(model(range(row("n_digits", "--n-digits", &O::n_digits, "sort: digits per problem"), 1, 32), "n_digits"),
-                {"sort"}),
-      for_tasks(model(range(row("min_len", "--min-len", &O::min_len, "reverse: the shortest source, in [1, 32]"), 1, 32), "min_len"),
+      for_tasks(range(row("n_digits", "--n-digits", &O::n_digits, "sort: digits per problem"), 1, 32), {"sort"}),
+      for_tasks(range(row("min_len", "--min-len", &O::min_len, "reverse: the shortest source, in [1, 32]"), 1, 32),
                 {"reverse"}),
-      for_tasks(model(range(row("max_len", "--max-len", &O::max_len, "reverse: the longest source, in [--min-len, 32]"), 1, 32), "max_len"),
-                {"reverse"}),
+      for_tasks(
+          range(row("max_len", "--max-len", &O::max_len, "reverse: the longest source, in [--min-len, 32]"), 1, 32),
+          {"reverse"}),
       row("seed", "--seed", &O::seed, "random seed (initialisation, data, dropout)"),
       role(range(row("threads", "--threads", &O::threads,
                      "xgrad worker threads per rank (0: the cores, shared among the ranks on this machine; "
@@ -240,11 +235,13 @@ std::vector<OptionSpec> make_schema() {
       range(row("checkpoint_every", "--checkpoint-every", &O::checkpoint_every,
                 "checkpoint every N steps (0: only at the end)"),
             0, kBig),
-      range(row("heldout", "--heldout", &O::heldout, "held-out problems (sort, reverse) for the exact-match metric, in [1, 100000]"), 1, 100000),
+      range(row("heldout", "--heldout", &O::heldout,
+                "held-out problems (sort, reverse) for the exact-match metric, in [1, 100000]"),
+            1, 100000),
       no_default(role(row("stop_at", "--stop-at", &O::stop_at, "stop after this step, as if interrupted (for resume)"),
                       R::session, true)),
-      role(row("progress", "--no-progress", &O::progress, "no live progress line"), R::session, false),
-      role(row("plot", "--no-plot", &O::plot, "do not draw loss.png"), R::session, false),
+      role(negated(row("progress", "--no-progress", &O::progress, "no live progress line")), R::session, false),
+      role(negated(row("plot", "--no-plot", &O::plot, "do not draw loss.png")), R::session, false),
       role(row("overwrite", "--overwrite", &O::overwrite, "replace a different run saved in --out"), R::start, false),
       role(range(row("dist_check_every", "--dist-check-every", &O::dist_check_every,
                      "several ranks: compare parameter checksums every N steps (0: at the start and end only)"),
@@ -259,12 +256,19 @@ std::vector<OptionSpec> make_schema() {
            R::session, true),
   };
   for (OptionSpec& s : t) {
-    if (s.name == "progress" || s.name == "plot" || s.name == "tie_embeddings") s.negated = true;
     // Options added after the first checkpoints are written only when not at their default.
     if (s.name == "init_from") s.omit_when_legacy = true;
     // Flags renamed so that flag and JSON name agree (docs/cli.md, "Renamed flags").
     if (s.name == "tie_embeddings") s.deprecated = {"--untied-classifier"};
     if (s.name == "n_digits") s.deprecated = {"--digits"};
+  }
+  // The model options: named by the model schema's rows (ModelField::option), the one direction
+  // the two tables are tied in.
+  for (const ModelField& f : model_schema()) {
+    if (f.option.empty() || !f.option_shapes) continue;
+    const auto it = std::find_if(t.begin(), t.end(), [&](const OptionSpec& s) { return s.name == f.option; });
+    if (it == t.end()) throw InternalError(op_message("train", "model row '" + f.key + "' names no option '" + f.option + "'"));
+    it->model_key = f.key;
   }
   return t;
 }
@@ -279,14 +283,6 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
-}
-
-// The run's task reads the option (and the option it depends on has the value it needs).
-bool applies(const TrainOptions& o, const OptionSpec& s) {
-  bool for_task = s.tasks.empty();
-  for (const std::string& t : s.tasks) for_task = for_task || t == o.task;
-  if (!for_task) return false;
-  return s.only_when.first.empty() || option_text(o, *find_option(s.only_when.first)) == s.only_when.second;
 }
 
 // Options whose value is a file or folder.
@@ -345,6 +341,13 @@ const OptionSpec* find_option(const std::string& name) {
   for (const OptionSpec& s : option_schema())
     if (s.name == name) return &s;
   return nullptr;
+}
+
+bool option_applies(const TrainOptions& o, const OptionSpec& s) {
+  bool for_task = s.tasks.empty();
+  for (const std::string& t : s.tasks) for_task = for_task || t == o.task;
+  if (!for_task) return false;
+  return s.only_when.first.empty() || option_text(o, *find_option(s.only_when.first)) == s.only_when.second;
 }
 
 std::string option_text(const TrainOptions& o, const OptionSpec& spec) {
@@ -503,7 +506,7 @@ TrainOptions options_from_metadata(const std::map<std::string, std::string>& m, 
   for (const OptionSpec& s : option_schema()) {
     if (s.role != OptionRole::run || s.only_when.first.empty() || s.omit_when_legacy || m.count("opt." + s.name))
       continue;
-    if (applies(o, s))
+    if (option_applies(o, s))
       throw FormatError("[train] " + path + ": state has opt." + s.only_when.first + " " + s.only_when.second +
                         " but lacks 'opt." + s.name + "' (a damaged state; it would resume with another model)");
   }
@@ -619,18 +622,36 @@ void apply_init_from(TrainOptions& o, const std::set<std::string>& given) {
       o.model_context = o.context < model ? model : 0;
       continue;
     }
-    std::string mine = option_text(o, s);
-    // Options whose 0 means "derived" compare by the value they resolve to.
-    if (s.name == "kv_heads" && o.kv_heads == 0) mine = std::to_string(o.heads);
-    if (s.name == "d_ff" && o.d_ff == 0)
-      mine = std::to_string(o.arch == "llama" ? nn::llama_hidden_size(o.d_model, o.multiple_of) : 4 * o.d_model);
-    const std::string shown_theirs = option_text(probe, s);
-    // --dtype bfloat16 trains float32 parameters (bfloat16 only in the matmuls): a float32 model's.
-    if (s.name == "dtype" && given.count(s.name) && mine == "bfloat16" && shown_theirs == "float32") continue;
-    if (given.count(s.name) && mine != shown_theirs)
-      throw UsageError(op_message("train", s.flag + " " + mine + " conflicts with --init-from " + path + " (" +
-                                               s.model_key + " " + shown_theirs + "); leave " + s.flag + " out"));
-    set_option_text(o, s, value, "[train] --init-from " + path);
+    if (!given.count(s.name)) {  // taken from the checkpoint
+      set_option_text(o, s, value, "[train] --init-from " + path);
+      continue;
+    }
+    // Given: it must ask for the checkpoint's model. A model row compares the model the option
+    // gives (the checkpoint's with this field set from the option through its row, resolved:
+    // --kv-heads 0 is H_q, --d-ff 0 the block's width, --dtype bfloat16 float32) with the
+    // checkpoint's; a carried one (the sort and reverse sizes) compares the texts.
+    const std::string mine = option_text(o, s);
+    std::string mine_model = mine, shown_theirs = option_text(probe, s);
+    const ModelField& f = *find_model_field(s.model_key);
+    if (f.presence != ModelField::Presence::carried) {
+      shown_theirs = f.get(info);
+      try {
+        ModelInfo asked = info;
+        f.set_from_option(asked, mine, "[train] " + s.flag + ": ");
+        asked.config = asked.config.resolved();
+        mine_model = f.get(asked);
+      } catch (const Error&) {
+        mine_model.clear();  // no model holds together with it: it differs
+      }
+    }
+    if (mine_model != shown_theirs)
+      throw UsageError(op_message("train", s.flag + (s.negated && mine == "false" ? std::string() : " " + mine) +  // --no-bias: the flag
+                                               (!mine_model.empty() && mine_model != mine
+                                                    ? " (" + s.model_key + " " + mine_model + ")"
+                                                    : std::string()) +
+                                               " conflicts with --init-from " + path + " (" + s.model_key + " " +
+                                               shown_theirs + "); leave " + s.flag + " out"));
+    // It agrees: the run keeps what it was asked (--dtype bfloat16 stays bfloat16).
   }
 }
 
@@ -698,7 +719,7 @@ void resolve_task_alias(TrainOptions& o, const std::set<std::string>& given) {
 std::string options_json(const TrainOptions& o, int threads) {
   json::Value obj = json::Value::make_object();
   for (const OptionSpec& s : option_schema()) {
-    if (s.role != OptionRole::run || !applies(o, s)) continue;
+    if (s.role != OptionRole::run || !option_applies(o, s)) continue;
     std::string v = shown_text(o, s);
     if (is_path_option(s.name) && !v.empty() && !(s.name == "tokenizer" && v == "bytes")) {
       std::error_code ec;
@@ -801,7 +822,7 @@ std::string describe_options(const TrainOptions& o) {
   }()), {});
   std::vector<std::string> parts;
   for (const OptionSpec& s : option_schema()) {
-    if (s.role != OptionRole::run || shown_always.count(s.name) || !applies(o, s)) continue;
+    if (s.role != OptionRole::run || shown_always.count(s.name) || !option_applies(o, s)) continue;
     if (option_text(o, s) != option_text(defaults, s)) parts.push_back(s.name + " " + shown_text(o, s));
   }
   return join(parts);

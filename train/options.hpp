@@ -59,6 +59,7 @@ struct TrainOptions {
   std::size_t multiple_of = 256;  ///< `--arch llama`: the feed-forward width rounding (`--multiple-of`).
   double norm_eps = 1e-5;  ///< `--arch llama`: RMSNorm's epsilon (`--norm-eps`).
   bool tie_embeddings = true;  ///< `--arch llama`: the classifier is the token embedding (`--no-tie-embeddings`: not).
+  bool bias = true;  ///< `--arch gpt`: biases in the linear layers and LayerNorms (`--no-bias`: none).
   std::size_t window = 0;  ///< Sliding window of the causal self-attention; 0: none (`--window`).
   double dropout = 0.0;  ///< Dropout probability, in [0, 1) (`--dropout`).
   std::string pos = "learned";  ///< learned | rope | alibi | none (GPT tasks: sort, charlm) (`--pos`).
@@ -133,7 +134,9 @@ struct OptionSpec {
   /// Read only when another option has this value (e.g. {"pos", "rope"}); refused otherwise.
   std::pair<std::string, std::string> only_when;
   /// The key in a model checkpoint's metadata that this option shapes ("" : none);
-  /// `--init-from` takes the value from there and refuses a flag that differs.
+  /// `--init-from` takes the value from there and refuses a flag that differs. Not written in
+  /// the table: derived from the model schema's row that names this option (ModelField::option
+  /// with option_shapes, train/model_schema.hpp).
   std::string model_key;
   /// The value a checkpoint saved before this option existed holds (it lacks the key);
   /// has_legacy false: the key is required.
@@ -163,6 +166,10 @@ void resolve_doc_separator(TrainOptions& o);
 const std::vector<OptionSpec>& option_schema();
 /// The row of `name` (nullptr if none).
 const OptionSpec* find_option(const std::string& name);
+
+/// Whether the run `o` reads the option: its task is one of the row's tasks, and the option it
+/// depends on (only_when) has the value it needs.
+bool option_applies(const TrainOptions& o, const OptionSpec& spec);
 
 /// The value of `spec` in `o` as text: integers in decimal, reals so that they read back to the
 /// same double, booleans "true"/"false".

@@ -39,6 +39,7 @@
 #include <xgrad/train/model_schema.hpp>
 #include <xgrad/runs/run_folder.hpp>
 #include <xgrad/train/detail/grad_accum.hpp>
+#include <xgrad/train/detail/step.hpp>
 #include <xgrad/train/detail/train_state.hpp>
 #include <xgrad/train/adapters.hpp>
 #include <xgrad/runs/plots.hpp>
@@ -494,7 +495,7 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
 double train_step(Session& s, std::int64_t step, const dist::Shard& shard, dist::GradientReducer& reducer,
                   double* grad_norm, int* signal) {
   Tape tape;
-  s.model.opt->lr = nn::warmup_cosine(step - 1, s.o.warmup, s.o.steps, s.o.lr, s.o.lr * s.o.min_lr_ratio);
+  s.model.opt->lr = detail::Schedule{s.o.lr, s.o.min_lr_ratio, s.o.warmup, s.o.steps}.at(step);
   double l = 0;
   *signal = 0;
   if (s.o.grad_accum > 1) {
@@ -526,9 +527,8 @@ double train_step(Session& s, std::int64_t step, const dist::Shard& shard, dist:
   }
   if (!std::isfinite(l))
     dist::fail_together(s.comm, ValueError(op_message("train", "loss is not finite at step " + std::to_string(step))));
-  *grad_norm = nn::clip_grad_norm(s.model.params, s.o.clip);  // the same summed gradients on every rank
-  s.model.opt->step();
-  s.model.opt->zero_grad();
+  // The same summed gradients on every rank: the same clipping and step.
+  *grad_norm = detail::finish_step(*s.model.opt, s.model.params, s.o.clip);
   return l;
 }
 
@@ -565,15 +565,13 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
     const double tps =
         static_cast<double>(task.tokens_per_batch(o.batch * o.grad_accum) * static_cast<std::size_t>(step - s.start)) /
         std::max(elapsed, 1e-9);
-    const bool val_now = task.has_validation() && ((o.eval_every > 0 && step % o.eval_every == 0) || step == o.steps);
+    const bool val_now = task.has_validation() && detail::every_and_last(step, o.eval_every, o.steps);
     const double val = val_now ? task.validation_loss(s.comm) : 0.0;
     const bool new_best = val_now && validate_at(s, step, val);
     if (s.csv) {
-      std::ostringstream row;
-      row << step << "," << exact(s.model.opt->lr) << "," << exact(l) << "," << exact(gn) << "," << tps << "," << elapsed
-          << "," << (val_now ? exact(val) : "");
-      if (task.logs_bits_per_byte()) row << "," << (val_now ? exact(task.metric_of_validation(val)) : "");
-      s.csv->row(row.str());
+      std::string row = detail::log_row(step, s.model.opt->lr, l, gn, tps, elapsed, val_now ? &val : nullptr);
+      if (task.logs_bits_per_byte()) row += "," + (val_now ? exact(task.metric_of_validation(val)) : std::string());
+      s.csv->row(row);
     }
     if (s.csv && val_now) write_eval_sample(task, s.o.out, step);  // samples.jsonl
     if (o.progress && (s.console.tty || step % every == 0 || step == o.steps)) {
@@ -596,8 +594,7 @@ void train_loop(Session& s, dist::GradientReducer& reducer, const dist::Shard& s
     if (s.world > 1 && o.dist_check_every > 0 && step % o.dist_check_every == 0)
       dist::check_parameters_agree(s.comm, s.model.params, "after step " + std::to_string(step));
     const int sig = s.world > 1 ? agreed_signal : o.stop_signal ? static_cast<int>(*o.stop_signal) : 0;
-    if (s.csv &&
-        ((o.checkpoint_every > 0 && step % o.checkpoint_every == 0) || step == o.steps || step == o.stop_at || sig != 0))
+    if (s.csv && (detail::every_and_last(step, o.checkpoint_every, o.steps) || step == o.stop_at || sig != 0))
       save_checkpoint(task, o, s.threads, s.run, *s.model.opt, step, s.data, s.dropout, *s.csv);
     result.steps_done = step;
     if (sig != 0) {

@@ -375,7 +375,8 @@ TEST_CASE("resume: the run options a state may lack, and the value each then has
       {"tokenizer", "bytes"}, {"val_fraction", "0.10000000000000001"}, {"init_from", ""},       {"arch", "gpt"},
       {"multiple_of", "256"}, {"norm_eps", "1.0000000000000001e-05"},  {"tie_embeddings", "true"},
       {"grad_accum", "1"},    {"doc_separator", "none"},    {"vocab_size", "0"},                     {"model_context", "0"},
-      {"lora_rank", "0"},     {"lora_alpha", "16"},                    {"lora_targets", "all"},    {"freeze", ""}};
+      {"lora_rank", "0"},     {"lora_alpha", "16"},                    {"lora_targets", "all"},    {"freeze", ""},
+      {"bias", "true"}};
   // And these, written by 0.2.0 always, have the value runs had before they existed (learned
   // positions, float32, no window); a RoPE key is required beside opt.pos rope (above).
   const std::map<std::string, std::string> older = {{"dtype", "float32"},    {"pos", "learned"},

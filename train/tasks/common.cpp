@@ -6,6 +6,8 @@
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/ops/dropout.hpp>
 #include <xgrad/nn/generate.hpp>
+#include <xgrad/train/checkpoint.hpp>
+#include <xgrad/train/model_schema.hpp>
 
 namespace xg::train {
 
@@ -36,23 +38,9 @@ std::unique_ptr<Task> make_task(const TrainOptions& o, dist::Communicator& comm)
 namespace tasks {
 
 nn::TransformerConfig config_from_options(const TrainOptions& o) {
-  nn::TransformerConfig c;
-  c.dtype = o.dtype == "float64" ? DType::float64 : DType::float32;
-  c.d_model = o.d_model;
-  c.H_q = o.heads;
-  c.H_kv = o.kv_heads;
-  c.layers = o.layers;
-  c.d_ff = o.d_ff;
-  c.dropout = o.dropout;
-  c.window = o.window;
-  c.arch = nn::architecture_from_name(o.arch);
-  c.multiple_of = o.multiple_of;
-  c.norm_eps = o.norm_eps;
-  c.tie_embeddings = o.tie_embeddings;
-  c.pos = nn::position_scheme_from_name(o.pos);
-  c.rope.base = o.rope_base;
-  c.rope.fraction = o.rope_fraction;
-  c.rope.layout = ops::rope_layout_from_name(o.rope_layout);
+  // The model options, each through its model row (train/model_schema.hpp).
+  nn::TransformerConfig c = model_from_options(o).config;
+  c.dropout = o.dropout;  // how the run trains the model, not part of its description
   return c;
 }
 
