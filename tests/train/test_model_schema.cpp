@@ -39,7 +39,7 @@ io::safetensors::Metadata description_of(io::safetensors::Metadata m) {
   return m;
 }
 
-// The registered layers the rows layer_activation and layer_mlp name (a program must have
+// The registered layers the rows layer_activation, layer_norm, layer_attention and layer_mlp name (a program must have
 // registered a name to read it back). Their factories are never called here: no model is built.
 void register_schema_layers() {
   if (!nn::is_registered(nn::LayerKind::activation, "schema_test_act"))
@@ -47,6 +47,11 @@ void register_schema_layers() {
   if (!nn::is_registered(nn::LayerKind::norm, "schema_test_norm"))
     nn::register_norm("schema_test_norm", [](const nn::TransformerConfig&, std::size_t) {
       return std::unique_ptr<nn::NormLayer>();
+    });
+  if (!nn::is_registered(nn::LayerKind::attention, "schema_test_attention"))
+    nn::register_attention("schema_test_attention", [](const Tensor& Q, const Tensor& K, const Tensor& V,
+                                                       const nn::Visibility& vis, const nn::SdpaOptions& o) {
+      return nn::attention(Q, K, V, vis, o);
     });
   if (!nn::is_registered(nn::LayerKind::mlp, "schema_test_mlp"))
     nn::register_mlp("schema_test_mlp", [](const nn::TransformerConfig&, Generator&) {
@@ -80,6 +85,7 @@ train::ModelInfo every_row() {
   c.dtype = DType::float64;
   c.activation = "schema_test_act";
   c.norm = "schema_test_norm";
+  c.attention = "schema_test_attention";
   for (int i = 0; i < 7; ++i) info.vocab.tokens.push_back(text::placeholder_token(static_cast<std::size_t>(i)));
   c.V_vocab = info.vocab.size();
   for (const train::ModelField& f : train::model_schema())
