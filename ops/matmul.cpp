@@ -224,6 +224,20 @@ Array product(const Plan& p, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// out[r, k] = res[r, k] + (out[r, k] + b[k]) (res null: out[r, k] + b[k]) over rows x N: linear's
+// pass after its product, in a function of its own so that the loops vectorise (out is a new
+// array, b and res are inputs: nothing aliases).
+template <class T>
+void add_bias_rows(T* __restrict out, const T* __restrict b, const T* __restrict res, std::size_t rows,
+                   std::size_t N) {
+  if (res)
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < N; ++k) out[r * N + k] = res[r * N + k] + (out[r * N + k] + b[k]);
+  else
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < N; ++k) out[r * N + k] = out[r * N + k] + b[k];
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
@@ -293,14 +307,8 @@ Tensor linear(const Tensor& x, const Tensor& W, const Tensor& b, const Tensor& r
     const T* pb = b.value().data<T>();
     const T* pr = has_r ? residual.value().data<T>() : nullptr;
     detail::parallel_for(rows, std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(N, 1)),
-                         [&](std::size_t lo, std::size_t hi, std::size_t) {
-                           if (pr)
-                             for (std::size_t r = lo; r < hi; ++r)
-                               for (std::size_t k = 0; k < N; ++k)
-                                 po[r * N + k] = pr[r * N + k] + (po[r * N + k] + pb[k]);
-                           else
-                             for (std::size_t r = lo; r < hi; ++r)
-                               for (std::size_t k = 0; k < N; ++k) po[r * N + k] = po[r * N + k] + pb[k];
+                         [po, pb, pr, N](std::size_t lo, std::size_t hi, std::size_t) {
+                           add_bias_rows(po + lo * N, pb, pr ? pr + lo * N : nullptr, hi - lo, N);
                          });
   });
   const auto vjp = [plan](const VjpContext& c) {
