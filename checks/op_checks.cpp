@@ -313,6 +313,9 @@ void index(GradcheckSuite& s) {
 void matmul(GradcheckSuite& s) {
   op(s, "matmul", "a (3, 4) b (4, 5)", [](CheckContext& c) { return std::vector<Array>{c.uniform({3, 4}), c.uniform({4, 5})}; },
      [](const Inputs& in) { return ops::matmul(in[0], in[1]); }, {"a", "b"});
+  op(s, "linear", "x W + b as one op, x (2, 3, 4) W (4, 5) b (5)",
+     [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 3, 4}), c.uniform({4, 5}), c.uniform({5})}; },
+     [](const Inputs& in) { return ops::linear(in[0], in[1], in[2]); }, {"x", "W", "b"});
   op(s, "matmul-batched", "a (2, 1, 3, 4) b (3, 4, 2): batch dims broadcast",
      [](CheckContext& c) { return std::vector<Array>{c.uniform({2, 1, 3, 4}), c.uniform({3, 4, 2})}; },
      [](const Inputs& in) { return ops::matmul(in[0], in[1]); }, {"a", "b"});

@@ -45,8 +45,7 @@ void check_heads(const std::string& op, std::size_t d, const char* d_name, std::
 }
 
 Tensor affine(const Tensor& X, const Tensor& W, const Tensor& b) {
-  const Tensor Y = ops::matmul(X, W);
-  return b.defined() ? Y + b : Y;
+  return ops::linear(X, W, b);  // one op with the bias (the bits of matmul then add)
 }
 
 void check_input(const std::string& op, const char* name, const Tensor& X, std::size_t width, DType dtype) {
@@ -247,8 +246,7 @@ Tensor MultiHeadAttention::packed(const Tensor& X) const {
 Tensor MultiHeadAttention::output(const Tensor& C) const {
   const Adapter* a = adapter(Projection::o);
   if (a) return a->project(C, W_O, b_O);  // the whole projection (one op for LoRA)
-  const Tensor Y = ops::matmul(C, W_O);
-  return b_O.defined() ? Y + b_O : Y;
+  return ops::linear(C, W_O, b_O);
 }
 
 void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const {

@@ -39,6 +39,14 @@ void check_input_dtype(const std::string& op, const Tensor& x, const Tensor& par
                                         "; convert one of them (Array::astype) so both are the same dtype"));
 }
 
+// A Linear layer's input x [..., d_in] against its W [d_in, d_out].
+void check_linear_input(const Tensor& x, const Tensor& W) {
+  if (!x.defined() || x.ndim() == 0 || x.shape().back() != W.shape()[0])
+    throw ShapeError(op_message("linear", "x must be [..., " + std::to_string(W.shape()[0]) + "], has shape " +
+                                              (x.defined() ? shape_str(x.shape()) : "undefined")));
+  check_input_dtype("linear", x, W, "W");
+}
+
 }  // namespace
 
 Linear::Linear(std::size_t d_in, std::size_t d_out, Generator& gen, bool bias, DType dtype, double init_std) {
@@ -68,15 +76,13 @@ Tensor Linear::operator()(const Tensor& x) const {
     check_input_dtype("linear", x, W, "W");
     return adapter_->project(x, W, b);
   }
-  const Tensor y = product(x);
-  return b.defined() ? y + b : y;
+  if (!b.defined()) return product(x);
+  check_linear_input(x, W);
+  return ops::linear(x, W, b);  // x W + b as one op (the bits of matmul then add)
 }
 
 Tensor Linear::product(const Tensor& x) const {
-  if (!x.defined() || x.ndim() == 0 || x.shape().back() != W.shape()[0])
-    throw ShapeError(op_message("linear", "x must be [..., " + std::to_string(W.shape()[0]) + "], has shape " +
-                                              (x.defined() ? shape_str(x.shape()) : "undefined")));
-  check_input_dtype("linear", x, W, "W");
+  check_linear_input(x, W);
   const Tensor y = ops::matmul(x, W);
   return adapter_ ? y + (*adapter_)(x) : y;
 }
@@ -202,7 +208,7 @@ FeedForward::FeedForward(const Array& W1, const Array& b1, const Array& W2, cons
   register_module("fc2", fc2);
 }
 
-Tensor FeedForward::operator()(const Tensor& x, Generator* dropout_gen) const {
+Tensor FeedForward::hidden(const Tensor& x, Generator* dropout_gen) const {
   // bias + GELU as one op (ops::bias_gelu; the same function as gelu(fc1(x)))
   Tensor h = activation ? activated(activation, fc1(x), "feed_forward")
              : fc1.b.defined() ? ops::bias_gelu(fc1.product(x), fc1.b) : ops::gelu(fc1(x));
@@ -210,7 +216,16 @@ Tensor FeedForward::operator()(const Tensor& x, Generator* dropout_gen) const {
     if (!dropout_gen) throw ValueError(op_message("feed_forward", "dropout in training needs a generator"));
     h = ops::dropout(h, dropout_, *dropout_gen, true);
   }
-  return fc2(h);
+  return h;
+}
+
+Tensor FeedForward::operator()(const Tensor& x, Generator* dropout_gen) const { return fc2(hidden(x, dropout_gen)); }
+
+Tensor FeedForward::with_residual(const Tensor& x, const Tensor& residual, Generator* dropout_gen) const {
+  const Tensor h = hidden(x, dropout_gen);
+  if (fc2.adapter() || !fc2.b.defined()) return residual + fc2(h);
+  check_linear_input(h, fc2.W);
+  return ops::linear(h, fc2.W, fc2.b, residual);  // residual + (h W2 + b2): one op, the same bits
 }
 
 SwiGLUFeedForward::SwiGLUFeedForward(std::size_t d, std::size_t d_ff, Generator& gen, DType dtype,

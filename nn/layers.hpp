@@ -115,6 +115,10 @@ class FeedForward : public Module {
   /// x [..., d] -> [..., d]. `dropout_gen` is needed when training with dropout > 0
   /// (ValueError otherwise).
   Tensor operator()(const Tensor& x, Generator* dropout_gen = nullptr) const;
+  /// residual + (*this)(x, dropout_gen) (a residual connection around the layer, `residual` of
+  /// x's shape), fc2's bias and the residual added in the same op as fc2's product
+  /// (ops::linear) when fc2 has a bias and no adapter: the same bits as the sum of the two.
+  Tensor with_residual(const Tensor& x, const Tensor& residual, Generator* dropout_gen = nullptr) const;
   /// The two linear layers, d -> d_ff and d_ff -> d. @{
   Linear fc1, fc2;
   /// @}
@@ -123,6 +127,7 @@ class FeedForward : public Module {
   std::function<Tensor(const Tensor&)> activation;
 
  private:
+  Tensor hidden(const Tensor& x, Generator* dropout_gen) const;  // the activation of fc1, dropout applied
   double dropout_;
 };
 

@@ -196,8 +196,14 @@ Tensor DecoderLayer::forward_impl(const Tensor& x, KVCache* cache, const Attenti
   const AttentionOutput a = cache ? attn.forward_cached(n, *cache, call) : attn.forward(n, call);
   if (out) *out = a;
   const Tensor h = x + residual_dropout(a.Y, dropout_, training(), call.generator);
-  return h + residual_dropout(ffn_branch(h, call.generator), dropout_, training(), call.generator);
+  return ffn_residual(h, call.generator);
 }
+
+Tensor DecoderLayer::ffn_residual(const Tensor& h, Generator* gen) {
+  return h + residual_dropout(ffn_branch(h, gen), dropout_, training(), gen);
+}
+
+bool DecoderLayer::residual_dropout_on() const { return training() && dropout_ > 0.0; }
 
 namespace {
 const TransformerConfig& check_arch(const TransformerConfig& c, Architecture want, const std::string& block) {
@@ -225,6 +231,11 @@ DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
 Tensor DecoderBlock::attention_input(const Tensor& x) { return ln1(x); }
 
 Tensor DecoderBlock::ffn_branch(const Tensor& h, Generator* gen) { return ffn(ln2(h), gen); }
+
+Tensor DecoderBlock::ffn_residual(const Tensor& h, Generator* gen) {
+  if (residual_dropout_on()) return DecoderLayer::ffn_residual(h, gen);
+  return ffn.with_residual(ln2(h), h, gen);  // h + ffn(ln2(h)), the sum in fc2's op
+}
 
 LlamaBlock::LlamaBlock(const TransformerConfig& c, Generator& gen)
     : DecoderLayer(attention_config(check_arch(c, Architecture::llama, "LlamaBlock"), true), gen, c.dropout),

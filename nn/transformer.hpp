@@ -154,6 +154,11 @@ class DecoderLayer : public Module {
   virtual Tensor attention_input(const Tensor& x) = 0;
   /// The feed-forward branch on h, its norm included (`gen`: the dropout source).
   virtual Tensor ffn_branch(const Tensor& h, Generator* gen) = 0;
+  /// h + the feed-forward branch on h (residual dropout applied to the branch in training);
+  /// blocks may compute the sum inside the branch's last op (the same bits).
+  virtual Tensor ffn_residual(const Tensor& h, Generator* gen);
+  /// Whether residual dropout acts on this call (training with a positive probability).
+  bool residual_dropout_on() const;
 
  private:
   /// Both passes: attention through `cache` when given, else over x alone.
@@ -175,6 +180,9 @@ class DecoderBlock : public DecoderLayer {
  protected:
   Tensor attention_input(const Tensor& x) override;             ///< ln1(x).
   Tensor ffn_branch(const Tensor& h, Generator* gen) override;  ///< ffn(ln2(h)), dropout from gen.
+  /// h + ffn(ln2(h)) with fc2's bias and the residual in fc2's op (FeedForward::with_residual)
+  /// when residual dropout is off.
+  Tensor ffn_residual(const Tensor& h, Generator* gen) override;
 };
 
 /// Llama decoder block: x += attn(attn_norm(x)); x += ffn(ffn_norm(x)), with RMSNorm, RoPE

@@ -9,6 +9,7 @@
 #include <xgrad/ops/matmul.hpp>
 
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/check.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/detail/strided.hpp>
@@ -16,9 +17,11 @@
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
+#include <xgrad/ops/elementwise.hpp>
 #include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/shape_ops.hpp>
 
+#include <algorithm>
 #include <type_traits>
 
 namespace xg::ops {
@@ -181,44 +184,69 @@ template <class T> void grad_b(const Plan& p, const T* G, const T* A, T* Bb) {
   });
 }
 
+// The cotangents of a and b of the product planned by p (into cot[0], cot[1]): matmul's VJP,
+// and linear's without its bias.
+void product_cotangents(const Plan& p, const VjpContext& c, Cotangents& cot) {
+  const Array& A = c.inputs[0];
+  const Array& B = c.inputs[1];
+  detail::dispatch(A.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* G = c.grad_output.data<T>();
+    if (c.needs(0)) {
+      // Zeroed only where gradients accumulate (a broadcast operand) or nothing is written.
+      const bool written_once = one_to_one(p.a_mat) && p.N > 0 && p.M > 0 && p.K > 0;
+      Array ga = written_once ? Array::empty(A.shape(), A.dtype()) : Array::zeros(A.shape(), A.dtype());
+      if (p.N > 0 && p.M > 0 && p.K > 0) grad_a<T>(p, G, B.data<T>(), ga.data<T>());
+      cot[0] = std::move(ga);
+    }
+    if (c.needs(1)) {
+      const bool stacked = p.b_single && !p.ta && !p.a_single && !p.a_mat.empty() && p.a_mat.back() == p.a_mat.size() - 1;
+      const bool written_once = (stacked || one_to_one(p.b_mat)) && p.N > 0 && p.M > 0 && p.K > 0;
+      Array gb = written_once ? Array::empty(B.shape(), B.dtype()) : Array::zeros(B.shape(), B.dtype());
+      if (p.N > 0 && p.M > 0 && p.K > 0) grad_b<T>(p, G, A.data<T>(), gb.data<T>());
+      cot[1] = std::move(gb);
+    }
+  });
+}
+
+// C = op(a) op(b) as planned, into a new array of the plan's out2 shape.
+Array product(const Plan& p, const Tensor& a, const Tensor& b) {
+  Array out = Array::empty(p.out2, a.dtype());
+  detail::dispatch(a.dtype(), [&](auto t) {
+    using T = decltype(t);
+    if (out.size() == 0) return;
+    if (p.K == 0) {
+      std::fill(out.data<T>(), out.data<T>() + out.size(), T(0));
+      return;
+    }
+    forward<T>(p, a.value().data<T>(), b.value().data<T>(), out.data<T>());
+  });
+  return out;
+}
+
+// out[r, k] = res[r, k] + (out[r, k] + b[k]) (res null: out[r, k] + b[k]) over rows x N: linear's
+// pass after its product, in a function of its own so that the loops vectorise (out is a new
+// array, b and res are inputs: nothing aliases).
+template <class T>
+void add_bias_rows(T* __restrict out, const T* __restrict b, const T* __restrict res, std::size_t rows,
+                   std::size_t N) {
+  if (res)
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < N; ++k) out[r * N + k] = res[r * N + k] + (out[r * N + k] + b[k]);
+  else
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t k = 0; k < N; ++k) out[r * N + k] = out[r * N + k] + b[k];
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
   auto plan = std::make_shared<const Plan>(make_plan(a, b, opts));
-  Array out = Array::empty(plan->out2, a.dtype());
-  detail::dispatch(a.dtype(), [&](auto t) {
-    using T = decltype(t);
-    if (out.size() == 0) return;
-    if (plan->K == 0) {
-      std::fill(out.data<T>(), out.data<T>() + out.size(), T(0));
-      return;
-    }
-    forward<T>(*plan, a.value().data<T>(), b.value().data<T>(), out.data<T>());
-  });
+  Array out = product(*plan, a, b);
   if (plan->out != plan->out2) out = out.view(plan->out);
   return record("matmul", std::move(out), {a, b}, [plan](const VjpContext& c) {
-    const Plan& p = *plan;
-    const Array& A = c.inputs[0];
-    const Array& B = c.inputs[1];
     Cotangents cot(2);
-    detail::dispatch(A.dtype(), [&](auto t) {
-      using T = decltype(t);
-      const T* G = c.grad_output.data<T>();
-      if (c.needs(0)) {
-        // Zeroed only where gradients accumulate (a broadcast operand) or nothing is written.
-        const bool written_once = one_to_one(p.a_mat) && p.N > 0 && p.M > 0 && p.K > 0;
-        Array ga = written_once ? Array::empty(A.shape(), A.dtype()) : Array::zeros(A.shape(), A.dtype());
-        if (p.N > 0 && p.M > 0 && p.K > 0) grad_a<T>(p, G, B.data<T>(), ga.data<T>());
-        cot[0] = std::move(ga);
-      }
-      if (c.needs(1)) {
-        const bool stacked = p.b_single && !p.ta && !p.a_single && !p.a_mat.empty() && p.a_mat.back() == p.a_mat.size() - 1;
-        const bool written_once = (stacked || one_to_one(p.b_mat)) && p.N > 0 && p.M > 0 && p.K > 0;
-        Array gb = written_once ? Array::empty(B.shape(), B.dtype()) : Array::zeros(B.shape(), B.dtype());
-        if (p.N > 0 && p.M > 0 && p.K > 0) grad_b<T>(p, G, A.data<T>(), gb.data<T>());
-        cot[1] = std::move(gb);
-      }
-    });
+    product_cotangents(*plan, c, cot);
     return cot;
   }, second_order([ta = opts.transpose_a, tb = opts.transpose_b](const DiffVjpContext& c) {
     const Tensor &a = c.inputs[0], &b = c.inputs[1];
@@ -253,6 +281,52 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts) {
     }
     return cot;
   }));
+}
+
+// Forward: the product as matmul computes it (one GEMM over all rows of x), then b (and the
+// residual r) added to each row in place: out = r + ((x W) + b), the bits of matmul then add
+// (then add). VJP: x_bar and W_bar as matmul's, b_bar = the column sums of g as add's
+// (kernels::sum_to_shape), r_bar = g. Anything but x [..., K] (at least 2-d), W [K, N], b [N]
+// and r of the output's shape, one dtype, goes to matmul and add, which report bad input.
+Tensor linear(const Tensor& x, const Tensor& W, const Tensor& b, const Tensor& residual) {
+  const bool has_r = residual.defined();
+  if (!b.defined()) return has_r ? add(residual, matmul(x, W)) : matmul(x, W);
+  const bool fused = x.defined() && W.defined() && x.ndim() >= 2 && W.ndim() == 2 && b.ndim() == 1 &&
+                     x.dtype() == W.dtype() && b.dtype() == x.dtype() && x.shape().back() == W.shape()[0] &&
+                     b.shape()[0] == W.shape()[1] &&
+                     (!has_r || (residual.dtype() == x.dtype() && residual.ndim() == x.ndim() &&
+                                 std::equal(x.shape().begin(), x.shape().end() - 1, residual.shape().begin()) &&
+                                 residual.shape().back() == W.shape()[1]));
+  if (!fused) return has_r ? add(residual, add(matmul(x, W), b)) : add(matmul(x, W), b);
+  auto plan = std::make_shared<const Plan>(make_plan(x, W, {}));
+  Array out = product(*plan, x, W);
+  const std::size_t N = plan->N, rows = N ? out.size() / N : 0;
+  detail::dispatch(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* po = out.data<T>();
+    const T* pb = b.value().data<T>();
+    const T* pr = has_r ? residual.value().data<T>() : nullptr;
+    detail::parallel_for(rows, std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(N, 1)),
+                         [po, pb, pr, N](std::size_t lo, std::size_t hi, std::size_t) {
+                           add_bias_rows(po + lo * N, pb, pr ? pr + lo * N : nullptr, hi - lo, N);
+                         });
+  });
+  const auto vjp = [plan](const VjpContext& c) {
+    Cotangents cot(c.inputs.size());
+    product_cotangents(*plan, c, cot);
+    if (c.needs(2)) cot[2] = kernels::sum_to_shape(c.grad_output, c.inputs[2].shape());
+    if (c.inputs.size() == 4 && c.needs(3)) cot[3] = c.grad_output;
+    return cot;
+  };
+  if (has_r)
+    return record("linear", std::move(out), {x, W, b, residual}, vjp, second_order([](const DiffVjpContext& c) {
+                    return composed_vjp(c, [](const std::vector<Tensor>& in) {
+                      return add(in[3], add(matmul(in[0], in[1]), in[2]));
+                    });
+                  }));
+  return record("linear", std::move(out), {x, W, b}, vjp, second_order([](const DiffVjpContext& c) {
+                  return composed_vjp(c, [](const std::vector<Tensor>& in) { return add(matmul(in[0], in[1]), in[2]); });
+                }));
 }
 
 }  // namespace xg::ops

@@ -19,4 +19,11 @@ struct MatmulOptions {
 /// The matrix product a b (NumPy matmul semantics, see above), with the transposes `opts`.
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opts = {});
 
+/// x W + b as one op (a linear layer's product and bias), plus a `residual` when given:
+/// residual + (x W + b). x [..., K] (at least 2-d), W [K, N], b [N] (undefined: no bias), residual
+/// of the output's shape [..., N] (undefined: none). The same values and gradients, bit for bit,
+/// as add(residual, add(matmul(x, W), b)), without the adds' passes and arrays; other shapes (or
+/// dtypes) go through matmul and add, which report bad input.
+Tensor linear(const Tensor& x, const Tensor& W, const Tensor& b, const Tensor& residual = Tensor());
+
 }  // namespace xg::ops

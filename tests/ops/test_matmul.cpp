@@ -127,3 +127,79 @@ TEST_CASE("matmul: one row or one column of output (matrix-vector products) in e
     }
   }
 }
+
+namespace {
+
+bool same_bits(const Array& a, const Array& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a.flat(i) != b.flat(i)) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("linear: value and gradients equal matmul then add bit for bit", "[ops][matmul][linear]") {
+  Generator g(211);
+  struct LinCase {
+    Shape x;
+    std::size_t N;
+  };
+  // 2-d and batched x, odd widths, and a product big enough to be split over the pool.
+  const std::vector<LinCase> cases = {{{7, 5}, 9}, {{3, 4, 5}, 1}, {{2, 3, 33, 17}, 13}, {{1, 6}, 4}, {{300, 129}, 131}};
+  for (MatmulDtype md : {MatmulDtype::float32, MatmulDtype::bfloat16})
+    for (DType dt : {DType::float32, DType::float64})
+      for (const LinCase& c : cases) {
+        if (md == MatmulDtype::bfloat16 && (dt != DType::float32 || !bfloat16_matmul_unavailable_reason().empty()))
+          continue;
+        const MatmulDtypeScope scope(md);
+        INFO(dtype_name(dt) << " x " << shape_str(c.x) << " N " << c.N << " matmul dtype " << matmul_dtype_name(md));
+        const std::size_t K = c.x.back();
+        const Tensor x(rnd(c.x, g).astype(dt), true), W(rnd({K, c.N}, g).astype(dt), true),
+            b(rnd({c.N}, g).astype(dt), true);
+        const Tensor y = ops::linear(x, W, b), yc = ops::add(ops::matmul(x, W), b);
+        CHECK(y.shape() == yc.shape());
+        CHECK(same_bits(y.value(), yc.value()));
+        Shape ys = c.x;
+        ys.back() = c.N;
+        const Array G = rnd(ys, g).astype(dt);
+        BackwardOptions keep;
+        keep.retain_graph = true;  // y and yc share the tape
+        const auto gr = grad(y, {x, W, b}, G, keep), gc = grad(yc, {x, W, b}, G);
+        for (std::size_t i = 0; i < 3; ++i) {
+          INFO("gradient " << i);
+          CHECK(same_bits(gr[i], gc[i]));
+        }
+      }
+}
+
+TEST_CASE("linear: no bias is matmul and bad input gets matmul's and add's errors", "[ops][matmul][linear]") {
+  Generator g(223);
+  const Tensor x(rnd({4, 3}, g)), W(rnd({3, 2}, g));
+  CHECK(same_bits(ops::linear(x, W, Tensor()).value(), ops::matmul(x, W).value()));
+  CHECK_THROWS_AS(ops::linear(x, W, Tensor(rnd({3}, g))), ShapeError);             // b of the wrong width
+  CHECK_THROWS_AS(ops::linear(x, Tensor(rnd({4, 2}, g)), Tensor(rnd({2}, g))), ShapeError);  // K differs
+  CHECK_THROWS_AS(ops::linear(x, W, Tensor(rnd({2}, g).astype(DType::float32))), DTypeError);
+  // A 1-d x (one vector) goes through matmul and add: the same values.
+  const Tensor v(rnd({3}, g)), b(rnd({2}, g));
+  CHECK(same_bits(ops::linear(v, W, b).value(), ops::add(ops::matmul(v, W), b).value()));
+}
+
+TEST_CASE("linear: second-order gradients equal those of matmul then add", "[ops][matmul][linear]") {
+  Generator g(227);
+  const Tensor x(rnd({2, 3, 4}, g), true), W(rnd({4, 5}, g), true), b(rnd({5}, g), true);
+  BackwardOptions cg;
+  cg.create_graph = true;
+  const auto hessian_vector = [&](const Tensor& y) {
+    // d/d(x, W, b) of sum(tanh(y) * y)'s gradient dotted with itself
+    const Tensor L = ops::sum(ops::mul(ops::tanh(y), y));
+    const auto g1 = grad(L, {x, W, b}, Tensor(), cg);
+    Tensor s = ops::sum(ops::mul(g1[0], g1[0]));
+    s = ops::add(s, ops::sum(ops::mul(g1[1], g1[1])));
+    s = ops::add(s, ops::sum(ops::mul(g1[2], g1[2])));
+    return grad(s, {x, W, b}, Array());
+  };
+  const auto h = hessian_vector(ops::linear(x, W, b));
+  const auto hc = hessian_vector(ops::add(ops::matmul(x, W), b));
+  for (std::size_t i = 0; i < 3; ++i) require_close(h[i], hc[i], 1e-12);
+}
