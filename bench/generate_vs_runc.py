@@ -2,7 +2,7 @@
 """xgrad's Llama decoding beside llama2.c's run.c, side by side in one run (docs/performance.md,
 "Generation (Llama) vs llama2.c run.c").
 
-    generate_vs_runc.py RUN_C [--build DIR] [--work DIR] [--rounds N] [--reps N]
+    generate_vs_runc.py RUN_C [--build DIR] [--base-build DIR] [--work DIR] [--rounds N] [--reps N]
                         [--shape S ...] [--threads T ...]
 
 RUN_C is llama2.c's run.c, fetched by you (for instance
@@ -19,8 +19,10 @@ round), for every shape and thread count runs
 
 and prints each program's decode tokens/s (bench_generate: its median over --reps decodes of
 255 tokens from BOS; run.c: its "achieved tok/s" over positions 1..255, greedy), the medians
-over rounds and the ratio xgrad / run.c (above 1: xgrad is faster). Python 3 standard library
-and numpy (for the model files).
+over rounds and the ratio xgrad / run.c (above 1: xgrad is faster). With --base-build DIR a
+second bench_generate (DIR/bin/bench_generate: another build, e.g. of the commit before a
+change) runs in the same rounds beside the two, and its ratio to run.c is printed too. Python 3
+standard library and numpy (for the model files).
 """
 import argparse
 import os
@@ -79,6 +81,7 @@ def main():
     ap.add_argument("run_c", help="path of llama2.c's run.c (fetched by you; skipped with a message if absent)")
     ap.add_argument("--build", default=os.path.join(os.path.dirname(HERE), "build"),
                     help="xgrad build folder holding bin/bench_generate (default: build)")
+    ap.add_argument("--base-build", help="a second xgrad build folder measured in the same rounds (e.g. the commit before)")
     ap.add_argument("--work", help="folder for run.c's binary and the model files (default: a temporary one)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     ap.add_argument("--reps", type=int, default=5, help="bench_generate's --reps (default 5)")
@@ -93,6 +96,9 @@ def main():
     bench = os.path.join(args.build, "bin", "bench_generate")
     if not os.path.isfile(bench):
         sys.exit("generate_vs_runc: %s not found: build the bench_generate target first" % bench)
+    base = os.path.join(args.base_build, "bin", "bench_generate") if args.base_build else None
+    if base and not os.path.isfile(base):
+        sys.exit("generate_vs_runc: %s not found: build the bench_generate target there first" % base)
     have_runc = os.path.isfile(args.run_c)
     if not have_runc:
         print("generate_vs_runc: %s not found: skipping run.c, measuring xgrad only" % args.run_c)
@@ -113,24 +119,30 @@ def main():
     print("CPU: %s, %d logical CPUs; load average %.2f at the start; %s" %
           (cpu_name(), os.cpu_count() or 0, os.getloadavg()[0], time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
     print("xgrad: %s --shape S --threads T --reps %d" % (bench, args.reps))
+    if base:
+        print("base:  %s --shape S --threads T --reps %d" % (base, args.reps))
     if have_runc:
         print("run.c: OMP_NUM_THREADS=T %s S.bin -z %s -n %d -t 0" % (runc, tokenizer, steps))
     results = {}  # (shape, threads) -> {"xgrad": [...], "prefill": [...], "runc": [...]}
     for r in range(args.rounds):
         for s in shapes:
             for t in thread_counts:
-                res = results.setdefault((s, t), {"xgrad": [], "prefill": [], "runc": []})
+                res = results.setdefault((s, t), {"xgrad": [], "prefill": [], "runc": [], "base": []})
                 order = ["xgrad", "runc"] if r % 2 == 0 else ["runc", "xgrad"]
+                if base:
+                    order = ["xgrad", "base", "runc"] if r % 2 == 0 else ["runc", "base", "xgrad"]
                 for who in order:
-                    if who == "xgrad":
+                    if who == "base":
+                        res["base"].append(xgrad_decode(base, s, t, args.reps)[0])
+                    elif who == "xgrad":
                         dec, pre = xgrad_decode(bench, s, t, args.reps)
                         res["xgrad"].append(dec)
                         res["prefill"].append(pre)
                     elif have_runc:
                         res["runc"].append(runc_decode(runc, os.path.join(work, s + ".bin"), tokenizer, t, steps))
-                print("round %d %s threads %d: xgrad decode %.1f tok/s%s" %
-                      (r + 1, s, t, res["xgrad"][-1], ", run.c %.1f tok/s" % res["runc"][-1] if have_runc else ""),
-                      flush=True)
+                print("round %d %s threads %d: xgrad decode %.1f tok/s%s%s" %
+                      (r + 1, s, t, res["xgrad"][-1], ", base %.1f tok/s" % res["base"][-1] if base else "",
+                       ", run.c %.1f tok/s" % res["runc"][-1] if have_runc else ""), flush=True)
 
     print()
     print("| shape | threads | xgrad decode tok/s | run.c decode tok/s | ratio xgrad / run.c | xgrad prefill tok/s |")
@@ -141,12 +153,18 @@ def main():
         if have_runc:
             c = statistics.median(res["runc"])
             print("| %s | %d | %.1f | %.1f | %.2f | %.0f |" % (s, t, x, c, x / c, p))
+            if base:
+                xb = statistics.median(res["base"])
+                print("| %s (base) | %d | %.1f | %.1f | %.2f | |" % (s, t, xb, c, xb / c))
         else:
             print("| %s | %d | %.1f | not run | n/a | %.0f |" % (s, t, x, p))
+            if base:
+                print("| %s (base) | %d | %.1f | not run | n/a | |" % (s, t, statistics.median(res["base"])))
     print()
     print("per round (decode tok/s):")
     for (s, t), res in results.items():
-        print("  %s threads %d: xgrad %s%s" % (s, t, res["xgrad"], "; run.c %s" % res["runc"] if have_runc else ""))
+        print("  %s threads %d: xgrad %s%s%s" % (s, t, res["xgrad"], "; base %s" % res["base"] if base else "",
+                                                 "; run.c %s" % res["runc"] if have_runc else ""))
     return 0
 
 

@@ -383,7 +383,7 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
         check_finite_input(V.value(), "V", why);
       }
       const Array O = attention_one_query(Q.value(), cache.key_buffer(), cache.value_buffer(), lo_pos - first,
-                                          cache.length(), scale, call.check_finite);
+                                          cache.length(), scale, call.check_finite, cache.key_columns());
       AttentionOutput out;
       out.Y = output(merge_heads(Tensor(O)));
       out.path = SdpaImpl::fused;

@@ -660,18 +660,24 @@ void one_query_row(const T* q, const T* Kr, const T* Vr, std::size_t n, std::siz
 // One query row over keys [0, n) of Kr / Vr (rows dk, dv apart) on the tile kernels:
 // forward_block_tiles' arithmetic for a block of one row whose keys start at key0 (tiles from
 // there, each tile of K transposed into Kt first), so the same bits as flash_attention() on
-// copies of those keys. S holds kTile floats, Kt dk * kTile, acc dv.
-void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, const float* Vr, std::size_t n,
-                     std::size_t dk, std::size_t dv, float scale, bool check_finite, std::size_t b, std::size_t h,
-                     std::size_t key0, float* S, float* Kt, float* acc, float* o) {
+// copies of those keys. S holds kTile floats, Kt dk * kTile, acc dv. With `Kc` (the keys already
+// transposed, row c of feature c holding key j at Kc[c * ldc + j], readable up to the end of
+// the last tile) the tiles are read from there in place: the same products on the same values.
+void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, const float* Kc, std::size_t ldc,
+                     const float* Vr, std::size_t n, std::size_t dk, std::size_t dv, float scale, bool check_finite,
+                     std::size_t b, std::size_t h, std::size_t key0, float* S, float* Kt, float* acc, float* o) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float m = kNegInf, l = 0.0f;
   std::fill(acc, acc + dv, 0.0f);
   for (std::size_t kb0 = 0; kb0 < n; kb0 += kTile) {
     const std::size_t nk = std::min(kTile, n - kb0);
-    kz.transpose(Kr + kb0 * dk, dk, nk, dk, Kt, kTile);
-    for (std::size_t c = 0; c < dk; ++c) std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
-    kz.gemm(1, kTile, dk, scale, q, dk, 1, Kt, kTile, S, kTile, false);
+    if (Kc) {  // scores past nk are computed from whatever the columns hold and never read
+      kz.gemm(1, kTile, dk, scale, q, dk, 1, Kc + kb0, ldc, S, kTile, false);
+    } else {
+      kz.transpose(Kr + kb0 * dk, dk, nk, dk, Kt, kTile);
+      for (std::size_t c = 0; c < dk; ++c) std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
+      kz.gemm(1, kTile, dk, scale, q, dk, 1, Kt, kTile, S, kTile, false);
+    }
     if (check_finite && !kz.finite(S, nk))
       for (std::size_t j = 0; j < nk; ++j)
         if (!std::isfinite(S[j]))
@@ -1112,7 +1118,7 @@ Cotangents AttentionBackwardVjp::operator()(const VjpContext& c) const {
 }
 
 Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::size_t lo, std::size_t hi, double scale,
-                          bool check_finite) {
+                          bool check_finite, const Array& K_columns) {
   const std::size_t B = Q.shape()[0], Hq = Q.shape()[1], dk = Q.shape()[3];
   const std::size_t Hkv = K.shape()[1], cap = K.shape()[2], dv = V.shape()[3], r = Hq / Hkv, n = hi - lo;
   Array O = Array::empty({B, Hq, 1, dv}, Q.dtype());
@@ -1139,10 +1145,14 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
         if (kz) {
           thread_local std::vector<float> t_buf;
           float* S = scratch(t_buf, kTile + dk * kTile + dv);
+          // The cache's transposed keys where every tile from lo on lies inside their rows.
+          const std::size_t ldc = K_columns.defined() ? K_columns.shape()[3] : 0;
+          const float* kc = ldc > 0 && lo + (n + kTile - 1) / kTile * kTile <= ldc ? K_columns.data<float>() : nullptr;
           for (std::size_t it = begin; it < end; ++it) {
             const std::size_t b = it / Hq, h = it % Hq, g = b * Hkv + h / r;
-            one_query_tiles(*kz, q + it * dk, k + (g * cap + lo) * dk, v + (g * cap + lo) * dv, n, dk, dv, sc,
-                            check_finite, b, h, lo, S, S + kTile, S + kTile + dk * kTile, o + it * dv);
+            one_query_tiles(*kz, q + it * dk, k + (g * cap + lo) * dk, kc ? kc + g * dk * ldc + lo : nullptr, ldc,
+                            v + (g * cap + lo) * dv, n, dk, dv, sc, check_finite, b, h, lo, S, S + kTile,
+                            S + kTile + dk * kTile, o + it * dv);
           }
           return;
         }

@@ -42,7 +42,9 @@ KVCache::KVCache(std::size_t batch, std::size_t H_kv, std::size_t capacity, std:
                  DType dtype)
     : B_(batch), H_kv_(H_kv), capacity_(capacity), d_k_(d_k), d_v_(d_v), dtype_(dtype),
       K_(Array::zeros({batch, H_kv, capacity, d_k}, dtype)),
-      V_(Array::zeros({batch, H_kv, capacity, d_v}, dtype)) {}
+      V_(Array::zeros({batch, H_kv, capacity, d_v}, dtype)) {
+  if (dtype == DType::float32) Kt_ = Array::zeros({batch, H_kv, d_k, capacity + kColumnPad}, dtype);
+}
 
 KVCache KVCache::windowed(std::size_t batch, std::size_t H_kv, std::size_t window, std::size_t d_k, std::size_t d_v,
                           DType dtype, std::size_t capacity) {
@@ -50,10 +52,13 @@ KVCache KVCache::windowed(std::size_t batch, std::size_t H_kv, std::size_t windo
     throw ValueError(op_message(kOp, "windowed: the window W must be >= 1, got W = 0 (use the plain KVCache for no window)"));
   KVCache c(batch, H_kv, capacity > 0 ? std::min(window, capacity) : window, d_k, d_v, dtype);
   c.window_ = window;
+  c.Kt_ = Array();  // a window moves keys down: the decoding step transposes its tiles itself
   return c;
 }
 
-std::size_t KVCache::bytes() const { return (K_.size() + V_.size()) * (dtype_ == DType::float32 ? 4 : 8); }
+std::size_t KVCache::bytes() const {
+  return (K_.size() + V_.size() + (Kt_.defined() ? Kt_.size() : 0)) * (dtype_ == DType::float32 ? 4 : 8);
+}
 
 void KVCache::append(const Array& K_new, const Array& V_new) {
   const Shape& ks = K_new.shape();
@@ -94,6 +99,14 @@ void KVCache::append(const Array& K_new, const Array& V_new) {
                                          std::to_string(capacity_)));
   copy_block(K_new, n, 0, K_, capacity_, length_, n, B_ * H_kv_, d_k_);
   copy_block(V_new, n, 0, V_, capacity_, length_, n, B_ * H_kv_, d_v_);
+  if (Kt_.defined() && n > 0) {  // feature c of new key t into column length_ + t of row (b, h, c)
+    const float* k = K_new.data<float>();
+    float* kt = Kt_.data<float>();
+    const std::size_t ld = capacity_ + kColumnPad;
+    for (std::size_t bh = 0; bh < B_ * H_kv_; ++bh)
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t c = 0; c < d_k_; ++c) kt[(bh * d_k_ + c) * ld + length_ + t] = k[(bh * n + t) * d_k_ + c];
+  }
   length_ += n;
 }
 

@@ -47,7 +47,8 @@ class KVCache {
   std::size_t window() const { return window_; }
   /// Positions it has room for now (a windowed cache grows it for large chunks).
   std::size_t capacity() const { return capacity_; }
-  /// Bytes held at full capacity: 2 * B * capacity * H_kv * d * sizeof(dtype) (for d_k == d_v).
+  /// Bytes held at full capacity: 2 * B * capacity * H_kv * d * sizeof(dtype) (for d_k == d_v),
+  /// plus B * H_kv * d_k * (capacity + kColumnPad) * 4 for key_columns() where it is kept.
   std::size_t bytes() const;
 
   /// Appends n positions: K_new [B, H_kv, n, d_k], V_new [B, H_kv, n, d_v]. They take the
@@ -67,6 +68,15 @@ class KVCache {
   const Array& key_buffer() const { return K_; }
   const Array& value_buffer() const { return V_; }
   /// @}
+  /// The keys again, transposed, [B, H_kv, d_k, capacity() + kColumnPad]: element (b, h, c, s)
+  /// is feature c of slot s. Kept only by a float32 cache without a window (an undefined
+  /// Array otherwise, see Array::defined()), written as keys are appended, so that the decoding
+  /// step reads its tiles of K^T in place instead of transposing every key on every step
+  /// (nn::attention_one_query). Slots from length() on hold zeros or keys undone by
+  /// truncate(); the kColumnPad slots past the capacity let a tile that starts near the end
+  /// read whole rows inside the buffer. Valid until the next append or truncate.
+  const Array& key_columns() const { return Kt_; }
+  static constexpr std::size_t kColumnPad = 64;
   /// Forgets every position (length 0, next position 0; the storage is kept).
   void clear() {
     length_ = 0;
@@ -84,6 +94,7 @@ class KVCache {
   std::size_t first_ = 0;   // absolute position of slot 0
   std::size_t window_ = 0;  // 0: keeps every position
   Array K_, V_;  // [B, H_kv, capacity, d]
+  Array Kt_;     // [B, H_kv, d_k, capacity + kColumnPad] (key_columns()), or undefined
 };
 
 }  // namespace xg::nn

@@ -88,8 +88,11 @@ bool packed_self_attention(const Tensor& P, std::size_t H_q, std::size_t H_kv, c
 /// same tile kernels over the same tiles, the same softmax), so O is bit-identical to flash_attention() on copies of those keys; it only reads
 /// the buffers in place instead of copying them out. `check_finite`: a non-finite score is a
 /// ValueError, as there. Requires lo < hi <= capacity and float32 or float64 (not checked).
+/// `K_columns`: the cache's keys transposed (KVCache::key_columns(), [B, H_kv, d_k, L] with L
+/// >= capacity) or an undefined Array; where given, the tile kernels read their tiles of K^T
+/// from it instead of transposing K's slots on every call (the same values: the same bits).
 Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::size_t lo, std::size_t hi, double scale,
-                          bool check_finite);
+                          bool check_finite, const Array& K_columns = Array());
 
 /// Whether element `flat` of a [B, H, T, S] attention-weight array is kept by dropout with
 /// keep probability q = 1 - p, drawn from `seed` (a counter-based hash: the same answer in the
