@@ -418,7 +418,7 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b
 
 void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const float* Kt, std::size_t b,
                          std::size_t h, std::size_t blk, float* O, float* row_max, float* log_z) {
-  thread_local std::vector<float> s_buf, o_buf;
+  thread_local std::vector<float> s_buf, o_buf, pack_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
@@ -433,11 +433,24 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
   std::fill(l, l + R.rows, 0.0f);
   const float* Vg = P.V + P.lv.at(b, h / g.r, 0);
   const std::size_t ldv = P.lv.st;
+  const float* Qb = P.Q + P.lq.at(b, h, R.i0);
+  const std::size_t ldq = P.lq.st;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
-    std::size_t r0, r1;
-    tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S, r0, r1);
-    for (std::size_t k = r0; k < r1; ++k) {
+    std::size_t r0, r1, k0;
+    if (tile_rows(R, kb0, n, r0, r1) && !P.dropout) {
+      // Every row sees the whole tile: no visibility to apply; the scores' check, max, e^x and
+      // sum in one kernel call (the loop below, from the first row with a non-finite score).
+      kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * ldq, ldq, 1,
+              tile_operand(Kt, g.dk, kb0, scratch(pack_buf, g.dk * kTile)), kTile, S + r0 * kTile, kTile, false);
+      k0 = r0 + kz.softmax_rows(S + r0 * kTile, kTile, r1 - r0, kTile, m + r0, l + r0, acc + r0 * g.dv, g.dv, g.dv);
+      if (k0 < r1 && P.check_finite)  // throws at the first non-finite score, as tile_scores does
+        check_tile_scores(P, b, h, R, k0, kb0, 0, kTile, S + k0 * kTile);
+    } else {
+      tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S, r0, r1);
+      k0 = r0;
+    }
+    for (std::size_t k = k0; k < r1; ++k) {
       float* s = S + k * kTile;
       std::size_t ja, je;
       tile_span(R, k, kb0, n, ja, je);
