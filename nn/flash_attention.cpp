@@ -293,22 +293,44 @@ void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size
 // float64 keeps the BLAS path above, bit for bit.
 constexpr std::size_t kTile = 64;  // keys per tile
 
-// K (or V) of every (b, kv head) group transposed: [groups, d, S + kTile], zero beyond S, so a
-// tile starting anywhere in [0, S) reads kTile columns inside the buffer.
-std::size_t padded(std::size_t S) { return S + kTile; }
+// K (or V) of every (b, kv head) group transposed into panels of kTile keys: panel p of a group
+// holds keys [p kTile, (p + 1) kTile) as a [d, kTile] matrix (16 KiB for d = 64), zero beyond S,
+// and one more zero panel closes the group. A tile's B operand is then one contiguous block
+// (rows kTile apart) instead of d rows S floats apart: the tile products stay inside a few pages
+// (on this Intel Xeon the d rows of a long sequence's [d, S] layout each sat on their own page).
+std::size_t panels(std::size_t S) { return (S + kTile - 1) / kTile + 1; }
+std::size_t group_floats(std::size_t S, std::size_t d) { return panels(S) * d * kTile; }
 // X is laid out by `l` with Hkv heads; `out` keeps its memory between calls (a thread_local of the
 // caller): no page faults per call.
 void transpose_groups(const tile::Kernels& kz, const float* X, const Layout& l, std::size_t Hkv, std::size_t groups,
                       std::size_t S, std::size_t d, std::vector<float>& out) {
-  const std::size_t Sp = padded(S);
-  if (out.size() < groups * d * Sp) out.resize(groups * d * Sp);
-  detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
-    for (std::size_t gi = begin; gi < end; ++gi) {
-      float* t = out.data() + gi * d * Sp;
-      kz.transpose(X + l.at(gi / Hkv, gi % Hkv, 0), l.st, S, d, t, Sp);
-      for (std::size_t c = 0; c < d; ++c) std::fill(t + c * Sp + S, t + (c + 1) * Sp, 0.0f);
+  const std::size_t np = panels(S), gf = group_floats(S, d);
+  if (out.size() < groups * gf) out.resize(groups * gf);
+  detail::parallel_for(groups * np, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+    for (std::size_t it = begin; it < end; ++it) {
+      const std::size_t gi = it / np, p = it % np, k0 = p * kTile, nk = k0 < S ? std::min(kTile, S - k0) : 0;
+      float* t = out.data() + gi * gf + p * d * kTile;
+      if (nk) kz.transpose(X + l.at(gi / Hkv, gi % Hkv, k0), l.st, nk, d, t, kTile);
+      if (nk < kTile)
+        for (std::size_t c = 0; c < d; ++c) std::fill(t + c * kTile + nk, t + (c + 1) * kTile, 0.0f);
     }
   });
+}
+
+// The [d, kTile] B operand of keys kb0 .. kb0 + kTile of a group's panels Xt: the panel itself
+// when kb0 is a multiple of kTile (always so when a block's key range starts at 0, as causal and
+// full visibility do), else those columns of two neighbouring panels copied into `pack` (the same
+// values: the products give the same bits either way).
+const float* tile_operand(const float* Xt, std::size_t d, std::size_t kb0, float* pack) {
+  const std::size_t p = kb0 / kTile, o = kb0 % kTile;
+  const float* a = Xt + p * d * kTile;
+  if (o == 0) return a;
+  const float* b = a + d * kTile;
+  for (std::size_t c = 0; c < d; ++c) {
+    std::copy(a + c * kTile + o, a + (c + 1) * kTile, pack + c * kTile);
+    std::copy(b + c * kTile, b + c * kTile + o, pack + c * kTile + (kTile - o));
+  }
+  return pack;
 }
 
 bool tile_path(const Geometry& g, const tile::Kernels* kz) {
@@ -345,6 +367,31 @@ void check_tile_scores(const Problem<float>& P, std::size_t b, std::size_t h, co
   }
 }
 
+// The rows [r0, r1) of a block that see a key of the tile kb0 .. kb0 + n (r0 == r1: none).
+// Returns whether each of them sees all kTile keys of it with nothing to apply (R.exact): then the
+// tile's scores need no visibility pass and no zeroed part.
+bool tile_rows(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t& r0, std::size_t& r1) {
+  r0 = R.rows;
+  r1 = 0;
+  bool full = n == kTile;
+  for (std::size_t k = 0; k < R.rows; ++k) {
+    std::size_t ja, je;
+    tile_span(R, k, kb0, n, ja, je);
+    if (ja == je) continue;
+    r0 = std::min(r0, k);
+    r1 = k + 1;
+    full = full && R.exact[k] && ja == 0 && je == kTile;
+  }
+  if (r0 >= r1) r0 = r1 = 0;
+  // a row between r0 and r1 that sees nothing of the tile (possible with documents) is not full
+  for (std::size_t k = r0; full && k < r1; ++k) {
+    std::size_t ja, je;
+    tile_span(R, k, kb0, n, ja, je);
+    full = ja == 0 && je == kTile;
+  }
+  return full && r0 < r1;
+}
+
 // S[rows, kTile] = scale Q_blk Kt[:, kb0 .. kb0 + kTile) with the visibility applied to each
 // row's visible part (forward: scores checked first, as block_scores does). Only rows [r0, r1)
 // of the block see a key of the tile (r0 == r1: none); the others are left as they were (the
@@ -353,22 +400,12 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b
                  const float* Kt, std::size_t kb0, std::size_t n, bool check, float* S, std::size_t& r0,
                  std::size_t& r1) {
   const Geometry& g = P.g;
-  r0 = R.rows;
-  r1 = 0;
-  for (std::size_t k = 0; k < R.rows; ++k) {
-    std::size_t ja, je;
-    tile_span(R, k, kb0, n, ja, je);
-    if (ja == je) continue;
-    r0 = std::min(r0, k);
-    r1 = k + 1;
-  }
-  if (r0 >= r1) {
-    r0 = r1 = 0;
-    return;
-  }
+  tile_rows(R, kb0, n, r0, r1);
+  if (r0 == r1) return;
   const float* Qb = P.Q + P.lq.at(b, h, R.i0);
-  kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * P.lq.st, P.lq.st, 1, Kt + kb0, padded(g.S), S + r0 * kTile, kTile,
-          false);
+  thread_local std::vector<float> pack_buf;
+  const float* Bk = tile_operand(Kt, g.dk, kb0, scratch(pack_buf, g.dk * kTile));
+  kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * P.lq.st, P.lq.st, 1, Bk, kTile, S + r0 * kTile, kTile, false);
   for (std::size_t k = r0; k < r1; ++k) {
     std::size_t ja, je;
     tile_span(R, k, kb0, n, ja, je);
@@ -381,7 +418,7 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b
 
 void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const float* Kt, std::size_t b,
                          std::size_t h, std::size_t blk, float* O, float* row_max, float* log_z) {
-  thread_local std::vector<float> s_buf, o_buf;
+  thread_local std::vector<float> s_buf, o_buf, pack_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
@@ -396,11 +433,24 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
   std::fill(l, l + R.rows, 0.0f);
   const float* Vg = P.V + P.lv.at(b, h / g.r, 0);
   const std::size_t ldv = P.lv.st;
+  const float* Qb = P.Q + P.lq.at(b, h, R.i0);
+  const std::size_t ldq = P.lq.st;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
-    std::size_t r0, r1;
-    tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S, r0, r1);
-    for (std::size_t k = r0; k < r1; ++k) {
+    std::size_t r0, r1, k0;
+    if (tile_rows(R, kb0, n, r0, r1) && !P.dropout) {
+      // Every row sees the whole tile: no visibility to apply; the scores' check, max, e^x and
+      // sum in one kernel call (the loop below, from the first row with a non-finite score).
+      kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * ldq, ldq, 1,
+              tile_operand(Kt, g.dk, kb0, scratch(pack_buf, g.dk * kTile)), kTile, S + r0 * kTile, kTile, false);
+      k0 = r0 + kz.softmax_rows(S + r0 * kTile, kTile, r1 - r0, kTile, m + r0, l + r0, acc + r0 * g.dv, g.dv, g.dv);
+      if (k0 < r1 && P.check_finite)  // throws at the first non-finite score, as tile_scores does
+        check_tile_scores(P, b, h, R, k0, kb0, 0, kTile, S + k0 * kTile);
+    } else {
+      tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S, r0, r1);
+      k0 = r0;
+    }
+    for (std::size_t k = k0; k < r1; ++k) {
       float* s = S + k * kTile;
       std::size_t ja, je;
       tile_span(R, k, kb0, n, ja, je);
@@ -449,7 +499,7 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
                           std::size_t b, std::size_t h, std::size_t blk, const float* row_max, const float* log_z,
                           const float* O, const float* dO, float* dQ, float* dK, std::size_t ldk, float* dV,
                           std::size_t ldv) {
-  thread_local std::vector<float> p_buf, pd_buf, dp_buf;
+  thread_local std::vector<float> p_buf, pd_buf, dp_buf, kpack_buf, vpack_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
@@ -468,29 +518,43 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1;
-    tile_scores(P, kz, b, h, R, Kt, kb0, n, false, S, r0, r1);
-    if (r0 == r1) continue;
-    const std::size_t rows = r1 - r0;
-    for (std::size_t k = r0; k < r1; ++k) {
-      float* s = S + k * kTile;
-      std::size_t ja, je;
-      tile_span(R, k, kb0, n, ja, je);
-      std::fill(s, s + ja, 0.0f);
-      if (ja < je) kz.exp_shift(s + ja, je - ja, row_max[row0 + k], log_z[row0 + k]);
-      std::fill(s + je, s + kTile, 0.0f);
-      if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
+    if (tile_rows(R, kb0, n, r0, r1) && !P.dropout) {
+      // Every row sees the whole tile: the weights A = e^((S - m) - log l) straight from the
+      // product's registers (the same bits as tile_scores, then exp_shift below).
+      kz.gemm_exp(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * ldq, ldq, 1,
+                  tile_operand(Kt, g.dk, kb0, scratch(kpack_buf, g.dk * kTile)), kTile, S + r0 * kTile, kTile,
+                  row_max + row0 + r0, log_z + row0 + r0);
+    } else {
+      tile_scores(P, kz, b, h, R, Kt, kb0, n, false, S, r0, r1);
+      if (r0 == r1) continue;
+      for (std::size_t k = r0; k < r1; ++k) {
+        float* s = S + k * kTile;
+        std::size_t ja, je;
+        tile_span(R, k, kb0, n, ja, je);
+        std::fill(s, s + ja, 0.0f);
+        if (ja < je) kz.exp_shift(s + ja, je - ja, row_max[row0 + k], log_z[row0 + k]);
+        std::fill(s + je, s + kTile, 0.0f);
+        if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
+      }
     }
+    const std::size_t rows = r1 - r0;
     if (dV)  // dV += A_d^T dO
       kz.gemm(n, g.dv, rows, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * ldo, ldo, dV + kb0 * ldv, ldv, true);
     if (!dQ && !dK) continue;
-    kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * ldo, ldo, 1, Vt + kb0, padded(g.S), dS + r0 * kTile, kTile,
-            false);  // dA_d = dO V^T
-    for (std::size_t k = r0; k < r1; ++k) {
-      float* ds = dS + k * kTile;
-      const float* a = S + k * kTile;
-      if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, ds, ds, n);  // dA = dA_d * m / q
-      const float Dk = D[k];
-      for (std::size_t j = 0; j < kTile; ++j) ds[j] = a[j] * (ds[j] - Dk);  // dU (zero where A is)
+    const float* Bv = tile_operand(Vt, g.dv, kb0, scratch(vpack_buf, g.dv * kTile));
+    if (!P.dropout) {  // dU = A (dO V^T - delta) from the product's registers (zero where A is)
+      kz.gemm_dsoft(rows, kTile, g.dv, dOb + r0 * ldo, ldo, 1, Bv, kTile, dS + r0 * kTile, kTile, S + r0 * kTile,
+                    kTile, D + r0);
+    } else {
+      kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * ldo, ldo, 1, Bv, kTile, dS + r0 * kTile, kTile,
+              false);  // dA_d = dO V^T
+      for (std::size_t k = r0; k < r1; ++k) {
+        float* ds = dS + k * kTile;
+        const float* a = S + k * kTile;
+        dropout_row(P, b, h, R.i0 + k, kb0, ds, ds, n);  // dA = dA_d * m / q
+        const float Dk = D[k];
+        for (std::size_t j = 0; j < kTile; ++j) ds[j] = a[j] * (ds[j] - Dk);  // dU (zero where A is)
+      }
     }
     if (dQ)
       kz.gemm(rows, g.dk, n, P.scale, dS + r0 * kTile, kTile, 1, Kg + kb0 * ldkk, ldkk,
@@ -526,7 +590,7 @@ void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
       detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
         for (std::size_t it = begin; it < end; ++it) {
           const std::size_t blk = it % nb, bh = it / nb;
-          const float* Ktg = Kt + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * g.dk * padded(g.S);
+          const float* Ktg = Kt + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * group_floats(g.S, g.dk);
           zero_block(g, P.lo, g.dv, bh / g.Hq, bh % g.Hq, blk, O);
           forward_block_tiles(P, *kz, Ktg, bh / g.Hq, bh % g.Hq, blk, O, row_max, log_z);
         }
@@ -581,7 +645,7 @@ void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T
     if constexpr (std::is_same<T, float>::value) {
       if (kz) {
         const std::size_t grp = b * g.Hkv + h / g.r;
-        backward_block_tiles(P, *kz, Kt + grp * g.dk * padded(g.S), Vt ? Vt + grp * g.dv * padded(g.S) : nullptr, b,
+        backward_block_tiles(P, *kz, Kt + grp * group_floats(g.S, g.dk), Vt ? Vt + grp * group_floats(g.S, g.dv) : nullptr, b,
                              h, blk, row_max, log_z, O, dO, dQ, dKp, ldk, dVp, ldv);
         return;
       }

@@ -2,6 +2,7 @@
 #include <xgrad/nn/detail/flash_tile.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 

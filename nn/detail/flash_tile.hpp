@@ -20,6 +20,24 @@ struct Kernels {
   /// (the same bits for the same operands, whatever M and N).
   void (*gemm)(std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A, std::size_t a_rs,
                std::size_t a_cs, const float* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate);
+  /// gemm with alpha, accumulate = false, then C[i][j] = e^((C[i][j] - m[i]) - lz[i]) (exp_shift's
+  /// arithmetic, without its sum) on the values in registers: the same bits as gemm then
+  /// exp_shift row by row.
+  void (*gemm_exp)(std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A, std::size_t a_rs,
+                   std::size_t a_cs, const float* B, std::size_t ldb, float* C, std::size_t ldc, const float* m,
+                   const float* lz);
+  /// gemm with alpha = 1, accumulate = false, then C[i][j] = P[i * ldp + j] (C[i][j] - D[i]) on the
+  /// values in registers (the softmax VJP): the same bits as gemm then that pass.
+  void (*gemm_dsoft)(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t a_rs, std::size_t a_cs,
+                     const float* B, std::size_t ldb, float* C, std::size_t ldc, const float* P, std::size_t ldp,
+                     const float* D);
+  /// The forward pass's online-softmax step on `rows` rows of a tile that see all n keys (n a
+  /// multiple of `width`; row k at S + k ld): if row k has a non-finite score, returns k, rows
+  /// before it done. Else mx = max of the row; when mx > m[k]: if m[k] is finite, f = e^(m[k] - mx),
+  /// l[k] *= f and acc's row k (dv values, ldacc apart) *= f; m[k] = mx; then l[k] += exp_shift(row,
+  /// n, m[k], 0). Returns rows. The operations of the per-row loop it replaces, in its order.
+  std::size_t (*softmax_rows)(float* S, std::size_t ld, std::size_t rows, std::size_t n, float* m, float* l,
+                              float* acc, std::size_t ldacc, std::size_t dv);
   float (*max)(const float* x, std::size_t n);                   ///< max of x[0..n), -inf for n = 0
   float (*sum)(const float* x, std::size_t n);                   ///< sum of x[0..n)
   float (*dot)(const float* x, const float* y, std::size_t n);   ///< sum of x[j] y[j]

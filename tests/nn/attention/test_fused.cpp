@@ -3,6 +3,8 @@
 // blocks (T > 128, the block height), and against the closed-form reference (5.24)-(5.31). Also: the same
 // errors as the composed path, and bit-identical results run to run.
 #include <cmath>
+#include <cstring>
+#include <iomanip>
 #include <limits>
 
 #include <xgrad/checks/detail/common.hpp>
@@ -187,6 +189,58 @@ TEST_CASE("fused attention in float32 stays within float32 rounding of the float
       require_close(b.dK.astype(DType::float64), a.dK, 1e-4);
       require_close(b.dV.astype(DType::float64), a.dV, 1e-4);
     }
+}
+
+// The backward pass computes the softmax weights and the softmax VJP in the products' registers
+// (gemm_exp, gemm_dsoft); they must give the bits of the product stored, then the row pass
+// (exp_shift, and dU = A (dA - delta)), which the rest of the tile path and the docs rely on.
+// [gemm_paths]: ctest runs it under XGRAD_ISA=avx2 too, so both ISAs' kernels are compared.
+TEST_CASE("fused attention tile kernels: gemm_exp and gemm_dsoft equal the product then the row pass bit for bit",
+          "[attention][fused][gemm_paths]") {
+  const tile::Kernels* kz = tile::kernels();
+  if (!kz) return;  // no AVX2 + FMA: the tile path is not used
+  INFO("float32 tile kernels: " << kz->isa);
+  Generator g(5);
+  // M 128 and 13 (a partial micro-tile of rows), N 64 and 2 * width, K 64 and 7; A read by rows
+  // and transposed (a_cs = M).
+  for (const std::size_t M : {std::size_t(128), std::size_t(13)})
+    for (const std::size_t N : {std::size_t(64), 2 * kz->width})
+      for (const std::size_t K : {std::size_t(64), std::size_t(7)})
+        for (const bool trans : {false, true}) {
+          INFO("M " << M << ", N " << N << ", K " << K << ", A transposed " << trans);
+          std::vector<float> A(M * K), B(K * N), P(M * N), m(M), lz(M), D(M);
+          for (float& v : A) v = static_cast<float>(g.normal());
+          for (float& v : B) v = static_cast<float>(g.normal());
+          for (float& v : P) v = static_cast<float>(g.uniform());
+          for (std::size_t i = 0; i < M; ++i) {
+            m[i] = static_cast<float>(2 * g.normal());
+            lz[i] = static_cast<float>(g.uniform());
+            D[i] = static_cast<float>(g.normal());
+          }
+          const std::size_t ars = trans ? 1 : K, acs = trans ? M : 1;
+          const float alpha = 0.125f;
+          std::vector<float> ref(M * N), got(M * N, -1.0f);
+          kz->gemm(M, N, K, alpha, A.data(), ars, acs, B.data(), N, ref.data(), N, false);
+          for (std::size_t i = 0; i < M; ++i) kz->exp_shift(ref.data() + i * N, N, m[i], lz[i]);
+          kz->gemm_exp(M, N, K, alpha, A.data(), ars, acs, B.data(), N, got.data(), N, m.data(), lz.data());
+          std::size_t differ = 0;
+          for (std::size_t j = 0; j < M * N; ++j)
+            if (std::memcmp(&ref[j], &got[j], sizeof(float)) != 0 && differ++ == 0)
+              UNSCOPED_INFO("gemm_exp first differs at " << j << ": " << std::setprecision(9) << got[j] << " against "
+                                                        << ref[j]);
+          CHECK(differ == 0);
+          kz->gemm(M, N, K, 1.0f, A.data(), ars, acs, B.data(), N, ref.data(), N, false);
+          for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t j = 0; j < N; ++j) ref[i * N + j] = P[i * N + j] * (ref[i * N + j] - D[i]);
+          std::fill(got.begin(), got.end(), -1.0f);
+          kz->gemm_dsoft(M, N, K, A.data(), ars, acs, B.data(), N, got.data(), N, P.data(), N, D.data());
+          differ = 0;
+          for (std::size_t j = 0; j < M * N; ++j)
+            if (std::memcmp(&ref[j], &got[j], sizeof(float)) != 0 && differ++ == 0)
+              UNSCOPED_INFO("gemm_dsoft first differs at " << j << ": " << std::setprecision(9) << got[j] << " against "
+                                                        << ref[j]);
+          CHECK(differ == 0);
+        }
 }
 
 TEST_CASE("fused attention in float32 on odd lengths 1 7 13 127 129 with dropout matches float64",
