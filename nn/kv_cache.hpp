@@ -76,6 +76,7 @@ class KVCache {
   /// truncate(); the kColumnPad slots past the capacity let a tile that starts near the end
   /// read whole rows inside the buffer. Valid until the next append or truncate.
   const Array& key_columns() const { return Kt_; }
+  /// Slots past the capacity in key_columns(), so that a tile starting near the end reads whole rows.
   static constexpr std::size_t kColumnPad = 64;
   /// Forgets every position (length 0, next position 0; the storage is kept).
   void clear() {
