@@ -96,20 +96,6 @@ nn::TransformerConfig llama(std::size_t layers = 2) {
   return c;
 }
 
-IndexArray tokens(Generator& g, std::size_t B, std::size_t T, std::size_t V) {
-  std::vector<std::int64_t> ids(B * T);
-  for (auto& t : ids) t = static_cast<std::int64_t>(g.below(V));
-  return IndexArray({B, T}, ids);
-}
-
-// Every parameter re-drawn so that biases and gains are not zero or one.
-void randomise(nn::Module& m, Generator& g) {
-  for (auto& [name, p] : m.named_parameters()) {
-    Tensor t = p;
-    t.set_value(random_uniform(t.shape(), g, t.dtype(), -0.5, 0.5));
-  }
-}
-
 // The block's output with dropout off, computed from its parts: h = x + attn(n1(x)); h + f(n2(h)).
 Tensor block_by_hand(nn::DecoderLayer& b, const Tensor& x, const std::function<Tensor(const Tensor&)>& n1,
                      const std::function<Tensor(const Tensor&)>& n2, const std::function<Tensor(const Tensor&)>& f) {
@@ -133,7 +119,7 @@ TEST_CASE("layer registry: a registered activation runs inside the GPT-2 feed-fo
   nn::TransformerConfig c = gpt2();
   c.activation = "test_square_plus";
   nn::GPT m(c, gen);
-  randomise(m, gen);
+  randomise_parameters(m, gen);
   auto* b = dynamic_cast<nn::DecoderBlock*>(m.blocks[0].get());
   REQUIRE(b != nullptr);  // an activation alone keeps the built-in block (LoRA and exporters see it)
   const Tensor x(random_uniform({2, 5, 8}, gen, DType::float64, -1, 1));
@@ -157,7 +143,7 @@ TEST_CASE("layer registry: a registered activation replaces SiLU in the Llama Sw
   nn::TransformerConfig c = llama();
   c.activation = "test_square_plus";
   nn::GPT m(c, gen);
-  randomise(m, gen);
+  randomise_parameters(m, gen);
   auto* b = dynamic_cast<nn::LlamaBlock*>(m.blocks[1].get());
   REQUIRE(b != nullptr);
   const Tensor x(random_uniform({2, 4, 8}, gen, DType::float64, -1, 1));
@@ -179,7 +165,7 @@ TEST_CASE("layer registry: a registered copy of the built-in activation gives th
     copy.activation = is_llama ? "test_silu" : "test_gelu";
     Generator g1(3), g2(3), gt(4);
     nn::GPT a(base, g1), b(copy, g2);  // the activation draws nothing: the same weights
-    const IndexArray t = tokens(gt, 2, 6, 11);
+    const IndexArray t = random_tokens(gt, 2, 6, 11);
     // silu(a) * b against the fused swiglu, gelu(x W + b) against bias_gelu: the same function,
     // rounded apart by a few units in the last place of float64.
     XGT_CHECK_WITHIN(b.logits(t).value(), a.logits(t).value(), 1e-12);
@@ -194,7 +180,7 @@ TEST_CASE("layer registry: a registered MLP is the feed-forward sub-layer of GPT
     nn::TransformerConfig c = is_llama ? llama() : gpt2();
     c.mlp = "test_tanh_mlp";
     nn::GPT m(c, gen);
-    randomise(m, gen);
+    randomise_parameters(m, gen);
     auto* b = dynamic_cast<nn::RegisteredBlock*>(m.blocks[0].get());
     REQUIRE(b != nullptr);
     // Its parameters are the block's ffn.*, the built-in ones are gone.
@@ -228,7 +214,7 @@ TEST_CASE("layer registry: a registered norm replaces every norm and a copy of L
     CHECK(pa[i].first == pb[i].first);
     XGT_CHECK_SAME(pa[i].second.value(), pb[i].second.value());
   }
-  const IndexArray t = tokens(gt, 2, 6, 11);
+  const IndexArray t = random_tokens(gt, 2, 6, 11);
   MyLayerNorm::calls = 0;
   const Array lb = b.logits(t).value();
   CHECK(MyLayerNorm::calls == 2 * 3 + 1);  // both norms of 3 blocks and the final one
@@ -260,7 +246,7 @@ TEST_CASE("layer registry: gradcheck in float64 of blocks built with registered 
     c.mlp = k.mlp;
     c.norm = k.norm;
     nn::GPT m(c, gen);
-    randomise(m, gen);
+    randomise_parameters(m, gen);
     nn::DecoderLayer& b = *m.blocks[0];
     const Tensor x(random_uniform({1, 3, 8}, gen, DType::float64, -1, 1), true);
     std::vector<std::pair<std::string, Tensor>> leaves = {{"x", x}};
@@ -299,7 +285,7 @@ TEST_CASE("layer registry: bad names and layers are refused by name", "[layer_re
   c = gpt2();
   c.activation = "test_bad_shape";
   nn::GPT m(c, gen);
-  e = error_of<ShapeError>([&] { m.logits(tokens(gen, 1, 3, 11)); });
+  e = error_of<ShapeError>([&] { m.logits(random_tokens(gen, 1, 3, 11)); });
   CHECK(e.find("keeps the shape") != std::string::npos);
 }
 
@@ -316,14 +302,14 @@ TEST_CASE("layer registry: checkpoints name the registered layers and load only 
   info.config.mlp = "test_tanh_mlp";
   for (std::size_t i = 0; i < 11; ++i) info.vocab.tokens.push_back("<" + std::to_string(i) + ">");
   nn::GPT m(info.config, gen);
-  randomise(m, gen);
+  randomise_parameters(m, gen);
   const io::safetensors::Metadata meta = train::model_metadata(info);
   CHECK(meta.at("layer_mlp") == "test_tanh_mlp");
   CHECK(meta.at("layer_norm") == "test_mean_abs");
   CHECK(!meta.count("layer_activation"));
   const std::string path = (dir / "m.safetensors").string();
   nn::safetensors::save_module(path, m, meta);
-  const IndexArray t = tokens(gt, 1, 5, 11);
+  const IndexArray t = random_tokens(gt, 1, 5, 11);
   m.eval();
   {
     train::LoadedModel lm = train::load_model(path);
@@ -361,15 +347,15 @@ TEST_CASE("layer registry: LoRA on the projections of blocks with a registered n
     else
       c.norm = "test_mean_abs";
     nn::GPT m(c, gen);
-    randomise(m, gen);
+    randomise_parameters(m, gen);
     m.eval();
-    const IndexArray t = tokens(gt, 2, 5, 11);
+    const IndexArray t = random_tokens(gt, 2, 5, 11);
     const Array before = m.logits(t).value();
     nn::LoRAConfig lc;
     lc.rank = 2;
     REQUIRE(nn::add_lora(m, "attn", lc, gen) == 8);  // q, k, v, o of both blocks
     CHECK(nn::count_adapters(m) == 8);
-    randomise(m, gen);  // the adapters' B away from zero: they change the model
+    randomise_parameters(m, gen);  // the adapters' B away from zero: they change the model
     const Array adapted = m.logits(t).value();
     CHECK(max_abs_diff(adapted, before) > 1e-3);
     std::size_t adapters = 8;
@@ -385,7 +371,7 @@ TEST_CASE("layer registry: LoRA on the projections of blocks with a registered n
       for (const auto& np : m.named_parameters()) found = found || np.first == "blocks.1.ffn.down.lora_B";
       CHECK(found);
     }
-    randomise(m, gen);
+    randomise_parameters(m, gen);
     const Array adapted2 = m.logits(t).value();
     // Merging folds the adapters in: the same function, up to rounding (float64).
     REQUIRE(nn::merge_lora(m) == adapters);

@@ -72,19 +72,6 @@ nn::TransformerConfig gpt2(std::size_t layers = 2) {
   return c;
 }
 
-IndexArray tokens(Generator& g, std::size_t B, std::size_t T, std::size_t V) {
-  std::vector<std::int64_t> ids(B * T);
-  for (auto& t : ids) t = static_cast<std::int64_t>(g.below(V));
-  return IndexArray({B, T}, ids);
-}
-
-void randomise(nn::Module& m, Generator& g) {
-  for (auto& [name, p] : m.named_parameters()) {
-    Tensor t = p;
-    t.set_value(random_uniform(t.shape(), g, t.dtype(), -0.5, 0.5));
-  }
-}
-
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 }  // namespace
@@ -98,7 +85,7 @@ TEST_CASE("registered attention: the registered core is what a self-attention la
   a.dtype = DType::float64;
   a.core = "test_sigmoid";
   nn::MultiHeadAttention mha(a, gen);
-  randomise(mha, gen);
+  randomise_parameters(mha, gen);
   const std::size_t T = 4, H = 2, dh = 4, d = 8;
   const Array X = random_uniform({1, T, d}, gen, DType::float64, -1, 1);
   nn::AttentionCall call;
@@ -146,7 +133,7 @@ TEST_CASE("registered attention: a registered wrapper of the built-in core gives
     c.attention = "test_sdpa";
     nn::GPT registered(c, g2);  // the same draws: the registered core has no parameters
     REQUIRE(registered.named_parameters().size() == built_in.named_parameters().size());
-    const IndexArray t = tokens(gt, 2, 6, 11);
+    const IndexArray t = random_tokens(gt, 2, 6, 11);
     const int before = sdpa_calls;
     const Array got = registered.logits(t).value();
     CHECK(sdpa_calls == before + 2);  // once per block
@@ -163,9 +150,9 @@ TEST_CASE("registered attention: KV-cache decoding goes through the core and mat
   c.attention = "test_sigmoid";
   Generator gen(7), gt(8);
   nn::GPT m(c, gen);
-  randomise(m, gen);
+  randomise_parameters(m, gen);
   m.eval();
-  const IndexArray t = tokens(gt, 2, 7, 11);
+  const IndexArray t = random_tokens(gt, 2, 7, 11);
   const Array full = m.logits(t).value();  // [2, 7, 11]
   auto caches = m.make_caches(2, 7);
   const int before = sigmoid_calls;
@@ -201,11 +188,11 @@ TEST_CASE("registered attention: gradcheck in float64 of a block and LoRA on its
     c.attention = "test_sigmoid";
     Generator gen(9);
     nn::GPT m(c, gen);
-    randomise(m, gen);
+    randomise_parameters(m, gen);
     nn::LoRAConfig lc;
     lc.rank = 2;
     REQUIRE(nn::add_lora(m, "attn", lc, gen) == 4);  // q, k, v, o: the projections are the built-in ones
-    randomise(m, gen);                               // B of each adapter non-zero
+    randomise_parameters(m, gen);                               // B of each adapter non-zero
     nn::DecoderLayer& b = *m.blocks[0];
     const Tensor x(random_uniform({1, 3, 8}, gen, DType::float64, -1, 1), true);
     std::vector<std::pair<std::string, Tensor>> leaves = {{"x", x}};
@@ -238,13 +225,13 @@ TEST_CASE("registered attention: checkpoints name the core and load only where i
   info.config.attention = "test_sigmoid";
   for (std::size_t i = 0; i < 11; ++i) info.vocab.tokens.push_back("<" + std::to_string(i) + ">");
   nn::GPT m(info.config, gen);
-  randomise(m, gen);
+  randomise_parameters(m, gen);
   m.eval();
   const io::safetensors::Metadata meta = train::model_metadata(info);
   CHECK(meta.at("layer_attention") == "test_sigmoid");
   const std::string path = (dir / "m.safetensors").string();
   nn::safetensors::save_module(path, m, meta);
-  const IndexArray t = tokens(gt, 1, 5, 11);
+  const IndexArray t = random_tokens(gt, 1, 5, 11);
   {
     train::LoadedModel lm = train::load_model(path);
     CHECK(lm.info.config.attention == "test_sigmoid");
@@ -285,15 +272,15 @@ TEST_CASE("registered attention: bad cores and uses are refused by name", "[laye
   // Attention maps need the weights, which a registered core does not give.
   nn::GPT m(c, gen);
   std::vector<nn::AttentionOutput> maps;
-  e = error_of<ValueError>([&] { m.logits(tokens(gt, 1, 4, 11), nullptr, &maps); });
+  e = error_of<ValueError>([&] { m.logits(random_tokens(gt, 1, 4, 11), nullptr, &maps); });
   CHECK(e.find("registered attention 'test_sigmoid' gives no weights") != std::string::npos);
   // A core that returns the wrong shape or dtype: an error naming it, not a wrong model.
   c.attention = "test_wrong_shape";
   nn::GPT bad_shape(c, gen);
-  e = error_of<ShapeError>([&] { bad_shape.logits(tokens(gt, 1, 4, 11)); });
+  e = error_of<ShapeError>([&] { bad_shape.logits(random_tokens(gt, 1, 4, 11)); });
   CHECK(e.find("registered attention 'test_wrong_shape' returned (1, 4, 2, 4)") != std::string::npos);
   c.attention = "test_wrong_dtype";
   nn::GPT bad_dtype(c, gen);
-  e = error_of<DTypeError>([&] { bad_dtype.logits(tokens(gt, 1, 4, 11)); });
+  e = error_of<DTypeError>([&] { bad_dtype.logits(random_tokens(gt, 1, 4, 11)); });
   CHECK(e.find("registered attention 'test_wrong_dtype' returned float32") != std::string::npos);
 }

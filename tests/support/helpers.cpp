@@ -48,6 +48,19 @@ std::filesystem::path temp_dir(const std::string& name) {
   return p;
 }
 
+IndexArray random_tokens(Generator& g, std::size_t B, std::size_t T, std::size_t V) {
+  std::vector<std::int64_t> ids(B * T);
+  for (auto& t : ids) t = static_cast<std::int64_t>(g.below(V));
+  return IndexArray({B, T}, ids);
+}
+
+void randomise_parameters(nn::Module& m, Generator& g, double lo, double hi) {
+  for (auto& [name, p] : m.named_parameters()) {
+    Tensor t = p;
+    t.set_value(random_uniform(t.shape(), g, t.dtype(), lo, hi));
+  }
+}
+
 Array rnd(const Shape& s, Generator& g, double lo, double hi) {
   return random_uniform(s, g, DType::float64, lo, hi);
 }

@@ -28,6 +28,13 @@ GradcheckReport require_gradcheck(const GradcheckFn& f, const std::vector<Array>
 // everything in it when the test program exits (set XGRAD_KEEP_TEST_DIRS to keep it).
 std::filesystem::path temp_dir(const std::string& name);
 
+// B x T token ids drawn uniformly from [0, V).
+IndexArray random_tokens(Generator& g, std::size_t B, std::size_t T, std::size_t V);
+
+// Every parameter of `m` re-drawn uniformly from [lo, hi), so that biases and gains are not
+// zero or one.
+void randomise_parameters(nn::Module& m, Generator& g, double lo = -0.5, double hi = 0.5);
+
 // Writes `bytes` to the file `p` (replacing it) and requires the write to succeed.
 void write_file(const std::filesystem::path& p, const std::string& bytes);
 
