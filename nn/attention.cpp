@@ -44,10 +44,6 @@ void check_heads(const std::string& op, std::size_t d, const char* d_name, std::
                                         std::to_string(H_q) + "); set d_head explicitly"));
 }
 
-Tensor affine(const Tensor& X, const Tensor& W, const Tensor& b) {
-  return ops::linear(X, W, b);  // one op with the bias (the bits of matmul then add)
-}
-
 void check_input(const std::string& op, const char* name, const Tensor& X, std::size_t width, DType dtype) {
   if (!X.defined() || X.ndim() != 3 || X.shape()[2] != width)
     throw ShapeError(op_message(op, std::string(name) + " must be [B, length, " + std::to_string(width) +
@@ -225,7 +221,7 @@ Tensor MultiHeadAttention::packed(const Tensor& X) const {
     const std::size_t widths[3] = {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_};
     if (const Tensor fused = packed_low_rank(X, a, widths); fused.defined()) return fused;
   }
-  const Tensor P = affine(X, W_QKV, b_QKV);  // (5.22)
+  const Tensor P = ops::linear(X, W_QKV, b_QKV);  // (5.22)
   if (!a[0] && !a[1] && !a[2]) return P;
   // Adapters without low-rank factors: their terms in their column blocks, zeros where a
   // block has none.
@@ -427,7 +423,7 @@ void CrossAttention::init(Generator* gen) {
 
 std::pair<Tensor, Tensor> CrossAttention::project_memory(const Tensor& X_m) const {
   check_input("cross_attention", "X_m", X_m, cfg_.d_m, cfg_.dtype);
-  const auto kv = ops::chunk(affine(X_m, W_KV, b_KV), 2, -1);  // [X_m W_K, X_m W_V]
+  const auto kv = ops::chunk(ops::linear(X_m, W_KV, b_KV), 2, -1);  // [X_m W_K, X_m W_V]
   return {split_heads(kv[0], cfg_.H_kv), split_heads(kv[1], cfg_.H_kv)};
 }
 
@@ -438,10 +434,10 @@ AttentionOutput CrossAttention::forward_with_memory(const Tensor& X_q, const std
     throw ValueError(op_message("cross_attention", "call.positions must be empty (" +
                                                        std::to_string(call.positions.size()) +
                                                        " given): cross-attention uses no positions"));
-  const Tensor Q = split_heads(affine(X_q, W_Q, b_Q), cfg_.H_q);
+  const Tensor Q = split_heads(ops::linear(X_q, W_Q, b_Q), cfg_.H_q);
   const SdpaResult r = scaled_dot_product_attention(Q, KV.first, KV.second, call.visibility,
                                                     sdpa_options(call, cfg_.impl, cfg_.scale, cfg_.dropout, training()));
-  return {affine(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};
+  return {ops::linear(merge_heads(r.output), W_O, b_O), r.weights, r.dropout_mask, r.dropout_seed, r.path};
 }
 
 AttentionOutput CrossAttention::forward(const Tensor& X_q, const Tensor& X_m, const AttentionCall& call) {

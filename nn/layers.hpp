@@ -70,10 +70,12 @@ class LayerNorm : public Module {
  public:
   /// Normalises `d` features with `eps` added to the variance; parameters in `dtype`. Without
   /// `bias`, no shift: beta is undefined (gamma x-hat, nanoGPT's LayerNorm with bias=False).
-  explicit LayerNorm(std::size_t d, DType dtype = default_dtype(), double eps = 1e-5, bool bias = true);
+  explicit LayerNorm(std::size_t d, DType dtype = default_dtype(), double eps = kDefaultEps, bool bias = true);
   /// From given `gamma` and `beta`, both [d] and of one dtype (copied), with `eps` added to
   /// the variance.
-  LayerNorm(const Array& gamma, const Array& beta, double eps = 1e-5);
+  LayerNorm(const Array& gamma, const Array& beta, double eps = kDefaultEps);
+  /// The eps of a LayerNorm made without one (PyTorch's and GPT-2's 1e-5).
+  static constexpr double kDefaultEps = 1e-5;
   /// ops::layer_norm(x, gamma, beta, eps) over x's last axis, of width d.
   Tensor operator()(const Tensor& x) const;
   /// Parameters: gain gamma [d] (initially ones) and shift beta [d] (initially zeros; undefined

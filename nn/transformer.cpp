@@ -23,7 +23,6 @@ std::vector<Position> positions(const std::vector<std::size_t>& lengths) {
 namespace {
 
 const double kInitStd = 0.02;
-const double kLayerNormEps = 1e-5;  // GPT-2's LayerNorm eps (LayerNorm's default)
 
 // `causal_layer`: a decoder self-attention layer, which takes the model's sliding window.
 AttentionConfig attention_config(const TransformerConfig& c, bool causal_layer = false) {
@@ -218,7 +217,7 @@ const TransformerConfig& check_arch(const TransformerConfig& c, Architecture wan
 // the same order as before DecoderLayer existed (the layer norms draw nothing).
 DecoderBlock::DecoderBlock(const TransformerConfig& c, Generator& gen)
     : DecoderLayer(attention_config(check_arch(c, Architecture::gpt, "DecoderBlock"), true), gen, c.dropout),
-      ln1(c.d_model, c.dtype, kLayerNormEps, c.bias), ln2(c.d_model, c.dtype, kLayerNormEps, c.bias),
+      ln1(c.d_model, c.dtype, LayerNorm::kDefaultEps, c.bias), ln2(c.d_model, c.dtype, LayerNorm::kDefaultEps, c.bias),
       ffn(c.d_model, c.d_ff, gen, c.dropout, c.dtype, residual_std(c), c.bias) {
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   if (!c.activation.empty()) ffn.activation = make_activation(c.activation);
@@ -290,7 +289,7 @@ class BuiltinSwiGLUMLP : public MLPLayer {
 std::unique_ptr<NormLayer> block_norm(const TransformerConfig& c) {
   if (!c.norm.empty()) return make_norm(c.norm, c, c.d_model);
   if (c.arch == Architecture::llama) return std::make_unique<BuiltinNorm<RMSNorm>>(c.d_model, c.dtype, c.norm_eps);
-  return std::make_unique<BuiltinNorm<LayerNorm>>(c.d_model, c.dtype, kLayerNormEps, c.bias);
+  return std::make_unique<BuiltinNorm<LayerNorm>>(c.d_model, c.dtype, LayerNorm::kDefaultEps, c.bias);
 }
 
 const TransformerConfig& checked_layers(const TransformerConfig& c) {
@@ -309,13 +308,9 @@ RegisteredBlock::RegisteredBlock(const TransformerConfig& c, Generator& gen)
   if (!c.mlp.empty()) {
     ffn = make_mlp(c.mlp, c, gen);
   } else if (llama) {
-    auto f = std::make_unique<BuiltinSwiGLUMLP>(c, gen);
-    builtin_swiglu = &f->inner;
-    ffn = std::move(f);
+    ffn = std::make_unique<BuiltinSwiGLUMLP>(c, gen);
   } else {
-    auto f = std::make_unique<BuiltinGeluMLP>(c, gen);
-    builtin_gelu = &f->inner;
-    ffn = std::move(f);
+    ffn = std::make_unique<BuiltinGeluMLP>(c, gen);
   }
   gpt2_init(attn.W_QKV, attn.W_O, c.layers, gen);
   register_module(llama ? "attn_norm" : "ln1", *norm1);
@@ -396,7 +391,8 @@ Tensor CrossDecoderBlock::forward_cached(const Tensor& x, KVCache& cache, const 
 
 FeedForward* gelu_ffn(DecoderLayer& block) {
   if (auto* b = dynamic_cast<DecoderBlock*>(&block)) return &b->ffn;
-  if (auto* r = dynamic_cast<RegisteredBlock*>(&block)) return r->builtin_gelu;
+  if (auto* r = dynamic_cast<RegisteredBlock*>(&block))
+    if (auto* f = dynamic_cast<BuiltinGeluMLP*>(r->ffn.get())) return &f->inner;
   return nullptr;
 }
 
@@ -404,7 +400,8 @@ const FeedForward* gelu_ffn(const DecoderLayer& block) { return gelu_ffn(const_c
 
 SwiGLUFeedForward* swiglu_ffn(DecoderLayer& block) {
   if (auto* b = dynamic_cast<LlamaBlock*>(&block)) return &b->ffn;
-  if (auto* r = dynamic_cast<RegisteredBlock*>(&block)) return r->builtin_swiglu;
+  if (auto* r = dynamic_cast<RegisteredBlock*>(&block))
+    if (auto* f = dynamic_cast<BuiltinSwiGLUMLP*>(r->ffn.get())) return &f->inner;
   return nullptr;
 }
 
@@ -414,7 +411,7 @@ const SwiGLUFeedForward* swiglu_ffn(const DecoderLayer& block) { return swiglu_f
 
 GPT::GPT(const TransformerConfig& c, Generator& gen)
     : tok(c.resolved().V_vocab, c.d_model, gen, c.dtype), pos(c.resolved().context, c.d_model, gen, c.dtype),
-      ln_f(c.d_model, c.dtype, kLayerNormEps, c.bias), norm(c.d_model, c.dtype, c.resolved().norm_eps),
+      ln_f(c.d_model, c.dtype, LayerNorm::kDefaultEps, c.bias), norm(c.d_model, c.dtype, c.resolved().norm_eps),
       cfg_(c.resolved()) {
   const bool llama = cfg_.arch == Architecture::llama;
   check_registered_layers(cfg_);

@@ -215,12 +215,7 @@ class RegisteredBlock : public DecoderLayer {
   /// The norms before the attention and the feed-forward sub-layer. @{
   std::unique_ptr<NormLayer> norm1, norm2;
   /// @}
-  std::unique_ptr<MLPLayer> ffn;  ///< The feed-forward sub-layer.
-  /// The built-in feed-forward layer inside `ffn` when no mlp is registered (the arch's: one of
-  /// them is set), so that LoRA reaches its projections; null with a registered mlp. @{
-  FeedForward* builtin_gelu = nullptr;
-  SwiGLUFeedForward* builtin_swiglu = nullptr;
-  /// @}
+  std::unique_ptr<MLPLayer> ffn;  ///< The feed-forward sub-layer (gelu_ffn / swiglu_ffn reach a built-in one's).
 
  protected:
   Tensor attention_input(const Tensor& x) override;             ///< norm1(x).
