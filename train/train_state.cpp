@@ -92,6 +92,16 @@ io::safetensors::NamedArrays with_prefix(const io::safetensors::File& f, const s
   return out;
 }
 
+// A state of this xgrad: every parameter with both its moments, and nothing else.
+void check_state_names(const io::safetensors::File& state, const std::string& state_path) {
+  std::vector<std::string> param_names, moment_names, others;
+  for (const auto& named : state.tensors) {
+    const std::string& n = named.first;
+    (n.rfind(kParamPrefix, 0) == 0 ? param_names : n.rfind(kOptimPrefix, 0) == 0 ? moment_names : others).push_back(n);
+  }
+  check_state_tensors(param_names, kParamPrefix, moment_names, kOptimPrefix, others, state_path);
+}
+
 }  // namespace
 
 void save_model(Task& task, const std::string& path, std::int64_t step, const io::safetensors::Metadata& extra) {
@@ -177,18 +187,13 @@ ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOpt
   if (kind != state.metadata.end() && kind->second != "adamw")
     throw FormatError("[train] " + state_path + ": optimizer '" + kind->second + "'; xgrad train uses adamw");
   // Every parameter with both its moments, and nothing else (names as stored).
-  std::vector<std::string> param_names, moment_names, others;
   if (p.legacy_pair) {
+    std::vector<std::string> param_names, moment_names, others;
     for (const auto& named : p.params) param_names.push_back(named.first);
     for (const auto& named : p.moments) moment_names.push_back(named.first);
     check_state_tensors(param_names, "", moment_names, "", others, state_path);
   } else {
-    for (const auto& named : state.tensors) {
-      const std::string& n = named.first;
-      (n.rfind(kParamPrefix, 0) == 0 ? param_names : n.rfind(kOptimPrefix, 0) == 0 ? moment_names : others)
-          .push_back(n);
-    }
-    check_state_tensors(param_names, kParamPrefix, moment_names, kOptimPrefix, others, state_path);
+    check_state_names(state, state_path);
   }
   std::uint64_t in_file = 0;
   for (const auto& named : p.params) in_file += named.second.size();
@@ -196,6 +201,35 @@ ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOpt
     throw FormatError("[train] " + state_path + ": the saved options describe a model of " +
                       std::to_string(n_expected) + " parameters, the checkpoint holds " + std::to_string(in_file));
   return p;
+}
+
+void check_saved_model_size(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
+                            std::uint64_t n_expected) {
+  const auto count = [](const Shape& shape) {
+    std::uint64_t n = 1;
+    for (const auto d : shape) n *= static_cast<std::uint64_t>(d);
+    return n;
+  };
+  std::uint64_t in_state = 0;
+  for (const auto& [name, a] : state.tensors)
+    if (name.rfind(kParamPrefix, 0) == 0) in_state += count(a.shape());
+  if (in_state > 0 && o.lora_rank == 0 && o.freeze.empty()) {
+    // Every parameter trains, so the state holds them all: the checks read_resume_point makes
+    // (the names first: a missing tensor is named rather than counted).
+    check_state_names(state, state_path);
+    if (in_state != n_expected)
+      throw FormatError("[train] " + state_path + ": the saved options describe a model of " + std::to_string(n_expected) +
+                        " parameters, the checkpoint holds " + std::to_string(in_state));
+    return;
+  }
+  // An earlier xgrad's checkpoint, adapters or frozen weights: model.safetensors holds every
+  // parameter (adapters too), so it holds at least the model the options describe.
+  const std::string model_path = (fs::path(o.out) / runs::kModelFile).string();
+  std::uint64_t held = 0;
+  for (const io::safetensors::TensorInfo& t : io::safetensors::load_header(model_path).tensors) held += count(t.shape);
+  if (n_expected > held)
+    throw FormatError("[train] " + state_path + ": the saved options describe a model of " + std::to_string(n_expected) +
+                      " parameters, the checkpoint holds " + std::to_string(held) + " (in " + model_path + ")");
 }
 
 void restore(const ResumePoint& point, const io::safetensors::File& state, const std::string& state_path, bool root,

@@ -391,7 +391,10 @@ void build(Session& s) {
     if (n_expected > 1000000000)
       throw UsageError(op_message("train", "the model would have " + std::to_string(n_expected) +
                                                " parameters; the limit is 1000000000 (reduce --d-model, --layers, --d-ff)"));
-    if (!o.resume.empty()) task.check_resume(s.resume.state.metadata, s.resume.path);
+    if (!o.resume.empty()) {
+      task.check_resume(s.resume.state.metadata, s.resume.path);
+      if (s.root) check_saved_model_size(s.resume.state, o, s.resume.path, n_expected);
+    }
     Generator init(o.seed);
     task.build_model(init);
     if (o.resume.empty() && !o.init_from.empty() && s.root) load_init_from(s);

@@ -43,6 +43,7 @@ import stat
 import struct
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -460,8 +461,18 @@ def main():
     if dup:
         sys.exit(f"catalogue: repeated ids {sorted(dup)}")
     cases = [c for c in cases if a.only in c[1][0]]
+    def timed(c):
+        t0 = time.monotonic()
+        r = run_case(xgrad, work, fixtures, a.timeout, c[0], c[1], missing)
+        return r, time.monotonic() - t0, c[1][0]
+
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        results = list(pool.map(lambda c: run_case(xgrad, work, fixtures, a.timeout, c[0], c[1], missing), cases))
+        timed_results = list(pool.map(timed, cases))
+    results = [r for r, _, _ in timed_results]
+    # The slowest cases, so a case creeping towards the timeout (a sanitizer build is ~5x slower)
+    # is seen before it fails.
+    slowest = sorted(timed_results, key=lambda t: -t[1])[:5]
+    print("slowest cases: " + "  ".join(f"{cid} {sec:.1f} s" for _, sec, cid in slowest))
     failures = [p for r in results if r for p in r]
     skipped = sum(1 for r in results if r is None)
     n_cli = sum(1 for c in cases if len(c[1]) == 6)

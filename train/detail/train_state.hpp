@@ -48,6 +48,14 @@ struct ResumePoint {
 // both moments and that they describe a model of `n_expected` parameters).
 ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
                               bool root, std::uint64_t n_expected);
+// Before the model of a resumed run is built (rank 0): FormatError naming `state_path` when its
+// saved options describe a model (`n_expected` parameters, counted from the options) that the
+// checkpoint cannot hold: a state in which every parameter trains must hold exactly that many;
+// otherwise (adapters, frozen weights, an earlier xgrad's pair) DIR/model.safetensors, of which
+// only the header is read, must hold at least that many. Options changed to a huge model are so
+// refused at once, not after allocating and initialising it.
+void check_saved_model_size(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
+                            std::uint64_t n_expected);
 // Sets the model's parameters, the optimizer's moments and the generators from `point`.
 void restore(const ResumePoint& point, const io::safetensors::File& state, const std::string& state_path, bool root,
              nn::NamedTensors& params, nn::Optimizer& opt, Generator& data, Generator& dropout);
