@@ -7,6 +7,7 @@
 #include "bench/xgrad_pool.hpp"
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/runtime.hpp>
+#include <xgrad/core/tape.hpp>
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/nn/sdpa.hpp>
 #include <xgrad/nn/visibility.hpp>
@@ -66,6 +67,20 @@ void run(const bench::AttentionFlags& f) {
   } else {
     bench::print_line("% of peak: FLOP formula only for --mask causal and none");
   }
+  // The last repetition's O and gradients, bit for bit (to compare builds, thread counts and
+  // ISAs: the fused path's bits depend on neither the thread count nor the ISA).
+  const auto hash = [](const Array& a) {
+    std::uint64_t h = bench::kFnvStart;
+    bench::fnv(h, a.data<float>(), a.size() * sizeof(float));
+    return std::to_string(h);
+  };
+  std::string O_hash;
+  {
+    NoGradGuard no_grad;
+    O_hash = hash(nn::attention(Q, K, V, vis, opts).value());
+  }
+  bench::print_line("outputs: hash O " + O_hash + ", dQ " + hash(Q.grad()) + ", dK " + hash(K.grad()) + ", dV " +
+                    hash(V.grad()) + " (FNV-1a of the float32 bits)");
   bench::report_attention(ms, rss_inputs);
 }
 

@@ -33,23 +33,16 @@ std::string ids_text(const std::vector<std::int64_t>& ids, std::size_t n) {
   return ids.size() > n ? s + " ..." : s;
 }
 
-// FNV-1a over bytes: equal decodes give equal hashes (to compare builds and thread counts).
-void fnv(std::uint64_t& h, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-}
+// Equal decodes give equal hashes (bench::fnv).
 std::uint64_t ids_hash(const std::vector<std::int64_t>& ids) {
-  std::uint64_t h = 1469598103934665603ull;
-  fnv(h, ids.data(), ids.size() * sizeof(std::int64_t));
+  std::uint64_t h = bench::kFnvStart;
+  bench::fnv(h, ids.data(), ids.size() * sizeof(std::int64_t));
   return h;
 }
 // Of every step's logits, bit for bit.
 std::uint64_t logits_hash(const std::vector<Array>& logits) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const Array& a : logits) fnv(h, a.data<float>(), a.size() * sizeof(float));
+  std::uint64_t h = bench::kFnvStart;
+  for (const Array& a : logits) bench::fnv(h, a.data<float>(), a.size() * sizeof(float));
   return h;
 }
 

@@ -240,6 +240,14 @@ double current_rss_mib() {
   return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
+void fnv(std::uint64_t& h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+}
+
 void print_line(const std::string& text) { std::cout << text << "\n" << std::flush; }
 
 void print_summary(const std::string& what, const std::vector<double>& samples, const std::string& unit) {

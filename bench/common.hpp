@@ -111,6 +111,11 @@ Summary summarize(std::vector<double> samples);
 // Every sample scaled by s (ms per step -> us per op, seconds -> GFLOPS ...).
 std::vector<double> scaled(const std::vector<double>& samples, double s);
 
+// FNV-1a over bytes, from h (start at kFnvStart): equal results give equal hashes (to compare
+// builds, thread counts and ISAs bit for bit).
+constexpr std::uint64_t kFnvStart = 1469598103934665603ull;
+void fnv(std::uint64_t& h, const void* data, std::size_t n);
+
 double peak_rss_mib();     // getrusage ru_maxrss: the high-water mark of this process
 double current_rss_mib();  // /proc/self/statm: resident now
 
