@@ -60,6 +60,8 @@ struct Layout {
 };
 Layout contiguous(std::size_t H, std::size_t T, std::size_t d) { return {H * T * d, T * d, d}; }
 
+struct BlockRows;
+
 // Everything a block needs, for one dtype.
 template <class T> struct Problem {
   Geometry g;
@@ -74,6 +76,9 @@ template <class T> struct Problem {
   std::uint64_t seed = 0, threshold = 0, row_offset = 0;
   T inv_q = 1;
   bool check_finite = true;
+  // Every block's rows when the visibility is the same for every head ([B, blocks], made once
+  // per pass by share_block_rows), else null: plan_block then plans each (b, h, blk) itself.
+  const BlockRows* shared_rows = nullptr;
 
   bool row_valid(std::size_t b, std::size_t i) const { return !valid || valid[b * g.T + i]; }
 };
@@ -88,9 +93,16 @@ struct BlockRows {
   std::size_t lo[kBlock], hi[kBlock];
   bool use[kBlock];    // valid and sees at least one key
   bool exact[kBlock];  // no per-key work inside [lo, hi)
+  // Keys [full_lo, full_hi) are seen by every row of the block, with nothing to apply (every
+  // row used and exact); empty otherwise. A tile inside needs no per-row look (tile_rows).
+  std::size_t full_lo = 0, full_hi = 0;
 };
 
 template <class T> void plan_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, BlockRows& R) {
+  if (P.shared_rows) {
+    R = P.shared_rows[b * P.g.blocks() + blk];
+    return;
+  }
   R.i0 = blk * kBlock;
   R.rows = std::min(kBlock, P.g.T - R.i0);
   R.L = P.g.S;
@@ -108,6 +120,29 @@ template <class T> void plan_block(const Problem<T>& P, std::size_t b, std::size
     R.U = std::max(R.U, R.hi[k]);
   }
   if (R.L >= R.U) R.L = R.U = 0;
+  std::size_t a = 0, e = P.g.S;
+  for (std::size_t k = 0; k < R.rows && a < e; ++k) {
+    if (!R.use[k] || !R.exact[k]) e = 0;
+    a = std::max(a, R.lo[k]);
+    e = std::min(e, R.hi[k]);
+  }
+  R.full_lo = a < e ? a : 0;
+  R.full_hi = a < e ? e : 0;
+}
+
+// When no visibility rule depends on the head, every head of a (b, blk) block has the same rows:
+// they are planned once per pass into `rows` (in parallel; a row that sees no key is reported
+// for head 0, as every head would be) and P's copy points at them.
+template <class T> Problem<T> share_block_rows(const Problem<T>& P, std::vector<BlockRows>& rows) {
+  Problem<T> out = P;
+  if (P.g.Hq < 2 || !P.plan->head_independent()) return out;
+  const std::size_t nb = P.g.blocks();
+  rows.resize(P.g.B * nb);
+  detail::parallel_for(rows.size(), 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+    for (std::size_t it = begin; it < end; ++it) plan_block(P, it / nb, 0, it % nb, rows[it]);
+  });
+  out.shared_rows = rows.data();
+  return out;
 }
 
 // True when every value is finite: x * 0 is NaN exactly for inf and NaN (a vectorisable sum).
@@ -371,6 +406,11 @@ void check_tile_scores(const Problem<float>& P, std::size_t b, std::size_t h, co
 // Returns whether each of them sees all kTile keys of it with nothing to apply (R.exact): then the
 // tile's scores need no visibility pass and no zeroed part.
 bool tile_rows(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t& r0, std::size_t& r1) {
+  if (n == kTile && R.full_lo <= kb0 && kb0 + kTile <= R.full_hi) {  // what the loops below find
+    r0 = 0;
+    r1 = R.rows;
+    return true;
+  }
   r0 = R.rows;
   r1 = 0;
   bool full = n == kTile;
@@ -392,6 +432,29 @@ bool tile_rows(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t& 
   return full && r0 < r1;
 }
 
+// A tile whose rows see different parts of it (the causal diagonal, a window's edges): rows
+// [r0, r1) in chunks of kChunk rows, f(a, e, need) for rows [a, e) with need the end of their
+// visible parts (the largest je; 0: none sees a key). A chunk's products stop there: the QK^T
+// and dO V^T columns at need rounded up to the vector width, the PV and dS K sums after need
+// keys. What they skip are zero weights and zero dS (the callers zero them), so each computed
+// entry keeps its value: a sum of the same terms in the same order, less trailing zero terms
+// (which change nothing but the sign of an exactly zero sum).
+constexpr std::size_t kChunk = 12;  // two micro-tiles of rows
+template <class F>
+void row_chunks(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t r0, std::size_t r1, F&& f) {
+  for (std::size_t a = r0; a < r1; a += kChunk) {
+    const std::size_t e = std::min(r1, a + kChunk);
+    std::size_t need = 0;
+    for (std::size_t k = a; k < e; ++k) {
+      std::size_t ja, je;
+      tile_span(R, k, kb0, n, ja, je);
+      need = std::max(need, je);
+    }
+    f(a, e, need);
+  }
+}
+std::size_t round_up(std::size_t x, std::size_t w) { return (x + w - 1) / w * w; }
+
 // S[rows, kTile] = scale Q_blk Kt[:, kb0 .. kb0 + kTile) with the visibility applied to each
 // row's visible part (forward: scores checked first, as block_scores does). Only rows [r0, r1)
 // of the block see a key of the tile (r0 == r1: none); the others are left as they were (the
@@ -405,7 +468,11 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b
   const float* Qb = P.Q + P.lq.at(b, h, R.i0);
   thread_local std::vector<float> pack_buf;
   const float* Bk = tile_operand(Kt, g.dk, kb0, scratch(pack_buf, g.dk * kTile));
-  kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * P.lq.st, P.lq.st, 1, Bk, kTile, S + r0 * kTile, kTile, false);
+  const std::size_t ldq = P.lq.st;
+  row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
+    const std::size_t cols = round_up(need, kz.width);
+    if (cols) kz.gemm(e - a, cols, g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk, kTile, S + a * kTile, kTile, false);
+  });
   for (std::size_t k = r0; k < r1; ++k) {
     std::size_t ja, je;
     tile_span(R, k, kb0, n, ja, je);
@@ -438,7 +505,8 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1, k0;
-    if (tile_rows(R, kb0, n, r0, r1) && !P.dropout) {
+    const bool full = tile_rows(R, kb0, n, r0, r1) && !P.dropout;
+    if (full) {
       // Every row sees the whole tile: no visibility to apply; the scores' check, max, e^x and
       // sum in one kernel call (the loop below, from the first row with a non-finite score).
       kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * ldq, ldq, 1,
@@ -476,8 +544,13 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
       std::fill(s + je, s + kTile, 0.0f);
       if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, s, n);
     }
-    if (r0 < r1)
+    if (full)
       kz.gemm(r1 - r0, g.dv, n, 1.0f, S + r0 * kTile, kTile, 1, Vg + kb0 * ldv, ldv, acc + r0 * g.dv, g.dv, true);
+    else
+      row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
+        if (need)
+          kz.gemm(e - a, g.dv, need, 1.0f, S + a * kTile, kTile, 1, Vg + kb0 * ldv, ldv, acc + a * g.dv, g.dv, true);
+      });
   }
   for (std::size_t k = 0; k < R.rows; ++k) {
     if (!R.use[k]) continue;
@@ -518,7 +591,8 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1;
-    if (tile_rows(R, kb0, n, r0, r1) && !P.dropout) {
+    const bool full = tile_rows(R, kb0, n, r0, r1) && !P.dropout;
+    if (full) {
       // Every row sees the whole tile: the weights A = e^((S - m) - log l) straight from the
       // product's registers (the same bits as tile_scores, then exp_shift below).
       kz.gemm_exp(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * ldq, ldq, 1,
@@ -542,9 +616,17 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
       kz.gemm(n, g.dv, rows, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * ldo, ldo, dV + kb0 * ldv, ldv, true);
     if (!dQ && !dK) continue;
     const float* Bv = tile_operand(Vt, g.dv, kb0, scratch(vpack_buf, g.dv * kTile));
-    if (!P.dropout) {  // dU = A (dO V^T - delta) from the product's registers (zero where A is)
+    if (full) {  // dU = A (dO V^T - delta) from the product's registers (zero where A is)
       kz.gemm_dsoft(rows, kTile, g.dv, dOb + r0 * ldo, ldo, 1, Bv, kTile, dS + r0 * kTile, kTile, S + r0 * kTile,
                     kTile, D + r0);
+    } else if (!P.dropout) {  // the same by row chunks, each up to its visible part; zero after it
+      row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
+        const std::size_t cols = round_up(need, kz.width);
+        if (cols)
+          kz.gemm_dsoft(e - a, cols, g.dv, dOb + a * ldo, ldo, 1, Bv, kTile, dS + a * kTile, kTile, S + a * kTile, kTile,
+                        D + a);
+        for (std::size_t k = a; k < e; ++k) std::fill(dS + k * kTile + cols, dS + (k + 1) * kTile, 0.0f);
+      });
     } else {
       kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * ldo, ldo, 1, Bv, kTile, dS + r0 * kTile, kTile,
               false);  // dA_d = dO V^T
@@ -556,9 +638,15 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
         for (std::size_t j = 0; j < kTile; ++j) ds[j] = a[j] * (ds[j] - Dk);  // dU (zero where A is)
       }
     }
-    if (dQ)
+    if (dQ && (full || P.dropout))
       kz.gemm(rows, g.dk, n, P.scale, dS + r0 * kTile, kTile, 1, Kg + kb0 * ldkk, ldkk,
               dQ + P.lq.at(b, h, R.i0 + r0), ldq, true);
+    else if (dQ)
+      row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
+        if (need)
+          kz.gemm(e - a, g.dk, need, P.scale, dS + a * kTile, kTile, 1, Kg + kb0 * ldkk, ldkk,
+                  dQ + P.lq.at(b, h, R.i0 + a), ldq, true);
+      });
     if (dK) kz.gemm(n, g.dk, rows, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * ldq, ldq, dK + kb0 * ldk, ldk, true);
   }
 }
@@ -578,7 +666,9 @@ void zero_block(const Geometry& g, const Layout& l, std::size_t cols, std::size_
 }
 
 template <class T>
-void run_forward(const Problem<T>& P, T* O, T* row_max, T* log_z) {
+void run_forward(const Problem<T>& P0, T* O, T* row_max, T* log_z) {
+  std::vector<BlockRows> shared;
+  const Problem<T> P = share_block_rows(P0, shared);
   const Geometry& g = P.g;
   const std::size_t nb = g.blocks(), items = g.B * g.Hq * nb;
   if constexpr (std::is_same<T, float>::value) {
@@ -614,8 +704,10 @@ template <class T> void add_rows(const T* x, std::size_t S, std::size_t d, T* y,
 }
 
 template <class T>
-void run_backward(const Problem<T>& P, const T* row_max, const T* log_z, const T* O, const T* dO, T* dQ, T* dK,
+void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const T* O, const T* dO, T* dQ, T* dK,
                   T* dV) {
+  std::vector<BlockRows> shared;
+  const Problem<T> P = share_block_rows(P0, shared);
   const Geometry& g = P.g;
   const std::size_t nb = g.blocks(), groups = g.B * g.Hkv;
   const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());

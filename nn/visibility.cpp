@@ -585,6 +585,12 @@ bool VisibilityPlan::range(std::size_t b, std::size_t h, std::size_t i, std::siz
   return exact;
 }
 
+bool VisibilityPlan::head_independent() const {
+  for (const auto& r : rules_)
+    if (r->shape[1] != 1) return false;
+  return true;
+}
+
 bool VisibilityPlan::has_soft() const {
   for (const auto& r : rules_)
     if (!r->hard()) return true;

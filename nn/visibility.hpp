@@ -151,6 +151,9 @@ class VisibilityPlan {
   /// Whether any rule is a soft bias (finite values added to the scores) rather than a hard
   /// allowed/forbidden rule.
   bool has_soft() const;
+  /// Whether no rule depends on the head (each broadcasts over H): range() and apply() then
+  /// give every head of a (b, i) row the same answer.
+  bool head_independent() const;
   /// The score shape [B, H, T, S] this plan is bound to.
   const Shape& shape() const { return BHTS_; }
 

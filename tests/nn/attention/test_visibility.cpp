@@ -219,3 +219,20 @@ TEST_CASE("visibility: documents on the fused and composed attention paths agree
   const Array b = attention(Tensor(Q), Tensor(K), Tensor(V), v, composed).value();
   CHECK(max_abs_diff(a, b) < 1e-12);
 }
+
+TEST_CASE("visibility plan: head_independent says whether any rule depends on the head", "[visibility]") {
+  const std::int64_t T = 5;
+  const Shape BHTS{2, 3, 5, 5};
+  CHECK(Visibility::all().plan("test", BHTS).head_independent());
+  CHECK(Visibility::causal(T, T).plan("test", BHTS).head_independent());
+  CHECK((Visibility::causal(T, T) & Visibility::key_lengths({5, 3}, T)).plan("test", BHTS).head_independent());
+  CHECK(Visibility::sliding_window(T, T, 2).plan("test", BHTS).head_independent());
+  const std::vector<Position> pos{0, 1, 2, 3, 4};
+  // ALiBi's slopes are per head; so is a [B, H, T, S] mask with H > 1 (a [B, 1, T, S] one is not).
+  const Visibility alibi = Visibility::alibi({0.5, 0.25, 0.125}, pos, pos);
+  CHECK_FALSE(alibi.plan("test", BHTS).head_independent());
+  CHECK_FALSE((Visibility::causal(T, T) & alibi).plan("test", BHTS).head_independent());
+  const BoolArray per_head = BoolArray::filled({2, 3, 5, 5}, true), per_batch = BoolArray::filled({2, 1, 5, 5}, true);
+  CHECK_FALSE(Visibility::allowed(per_head).plan("test", BHTS).head_independent());
+  CHECK(Visibility::allowed(per_batch).plan("test", BHTS).head_independent());
+}
