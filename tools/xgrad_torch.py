@@ -32,7 +32,9 @@ Name mapping (xgrad -> torch state_dict), W^T = transposed:
     <b>.cross.W_KV [d, 2 H_kv d_h], b_KV    -> <b>.cross.{k,v}.weight (row blocks of W_KV^T), .bias
     <b>.cross.W_O, b_O                      -> <b>.cross.o.weight (W_O^T), o.bias
     <b>.ffn.fc1.W, fc1.b, fc2.W, fc2.b      -> <b>.ffn.fc1.weight (W^T), .bias, fc2 likewise
-with <b> = blocks.i (GPT), encoder.i / decoder.i (encoder-decoder).
+with <b> = blocks.i (GPT), encoder.i / decoder.i (encoder-decoder). A GPT trained with
+`--no-bias` (metadata bias = false, Config(bias=False); nanoGPT's bias=False) has none of the
+biases and betas: its torch modules are built without them (LayerNorm's bias is None).
 
 Hugging Face Llama (LlamaForCausalLM) state dicts <-> xgrad Llama tensors (arch llama):
 hf_llama_to_xgrad(state_dict, H_q, H_kv, rope_layout) and xgrad_to_hf_llama(tensors, H_q, H_kv,
@@ -260,7 +262,8 @@ class Config:
     SIZES = ("V_vocab", "context", "d_model", "H_q", "H_kv", "layers", "encoder_layers", "d_ff")
 
     def __init__(self, kind="gpt", V_vocab=None, context=None, d_model=64, H_q=4, H_kv=0, layers=2,
-                 encoder_layers=0, d_ff=0, dtype="float32", vocabulary=None, task="custom", task_params=None):
+                 encoder_layers=0, d_ff=0, dtype="float32", vocabulary=None, task="custom", task_params=None,
+                 bias=True):
         if kind not in ("gpt", "encoder_decoder"):
             raise ValueError(f"kind must be 'gpt' or 'encoder_decoder', not {kind!r}")
         if vocabulary is None:
@@ -276,6 +279,7 @@ class Config:
         self.encoder_layers = (encoder_layers or layers) if kind == "encoder_decoder" else 0
         self.d_ff = d_ff or 4 * d_model
         self.task_params = dict(task_params or {})
+        self.bias = bias
         self.validate("Config")
 
     def validate(self, where):
@@ -297,6 +301,10 @@ class Config:
             bad(f"dtype {self.dtype!r} is not float32 or float64")
         if len(self.vocabulary) != self.V_vocab:
             bad(f"V_vocab {self.V_vocab} but the vocabulary has {len(self.vocabulary)} tokens")
+        if not isinstance(self.bias, bool):
+            bad(f"bias = {self.bias!r} is not True or False")
+        if not self.bias and self.kind != "gpt":
+            bad("bias False is for the GPT only (xgrad's encoder-decoder has biases)")
 
     @property
     def d_h(self):
@@ -337,6 +345,11 @@ class Config:
         for k in cls.SIZES:
             setattr(c, k, size(k))
         c.task_params = {k: meta[k] for k in ("n_digits", "n_values", "min_len", "max_len") if k in meta}
+        # xgrad writes 'bias' only as 'false' (a model without biases); absent: biases.
+        if meta.get("bias", "false") != "false":
+            raise SafetensorsError(f"{where}: metadata 'bias' = {meta['bias']!r}; xgrad writes only 'false' "
+                                   "(leave the key out for a model with biases)")
+        c.bias = "bias" not in meta
         c.validate(where)
         if size("d_h") != c.d_h or c.d_h * c.H_q != c.d_model:
             raise SafetensorsError(f"{where}: d_h {meta['d_h']} * H_q {c.H_q} != d_model {c.d_model}")
@@ -352,12 +365,15 @@ class Config:
         })
         for k in self.SIZES:
             m[k] = str(getattr(self, k))
+        if not self.bias:
+            m["bias"] = "false"
         return m
 
     def describe(self):
         enc = f" encoder_layers={self.encoder_layers}" if self.kind == "encoder_decoder" else ""
         return (f"{self.kind} V={self.V_vocab} context={self.context} d_model={self.d_model} H_q={self.H_q} "
-                f"H_kv={self.H_kv} d_h={self.d_h} layers={self.layers}{enc} d_ff={self.d_ff} {self.dtype}")
+                f"H_kv={self.H_kv} d_h={self.d_h} layers={self.layers}{enc} d_ff={self.d_ff} {self.dtype}"
+                + ("" if self.bias else " bias=False"))
 
 
 # ============================================================================ the modules
@@ -367,13 +383,13 @@ class Attention(nn.Module):
     """Multi-head attention with separate q, k, v, o projections (torch layout). H_kv < H_q is
     GQA (H_kv == 1: MQA): query head h reads key/value head h // (H_q // H_kv)."""
 
-    def __init__(self, d_q, d_kv, H_q, H_kv, d_h):
+    def __init__(self, d_q, d_kv, H_q, H_kv, d_h, bias=True):
         super().__init__()
         self.H_q, self.H_kv, self.d_h = H_q, H_kv, d_h
-        self.q = nn.Linear(d_q, H_q * d_h)
-        self.k = nn.Linear(d_kv, H_kv * d_h)
-        self.v = nn.Linear(d_kv, H_kv * d_h)
-        self.o = nn.Linear(H_q * d_h, d_q)
+        self.q = nn.Linear(d_q, H_q * d_h, bias=bias)
+        self.k = nn.Linear(d_kv, H_kv * d_h, bias=bias)
+        self.v = nn.Linear(d_kv, H_kv * d_h, bias=bias)
+        self.o = nn.Linear(H_q * d_h, d_q, bias=bias)
 
     def expand_kv(self, t):
         """[B, H_kv, S, d_h] -> [B, H_q, S, d_h]: each kv head serves H_q / H_kv adjacent query heads."""
@@ -397,11 +413,20 @@ class Attention(nn.Module):
         return self.o(y)
 
 
+def layer_norm(d, bias=True):
+    """xgrad's LayerNorm (eps 1e-5); bias False: gamma only (torch 1.13's nn.LayerNorm has no
+    bias argument, so its bias parameter is removed: F.layer_norm takes None)."""
+    m = nn.LayerNorm(d, eps=1e-5)
+    if not bias:
+        m.register_parameter("bias", None)
+    return m
+
+
 class FeedForward(nn.Module):
-    def __init__(self, d, d_ff):
+    def __init__(self, d, d_ff, bias=True):
         super().__init__()
-        self.fc1 = nn.Linear(d, d_ff)
-        self.fc2 = nn.Linear(d_ff, d)
+        self.fc1 = nn.Linear(d, d_ff, bias=bias)
+        self.fc2 = nn.Linear(d_ff, d, bias=bias)
         self.approximate = "none"  # exact erf GELU, as xgrad
 
     def forward(self, x):
@@ -413,10 +438,10 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, c):
         super().__init__()
-        self.ln1 = nn.LayerNorm(c.d_model, eps=1e-5)
-        self.attn = Attention(c.d_model, c.d_model, c.H_q, c.H_kv, c.d_h)
-        self.ln2 = nn.LayerNorm(c.d_model, eps=1e-5)
-        self.ffn = FeedForward(c.d_model, c.d_ff)
+        self.ln1 = layer_norm(c.d_model, c.bias)
+        self.attn = Attention(c.d_model, c.d_model, c.H_q, c.H_kv, c.d_h, c.bias)
+        self.ln2 = layer_norm(c.d_model, c.bias)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.bias)
 
     def forward(self, x, allowed):
         x = x + self.attn(self.ln1(x), allowed=allowed)
@@ -487,7 +512,7 @@ class XgradGPT(_XgradModel):
             raise ValueError(f"XgradGPT needs a 'gpt' configuration, not {c.kind!r}")
         super().__init__(c)
         self.blocks = nn.ModuleList(DecoderBlock(c) for _ in range(c.layers))
-        self.ln_f = nn.LayerNorm(c.d_model, eps=1e-5)
+        self.ln_f = layer_norm(c.d_model, c.bias)
 
     def forward(self, tokens):
         """tokens [B, T] int64 -> logits [B, T, V_vocab]."""
@@ -567,17 +592,26 @@ def to_xgrad_tensors(model, dtype=None):
 
     out = {"tok.weight": t(model.tok.weight), "pos.weight": t(model.pos.weight)}
 
+    # A model without biases (Config.bias False) has no bias or beta tensors.
     def ln(prefix, m):
-        out[prefix + ".gamma"], out[prefix + ".beta"] = t(m.weight), t(m.bias)
+        out[prefix + ".gamma"] = t(m.weight)
+        if m.bias is not None:
+            out[prefix + ".beta"] = t(m.bias)
 
     def ffn(prefix, m):
-        out[prefix + "ffn.fc1.W"], out[prefix + "ffn.fc1.b"] = t(m.fc1.weight.t()), t(m.fc1.bias)
-        out[prefix + "ffn.fc2.W"], out[prefix + "ffn.fc2.b"] = t(m.fc2.weight.t()), t(m.fc2.bias)
+        for fc in ("fc1", "fc2"):
+            lin = getattr(m, fc)
+            out[f"{prefix}ffn.{fc}.W"] = t(lin.weight.t())
+            if lin.bias is not None:
+                out[f"{prefix}ffn.{fc}.b"] = t(lin.bias)
 
     def self_attn(prefix, a):
         out[prefix + "W_QKV"] = t(torch.cat([a.q.weight, a.k.weight, a.v.weight], 0).t())
-        out[prefix + "b_QKV"] = t(torch.cat([a.q.bias, a.k.bias, a.v.bias], 0))
-        out[prefix + "W_O"], out[prefix + "b_O"] = t(a.o.weight.t()), t(a.o.bias)
+        if a.q.bias is not None:
+            out[prefix + "b_QKV"] = t(torch.cat([a.q.bias, a.k.bias, a.v.bias], 0))
+        out[prefix + "W_O"] = t(a.o.weight.t())
+        if a.o.bias is not None:
+            out[prefix + "b_O"] = t(a.o.bias)
 
     def cross_attn(prefix, a):
         out[prefix + "W_Q"], out[prefix + "b_Q"] = t(a.q.weight.t()), t(a.q.bias)
@@ -622,16 +656,22 @@ def load_xgrad_tensors(model, tensors, where="<tensors>"):
     sd = {"tok.weight": tensors["tok.weight"], "pos.weight": tensors["pos.weight"]}
 
     def ln(x, tprefix):
-        sd[tprefix + ".weight"], sd[tprefix + ".bias"] = tensors[x + ".gamma"], tensors[x + ".beta"]
+        sd[tprefix + ".weight"] = tensors[x + ".gamma"]
+        if c.bias:
+            sd[tprefix + ".bias"] = tensors[x + ".beta"]
 
     for prefix, _, cross in _blocks(model):
         for name in _block_norms(cross):
             ln(prefix + name, prefix + name)
-        W, b = tensors[prefix + "attn.W_QKV"].t(), tensors[prefix + "attn.b_QKV"]
+        W = tensors[prefix + "attn.W_QKV"].t()
         # W_QKV's columns (W^T's rows) are [Q heads | K heads | V heads], head-major in each.
-        for part, w, bb in zip("qkv", W.split([qd, kd, kd], 0), b.split([qd, kd, kd], 0)):
-            sd[f"{prefix}attn.{part}.weight"], sd[f"{prefix}attn.{part}.bias"] = w, bb
-        sd[prefix + "attn.o.weight"], sd[prefix + "attn.o.bias"] = tensors[prefix + "attn.W_O"].t(), tensors[prefix + "attn.b_O"]
+        for part, w in zip("qkv", W.split([qd, kd, kd], 0)):
+            sd[f"{prefix}attn.{part}.weight"] = w
+        sd[prefix + "attn.o.weight"] = tensors[prefix + "attn.W_O"].t()
+        if c.bias:
+            for part, bb in zip("qkv", tensors[prefix + "attn.b_QKV"].split([qd, kd, kd], 0)):
+                sd[f"{prefix}attn.{part}.bias"] = bb
+            sd[prefix + "attn.o.bias"] = tensors[prefix + "attn.b_O"]
         if cross:
             sd[prefix + "cross.q.weight"], sd[prefix + "cross.q.bias"] = tensors[prefix + "cross.W_Q"].t(), tensors[prefix + "cross.b_Q"]
             W, b = tensors[prefix + "cross.W_KV"].t(), tensors[prefix + "cross.b_KV"]
@@ -639,7 +679,9 @@ def load_xgrad_tensors(model, tensors, where="<tensors>"):
                 sd[f"{prefix}cross.{part}.weight"], sd[f"{prefix}cross.{part}.bias"] = w, bb
             sd[prefix + "cross.o.weight"], sd[prefix + "cross.o.bias"] = tensors[prefix + "cross.W_O"].t(), tensors[prefix + "cross.b_O"]
         for fc in ("fc1", "fc2"):
-            sd[f"{prefix}ffn.{fc}.weight"], sd[f"{prefix}ffn.{fc}.bias"] = tensors[f"{prefix}ffn.{fc}.W"].t(), tensors[f"{prefix}ffn.{fc}.b"]
+            sd[f"{prefix}ffn.{fc}.weight"] = tensors[f"{prefix}ffn.{fc}.W"].t()
+            if c.bias:
+                sd[f"{prefix}ffn.{fc}.bias"] = tensors[f"{prefix}ffn.{fc}.b"]
     for name in _model_norms(model):
         ln(name, name)
     dt = next(model.parameters()).dtype

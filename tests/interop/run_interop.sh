@@ -34,12 +34,14 @@ done >"$tmp/text.txt"
 #   mqa: H_q 4, H_kv 1, three layers, character LM (larger vocabulary, context 24)
 #   rev-gqa: encoder-decoder (reverse task), H_q 4, H_kv 2, two encoder and two decoder layers
 #   rev-mqa: encoder-decoder, H_q 2, H_kv 1, one layer each, d_ff not 4 d_model
+#   nobias: decoder-only without biases (--no-bias: no b_QKV, b_O, fc biases or betas)
 configs=(
   "gqa|--task sort --steps 40 --d-model 32 --heads 4 --kv-heads 2 --layers 2"
   "mha|--task sort --steps 40 --d-model 24 --heads 2 --kv-heads 0 --layers 1 --d-ff 40 --n-digits 5"
   "mqa|--task charlm --text $tmp/text.txt --context 24 --steps 30 --d-model 32 --heads 4 --kv-heads 1 --layers 3"
   "rev-gqa|--task reverse --steps 40 --d-model 32 --heads 4 --kv-heads 2 --layers 2"
   "rev-mqa|--task reverse --steps 40 --d-model 16 --heads 2 --kv-heads 1 --layers 1 --d-ff 24"
+  "nobias|--task sort --steps 40 --d-model 32 --heads 4 --kv-heads 2 --layers 2 --no-bias"
 )
 # A short warmup, so that 30-40 steps move the weights well away from their initial values
 # (biases, layer-norm gains, embeddings): a checkpoint close to its initialisation would let
@@ -97,7 +99,7 @@ k=0
 for entry in "${configs[@]}"; do
   name=${entry%%|*}
   case $name in
-    gqa) prompt="95173062|" ;;
+    gqa | nobias) prompt="95173062|" ;;
     mqa) prompt="The qu" ;;
     rev-gqa) prompt=31415 ;;
     *) prompt="" ;;

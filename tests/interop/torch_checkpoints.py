@@ -402,14 +402,17 @@ def write_round_trips(tally, ckpt, logits_json, out, name):
     return rt, tuned
 
 
-def write_scratch(tally, out, kind):
+def write_scratch(tally, out, kind, bias=True):
     """A model built in torch from scratch (torch's default initialisation), saved for xgrad
-    as DIR/scratch-KIND-tuned (checked like a tuned one)."""
+    as DIR/scratch-KIND-tuned (checked like a tuned one); bias False: a GPT without biases."""
     torch.manual_seed(7)
     vocab = list("abcdefghij") + ["|", "<", ">"]
-    c = xt.Config(kind=kind, vocabulary=vocab, context=8, d_model=16, H_q=4, H_kv=2, layers=2, d_ff=24)
+    c = xt.Config(kind=kind, vocabulary=vocab, context=8, d_model=16, H_q=4, H_kv=2, layers=2, d_ff=24, bias=bias)
     model = xt.build_model(c).eval()
-    name = f"scratch-{kind}"
+    name = f"scratch-{kind}" + ("" if bias else "-nobias")
+    if not bias:  # nothing of the biases is left in the module or in the file
+        has = [n for n, _ in model.named_parameters() if n.endswith(".bias")]
+        tally.check(not has, f"{name}: Config(bias=False) builds no bias parameter ({has})")
     path = os.path.join(out, f"{name}-tuned", "model.safetensors")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     xt.save_checkpoint(model, path)
@@ -503,6 +506,13 @@ def main():
             tally.check(False, f"{ckpt}: {type(e).__name__}: {e}")
     for kind in ("gpt", "encoder_decoder"):
         rows.append(f"{write_scratch(tally, a.out, kind)} - float32\n")
+    rows.append(f"{write_scratch(tally, a.out, 'gpt', bias=False)} - float32\n")
+    # A bias-free GPT's metadata says so; an encoder-decoder cannot be bias-free (xgrad's has biases).
+    try:
+        xt.Config(kind="encoder_decoder", V_vocab=5, context=4, d_model=8, H_q=2, bias=False)
+        tally.check(False, "Config(kind='encoder_decoder', bias=False) was accepted")
+    except SafetensorsError as e:
+        tally.check("encoder-decoder" in str(e), f"Config(kind='encoder_decoder', bias=False) refused: {e}")
     with open(os.path.join(a.out, "roundtrip.txt"), "w") as f:
         f.writelines(rows)
     print("largest max|xgrad - torch| over all cases: " + ", ".join(
