@@ -76,25 +76,8 @@ void ensure_registered() {
     });
 }
 
-nn::TransformerConfig gpt2(std::size_t layers = 2) {
-  nn::TransformerConfig c;
-  c.V_vocab = 11;
-  c.context = 8;
-  c.d_model = 8;
-  c.H_q = 2;
-  c.layers = layers;
-  c.d_ff = 12;
-  c.dtype = DType::float64;
-  return c;
-}
-
-nn::TransformerConfig llama(std::size_t layers = 2) {
-  nn::TransformerConfig c = gpt2(layers);
-  c.arch = nn::Architecture::llama;
-  c.pos = nn::PositionScheme::rope;
-  c.multiple_of = 4;
-  return c;
-}
+nn::TransformerConfig gpt2(std::size_t layers = 2) { return tiny_model(nn::Architecture::gpt, layers); }
+nn::TransformerConfig llama(std::size_t layers = 2) { return tiny_model(nn::Architecture::llama, layers); }
 
 // The block's output with dropout off, computed from its parts: h = x + attn(n1(x)); h + f(n2(h)).
 Tensor block_by_hand(nn::DecoderLayer& b, const Tensor& x, const std::function<Tensor(const Tensor&)>& n1,

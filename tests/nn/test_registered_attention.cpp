@@ -50,27 +50,8 @@ void ensure_registered() {
     });
 }
 
-nn::TransformerConfig llama(std::size_t layers = 2) {
-  nn::TransformerConfig c;
-  c.V_vocab = 11;
-  c.context = 8;
-  c.d_model = 8;
-  c.H_q = 2;
-  c.layers = layers;
-  c.multiple_of = 4;
-  c.arch = nn::Architecture::llama;
-  c.pos = nn::PositionScheme::rope;
-  c.dtype = DType::float64;
-  return c;
-}
-
-nn::TransformerConfig gpt2(std::size_t layers = 2) {
-  nn::TransformerConfig c = llama(layers);
-  c.arch = nn::Architecture::gpt;
-  c.pos = nn::PositionScheme::learned;
-  c.d_ff = 12;
-  return c;
-}
+nn::TransformerConfig gpt2(std::size_t layers = 2) { return tiny_model(nn::Architecture::gpt, layers); }
+nn::TransformerConfig llama(std::size_t layers = 2) { return tiny_model(nn::Architecture::llama, layers); }
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 

@@ -136,4 +136,21 @@ double rounding_bound(std::size_t length, DType dtype, double scale, double ulps
   return ulps * double(std::max<std::size_t>(length, 1)) * eps * std::max(scale, 1e-300);
 }
 
+nn::TransformerConfig tiny_model(nn::Architecture arch, std::size_t layers) {
+  nn::TransformerConfig c;
+  c.V_vocab = 11;
+  c.context = 8;
+  c.d_model = 8;
+  c.H_q = 2;
+  c.layers = layers;
+  c.d_ff = 12;
+  c.dtype = DType::float64;
+  if (arch == nn::Architecture::llama) {
+    c.arch = arch;
+    c.pos = nn::PositionScheme::rope;
+    c.multiple_of = 4;
+  }
+  return c;
+}
+
 }  // namespace xgt

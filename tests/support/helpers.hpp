@@ -34,6 +34,9 @@ IndexArray random_tokens(Generator& g, std::size_t B, std::size_t T, std::size_t
 // Every parameter of `m` re-drawn uniformly from [lo, hi), so that biases and gains are not
 // zero or one.
 void randomise_parameters(nn::Module& m, Generator& g, double lo = -0.5, double hi = 0.5);
+/// A tiny decoder-only model (float64): vocabulary 11, context 8, d_model 8, 2 heads, `layers`
+/// blocks, d_ff 12; for Llama also RoPE positions and multiple_of 4.
+nn::TransformerConfig tiny_model(nn::Architecture arch, std::size_t layers = 2);
 
 // Writes `bytes` to the file `p` (replacing it) and requires the write to succeed.
 void write_file(const std::filesystem::path& p, const std::string& bytes);
