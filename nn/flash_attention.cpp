@@ -122,7 +122,10 @@ template <class T> void plan_block(const Problem<T>& P, std::size_t b, std::size
   if (R.L >= R.U) R.L = R.U = 0;
   std::size_t a = 0, e = P.g.S;
   for (std::size_t k = 0; k < R.rows && a < e; ++k) {
-    if (!R.use[k] || !R.exact[k]) e = 0;
+    if (!R.use[k] || !R.exact[k]) {  // (lo and hi are not set for a row not used)
+      e = 0;
+      break;
+    }
     a = std::max(a, R.lo[k]);
     e = std::min(e, R.hi[k]);
   }
