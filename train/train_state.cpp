@@ -102,6 +102,12 @@ void check_state_names(const io::safetensors::File& state, const std::string& st
   check_state_tensors(param_names, kParamPrefix, moment_names, kOptimPrefix, others, state_path);
 }
 
+FormatError model_size_mismatch(const std::string& state_path, std::uint64_t described, std::uint64_t held,
+                                const std::string& where) {
+  return FormatError("[train] " + state_path + ": the saved options describe a model of " + std::to_string(described) +
+                     " parameters, the checkpoint holds " + std::to_string(held) + where);
+}
+
 }  // namespace
 
 void save_model(Task& task, const std::string& path, std::int64_t step, const io::safetensors::Metadata& extra) {
@@ -197,39 +203,28 @@ ResumePoint read_resume_point(const io::safetensors::File& state, const TrainOpt
   }
   std::uint64_t in_file = 0;
   for (const auto& named : p.params) in_file += named.second.size();
-  if (in_file != n_expected)
-    throw FormatError("[train] " + state_path + ": the saved options describe a model of " +
-                      std::to_string(n_expected) + " parameters, the checkpoint holds " + std::to_string(in_file));
+  if (in_file != n_expected) throw model_size_mismatch(state_path, n_expected, in_file, "");
   return p;
 }
 
 void check_saved_model_size(const io::safetensors::File& state, const TrainOptions& o, const std::string& state_path,
                             std::uint64_t n_expected) {
-  const auto count = [](const Shape& shape) {
-    std::uint64_t n = 1;
-    for (const auto d : shape) n *= static_cast<std::uint64_t>(d);
-    return n;
-  };
   std::uint64_t in_state = 0;
   for (const auto& [name, a] : state.tensors)
-    if (name.rfind(kParamPrefix, 0) == 0) in_state += count(a.shape());
+    if (name.rfind(kParamPrefix, 0) == 0) in_state += a.size();
   if (in_state > 0 && o.lora_rank == 0 && o.freeze.empty()) {
     // Every parameter trains, so the state holds them all: the checks read_resume_point makes
     // (the names first: a missing tensor is named rather than counted).
     check_state_names(state, state_path);
-    if (in_state != n_expected)
-      throw FormatError("[train] " + state_path + ": the saved options describe a model of " + std::to_string(n_expected) +
-                        " parameters, the checkpoint holds " + std::to_string(in_state));
+    if (in_state != n_expected) throw model_size_mismatch(state_path, n_expected, in_state, "");
     return;
   }
   // An earlier xgrad's checkpoint, adapters or frozen weights: model.safetensors holds every
   // parameter (adapters too), so it holds at least the model the options describe.
   const std::string model_path = (fs::path(o.out) / runs::kModelFile).string();
   std::uint64_t held = 0;
-  for (const io::safetensors::TensorInfo& t : io::safetensors::load_header(model_path).tensors) held += count(t.shape);
-  if (n_expected > held)
-    throw FormatError("[train] " + state_path + ": the saved options describe a model of " + std::to_string(n_expected) +
-                      " parameters, the checkpoint holds " + std::to_string(held) + " (in " + model_path + ")");
+  for (const io::safetensors::TensorInfo& t : io::safetensors::load_header(model_path).tensors) held += numel(t.shape);
+  if (n_expected > held) throw model_size_mismatch(state_path, n_expected, held, " (in " + model_path + ")");
 }
 
 void restore(const ResumePoint& point, const io::safetensors::File& state, const std::string& state_path, bool root,
