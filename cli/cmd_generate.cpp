@@ -465,6 +465,7 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   so.top_p = a.top_p;
   so.generator = &gen;
   so.use_kv_cache = !a.no_kv_cache;
+  so.keep_logits = !a.json_path.empty();  // only --json's per-step top-k reads them
   if (text.llama2c) so.stop_tokens = {text::kLlama2cBos, text::kLlama2cEos};
   if (text.tok) so.vocab_limit = text.tok->vocab_size();  // a larger model's placeholder ids: never
   if (!a.stops.empty())

@@ -82,7 +82,7 @@ Generation run(std::size_t B, std::size_t max_new, const SampleOptions& opts, Fi
   Array logits = first();
   std::vector<double> r;
   for (std::size_t step = 0; step < max_new; ++step) {
-    g.logits.push_back(logits);
+    if (opts.keep_logits) g.logits.push_back(logits);
     std::vector<std::int64_t> picked(B);
     const std::size_t V = logits.shape()[1];
     const std::size_t V_pick = opts.vocab_limit > 0 && opts.vocab_limit < V ? opts.vocab_limit : V;

@@ -38,6 +38,10 @@ struct SampleOptions {
   /// Sample among ids below this only (0: every id of the vocabulary): a model whose vocabulary is
   /// larger than its tokenizer's never produces the ids past the tokenizer's.
   std::size_t vocab_limit = 0;
+  /// Keep every step's logits in Generation::logits (as Hugging Face's output_scores). false:
+  /// it stays empty, and a long generation holds nothing per step but its tokens (with a
+  /// vocabulary of 32,000, a step's logits are 128 kB).
+  bool keep_logits = true;
 };
 
 /// What generate() produced.
@@ -45,7 +49,7 @@ struct Generation {
   /// The new tokens of each sample (the prompt not included), up to and including its stop
   /// token.
   std::vector<std::vector<std::int64_t>> tokens;
-  std::vector<Array> logits;                      ///< Per step: the [B, V_vocab] logits that were sampled from.
+  std::vector<Array> logits;                      ///< Per step: the [B, V_vocab] logits that were sampled from (SampleOptions::keep_logits).
 };
 
 /// prompts: B sequences of equal length in [1, context]; generates max_new tokens (fewer if

@@ -165,6 +165,23 @@ TEST_CASE("generate: stop_when ends one sample and lets the others run", "[gener
   CHECK(h.logits.size() == 2);
 }
 
+TEST_CASE("generate: keep_logits false keeps no logits and samples the same tokens", "[generate]") {
+  Generator init(6);
+  nn::GPT model(small_config(16, 1), init);
+  Generator g1(7), g2(7);
+  nn::SampleOptions so;
+  so.temperature = 1.0;
+  so.generator = &g1;
+  const nn::Generation kept = nn::generate(model, {{1, 2}, {3, 4}}, 9, so);
+  so.generator = &g2;
+  so.keep_logits = false;
+  const nn::Generation bare = nn::generate(model, {{1, 2}, {3, 4}}, 9, so);
+  CHECK(kept.logits.size() == 9);
+  CHECK(bare.logits.empty());
+  CHECK(bare.tokens == kept.tokens);
+  CHECK(bare.tokens[0].size() == 9);
+}
+
 TEST_CASE("generate: greedy float32 picks are pick_token's on each step's logits", "[generate]") {
   // nn/generate.cpp picks greedy float32 tokens without copying the row into doubles: the same
   // token as pick_token on that row, with and without a vocabulary limit, ties to the first.
