@@ -10,7 +10,8 @@ struct Register {
     bench::add_header_lines([] {
       return std::vector<std::string>{"float32 GEMM: " + xg::float32_gemm_kernels(),
                                       "float32 matrix-vector: " + xg::float32_gemv_kernels(),
-                                      "float64 GEMM: " + xg::float64_gemm_kernels()};
+                                      "float64 GEMM: " + xg::float64_gemm_kernels(),
+                                      "bfloat16 products: " + xg::bfloat16_gemm_kernels()};
     });
   }
 } const register_lines;

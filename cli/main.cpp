@@ -63,7 +63,8 @@ int run(int argc, char** argv) {
     try {  // all of it before any is printed: a bad XGRAD_FLOAT64_GEMM or XGRAD_FLOAT32_GEMV fails with its one line alone
       text = std::string("xgrad ") + XGRAD_VERSION_STRING + "\nOpenBLAS core: " + xg::openblas_core() + " (" +
              xg::openblas_config() + ")\nfloat32 GEMM: " + xg::float32_gemm_kernels() +
-             "\nfloat32 matrix-vector: " + xg::float32_gemv_kernels() + "\nfloat64 GEMM: " + xg::float64_gemm_kernels() + "\n";
+             "\nfloat32 matrix-vector: " + xg::float32_gemv_kernels() + "\nfloat64 GEMM: " + xg::float64_gemm_kernels() +
+             "\nbfloat16 products: " + xg::bfloat16_gemm_kernels() + "\n";
     } catch (...) {
       return fail(std::current_exception(), command);
     }

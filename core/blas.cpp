@@ -686,26 +686,57 @@ std::uint64_t sgemv_calls(GemvKernel k) { return g_gemv_calls[static_cast<int>(k
 // --- bfloat16 products (core/detail/bf16_gemm.hpp, xg::set_matmul_dtype) ---
 
 namespace {
-// The bfloat16 decision, made once per process (XGRAD_BF16_GEMM=auto|on|off, then the
-// calibration): "" when bfloat16 products run, else the reason they do not.
-std::string bf16_choice() {
-  static const std::string why = [] {
-    const char* env = std::getenv("XGRAD_BF16_GEMM");
-    const std::string force = env ? env : "";
-    if (force == "off") return std::string("XGRAD_BF16_GEMM=off");
-    if (force == "on") return std::string();
-    if (!force.empty() && force != "auto")
-      throw ValueError(op_message("XGRAD_BF16_GEMM", "unknown value '" + force + "' (auto, on or off)"));
-    const double r = bf16::measured_speedup();
-    if (r >= bf16::kMinSpeedup) return std::string();
-    char buf[160];
-    std::snprintf(buf, sizeof buf,
-                  "bfloat16 dot products measured at %.2fx the float32 FMA rate on this CPU (bfloat16 "
-                  "products need %.2fx): float32 products are faster",
-                  r, bf16::kMinSpeedup);
-    return std::string(buf);
-  }();
-  return why;
+std::atomic<std::uint64_t> g_bf16_kernel_calls[2];
+
+struct Bf16Choice {
+  std::string unavailable;  // "" when bfloat16 products run, else why they do not
+  Bf16Kernel kernel = Bf16Kernel::xgrad;
+  std::string reason;       // why this kernel
+};
+
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", r);
+  return buf;
+}
+
+// The bfloat16 decision, made once per process (XGRAD_BF16_GEMM, then the calibrations).
+Bf16Choice choose_bf16() {
+  setup();  // oneDNN's ISA ceiling before any oneDNN call
+  const char* env = std::getenv("XGRAD_BF16_GEMM");
+  const std::string force = env ? env : "";
+  if (force == "off") return {"XGRAD_BF16_GEMM=off", Bf16Kernel::xgrad, ""};
+  if (force == "xgrad") return {"", Bf16Kernel::xgrad, "XGRAD_BF16_GEMM=xgrad"};
+  if (force == "onednn") {
+    if (!bf16::onednn_supported())
+      throw Error(op_message("XGRAD_BF16_GEMM", "oneDNN's bfloat16 products need xgrad built with oneDNN "
+                                                "(XGRAD_WITH_ONEDNN), which this build is not"));
+    return {"", Bf16Kernel::onednn, "XGRAD_BF16_GEMM=onednn"};
+  }
+  const bool amx = bf16::onednn_supported() && bf16::onednn_uses_amx();
+  if (force == "on")
+    return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad,
+            std::string("XGRAD_BF16_GEMM=on") + (amx ? ", oneDNN runs on AMX" : "")};
+  if (!force.empty() && force != "auto")
+    throw ValueError(op_message("XGRAD_BF16_GEMM", "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
+  std::string measured;
+  if (amx) {
+    const double r = bf16::onednn_measured_speedup();
+    if (r >= bf16::kMinSpeedup)
+      return {"", Bf16Kernel::onednn, "AMX products measured at " + ratio_text(r) + " float32"};
+    measured = "oneDNN's AMX products measured at " + ratio_text(r) + " the float32 product rate, ";
+  }
+  const double r = bf16::measured_speedup();
+  if (r >= bf16::kMinSpeedup)
+    return {"", Bf16Kernel::xgrad, "bfloat16 dot products measured at " + ratio_text(r) + " float32 FMAs"};
+  return {measured + "bfloat16 dot products at " + ratio_text(r) + " the float32 FMA rate on this CPU (bfloat16 products need " +
+              ratio_text(bf16::kMinSpeedup) + "): float32 products are faster",
+          Bf16Kernel::xgrad, ""};
+}
+
+const Bf16Choice& bf16_choice() {
+  static const Bf16Choice choice = choose_bf16();  // a throw leaves it unset: the next call throws again
+  return choice;
 }
 }  // namespace
 
@@ -714,18 +745,44 @@ std::string bf16_unavailable_reason() {
   setup();
   if (g_ceiling != "avx512")
     return "the float32 kernels are capped at " + g_ceiling + " (XGRAD_ISA or set_max_isa)";
-  return bf16_choice();
+  return bf16_choice().unavailable;
 }
 
 bool bf16_available() { return bf16_unavailable_reason().empty(); }
 
+Bf16Kernel bf16_kernel() { return bf16_choice().kernel; }
+
+std::string bf16_kernel_reason() { return bf16_choice().reason; }
+
+const char* bf16_kernel_name(Bf16Kernel k) { return k == Bf16Kernel::onednn ? "oneDNN" : "xgrad avx512_bf16"; }
+
+bool bf16_kernel_available(Bf16Kernel k) {
+  return k == Bf16Kernel::onednn ? bf16::onednn_supported() : bf16::cpu_supported();
+}
+
 void gemm_bf16(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  gemm_bf16_on(bf16_kernel(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16_on(Bf16Kernel k, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
+                  const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
+                  std::size_t ldc) {
   g_bf16_calls.fetch_add(1, std::memory_order_relaxed);
+  g_bf16_kernel_calls[static_cast<int>(k)].fetch_add(1, std::memory_order_relaxed);
+  if (k == Bf16Kernel::onednn) {
+    setup();  // oneDNN's ISA ceiling first
+    bf16::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   split_blocks(bf16::gemm_block, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::uint64_t bf16_calls() { return g_bf16_calls.load(std::memory_order_relaxed); }
+
+std::uint64_t bf16_calls(Bf16Kernel k) {
+  return g_bf16_kernel_calls[static_cast<int>(k)].load(std::memory_order_relaxed);
+}
 
 int num_threads() {
   single_threaded();

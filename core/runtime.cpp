@@ -4,6 +4,7 @@
 
 #include <xgrad/core/error.hpp>
 
+#include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/parallel.hpp>
 
@@ -35,6 +36,14 @@ std::string float64_gemm_kernels() {
 
 std::string float32_gemv_kernels() {
   return std::string(blas::gemv_kernel_name(blas::sgemv_kernel())) + " (" + blas::sgemv_reason() + ")";
+}
+
+std::string bfloat16_gemm_kernels() {
+  const std::string why_not = blas::bf16_unavailable_reason();
+  if (!why_not.empty()) return "none (" + why_not + ")";
+  const blas::Bf16Kernel k = blas::bf16_kernel();
+  return std::string(blas::bf16_kernel_name(k)) + (k == blas::Bf16Kernel::onednn ? " " + blas::bf16::onednn_impl() : "") +
+         " (" + blas::bf16_kernel_reason() + ")";
 }
 
 std::string openblas_core() { return blas::openblas_corename(); }

@@ -36,6 +36,12 @@ std::string float64_gemm_kernels();
 /// sgemv), and why; chosen at the first such product by the float64 rule above,
 /// XGRAD_FLOAT32_GEMV=xgrad|openblas|auto forces it (docs/performance.md, "Generation").
 std::string float32_gemv_kernels();
+/// What bfloat16 products (xg::set_matmul_dtype) run on and why, e.g. "oneDNN
+/// brg:avx512_core_amx_bf16 (measured at 3.41x float32)" (AMX tiles), "xgrad avx512_bf16
+/// (bfloat16 dot products measured at 1.98x float32 FMAs)", or "none (<why not>)" where
+/// `--dtype bfloat16` computes in float32. Chosen at the first request by a short calibration;
+/// XGRAD_BF16_GEMM=auto|on|off|xgrad|onednn forces it (docs/performance.md, "bfloat16").
+std::string bfloat16_gemm_kernels();
 /// OpenBLAS's core: the kernels it runs on this CPU (openblas_get_corename()), e.g. "Haswell",
 /// "SkylakeX" or "Prescott", its SSE3 fallback for a CPU model it does not know.
 std::string openblas_core();

@@ -475,7 +475,7 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
   s.console.out << "kernels: float32 GEMM " << float32_gemm_kernels();
   if (o.dtype == "float64") s.console.out << "; float64 GEMM " << float64_gemm_kernels();
   if (o.dtype == "bfloat16")
-    s.console.out << "; bfloat16 products " << (effective_matmul_dtype() == MatmulDtype::bfloat16 ? "on" : "off");
+    s.console.out << "; bfloat16 products " << bfloat16_gemm_kernels();
   s.console.out << "\n";
   s.console.out << s.model.task->describe_data();
   s.console.out << describe_adapters(s.adapters, o);

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace xg::blas::bf16 {
 
@@ -31,5 +32,28 @@ constexpr double kMinSpeedup = 1.25;
 // One single-threaded block of the product (beta 0 never reads C: it may hold anything).
 void gemm_block(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc);
+
+// --- The same products on oneDNN's matmul primitive (core/bf16_onednn.cpp) ---
+// The inputs are rounded here as above (the same bfloat16 values), into dense copies, and
+// oneDNN multiplies them with float32 accumulation on the best kernel it has for this CPU: AMX
+// tiles (TDPBF16PS) where the CPU has them and the OS grants them, else AVX512_BF16 dot
+// products. Split over xgrad's pool by rows of C, oneDNN single-threaded in each block.
+//
+// Built with oneDNN and the CPU has AVX512_BF16 (the rounding uses it).
+bool onednn_supported();
+// oneDNN's implementation for a [512 x 256] x [256 x 768] product, e.g. "brg:avx512_core_amx_bf16"
+// (AMX) or "brg:avx512_core_bf16"; "" where !onednn_supported().
+std::string onednn_impl();
+// True where onednn_impl() runs on AMX tiles.
+inline bool onednn_uses_amx() { return onednn_impl().find("amx") != std::string::npos; }
+// How many times faster a bfloat16 product (M 256, N 512, K 256, rounding included) runs on
+// oneDNN than the float32 product on oneDNN's sgemm, one thread, from a short calibration (a
+// few milliseconds); 0 where !onednn_supported().
+double onednn_measured_speedup();
+// The whole product, over the pool (beta 0 never reads C). Throws Error where !onednn_supported().
+void onednn_gemm(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                 std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc);
+// The implementation of the last oneDNN product this thread ran ("" before the first).
+std::string onednn_last_impl();
 
 }  // namespace xg::blas::bf16

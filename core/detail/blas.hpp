@@ -59,15 +59,29 @@ std::uint64_t sgemm_calls(Backend b);
 
 // bfloat16 products (xg::set_matmul_dtype): C = alpha op(A) op(B) + beta C with A and B
 // rounded to bfloat16 and float32 accumulation (core/detail/bf16_gemm.hpp), split over the pool
-// like the float32 GEMM. Only where bf16_available(): the CPU has AVX512_BF16 and the ISA
-// ceiling (XGRAD_ISA, set_max_isa) is avx512; otherwise the reason, "" when available.
+// like the float32 GEMM. Only where bf16_available(): the CPU has AVX512_BF16, the ISA ceiling
+// (XGRAD_ISA, set_max_isa) is avx512 and a kernel measured faster than float32 (or
+// XGRAD_BF16_GEMM forces one); otherwise the reason, "" when available.
+// Two kernels: xgrad's own (VDPBF16PS) and oneDNN's matmul primitive, which runs on AMX tiles
+// where the CPU has them. bf16_kernel() is the one gemm_bf16 runs, chosen once per process:
+// oneDNN where it runs on AMX and measured at least bf16::kMinSpeedup times float32, else
+// xgrad's where its dot products measured so; XGRAD_BF16_GEMM=auto|on|off|xgrad|onednn.
+enum class Bf16Kernel { xgrad = 0, onednn = 1 };
 void gemm_bf16(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha,
                const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
                std::size_t ldc);
+void gemm_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha,
+                  const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
+                  std::size_t ldc);
 bool bf16_available();
 std::string bf16_unavailable_reason();
-// gemm_bf16 calls so far, process-wide.
+Bf16Kernel bf16_kernel();          // meaningful where bf16_available()
+std::string bf16_kernel_reason();  // why that kernel, one phrase
+const char* bf16_kernel_name(Bf16Kernel k);  // "xgrad avx512_bf16" or "oneDNN"
+bool bf16_kernel_available(Bf16Kernel k);    // this CPU and build can run it
+// gemm_bf16 calls so far, process-wide: all, and per kernel.
 std::uint64_t bf16_calls();
+std::uint64_t bf16_calls(Bf16Kernel k);
 
 // The float64 GEMM kernels. gemm(double) runs dgemm_kernel(); dgemm_on() runs a chosen one with
 // the same splitting over the pool (benchmarks and the tests of each path). The own kernel

@@ -136,6 +136,45 @@ TEST_CASE("bf16 kernel matches float64 of the rounded inputs on odd shapes", "[o
   for (int t = 0; t < 4; ++t) check_kernel(blas::bf16::gemm_block, 37, 45, 263, t & 1, t & 2, 1.0f, 1.0f, 5, rng);
 }
 
+TEST_CASE("bf16 products on oneDNN match float64 of the rounded inputs", "[ops][matmul_bf16]") {
+  const auto onednn = [](auto&&... args) { blas::gemm_bf16_on(blas::Bf16Kernel::onednn, args...); };
+  if (!blas::bf16::onednn_supported()) {
+    CHECK(blas::bf16::onednn_impl().empty());
+    CHECK(blas::bf16::onednn_measured_speedup() == 0.0);
+    CHECK_THROWS_AS(onednn(false, false, 2, 2, 2, 1.0f, nullptr, 2, nullptr, 2, 0.0f, nullptr, 2), Error);
+    return;  // built without oneDNN, or no AVX512_BF16
+  }
+  std::mt19937 rng(1205);
+  const std::uint64_t calls0 = blas::bf16_calls(blas::Bf16Kernel::onednn);
+  const std::size_t dims[] = {1, 7, 13, 129};
+  const std::size_t ks[] = {1, 13, 300};
+  int n = 0;
+  for (std::size_t M : dims)
+    for (std::size_t N : dims)
+      for (std::size_t K : ks) {
+        const bool ta = n & 1, tb = (n >> 1) & 1;
+        const float alpha = n % 3 == 0 ? 1.0f : -0.75f, beta = n % 5 == 0 ? 0.5f : 0.0f;
+        // pad: C's rows not dense (oneDNN writes a dense copy), A and B padded.
+        check_kernel(onednn, M, N, K, ta, tb, alpha, beta, n % 7 == 0 ? 3 : 0, rng);
+        ++n;
+      }
+  for (int t = 0; t < 4; ++t) check_kernel(onednn, 37, 45, 263, t & 1, t & 2, 1.0f, 1.0f, 5, rng);
+  // Large enough to be split over the pool by rows, B rounded by chunks too; and one row.
+  check_kernel(onednn, 300, 129, 257, false, true, 1.0f, 0.0f, 0, rng);
+  check_kernel(onednn, 300, 257, 129, true, false, 1.0f, 1.0f, 0, rng);
+  check_kernel(onednn, 1, 513, 64, false, false, 1.0f, 0.0f, 0, rng);
+  CHECK(blas::bf16_calls(blas::Bf16Kernel::onednn) - calls0 == std::uint64_t(n + 4 + 3));
+  // The implementation oneDNN ran for the calibration's shape is the one it reports; AMX is
+  // what makes it worth choosing (where the CPU has it and the OS grants it).
+  std::vector<float> A(512 * 256, 0.5f), B(256 * 768, 0.25f), C(512 * 768);
+  onednn(false, false, 512, 768, 256, 1.0f, A.data(), 256, B.data(), 768, 0.0f, C.data(), 768);
+  INFO("oneDNN implementation " << blas::bf16::onednn_impl());
+  CHECK(C[0] == 32.0f);  // 256 x 0.5 x 0.25, exact
+  CHECK(C[512 * 768 - 1] == 32.0f);
+  CHECK(blas::bf16::onednn_impl().rfind("brg:", 0) == 0);
+  CHECK(blas::bf16::onednn_impl().find("bf16") != std::string::npos);
+}
+
 TEST_CASE("bf16 products split over the pool match float64 of the rounded inputs", "[ops][matmul_bf16]") {
   if (!blas::bf16::cpu_supported()) return;  // gemm_bf16 needs the instructions (callers check bf16_available)
   std::mt19937 rng(1202);
@@ -239,21 +278,47 @@ TEST_CASE("bf16 products are chosen by the measured speed of the CPU's dot produ
     CHECK(reason.find("capped at avx2") != std::string::npos);
     return;
   }
+  const bool amx = blas::bf16::onednn_supported() && blas::bf16::onednn_uses_amx();
+  INFO("oneDNN's bf16 implementation '" << blas::bf16::onednn_impl() << "', kernel "
+                                        << blas::bf16_kernel_name(blas::bf16_kernel()) << " ("
+                                        << blas::bf16_kernel_reason() << ")");
   if (forced == "on") {
-    CHECK(reason.empty());  // the kernel runs: the other cases of this run check its calls
+    CHECK(reason.empty());  // a kernel runs: the other cases of this run check its calls
+    CHECK((blas::bf16_kernel() == blas::Bf16Kernel::onednn) == amx);  // oneDNN where it has AMX
+    return;
+  }
+  if (forced == "xgrad" || forced == "onednn") {
+    CHECK(reason.empty());
+    CHECK(blas::bf16_kernel() == (forced == "xgrad" ? blas::Bf16Kernel::xgrad : blas::Bf16Kernel::onednn));
     return;
   }
   if (forced == "off") {
     CHECK(reason == "XGRAD_BF16_GEMM=off");
     return;
   }
-  // auto: the decision follows the calibration. A second measurement may land on the other
-  // side of the threshold only when the CPU sits right at it: the check skips a band around it.
+  // auto: the decision follows the calibrations, oneDNN's AMX products first where oneDNN has
+  // them, then xgrad's dot products. A second measurement may land on the other side of the
+  // threshold only when the CPU sits right at it: the checks skip a band around it.
+  if (amx) {
+    const double ro = blas::bf16::onednn_measured_speedup();
+    INFO("measured oneDNN bf16 product / fp32 product speed-up " << ro);
+    CHECK(ro > 0.0);
+    if (ro > 1.1 * blas::bf16::kMinSpeedup) {
+      CHECK(reason.empty());
+      CHECK(blas::bf16_kernel() == blas::Bf16Kernel::onednn);
+      CHECK(blas::bf16_kernel_reason().find("AMX products measured at") != std::string::npos);
+      return;
+    }
+    if (ro > 0.9 * blas::bf16::kMinSpeedup) return;  // in the band: either way
+  }
   const double r = blas::bf16::measured_speedup();
   INFO("measured bf16/fp32 speed-up " << r << ", reason '" << reason << "'");
   CHECK(r > 0.0);
   if (r < 0.9 * blas::bf16::kMinSpeedup) CHECK(reason.find("measured at") != std::string::npos);
-  if (r > 1.1 * blas::bf16::kMinSpeedup) CHECK(reason.empty());
+  if (r > 1.1 * blas::bf16::kMinSpeedup) {
+    CHECK(reason.empty());
+    CHECK(blas::bf16_kernel() == blas::Bf16Kernel::xgrad);
+  }
 }
 
 TEST_CASE("the bf16 switch leaves float64 matmuls bit-identical", "[ops][matmul_bf16]") {
