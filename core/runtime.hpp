@@ -33,8 +33,9 @@ std::string float32_gemm_kernels();
 std::string float64_gemm_kernels();
 /// What float32 matrix-vector products (one row or one column: batch-1 decoding) run on:
 /// "xgrad avx512", "xgrad avx2", "xgrad scalar" (xgrad's own kernel) or "OpenBLAS" (its
-/// sgemv), and why; chosen at the first such product by the float64 rule above,
-/// XGRAD_FLOAT32_GEMV=xgrad|openblas|auto forces it (docs/performance.md, "Generation").
+/// sgemv), and why; chosen at the first such product: OpenBLAS where its core is an AVX2 one
+/// (Haswell, Zen) or the CPU lacks AVX2 + FMA, xgrad's kernel otherwise;
+/// XGRAD_FLOAT32_GEMV=xgrad|openblas|auto forces it (docs/performance.md, "GEMM").
 std::string float32_gemv_kernels();
 /// What bfloat16 products (xg::set_matmul_dtype) run on and why, e.g. "oneDNN
 /// brg:avx512_core_amx_bf16 (measured at 3.41x float32)" (AMX tiles), "xgrad avx512_bf16
