@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <vector>
@@ -98,6 +99,23 @@ void check_kernel(F&& f, std::size_t M, std::size_t N, std::size_t K, bool ta, b
   CHECK(bad == 0);
 }
 
+// check_kernel over every M x N of `dims` and K of `ks`, cycling through the transposes, alpha,
+// beta and padding; returns how many products it ran.
+template <class F>
+int check_odd_shapes(F&& f, std::initializer_list<std::size_t> dims, std::initializer_list<std::size_t> ks,
+                     std::mt19937& rng) {
+  int n = 0;
+  for (std::size_t M : dims)
+    for (std::size_t N : dims)
+      for (std::size_t K : ks) {
+        const bool ta = n & 1, tb = (n >> 1) & 1;
+        const float alpha = n % 3 == 0 ? 1.0f : -0.75f, beta = n % 5 == 0 ? 0.5f : 0.0f;
+        check_kernel(f, M, N, K, ta, tb, alpha, beta, n % 7 == 0 ? 3 : 0, rng);
+        ++n;
+      }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("bf16 rounding is to nearest with ties to even and keeps NaN and infinities", "[ops][matmul_bf16]") {
@@ -121,17 +139,8 @@ TEST_CASE("bf16 kernel matches float64 of the rounded inputs on odd shapes", "[o
     return;  // nothing else to run on this CPU (the fallback is tested below)
   }
   std::mt19937 rng(1201);
-  const std::size_t dims[] = {1, 7, 13, 127, 129};
-  const std::size_t ks[] = {1, 13, 129, 300};  // 300: two K blocks of the kernel, the second odd-sized
-  int n = 0;
-  for (std::size_t M : dims)
-    for (std::size_t N : dims)
-      for (std::size_t K : ks) {
-        const bool ta = n & 1, tb = (n >> 1) & 1;
-        const float alpha = n % 3 == 0 ? 1.0f : -0.75f, beta = n % 5 == 0 ? 0.5f : 0.0f;
-        check_kernel(blas::bf16::gemm_block, M, N, K, ta, tb, alpha, beta, n % 7 == 0 ? 3 : 0, rng);
-        ++n;
-      }
+  // K 300: two K blocks of the kernel, the second odd-sized.
+  check_odd_shapes(blas::bf16::gemm_block, {1, 7, 13, 127, 129}, {1, 13, 129, 300}, rng);
   // Every transpose combination on one odd shape with padded leading dimensions.
   for (int t = 0; t < 4; ++t) check_kernel(blas::bf16::gemm_block, 37, 45, 263, t & 1, t & 2, 1.0f, 1.0f, 5, rng);
 }
@@ -146,18 +155,8 @@ TEST_CASE("bf16 products on oneDNN match float64 of the rounded inputs", "[ops][
   }
   std::mt19937 rng(1205);
   const std::uint64_t calls0 = blas::bf16_calls(blas::Bf16Kernel::onednn);
-  const std::size_t dims[] = {1, 7, 13, 129};
-  const std::size_t ks[] = {1, 13, 300};
-  int n = 0;
-  for (std::size_t M : dims)
-    for (std::size_t N : dims)
-      for (std::size_t K : ks) {
-        const bool ta = n & 1, tb = (n >> 1) & 1;
-        const float alpha = n % 3 == 0 ? 1.0f : -0.75f, beta = n % 5 == 0 ? 0.5f : 0.0f;
-        // pad: C's rows not dense (oneDNN writes a dense copy), A and B padded.
-        check_kernel(onednn, M, N, K, ta, tb, alpha, beta, n % 7 == 0 ? 3 : 0, rng);
-        ++n;
-      }
+  // The padded cases: C's rows not dense (oneDNN writes a dense copy), A and B padded.
+  const int n = check_odd_shapes(onednn, {1, 7, 13, 129}, {1, 13, 300}, rng);
   for (int t = 0; t < 4; ++t) check_kernel(onednn, 37, 45, 263, t & 1, t & 2, 1.0f, 1.0f, 5, rng);
   // Large enough to be split over the pool by rows, B rounded by chunks too; and one row.
   check_kernel(onednn, 300, 129, 257, false, true, 1.0f, 0.0f, 0, rng);
