@@ -206,12 +206,14 @@ std::string dnnl_message(const dnnl::error& e) {
 
 }  // namespace
 
-bool onednn_supported() { return cpu_supported(); }
+// oneDNN has no bfloat16 matmul under an AVX2 ceiling (dnnl_set_max_cpu_isa, core/blas.cpp).
+bool onednn_supported() { return cpu_supported() && isa_ceiling() == "avx512"; }
 
 void onednn_gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                  std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   if (!onednn_supported())
-    throw Error(op_message("blas::gemm_bf16", "oneDNN's bfloat16 products need a CPU with AVX512_BF16"));
+    throw Error(op_message("blas::gemm_bf16", "oneDNN's bfloat16 products need a CPU with AVX512_BF16 and the "
+                                              "kernels not capped at AVX2 (XGRAD_ISA, set_max_isa)"));
   if (M == 0 || N == 0) return;
   if (K == 0) {
     gemm_block(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // C = beta C

@@ -39,7 +39,8 @@ void gemm_block(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 // tiles (TDPBF16PS) where the CPU has them and the OS grants them, else AVX512_BF16 dot
 // products. Split over xgrad's pool by rows of C, oneDNN single-threaded in each block.
 //
-// Built with oneDNN and the CPU has AVX512_BF16 (the rounding uses it).
+// Built with oneDNN, the CPU has AVX512_BF16 (the rounding uses it) and the ISA ceiling
+// (XGRAD_ISA, set_max_isa) is avx512 (under AVX2 oneDNN has no bfloat16 matmul).
 bool onednn_supported();
 // oneDNN's implementation for a [512 x 256] x [256 x 768] product, e.g. "brg:avx512_core_amx_bf16"
 // (AMX) or "brg:avx512_core_bf16"; "" where !onednn_supported().
