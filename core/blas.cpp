@@ -395,9 +395,14 @@ struct F64Choice {
 // OpenBLAS's cores (openblas_get_corename, DYNAMIC_ARCH) whose dgemm kernels use AVX2 + FMA or
 // AVX-512. On any other core -- Prescott (SSE3), its fallback for a CPU model it does not know,
 // Nehalem, Sandybridge (AVX without FMA)... -- OpenBLAS's dgemm runs well below what the CPU can.
-bool openblas_core_is_vector(const std::string& core) {
+std::string lowercase(const std::string& s) {
   std::string c;
-  for (char ch : core) c += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (char ch : s) c += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return c;
+}
+
+bool openblas_core_is_vector(const std::string& core) {
+  const std::string c = lowercase(core);
   for (const char* v : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
     if (c == v) return true;
   return false;
@@ -408,8 +413,7 @@ bool openblas_core_is_vector(const std::string& core) {
 // xgrad's kernel measured faster (Xeon model 167, stories15M decoding: 1.04x on one thread,
 // 1.5-1.65x on two, its products split over the pool from 64K flops).
 bool openblas_core_is_avx2_only(const std::string& core) {
-  std::string c;
-  for (char ch : core) c += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string c = lowercase(core);
   return c == "haswell" || c == "zen";
 }
 
@@ -767,10 +771,6 @@ Bf16Kernel bf16_kernel() { return bf16_choice().kernel; }
 std::string bf16_kernel_reason() { return bf16_choice().reason; }
 
 const char* bf16_kernel_name(Bf16Kernel k) { return k == Bf16Kernel::onednn ? "oneDNN" : "xgrad avx512_bf16"; }
-
-bool bf16_kernel_available(Bf16Kernel k) {
-  return k == Bf16Kernel::onednn ? bf16::onednn_supported() : bf16::cpu_supported();
-}
 
 void gemm_bf16(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {

@@ -78,7 +78,6 @@ std::string bf16_unavailable_reason();
 Bf16Kernel bf16_kernel();          // meaningful where bf16_available()
 std::string bf16_kernel_reason();  // why that kernel, one phrase
 const char* bf16_kernel_name(Bf16Kernel k);  // "xgrad avx512_bf16" or "oneDNN"
-bool bf16_kernel_available(Bf16Kernel k);    // this CPU and build can run it
 // gemm_bf16 calls so far, process-wide: all, and per kernel.
 std::uint64_t bf16_calls();
 std::uint64_t bf16_calls(Bf16Kernel k);

@@ -172,6 +172,7 @@ TEST_CASE("bf16 products on oneDNN match float64 of the rounded inputs", "[ops][
   INFO("oneDNN implementation " << blas::bf16::onednn_impl());
   CHECK(C[0] == 32.0f);  // 256 x 0.5 x 0.25, exact
   CHECK(C[512 * 768 - 1] == 32.0f);
+  CHECK(blas::bf16::onednn_last_impl() == blas::bf16::onednn_impl());  // this thread's block ran it
   CHECK(blas::bf16::onednn_impl().rfind("brg:", 0) == 0);
   CHECK(blas::bf16::onednn_impl().find("bf16") != std::string::npos);
 }
