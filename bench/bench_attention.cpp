@@ -3,9 +3,12 @@
 // fixed random G. Reports the time, the peak RSS and the RSS growth over the inputs (peak
 // minus the RSS right after the inputs were allocated), which the fused path's memory
 // target is stated in.
+#include <CLI/CLI.hpp>
+
 #include "bench/common.hpp"
 #include "bench/xgrad_pool.hpp"
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/tensor.hpp>
@@ -35,10 +38,17 @@ nn::SdpaImpl impl(const std::string& name) {
   return nn::SdpaImpl::automatic;
 }
 
-void run(const bench::AttentionFlags& f) {
+void run(const bench::AttentionFlags& f, const std::string& dtype) {
   bench::validate(f);
   set_num_threads(f.threads);
   bench::print_header("bench_attention", "xgrad", f);
+  // --dtype bfloat16: float32 tensors, products with bfloat16 inputs (core/matmul_dtype.hpp)
+  const MatmulDtypeScope matmul_dtype_scope(dtype == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32);
+  bench::print_line("matmul dtype: " + matmul_dtype_name(effective_matmul_dtype()) +
+                    (dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16
+                         ? " (bfloat16 asked for: " + bfloat16_matmul_unavailable_reason() + ")"
+                         : ""));
+  if (dtype == "bfloat16") bench::print_line("bfloat16 attention: " + nn::bfloat16_attention_kernels());
 
   Generator gen(f.seed);
   Tensor Q = randn({f.batch, f.heads, f.seq, f.dh}, gen, DType::float32, true);
@@ -88,6 +98,16 @@ void run(const bench::AttentionFlags& f) {
 
 int main(int argc, char** argv) {
   bench::AttentionFlags f;
-  return bench::run_program("bench_attention", "Scaled dot-product attention forward + backward, xgrad", argc, argv, f,
-                            run);
+  std::string dtype = "float32";
+  return bench::run_program(
+      "bench_attention", "Scaled dot-product attention forward + backward, xgrad", argc, argv,
+      [&](CLI::App& app) {
+        bench::add_flags(app, f);
+        app.add_option("--dtype", dtype,
+                       "product inputs: float32, or bfloat16 (float32 tensors and sums; the fused path's tiles on "
+                       "AMX where measured faster)")
+            ->check(CLI::IsMember({"float32", "bfloat16"}))
+            ->capture_default_str();
+      },
+      [&] { run(f, dtype); });
 }

@@ -4,8 +4,10 @@
 /// products of its backward pass, batched head matmuls included) rounds its two inputs to
 /// bfloat16 (round to nearest even) and multiplies them with float32 accumulation on the CPU's
 /// AVX512_BF16 dot-product instructions. Results, parameters, gradients, optimizer state and
-/// every reduction stay float32; float64 is never affected. The fused attention kernel
-/// (nn/sdpa.hpp) keeps float32 products. docs/performance.md, "bfloat16 mixed precision".
+/// every reduction stay float32; float64 is never affected. The fused attention (nn/sdpa.hpp)
+/// runs its tile products with bfloat16 inputs on AMX tiles where they measure faster
+/// (nn::bfloat16_attention_kernels()), else in float32. docs/performance.md, "bfloat16 mixed
+/// precision".
 #pragma once
 
 #include <string>

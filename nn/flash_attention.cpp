@@ -20,8 +20,10 @@
 #include <type_traits>
 #include <vector>
 
+#include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/core/detail/vmath.hpp>
@@ -76,6 +78,7 @@ template <class T> struct Problem {
   std::uint64_t seed = 0, threshold = 0, row_offset = 0;
   T inv_q = 1;
   bool check_finite = true;
+  bool bf16 = false;  // float32 under bfloat16 mixed precision: the tile products on tile::bf16_choice()
   // Every block's rows when the visibility is the same for every head ([B, blocks], made once
   // per pass by share_block_rows), else null: plan_block then plans each (b, h, blk) itself.
   const BlockRows* shared_rows = nullptr;
@@ -442,11 +445,12 @@ bool tile_rows(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t& 
 // keys. What they skip are zero weights and zero dS (the callers zero them), so each computed
 // entry keeps its value: a sum of the same terms in the same order, less trailing zero terms
 // (which change nothing but the sign of an exactly zero sum).
-constexpr std::size_t kChunk = 12;  // two micro-tiles of rows
+constexpr std::size_t kChunk = 12;  // two micro-tiles of rows (the float32 kernels)
 template <class F>
-void row_chunks(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t r0, std::size_t r1, F&& f) {
-  for (std::size_t a = r0; a < r1; a += kChunk) {
-    const std::size_t e = std::min(r1, a + kChunk);
+void row_chunks(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t r0, std::size_t r1, std::size_t chunk,
+                F&& f) {
+  for (std::size_t a = r0; a < r1; a += chunk) {
+    const std::size_t e = std::min(r1, a + chunk);
     std::size_t need = 0;
     for (std::size_t k = a; k < e; ++k) {
       std::size_t ja, je;
@@ -458,23 +462,285 @@ void row_chunks(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t 
 }
 std::size_t round_up(std::size_t x, std::size_t w) { return (x + w - 1) / w * w; }
 
+// ---- The products of one block's tiles: float32 kernels, or bfloat16 on AMX tiles ----
+//
+// forward_block_tiles, backward_block_tiles and tile_scores run every product through one of
+// these (a template parameter): rows [a, e) of the block against keys kb0 .. kb0 + cols (or
+// + need) of the tile. F32Products calls the float32 tile kernels as the op always has (the same
+// calls, the same bits). Bf16Products runs them on AMX tiles with operands rounded to bfloat16:
+// K and V of every group once per pass (GroupBf16), Q and dO once per block, and the weights
+// and dU of a tile once per product; the score scale rides on the rounding of Q (forward and
+// backward then see the same scores) and of dU.
+
+// Per-row arrays (m, lz, D) are indexed by the block's row.
+struct F32Products {
+  const Problem<float>& P;
+  const tile::Kernels& kz;
+  const float *Kt, *Vt;  // the group's panels (transpose_groups)
+  const float *Qb, *Kg, *Vg, *dOb;
+  std::size_t ldq, ldkk, ldv, ldo;
+  static constexpr std::size_t chunk = kChunk;
+
+  F32Products(const Problem<float>& P_, const tile::Kernels& kz_, const float* Kt_, const float* Vt_, std::size_t b,
+              std::size_t h, const BlockRows& R, const float* dO)
+      : P(P_), kz(kz_), Kt(Kt_), Vt(Vt_), Qb(P.Q + P.lq.at(b, h, R.i0)), Kg(P.K + P.lk.at(b, h / P.g.r, 0)),
+        Vg(P.V + P.lv.at(b, h / P.g.r, 0)), dOb(dO ? dO + P.lo.at(b, h, R.i0) : nullptr), ldq(P.lq.st),
+        ldkk(P.lk.st), ldv(P.lv.st), ldo(P.lo.st) {}
+  // S[a..e, 0..cols) = scale Q[a..e] K[kb0 .. kb0 + cols)^T
+  void scores(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* S) {
+    kz.gemm(e - a, cols, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile, false);
+  }
+  // the same for a whole tile, then S = e^((S - m) - lz) row by row
+  void scores_exp(std::size_t a, std::size_t e, std::size_t kb0, float* S, const float* m, const float* lz) {
+    kz.gemm_exp(e - a, kTile, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile, m + a,
+                lz + a);
+  }
+  // acc[a..e] += S[a..e, 0..need) V[kb0 .. kb0 + need)
+  void pv(std::size_t a, std::size_t e, std::size_t need, std::size_t kb0, const float* S, float* acc) {
+    kz.gemm(e - a, P.g.dv, need, 1.0f, S + a * kTile, kTile, 1, Vg + kb0 * ldv, ldv, acc + a * P.g.dv, P.g.dv, true);
+  }
+  // dV[kb0 .. kb0 + n] (rows ld apart) += Sd[r0..r1, 0..n)^T dO[r0..r1]
+  void dv(std::size_t r0, std::size_t r1, std::size_t n, std::size_t kb0, const float* Sd, float* dV, std::size_t ld) {
+    kz.gemm(n, P.g.dv, r1 - r0, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * ldo, ldo, dV + kb0 * ld, ld, true);
+  }
+  // dS[a..e, 0..cols) = dO[a..e] V[kb0 .. kb0 + cols)^T
+  void dp(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* dS) {
+    kz.gemm(e - a, cols, P.g.dv, 1.0f, dOb + a * ldo, ldo, 1, Bv(kb0), kTile, dS + a * kTile, kTile, false);
+  }
+  // the same, then dS = S (dS - D) row by row
+  void dp_dsoft(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* dS, const float* S,
+                const float* D) {
+    kz.gemm_dsoft(e - a, cols, P.g.dv, dOb + a * ldo, ldo, 1, Bv(kb0), kTile, dS + a * kTile, kTile, S + a * kTile,
+                  kTile, D + a);
+  }
+  // dQ (row a of the block at dQ, rows ldq apart) += scale dS[a..e, 0..need) K[kb0 .. kb0 + need)
+  void dq(std::size_t a, std::size_t e, std::size_t need, std::size_t kb0, const float* dS, float* dQ) {
+    kz.gemm(e - a, P.g.dk, need, P.scale, dS + a * kTile, kTile, 1, Kg + kb0 * ldkk, ldkk, dQ, ldq, true);
+  }
+  // dK[kb0 .. kb0 + n] (rows ld apart) += scale dS[r0..r1, 0..n)^T Q[r0..r1]
+  void dk(std::size_t r0, std::size_t r1, std::size_t n, std::size_t kb0, const float* dS, float* dK, std::size_t ld) {
+    kz.gemm(n, P.g.dk, r1 - r0, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * ldq, ldq, dK + kb0 * ld, ld, true);
+  }
+
+ private:
+  // a tile's [d, kTile] B operand of the panels, packed once per tile
+  const float* panel(const float* Xt, std::size_t d, std::size_t kb0, std::size_t& at, const float*& op,
+                     std::vector<float>& pack) {
+    if (at != kb0) {
+      op = tile_operand(Xt, d, kb0, scratch(pack, d * kTile));
+      at = kb0;
+    }
+    return op;
+  }
+  const float* Bk(std::size_t kb0) {
+    thread_local std::vector<float> pack;
+    return panel(Kt, P.g.dk, kb0, k_at_, k_op_, pack);
+  }
+  const float* Bv(std::size_t kb0) {
+    thread_local std::vector<float> pack;
+    return panel(Vt, P.g.dv, kb0, v_at_, v_op_, pack);
+  }
+  std::size_t k_at_ = std::size_t(-1), v_at_ = std::size_t(-1);
+  const float *k_op_ = nullptr, *v_op_ = nullptr;
+};
+
+// K and V of every (b, kv head) group in the tile layouts of core/detail/amx_gemm.hpp, keys padded
+// with zeros to sp (whole tiles and one more, as the panels): K and V in pairs along d (B layout
+// of K^T and V^T: d / 2 pair rows of sp words; the scores and dO V^T) and in pairs along keys
+// (sp / 2 pair rows of d words; P V and dS K).
+struct GroupBf16 {
+  std::size_t sp = 0;
+  std::vector<std::uint32_t> kd, kk, vd, vk;
+  std::size_t words(std::size_t d) const { return d / 2 * sp; }  // of one group, either layout
+};
+
+std::size_t padded_keys(std::size_t S) { return (S + kTile - 1) / kTile * kTile + kTile; }
+
+// X [S, d] (rows ld apart) into the layouts asked for (null: not needed), zeros at the keys from
+// S to sp.
+void round_keys(const float* X, std::size_t ld, std::size_t S, std::size_t d, std::size_t sp, std::uint32_t* by_d,
+                std::uint32_t* by_keys) {
+  if (by_d) {
+    blas::amx::round_b_transposed(d, S, X, ld, by_d, sp);  // words up to S rounded to 16
+    const std::size_t s16 = (S + 15) / 16 * 16;
+    for (std::size_t p = 0; p < d / 2; ++p) std::fill(by_d + p * sp + s16, by_d + (p + 1) * sp, 0u);
+  }
+  if (by_keys) {
+    blas::amx::round_b(S, d, X, ld, by_keys, d);  // pair rows up to S rounded to 32, halved
+    const std::size_t s32 = (S + 31) / 32 * 16;
+    std::fill(by_keys + s32 * d, by_keys + sp / 2 * d, 0u);
+  }
+}
+
+// Which of GroupBf16's layouts a pass reads: the forward K by d and V by keys; the backward K by
+// d, and K by keys for dQ and V by d for dU.
+struct Layouts {
+  bool kd = false, kk = false, vd = false, vk = false;
+};
+
+// Rounds every group's K and V for Bf16Products into the layouts `use` asks for, over the pool.
+void round_groups(const Problem<float>& P, Layouts use, GroupBf16& G) {
+  const Geometry& g = P.g;
+  const std::size_t groups = g.B * g.Hkv;
+  G.sp = padded_keys(g.S);
+  const std::size_t kw = G.words(g.dk), vw = G.words(g.dv);
+  const auto fit = [groups](std::vector<std::uint32_t>& v, bool needed, std::size_t words) {
+    if (needed && v.size() < groups * words) v.resize(groups * words);
+  };
+  fit(G.kd, use.kd, kw);
+  fit(G.kk, use.kk, kw);
+  fit(G.vd, use.vd, vw);
+  fit(G.vk, use.vk, vw);
+  detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+    for (std::size_t gi = begin; gi < end; ++gi) {
+      round_keys(P.K + P.lk.at(gi / g.Hkv, gi % g.Hkv, 0), P.lk.st, g.S, g.dk, G.sp,
+                 use.kd ? G.kd.data() + gi * kw : nullptr, use.kk ? G.kk.data() + gi * kw : nullptr);
+      if (use.vd || use.vk)
+        round_keys(P.V + P.lv.at(gi / g.Hkv, gi % g.Hkv, 0), P.lv.st, g.S, g.dv, G.sp,
+                   use.vd ? G.vd.data() + gi * vw : nullptr, use.vk ? G.vk.data() + gi * vw : nullptr);
+    }
+  });
+}
+
+// The tile path of bfloat16 products: both head widths whole AMX tile steps (32 values).
+bool bf16_tile_path(const Geometry& g) { return g.dk % 32 == 0 && g.dv % 32 == 0; }
+
+// One thread's buffers of Bf16Products (one block at a time on a thread).
+struct Bf16Buffers {
+  std::vector<std::uint32_t> qa, qr, oa, orr;  // the block's Q and dO (A layout, pairs along rows)
+  std::vector<std::uint32_t> a, b;             // one product's A operand; an odd tile start's B
+};
+Bf16Buffers& bf16_buffers() {
+  thread_local Bf16Buffers buffers;
+  return buffers;
+}
+
+struct Bf16Products {
+  const Problem<float>& P;
+  const tile::Kernels& kz;  // the float32 kernels: the passes after the products
+  const float *Qb, *Kg, *Vg, *dOb;
+  std::size_t ldq, ldkk, ldv, ldo, sp;
+  const std::uint32_t *kd, *kk, *vd, *vk;  // this group's K and V (GroupBf16)
+  static constexpr std::size_t chunk = 32;  // two AMX tiles of rows
+
+  Bf16Products(const Problem<float>& P_, const tile::Kernels& kz_, const GroupBf16& G, std::size_t b, std::size_t h,
+               const BlockRows& R, const float* dO)
+      : P(P_), kz(kz_), Qb(P.Q + P.lq.at(b, h, R.i0)), Kg(P.K + P.lk.at(b, h / P.g.r, 0)),
+        Vg(P.V + P.lv.at(b, h / P.g.r, 0)), dOb(dO ? dO + P.lo.at(b, h, R.i0) : nullptr), ldq(P.lq.st),
+        ldkk(P.lk.st), ldv(P.lv.st), ldo(P.lo.st), sp(G.sp) {
+    const Geometry& g = P.g;
+    const std::size_t grp = b * g.Hkv + h / g.r;
+    const auto at = [&](const std::vector<std::uint32_t>& v, std::size_t d) {  // (a layout the pass has)
+      return v.empty() ? nullptr : v.data() + grp * G.words(d);
+    };
+    kd = at(G.kd, g.dk);
+    kk = at(G.kk, g.dk);
+    vd = at(G.vd, g.dv);
+    vk = at(G.vk, g.dv);
+    // The block's Q (scaled: the scores need no pass after the product) and dO. A chunk's tiles
+    // read up to 16 rows (A layout) or 32 (B layout) past it: the A rows there only give rows of
+    // C that are not stored, the B rows multiply zeros of A and must be finite (zero here).
+    qa_.resize((kBlock + 16) * g.dk / 2);
+    blas::amx::round_a(R.rows, g.dk, P.scale, Qb, ldq, 1, qa_.data(), g.dk / 2);
+    if (dOb) {
+      by_rows(R.rows, g.dk, Qb, ldq, qr_);
+      oa_.resize((kBlock + 16) * g.dv / 2);
+      blas::amx::round_a(R.rows, g.dv, 1.0f, dOb, ldo, 1, oa_.data(), g.dv / 2);
+      by_rows(R.rows, g.dv, dOb, ldo, or_);
+    }
+  }
+  void scores(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* S) {
+    const std::size_t w = P.g.dk / 2;
+    blas::amx::tiles(e - a, cols, w, qa_.data() + a * w, w, kd + kb0, sp, S + a * kTile, kTile, false);
+  }
+  void scores_exp(std::size_t a, std::size_t e, std::size_t kb0, float* S, const float* m, const float* lz) {
+    scores(a, e, kTile, kb0, S);
+    for (std::size_t k = a; k < e; ++k) kz.exp_shift(S + k * kTile, kTile, m[k], lz[k]);
+  }
+  void pv(std::size_t a, std::size_t e, std::size_t need, std::size_t kb0, const float* S, float* acc) {
+    const std::size_t w = round_a(e - a, need, 1.0f, S + a * kTile, kTile, 1);
+    keys_b(e - a, P.g.dv, need, w, vk, Vg, ldv, kb0, acc + a * P.g.dv, P.g.dv);
+  }
+  void dv(std::size_t r0, std::size_t r1, std::size_t n, std::size_t kb0, const float* Sd, float* dV, std::size_t ld) {
+    rows_b(r0, r1, n, 1.0f, Sd, or_, P.g.dv, dV + kb0 * ld, ld);
+  }
+  void dp(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* dS) {
+    const std::size_t w = P.g.dv / 2;
+    blas::amx::tiles(e - a, cols, w, oa_.data() + a * w, w, vd + kb0, sp, dS + a * kTile, kTile, false);
+  }
+  void dp_dsoft(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* dS, const float* S,
+                const float* D) {
+    dp(a, e, cols, kb0, dS);
+    for (std::size_t k = a; k < e; ++k) {
+      float* ds = dS + k * kTile;
+      const float* s = S + k * kTile;
+      const float Dk = D[k];
+      for (std::size_t j = 0; j < cols; ++j) ds[j] = s[j] * (ds[j] - Dk);
+    }
+  }
+  void dq(std::size_t a, std::size_t e, std::size_t need, std::size_t kb0, const float* dS, float* dQ) {
+    const std::size_t w = round_a(e - a, need, P.scale, dS + a * kTile, kTile, 1);
+    keys_b(e - a, P.g.dk, need, w, kk, Kg, ldkk, kb0, dQ, ldq);
+  }
+  void dk(std::size_t r0, std::size_t r1, std::size_t n, std::size_t kb0, const float* dS, float* dK, std::size_t ld) {
+    rows_b(r0, r1, n, P.scale, dS, qr_, P.g.dk, dK + kb0 * ld, ld);
+  }
+
+ private:
+  blas::amx::TileSession session_;  // one tile configuration for the block's products
+  Bf16Buffers& buf_ = bf16_buffers();
+  std::vector<std::uint32_t>&qa_ = buf_.qa, &qr_ = buf_.qr, &oa_ = buf_.oa, &or_ = buf_.orr, &a_ = buf_.a, &b_ = buf_.b;
+  // rows [0, rows) of X (d columns, rows ld apart) in pairs along rows into out, zeros after them
+  static void by_rows(std::size_t rows, std::size_t d, const float* X, std::size_t ld, std::vector<std::uint32_t>& out) {
+    const std::size_t pairs = (kBlock + 32) / 2, done = (rows + 31) / 32 * 16;
+    out.resize(pairs * d);
+    blas::amx::round_b(rows, d, X, ld, out.data(), d);
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(done * d), out.end(), 0u);
+  }
+  // a product's A operand (M rows, K values) in a_: returns its words per row
+  std::size_t round_a(std::size_t M, std::size_t K, float alpha, const float* A, std::size_t rs, std::size_t cs) {
+    const std::size_t w = (K + 31) / 32 * 16;
+    a_.resize((M + 15) / 16 * 16 * w);
+    blas::amx::round_a(M, K, alpha, A, rs, cs, a_.data(), w);
+    return w;
+  }
+  // C (+)= a_ times keys kb0 .. kb0 + K of the group's copy in pairs along keys, or of the float32
+  // X (rows ldx apart) rounded here where kb0 is odd (the copy's pairs start at even keys)
+  void keys_b(std::size_t M, std::size_t N, std::size_t K, std::size_t w, const std::uint32_t* by_keys,
+              const float* X, std::size_t ldx, std::size_t kb0, float* C, std::size_t ldc) {
+    if (kb0 % 2 == 0) {
+      blas::amx::tiles(M, N, w, a_.data(), w, by_keys + kb0 / 2 * N, N, C, ldc, true);
+      return;
+    }
+    b_.resize(w * N);
+    blas::amx::round_b(K, N, X + kb0 * ldx, ldx, b_.data(), N);
+    blas::amx::tiles(M, N, w, a_.data(), w, b_.data(), N, C, ldc, true);
+  }
+  // C[n, N] += alpha X[r0..r1, 0..n)^T Y[r0..r1] with Y the block's rows in pairs (by_rows). The
+  // pairs start at even rows: from an odd r0 the product starts at row r0 - 1 with its X zero.
+  void rows_b(std::size_t r0, std::size_t r1, std::size_t n, float alpha, const float* X,
+              const std::vector<std::uint32_t>& by_rows, std::size_t N, float* C, std::size_t ldc) {
+    const std::size_t a = r0 & ~std::size_t(1);
+    const std::size_t w = round_a(n, r1 - a, alpha, X + a * kTile, 1, kTile);
+    if (a < r0)
+      for (std::size_t i = 0; i < n; ++i) a_[i * w] &= 0xffff0000u;  // row a: the low halves of pair 0
+    blas::amx::tiles(n, N, w, a_.data(), w, by_rows.data() + a / 2 * N, N, C, ldc, true);
+  }
+};
+
 // S[rows, kTile] = scale Q_blk Kt[:, kb0 .. kb0 + kTile) with the visibility applied to each
 // row's visible part (forward: scores checked first, as block_scores does). Only rows [r0, r1)
 // of the block see a key of the tile (r0 == r1: none); the others are left as they were (the
 // callers zero them, and the products skip them: on the causal diagonal that halves the tile).
-void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b, std::size_t h, const BlockRows& R,
-                 const float* Kt, std::size_t kb0, std::size_t n, bool check, float* S, std::size_t& r0,
+template <class Products>
+void tile_scores(const Problem<float>& P, const tile::Kernels& kz, Products& prod, std::size_t b, std::size_t h,
+                 const BlockRows& R, std::size_t kb0, std::size_t n, bool check, float* S, std::size_t& r0,
                  std::size_t& r1) {
-  const Geometry& g = P.g;
   tile_rows(R, kb0, n, r0, r1);
   if (r0 == r1) return;
-  const float* Qb = P.Q + P.lq.at(b, h, R.i0);
-  thread_local std::vector<float> pack_buf;
-  const float* Bk = tile_operand(Kt, g.dk, kb0, scratch(pack_buf, g.dk * kTile));
-  const std::size_t ldq = P.lq.st;
-  row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
+  row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
     const std::size_t cols = round_up(need, kz.width);
-    if (cols) kz.gemm(e - a, cols, g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk, kTile, S + a * kTile, kTile, false);
+    if (cols) prod.scores(a, e, cols, kb0, S);
   });
   for (std::size_t k = r0; k < r1; ++k) {
     std::size_t ja, je;
@@ -486,12 +752,16 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, std::size_t b
   }
 }
 
-void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const float* Kt, std::size_t b,
+// make(R) gives the block's products (F32Products or Bf16Products).
+template <class MakeProducts>
+void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeProducts&& make, std::size_t b,
                          std::size_t h, std::size_t blk, float* O, float* row_max, float* log_z) {
-  thread_local std::vector<float> s_buf, o_buf, pack_buf;
+  thread_local std::vector<float> s_buf, o_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
+  auto prod = make(R);
+  using Products = decltype(prod);
   const Geometry& g = P.g;
   const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0;
   float* S = scratch(s_buf, kBlock * kTile);
@@ -501,10 +771,6 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
   float m[kBlock], l[kBlock];
   std::fill(m, m + R.rows, kNegInf);
   std::fill(l, l + R.rows, 0.0f);
-  const float* Vg = P.V + P.lv.at(b, h / g.r, 0);
-  const std::size_t ldv = P.lv.st;
-  const float* Qb = P.Q + P.lq.at(b, h, R.i0);
-  const std::size_t ldq = P.lq.st;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1, k0;
@@ -512,13 +778,12 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
     if (full) {
       // Every row sees the whole tile: no visibility to apply; the scores' check, max, e^x and
       // sum in one kernel call (the loop below, from the first row with a non-finite score).
-      kz.gemm(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * ldq, ldq, 1,
-              tile_operand(Kt, g.dk, kb0, scratch(pack_buf, g.dk * kTile)), kTile, S + r0 * kTile, kTile, false);
+      prod.scores(r0, r1, kTile, kb0, S);
       k0 = r0 + kz.softmax_rows(S + r0 * kTile, kTile, r1 - r0, kTile, m + r0, l + r0, acc + r0 * g.dv, g.dv, g.dv);
       if (k0 < r1 && P.check_finite)  // throws at the first non-finite score, as tile_scores does
         check_tile_scores(P, b, h, R, k0, kb0, 0, kTile, S + k0 * kTile);
     } else {
-      tile_scores(P, kz, b, h, R, Kt, kb0, n, true, S, r0, r1);
+      tile_scores(P, kz, prod, b, h, R, kb0, n, true, S, r0, r1);
       k0 = r0;
     }
     for (std::size_t k = k0; k < r1; ++k) {
@@ -548,11 +813,10 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
       if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, s, n);
     }
     if (full)
-      kz.gemm(r1 - r0, g.dv, n, 1.0f, S + r0 * kTile, kTile, 1, Vg + kb0 * ldv, ldv, acc + r0 * g.dv, g.dv, true);
+      prod.pv(r0, r1, n, kb0, S, acc);
     else
-      row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
-        if (need)
-          kz.gemm(e - a, g.dv, need, 1.0f, S + a * kTile, kTile, 1, Vg + kb0 * ldv, ldv, acc + a * g.dv, g.dv, true);
+      row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+        if (need) prod.pv(a, e, need, kb0, S, acc);
       });
   }
   for (std::size_t k = 0; k < R.rows; ++k) {
@@ -571,24 +835,24 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const
 
 // Gradients of one block of head h by key tiles; Kt, Vt, dK, dV point at the group's matrices
 // (dK's and dV's rows ldk, ldv apart), dQ rows of the block are accumulated (they start at zero).
-void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, const float* Kt, const float* Vt,
-                          std::size_t b, std::size_t h, std::size_t blk, const float* row_max, const float* log_z,
-                          const float* O, const float* dO, float* dQ, float* dK, std::size_t ldk, float* dV,
-                          std::size_t ldv) {
-  thread_local std::vector<float> p_buf, pd_buf, dp_buf, kpack_buf, vpack_buf;
+template <class MakeProducts>
+void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeProducts&& make, std::size_t b,
+                          std::size_t h, std::size_t blk, const float* row_max, const float* log_z, const float* O,
+                          const float* dO, float* dQ, float* dK, std::size_t ldk, float* dV, std::size_t ldv) {
+  thread_local std::vector<float> p_buf, pd_buf, dp_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
+  auto prod = make(R);
+  using Products = decltype(prod);
   const Geometry& g = P.g;
   const std::size_t row0 = (b * g.Hq + h) * g.T + R.i0;
   float* S = scratch(p_buf, kBlock * kTile);
   float* Sd = P.dropout ? scratch(pd_buf, kBlock * kTile) : S;
   float* dS = scratch(dp_buf, kBlock * kTile);
-  const std::size_t ldo = P.lo.st, ldq = P.lq.st, ldkk = P.lk.st;
+  const std::size_t ldo = P.lo.st;
   const float* dOb = dO + P.lo.at(b, h, R.i0);
   const float* Ob = O + P.lo.at(b, h, R.i0);
-  const float* Qb = P.Q + P.lq.at(b, h, R.i0);
-  const float* Kg = P.K + P.lk.at(b, h / g.r, 0);
   float D[kBlock];  // delta_i = dO_i . O_i = sum_j A_ij dA_ij (dropout included)
   for (std::size_t k = 0; k < R.rows; ++k) D[k] = R.use[k] ? kz.dot(dOb + k * ldo, Ob + k * ldo, g.dv) : 0.0f;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
@@ -598,11 +862,9 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
     if (full) {
       // Every row sees the whole tile: the weights A = e^((S - m) - log l) straight from the
       // product's registers (the same bits as tile_scores, then exp_shift below).
-      kz.gemm_exp(r1 - r0, kTile, g.dk, P.scale, Qb + r0 * ldq, ldq, 1,
-                  tile_operand(Kt, g.dk, kb0, scratch(kpack_buf, g.dk * kTile)), kTile, S + r0 * kTile, kTile,
-                  row_max + row0 + r0, log_z + row0 + r0);
+      prod.scores_exp(r0, r1, kb0, S, row_max + row0, log_z + row0);
     } else {
-      tile_scores(P, kz, b, h, R, Kt, kb0, n, false, S, r0, r1);
+      tile_scores(P, kz, prod, b, h, R, kb0, n, false, S, r0, r1);
       if (r0 == r1) continue;
       for (std::size_t k = r0; k < r1; ++k) {
         float* s = S + k * kTile;
@@ -614,25 +876,18 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
         if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
       }
     }
-    const std::size_t rows = r1 - r0;
-    if (dV)  // dV += A_d^T dO
-      kz.gemm(n, g.dv, rows, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * ldo, ldo, dV + kb0 * ldv, ldv, true);
+    if (dV) prod.dv(r0, r1, n, kb0, Sd, dV, ldv);  // dV += A_d^T dO
     if (!dQ && !dK) continue;
-    const float* Bv = tile_operand(Vt, g.dv, kb0, scratch(vpack_buf, g.dv * kTile));
-    if (full) {  // dU = A (dO V^T - delta) from the product's registers (zero where A is)
-      kz.gemm_dsoft(rows, kTile, g.dv, dOb + r0 * ldo, ldo, 1, Bv, kTile, dS + r0 * kTile, kTile, S + r0 * kTile,
-                    kTile, D + r0);
+    if (full) {  // dU = A (dO V^T - delta) (float32: from the product's registers; zero where A is)
+      prod.dp_dsoft(r0, r1, kTile, kb0, dS, S, D);
     } else if (!P.dropout) {  // the same by row chunks, each up to its visible part; zero after it
-      row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
+      row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
         const std::size_t cols = round_up(need, kz.width);
-        if (cols)
-          kz.gemm_dsoft(e - a, cols, g.dv, dOb + a * ldo, ldo, 1, Bv, kTile, dS + a * kTile, kTile, S + a * kTile, kTile,
-                        D + a);
+        if (cols) prod.dp_dsoft(a, e, cols, kb0, dS, S, D);
         for (std::size_t k = a; k < e; ++k) std::fill(dS + k * kTile + cols, dS + (k + 1) * kTile, 0.0f);
       });
     } else {
-      kz.gemm(rows, kTile, g.dv, 1.0f, dOb + r0 * ldo, ldo, 1, Bv, kTile, dS + r0 * kTile, kTile,
-              false);  // dA_d = dO V^T
+      prod.dp(r0, r1, kTile, kb0, dS);  // dA_d = dO V^T
       for (std::size_t k = r0; k < r1; ++k) {
         float* ds = dS + k * kTile;
         const float* a = S + k * kTile;
@@ -642,15 +897,12 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, cons
       }
     }
     if (dQ && (full || P.dropout))
-      kz.gemm(rows, g.dk, n, P.scale, dS + r0 * kTile, kTile, 1, Kg + kb0 * ldkk, ldkk,
-              dQ + P.lq.at(b, h, R.i0 + r0), ldq, true);
+      prod.dq(r0, r1, n, kb0, dS, dQ + P.lq.at(b, h, R.i0 + r0));
     else if (dQ)
-      row_chunks(R, kb0, n, r0, r1, [&](std::size_t a, std::size_t e, std::size_t need) {
-        if (need)
-          kz.gemm(e - a, g.dk, need, P.scale, dS + a * kTile, kTile, 1, Kg + kb0 * ldkk, ldkk,
-                  dQ + P.lq.at(b, h, R.i0 + a), ldq, true);
+      row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+        if (need) prod.dq(a, e, need, kb0, dS, dQ + P.lq.at(b, h, R.i0 + a));
       });
-    if (dK) kz.gemm(n, g.dk, rows, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * ldq, ldq, dK + kb0 * ldk, ldk, true);
+    if (dK) prod.dk(r0, r1, n, kb0, dS, dK, ldk);
   }
 }
 
@@ -676,6 +928,21 @@ void run_forward(const Problem<T>& P0, T* O, T* row_max, T* log_z) {
   const std::size_t nb = g.blocks(), items = g.B * g.Hq * nb;
   if constexpr (std::is_same<T, float>::value) {
     const tile::Kernels* kz = tile::kernels();
+    if (P.bf16 && kz && bf16_tile_path(g)) {
+      thread_local GroupBf16 G_buf;  // (the lambda below runs on other threads: use G)
+      GroupBf16& G = G_buf;
+      round_groups(P, {true, false, false, true}, G);
+      detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+        for (std::size_t it = begin; it < end; ++it) {
+          const std::size_t blk = it % nb, b = it / nb / g.Hq, h = it / nb % g.Hq;
+          zero_block(g, P.lo, g.dv, b, h, blk, O);
+          forward_block_tiles(
+              P, *kz, [&](const BlockRows& R) { return Bf16Products(P, *kz, G, b, h, R, nullptr); }, b, h, blk, O,
+              row_max, log_z);
+        }
+      });
+      return;
+    }
     if (tile_path(g, kz)) {
       thread_local std::vector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
       transpose_groups(*kz, P.K, P.lk, g.Hkv, g.B * g.Hkv, g.S, g.dk, Kt_buf);
@@ -684,8 +951,11 @@ void run_forward(const Problem<T>& P0, T* O, T* row_max, T* log_z) {
         for (std::size_t it = begin; it < end; ++it) {
           const std::size_t blk = it % nb, bh = it / nb;
           const float* Ktg = Kt + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * group_floats(g.S, g.dk);
-          zero_block(g, P.lo, g.dv, bh / g.Hq, bh % g.Hq, blk, O);
-          forward_block_tiles(P, *kz, Ktg, bh / g.Hq, bh % g.Hq, blk, O, row_max, log_z);
+          const std::size_t b = bh / g.Hq, h = bh % g.Hq;
+          zero_block(g, P.lo, g.dv, b, h, blk, O);
+          forward_block_tiles(
+              P, *kz, [&](const BlockRows& R) { return F32Products(P, *kz, Ktg, nullptr, b, h, R, nullptr); }, b, h,
+              blk, O, row_max, log_z);
         }
       });
       return;
@@ -716,12 +986,18 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
   const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());
   const std::size_t kd = g.S * g.dk, vd = g.S * g.dv;
   const tile::Kernels* kz = nullptr;
-  thread_local std::vector<float> Kt_buf, Vt_buf;  // (the lambdas below run on other threads: use Kt, Vt)
+  thread_local std::vector<float> Kt_buf, Vt_buf;  // (the lambdas below run on other threads: use Kt, Vt, G)
+  thread_local GroupBf16 G_buf;
+  GroupBf16& G = G_buf;
+  bool bf16 = false;
   const float* Kt = nullptr;
   const float* Vt = nullptr;
   if constexpr (std::is_same<T, float>::value) {
     kz = tile::kernels();
-    if (tile_path(g, kz)) {
+    if (P.bf16 && kz && bf16_tile_path(g)) {
+      bf16 = true;
+      round_groups(P, {true, dQ != nullptr, dQ || dK, false}, G);
+    } else if (tile_path(g, kz)) {
       transpose_groups(*kz, P.K, P.lk, g.Hkv, groups, g.S, g.dk, Kt_buf);
       Kt = Kt_buf.data();
       if (dQ || dK) {
@@ -738,10 +1014,19 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
                          std::size_t ldv) {
     if (dQ) zero_block(g, P.lq, g.dk, b, h, blk, dQ);
     if constexpr (std::is_same<T, float>::value) {
+      if (kz && bf16) {
+        backward_block_tiles(
+            P, *kz, [&](const BlockRows& R) { return Bf16Products(P, *kz, G, b, h, R, dO); }, b, h, blk, row_max,
+            log_z, O, dO, dQ, dKp, ldk, dVp, ldv);
+        return;
+      }
       if (kz) {
         const std::size_t grp = b * g.Hkv + h / g.r;
-        backward_block_tiles(P, *kz, Kt + grp * group_floats(g.S, g.dk), Vt ? Vt + grp * group_floats(g.S, g.dv) : nullptr, b,
-                             h, blk, row_max, log_z, O, dO, dQ, dKp, ldk, dVp, ldv);
+        const float* Ktg = Kt + grp * group_floats(g.S, g.dk);
+        const float* Vtg = Vt ? Vt + grp * group_floats(g.S, g.dv) : nullptr;
+        backward_block_tiles(
+            P, *kz, [&](const BlockRows& R) { return F32Products(P, *kz, Ktg, Vtg, b, h, R, dO); }, b, h, blk,
+            row_max, log_z, O, dO, dQ, dKp, ldk, dVp, ldv);
         return;
       }
     }
@@ -876,6 +1161,7 @@ struct Saved {
   VisibilityPlan plan;
   FlashOptions opts;
   Array row_max, log_z;  // per query row: m = max score, log z = log sum exp(u - m) (weights_row)
+  bool bf16 = false;     // the forward's tile products ran in bfloat16: the backward's do too
 };
 
 template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Array& K, const Array& V) {
@@ -897,6 +1183,7 @@ template <class T> Problem<T> problem(const Saved& s, const Array& Q, const Arra
   P.threshold = dropout_keep_threshold(s.opts.dropout_p);
   P.inv_q = static_cast<T>(1.0 / (1.0 - s.opts.dropout_p));
   P.check_finite = s.opts.check_finite;
+  P.bf16 = s.bf16;
   return P;
 }
 
@@ -906,6 +1193,9 @@ void forward(Saved& s, const Array& Q, const Array& K, const Array& V, Array& O)
   const Geometry& g = s.g;
   s.row_max = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
   s.log_z = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
+  // bfloat16 mixed precision (xg::set_matmul_dtype) as in effect now, like ops::matmul records it
+  s.bf16 = Q.dtype() == DType::float32 && effective_matmul_dtype() == MatmulDtype::bfloat16 &&
+           tile::bf16_choice().use;
   detail::dispatch(Q.dtype(), [&](auto t) {
     using T = decltype(t);
     const Problem<T> P = problem<T>(s, Q, K, V);
@@ -1326,6 +1616,11 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
     });
   });
   return O;
+}
+
+std::string bfloat16_attention_kernels() {
+  const tile::Bf16Choice& c = tile::bf16_choice();
+  return c.use ? "AMX bfloat16 tiles (" + c.why + ")" : "float32 (" + c.why + ")";
 }
 
 }  // namespace xg::nn

@@ -2,11 +2,18 @@
 #include <xgrad/nn/detail/flash_tile.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
+#include <vector>
+
+#include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/error.hpp>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -36,6 +43,77 @@ namespace xg::nn::tile {
 #undef XG_TILE_TARGET
 #undef XG_TILE_W
 
+namespace {
+
+// Seconds of the fastest of `reps` runs of f.
+template <class F> double fastest(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// How many times faster a tile product runs on AMX tiles than on the float32 kernels on this
+// thread, as the fused attention runs them: 128 x 64 x 64 with A row-major (the weights times V)
+// and A transposed (their transpose times dO), the AMX side rounding A per product and B once
+// (the attention rounds K, V, Q and dO once per pass or block). 3 alternating rounds, the fastest
+// of each.
+double measure_bf16_speedup(const Kernels& f32) {
+  constexpr std::size_t M = 128, N = 64, K = 64;
+  std::vector<float> A(M * K), B(K * N), C(M * N);
+  for (std::size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
+  for (std::size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>((i * 53) % 97) / 97.0f - 0.5f;
+  std::vector<std::uint32_t> a(M * K / 2), b(K / 2 * N);
+  blas::amx::round_b(K, N, B.data(), N, b.data(), N);
+  const auto f32_run = [&] {
+    f32.gemm(M, N, K, 1.0f, A.data(), K, 1, B.data(), N, C.data(), N, true);  // A [M, K] row-major
+    f32.gemm(M, N, K, 1.0f, A.data(), 1, M, B.data(), N, C.data(), N, true);  // A [K, M] read transposed
+  };
+  const auto amx_run = [&] {
+    blas::amx::round_a(M, K, 1.0f, A.data(), K, 1, a.data(), K / 2);
+    blas::amx::tiles(M, N, K / 2, a.data(), K / 2, b.data(), N, C.data(), N, true);
+    blas::amx::round_a(M, K, 1.0f, A.data(), 1, M, a.data(), K / 2);
+    blas::amx::tiles(M, N, K / 2, a.data(), K / 2, b.data(), N, C.data(), N, true);
+  };
+  double t32 = 1e30, t16 = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    t32 = std::min(t32, fastest(20, f32_run));
+    t16 = std::min(t16, fastest(20, amx_run));
+  }
+  return t16 > 0 ? t32 / t16 : 0.0;
+}
+
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", r);
+  return buf;
+}
+
+Bf16Choice choose_bf16() {
+  const char* env = std::getenv("XGRAD_BF16_ATTENTION");
+  const std::string force = env ? env : "";
+  if (!force.empty() && force != "auto" && force != "on" && force != "off")
+    throw ValueError(op_message("XGRAD_BF16_ATTENTION", "unknown value '" + force + "' (auto, on or off)"));
+  if (force == "off") return {false, "XGRAD_BF16_ATTENTION=off"};
+  const std::string why_not = blas::amx::unavailable_reason();  // (the ISA ceiling included)
+  if (!why_not.empty()) return {false, "no AMX bfloat16 tiles: " + why_not};
+  if (force == "on") return {true, "XGRAD_BF16_ATTENTION=on"};
+  const double r = measure_bf16_speedup(*kernels());
+  if (r >= kMinBf16Speedup) return {true, "tile products measured at " + ratio_text(r) + " float32"};
+  return {false, "AMX tile products measured at " + ratio_text(r) + " float32 (they need " +
+                     ratio_text(kMinBf16Speedup) + ")"};
+}
+
+}  // namespace
+
+const Bf16Choice& bf16_choice() {
+  static const Bf16Choice choice = choose_bf16();  // a throw leaves it unset: the next call throws again
+  return choice;
+}
+
 const Kernels* kernels() {
   // blas::isa_ceiling() is the CPU's widest ISA (cpuid) under set_max_isa() / XGRAD_ISA.
   const std::string isa = blas::isa_ceiling();
@@ -50,6 +128,10 @@ const Kernels* kernels() {
 
 namespace xg::nn::tile {
 const Kernels* kernels() { return nullptr; }
+const Bf16Choice& bf16_choice() {
+  static const Bf16Choice choice{false, "AMX tiles are an x86-64 feature"};
+  return choice;
+}
 }  // namespace xg::nn::tile
 
 #endif

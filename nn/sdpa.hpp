@@ -27,6 +27,7 @@ namespace xg::nn {
 
 /// Which implementation computes attention (docs/performance.md).
 enum class SdpaImpl { automatic, composed, fused };
+
 /// \var SdpaImpl::automatic
 /// fused where it is supported (not when the weights are requested), else composed.
 /// \var SdpaImpl::composed
@@ -36,6 +37,15 @@ enum class SdpaImpl { automatic, composed, fused };
 /// One tiled op with its own VJP (nn/detail/flash_attention.hpp): never materialises the
 /// [B, H, T, S] scores; forward keeps O and the per-row log-sum-exp, backward recomputes the
 /// weights block by block.
+
+/// What the fused path's tile products run on under bfloat16 mixed precision
+/// (xg::set_matmul_dtype), and why: "AMX bfloat16 tiles (tile products measured at 2.90x
+/// float32)", or "float32 (<why not>)" where they keep float32 inputs (no AMX, or AMX measured
+/// slower). Chosen once per process at the first call, or at the first fused attention under
+/// bfloat16, by a short calibration; XGRAD_BF16_ATTENTION=auto|on|off forces it, another value
+/// throws ValueError (docs/performance.md, "bfloat16 mixed precision"). The composed path's
+/// products follow ops::matmul.
+std::string bfloat16_attention_kernels();
 
 /// Options of scaled_dot_product_attention().
 struct SdpaOptions {

@@ -28,6 +28,7 @@
 #include <xgrad/io/input_file.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
+#include <xgrad/nn/sdpa.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/distributed/communicator.hpp>
@@ -475,7 +476,8 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
   s.console.out << "kernels: float32 GEMM " << float32_gemm_kernels();
   if (o.dtype == "float64") s.console.out << "; float64 GEMM " << float64_gemm_kernels();
   if (o.dtype == "bfloat16")
-    s.console.out << "; bfloat16 products " << bfloat16_gemm_kernels();
+    s.console.out << "; bfloat16 products " << bfloat16_gemm_kernels() << "; bfloat16 attention "
+                  << nn::bfloat16_attention_kernels();
   s.console.out << "\n";
   s.console.out << s.model.task->describe_data();
   s.console.out << describe_adapters(s.adapters, o);

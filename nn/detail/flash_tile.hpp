@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace xg::nn::tile {
 
@@ -52,5 +53,20 @@ struct Kernels {
 /// The kernels for this CPU under the ISA ceiling, or null when the CPU has neither AVX-512 nor
 /// AVX2 with FMA (the callers then keep the BLAS path).
 const Kernels* kernels();
+
+/// Whether the fused attention runs its tile products on AMX tiles with bfloat16 operands under
+/// bfloat16 mixed precision (xg::set_matmul_dtype; nn/flash_attention.cpp, Bf16Products), and
+/// why; decided at the first call, once per process. XGRAD_BF16_ATTENTION=off never does,
+/// =on wherever blas::amx::available() (AMX and the avx512 ISA ceiling), =auto (the default)
+/// where a tile product measures at least kMinBf16Speedup times the float32 kernels' in a short
+/// calibration on the calling thread (128 x 64 x 64, A row-major and transposed, 3 alternating
+/// rounds, the fastest of each). Another value throws ValueError.
+struct Bf16Choice {
+  bool use = false;
+  std::string why;
+};
+const Bf16Choice& bf16_choice();
+/// The bfloat16 tile products are used from this speed-up on (as the bfloat16 GEMM's choice).
+constexpr double kMinBf16Speedup = 1.25;
 
 }  // namespace xg::nn::tile

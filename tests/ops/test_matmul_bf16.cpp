@@ -20,10 +20,13 @@
 #include <random>
 #include <vector>
 
+#include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
+#include <xgrad/nn/detail/flash_tile.hpp>
+#include <xgrad/nn/sdpa.hpp>
 #include <xgrad/nn/transformer.hpp>
 
 using namespace xg;
@@ -339,61 +342,68 @@ TEST_CASE("a GPT and a Llama step in bf16 give float32's loss and gradients with
   // XGRAD_BF16_GEMM=xgrad, =onednn, =on, =off and auto): each parameter's gradient within 2% of
   // float32's in norm (bf16's unit roundoff is 2^-8 = 0.4%, a few products deep; 0.7% measured
   // on both kernels), the loss within 0.5%; where bf16 products do not run, float32's bits.
-  for (nn::Architecture arch : {nn::Architecture::gpt, nn::Architecture::llama}) {
-    nn::TransformerConfig c = tiny_model(arch, 2);
-    c.V_vocab = 37;
-    c.context = 32;
-    c.d_model = 64;
-    c.H_q = 4;
-    c.d_ff = 256;
-    c.dtype = DType::float32;
-    Generator init(1206);
-    nn::GPT model(c, init);
-    std::mt19937 rng(1207);
-    std::vector<std::int64_t> ids(4 * 32), next(4 * 32);
-    for (auto& v : ids) v = static_cast<std::int64_t>(rng() % 37);
-    for (auto& v : next) v = static_cast<std::int64_t>(rng() % 37);
-    const IndexArray tokens({4, 32}, ids), targets({4, 32}, next);
-    const auto grads = [&](double& loss) {
-      for (Tensor& p : model.parameters()) p.zero_grad();
-      Tensor L = model.loss(tokens, targets);
-      L.backward();
-      loss = L.item();
-      std::vector<Array> g;
-      for (const Tensor& p : model.parameters()) g.push_back(p.grad().clone());
-      return g;
-    };
-    double loss32 = 0, loss16 = 0;
-    const std::vector<Array> g32 = grads(loss32);
-    const std::uint64_t calls0 = blas::bf16_calls();
-    std::vector<Array> g16;
-    {
-      MatmulDtypeScope scope(MatmulDtype::bfloat16);
-      g16 = grads(loss16);
+  // Heads of width 16 and 32: at 32 the fused attention's products run on AMX tiles where this
+  // process chose them (nn::bfloat16_attention_kernels(); its products are counted).
+  for (nn::Architecture arch : {nn::Architecture::gpt, nn::Architecture::llama})
+    for (std::size_t heads : {std::size_t(4), std::size_t(2)}) {
+      nn::TransformerConfig c = tiny_model(arch, 2);
+      c.V_vocab = 37;
+      c.context = 32;
+      c.d_model = 64;
+      c.H_q = heads;
+      c.d_ff = 256;
+      c.dtype = DType::float32;
+      Generator init(1206);
+      nn::GPT model(c, init);
+      std::mt19937 rng(1207);
+      std::vector<std::int64_t> ids(4 * 32), next(4 * 32);
+      for (auto& v : ids) v = static_cast<std::int64_t>(rng() % 37);
+      for (auto& v : next) v = static_cast<std::int64_t>(rng() % 37);
+      const IndexArray tokens({4, 32}, ids), targets({4, 32}, next);
+      const auto grads = [&](double& loss) {
+        for (Tensor& p : model.parameters()) p.zero_grad();
+        Tensor L = model.loss(tokens, targets);
+        L.backward();
+        loss = L.item();
+        std::vector<Array> g;
+        for (const Tensor& p : model.parameters()) g.push_back(p.grad().clone());
+        return g;
+      };
+      double loss32 = 0, loss16 = 0;
+      const std::vector<Array> g32 = grads(loss32);
+      // (the attention's choice first: its calibration runs tile products of its own)
+      const bool amx_attention = blas::bf16_available() && nn::tile::bf16_choice().use && c.d_model / heads % 32 == 0;
+      const std::uint64_t calls0 = blas::bf16_calls(), tiles0 = blas::amx::calls();
+      std::vector<Array> g16;
+      {
+        MatmulDtypeScope scope(MatmulDtype::bfloat16);
+        g16 = grads(loss16);
+      }
+      const std::uint64_t calls = blas::bf16_calls() - calls0, tiles = blas::amx::calls() - tiles0;
+      INFO((arch == nn::Architecture::gpt ? "gpt" : "llama")
+           << " with " << heads << " heads: loss float32 " << sci(loss32) << ", bf16 " << sci(loss16)
+           << ", bf16 products " << calls << " (" << bfloat16_gemm_kernels() << "), attention tile products " << tiles << " ("
+           << nn::bfloat16_attention_kernels() << ")");
+      CHECK((tiles > 0) == amx_attention);
+      if (!blas::bf16_available()) {
+        CHECK(calls == 0);
+        CHECK(loss16 == loss32);
+        for (std::size_t i = 0; i < g32.size(); ++i) XGT_CHECK_SAME(g16[i], g32[i]);
+        continue;
+      }
+      CHECK(calls >= 3 * 2 * 3);  // three products per matmul, at least three matmuls per layer
+      CHECK(std::fabs(loss16 - loss32) <= 5e-3 * std::fabs(loss32));
+      const auto norm = [](const Array& a) {
+        double s = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) s += a.flat(i) * a.flat(i);
+        return std::sqrt(s);
+      };
+      const auto names = model.named_parameters();
+      for (std::size_t i = 0; i < g32.size(); ++i) {
+        Array d = g16[i].clone();
+        for (std::size_t k = 0; k < d.size(); ++k) d.set_flat(k, g16[i].flat(k) - g32[i].flat(k));
+        INFO(names[i].first << ": |g16 - g32| " << sci(norm(d)) << ", |g32| " << sci(norm(g32[i])));
+        CHECK(norm(d) <= 0.02 * norm(g32[i]) + 1e-12);
+      }
     }
-    const std::uint64_t calls = blas::bf16_calls() - calls0;
-    INFO((arch == nn::Architecture::gpt ? "gpt" : "llama")
-         << ": loss float32 " << sci(loss32) << ", bf16 " << sci(loss16) << ", bf16 products " << calls << " ("
-         << bfloat16_gemm_kernels() << ")");
-    if (!blas::bf16_available()) {
-      CHECK(calls == 0);
-      CHECK(loss16 == loss32);
-      for (std::size_t i = 0; i < g32.size(); ++i) XGT_CHECK_SAME(g16[i], g32[i]);
-      continue;
-    }
-    CHECK(calls >= 3 * 2 * 3);  // three products per matmul, at least three matmuls per layer
-    CHECK(std::fabs(loss16 - loss32) <= 5e-3 * std::fabs(loss32));
-    const auto norm = [](const Array& a) {
-      double s = 0;
-      for (std::size_t i = 0; i < a.size(); ++i) s += a.flat(i) * a.flat(i);
-      return std::sqrt(s);
-    };
-    const auto names = model.named_parameters();
-    for (std::size_t i = 0; i < g32.size(); ++i) {
-      Array d = g16[i].clone();
-      for (std::size_t k = 0; k < d.size(); ++k) d.set_flat(k, g16[i].flat(k) - g32[i].flat(k));
-      INFO(names[i].first << ": |g16 - g32| " << sci(norm(d)) << ", |g32| " << sci(norm(g32[i])));
-      CHECK(norm(d) <= 0.02 * norm(g32[i]) + 1e-12);
-    }
-  }
 }

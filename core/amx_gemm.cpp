@@ -1,0 +1,404 @@
+// Small bfloat16 products on AMX tiles (core/detail/amx_gemm.hpp).
+//
+// Layout. A is rounded into row-major bfloat16 rows of Kp values (Kp = K rounded up to 32, zeros
+// beyond K; rows up to Mp = M rounded up to 16 are zero): a 16-row slice of it, 32 values wide,
+// is one A tile. B is rounded into pairs: word (p, j) holds b(2p, j) and b(2p + 1, j), rows of Np
+// words (Np = N rounded up to 16): 16 of those rows, 16 words wide, are one B tile (the layout
+// TDPBF16PS reads). C tiles are 16 x 16 float32. Eight tile registers: C in 0..3 (two by two),
+// A in 4 and 5, B in 6 and 7.
+#include <xgrad/core/detail/amx_gemm.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <xgrad/core/detail/bf16_gemm.hpp>
+#include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/error.hpp>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define XGRAD_AMX_X86 1
+// GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector that
+// -Wmaybe-uninitialized then reports inside the header (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#else
+#define XGRAD_AMX_X86 0
+#endif
+
+namespace xg::blas::amx {
+
+namespace {
+std::atomic<std::uint64_t> g_calls{0};
+
+#if XGRAD_AMX_X86
+// The CPU and OS part of the decision, made once (cpuid traps to the hypervisor in a VM, and the
+// permission is asked once per process).
+std::string detect() {
+  if (!bf16::cpu_supported()) return "this CPU has no AVX512_BF16 instructions";
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "cpuid has no leaf 7";
+  if (!((d >> 24) & 1u) || !((d >> 22) & 1u)) return "this CPU has no AMX-TILE and AMX-BF16";
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return "the OS has not enabled XSAVE";
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3u) != 3u) return "the OS does not save the AMX tile state (XCR0)";
+  constexpr long kReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM (Linux 5.16)
+  constexpr long kXtiledata = 18;         // XFEATURE_XTILEDATA
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) != 0)
+    return std::string("the kernel refused the AMX tile state (arch_prctl: ") + std::strerror(errno) + ")";
+  return "";
+}
+#endif
+
+const std::string& cpu_reason() {
+#if XGRAD_AMX_X86
+  static const std::string r = detect();
+#else
+  static const std::string r = "AMX is an x86-64 Linux feature";
+#endif
+  return r;
+}
+
+std::size_t round_up(std::size_t x, std::size_t w) { return (x + w - 1) / w * w; }
+}  // namespace
+
+std::string unavailable_reason() {
+  const std::string& r = cpu_reason();
+  if (!r.empty()) return r;
+  const std::string ceiling = isa_ceiling();
+  if (ceiling != "avx512") return "the float32 kernels are capped at " + ceiling + " (XGRAD_ISA or set_max_isa)";
+  return "";
+}
+
+std::uint64_t calls() { return g_calls.load(std::memory_order_relaxed); }
+
+#if XGRAD_AMX_X86
+namespace {
+
+#define XGRAD_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+// GCC's tile intrinsics are asm statements without a memory clobber: this keeps the compiler from
+// moving the packing stores after a tile load, or the reads of C before a tile store.
+#define XGRAD_AMX_FENCE() __asm__ __volatile__("" ::: "memory")
+
+// Every tile 16 rows of 64 bytes (palette 1).
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+thread_local int t_session = 0;  // TileSession depth on this thread
+
+XGRAD_AMX_TARGET void configure() {
+  static const TileConfig cfg;
+  XGRAD_AMX_FENCE();
+  _tile_loadconfig(&cfg);
+}
+XGRAD_AMX_TARGET void release() {
+  _tile_release();
+  XGRAD_AMX_FENCE();
+}
+
+inline __mmask16 lanes(std::size_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
+
+// bfloat16 of alpha x[0..n) (zeros up to 32; n <= 32) as 16 words, in order.
+XGRAD_AMX_TARGET inline __m512i round32(const float* x, std::size_t n, float alpha) {
+  __m512 lo = _mm512_maskz_loadu_ps(lanes(n), x);
+  __m512 hi = _mm512_maskz_loadu_ps(lanes(n > 16 ? n - 16 : 0), x + 16);
+  if (alpha != 1.0f) {
+    lo = _mm512_mul_ps(lo, _mm512_set1_ps(alpha));
+    hi = _mm512_mul_ps(hi, _mm512_set1_ps(alpha));
+  }
+  const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
+  __m512i w;
+  std::memcpy(&w, &v, sizeof w);
+  return w;
+}
+
+// Words (alpha r0[j], alpha r1[j]) for j < n (n <= 16), zeros beyond; r1 null: zero high halves.
+XGRAD_AMX_TARGET inline __m512i pairs(const float* r0, const float* r1, std::size_t n, float alpha) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  __m512 a = _mm512_maskz_loadu_ps(lanes(n), r0);
+  __m512 b = r1 ? _mm512_maskz_loadu_ps(lanes(n), r1) : _mm512_setzero_ps();
+  if (alpha != 1.0f) {
+    a = _mm512_mul_ps(a, _mm512_set1_ps(alpha));
+    b = _mm512_mul_ps(b, _mm512_set1_ps(alpha));
+  }
+  const __m512bh v = _mm512_cvtne2ps_pbh(b, a);
+  __m512i w;
+  std::memcpy(&w, &v, sizeof w);
+  return _mm512_permutexvar_epi16(idx, w);
+}
+
+// out[c * ldo + r] = in[r * ldi + c] for a 16 x 16 block of 32-bit words (an exact copy).
+XGRAD_AMX_TARGET void transpose16(const std::uint32_t* in, std::size_t ldi, std::uint32_t* out, std::size_t ldo) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(in + i * ldi);
+  for (int j = 0; j < 8; ++j) {  // per 128-bit lane: (r[2j][4L + q], r[2j+1][4L + q]) pairs
+    t[2 * j] = _mm512_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
+    t[2 * j + 1] = _mm512_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
+  }
+  for (int j = 0; j < 4; ++j) {  // r[4j][4L + c] .. r[4j+3][4L + c] in lane L of r[4j + c]
+    r[4 * j + 0] = _mm512_unpacklo_epi64(t[4 * j + 0], t[4 * j + 2]);
+    r[4 * j + 1] = _mm512_unpackhi_epi64(t[4 * j + 0], t[4 * j + 2]);
+    r[4 * j + 2] = _mm512_unpacklo_epi64(t[4 * j + 1], t[4 * j + 3]);
+    r[4 * j + 3] = _mm512_unpackhi_epi64(t[4 * j + 1], t[4 * j + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // output row 4L + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
+    const __m512i w1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    const __m512i w2 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
+    const __m512i w3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i w4 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
+    _mm512_storeu_si512(out + (0 + c) * ldo, _mm512_shuffle_i32x4(w1, w3, 0x88));
+    _mm512_storeu_si512(out + (8 + c) * ldo, _mm512_shuffle_i32x4(w1, w3, 0xDD));
+    _mm512_storeu_si512(out + (4 + c) * ldo, _mm512_shuffle_i32x4(w2, w4, 0x88));
+    _mm512_storeu_si512(out + (12 + c) * ldo, _mm512_shuffle_i32x4(w2, w4, 0xDD));
+  }
+}
+
+// round_a (header); tmp holds the word transpose of a column-contiguous A.
+XGRAD_AMX_TARGET void round_a_impl(std::size_t M, std::size_t K, float alpha, const float* A, std::size_t a_rs,
+                                   std::size_t a_cs, std::uint32_t* out, std::size_t ldo,
+                                   std::vector<std::uint32_t>& tmp) {
+  const std::size_t Mp = round_up(M, 16), kw = round_up(K, 32) / 2;
+  if (a_cs == 1) {  // rows of A are contiguous
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t p = 0; p < kw; p += 16) {
+        const std::size_t k0 = 2 * p;
+        _mm512_storeu_si512(out + i * ldo + p,
+                            round32(A + i * a_rs + k0, K > k0 ? std::min<std::size_t>(32, K - k0) : 0, alpha));
+      }
+    for (std::size_t i = M; i < Mp; ++i) std::fill(out + i * ldo, out + i * ldo + kw, 0u);
+    return;
+  }
+  if (a_rs == 1) {  // columns of A are contiguous: pairs down the columns, then a word transpose
+    tmp.resize(kw * Mp);
+    for (std::size_t p = 0; p < kw; ++p) {
+      const std::size_t k0 = 2 * p;
+      const float* r0 = k0 < K ? A + k0 * a_cs : nullptr;
+      const float* r1 = k0 + 1 < K ? A + (k0 + 1) * a_cs : nullptr;
+      for (std::size_t i = 0; i < Mp; i += 16) {
+        const std::size_t n = i < M ? std::min<std::size_t>(16, M - i) : 0;
+        _mm512_storeu_si512(tmp.data() + p * Mp + i,
+                            r0 ? pairs(r0 + i, r1 ? r1 + i : nullptr, n, alpha) : _mm512_setzero_si512());
+      }
+    }
+    for (std::size_t p = 0; p < kw; p += 16)
+      for (std::size_t i = 0; i < Mp; i += 16) transpose16(tmp.data() + p * Mp + i, Mp, out + i * ldo + p, ldo);
+    return;
+  }
+  for (std::size_t i = 0; i < Mp; ++i)  // any other strides: one value at a time
+    for (std::size_t p = 0; p < kw; ++p) {
+      const std::size_t k0 = 2 * p;
+      const std::uint32_t lo = i < M && k0 < K ? bf16::round_bits(alpha * A[i * a_rs + k0 * a_cs]) : 0u;
+      const std::uint32_t hi = i < M && k0 + 1 < K ? bf16::round_bits(alpha * A[i * a_rs + (k0 + 1) * a_cs]) : 0u;
+      out[i * ldo + p] = lo | (hi << 16);
+    }
+}
+
+XGRAD_AMX_TARGET void round_b_impl(std::size_t K, std::size_t N, const float* B, std::size_t ldb, std::uint32_t* out,
+                                   std::size_t ldo) {
+  const std::size_t Np = round_up(N, 16), kw = round_up(K, 32) / 2;
+  for (std::size_t p = 0; p < kw; ++p) {
+    const std::size_t k0 = 2 * p;
+    std::uint32_t* row = out + p * ldo;
+    if (k0 >= K) {
+      std::fill(row, row + Np, 0u);
+      continue;
+    }
+    const float* r0 = B + k0 * ldb;
+    const float* r1 = k0 + 1 < K ? B + (k0 + 1) * ldb : nullptr;
+    for (std::size_t j = 0; j < Np; j += 16) {
+      const std::size_t n = j < N ? std::min<std::size_t>(16, N - j) : 0;
+      _mm512_storeu_si512(row + j, pairs(r0 + j, r1 ? r1 + j : nullptr, n, 1.0f));
+    }
+  }
+}
+
+// One block of MT x NT C tiles: the sums over `steps` K steps of 16 words, added to c where
+// accumulate, stored at c (rows ldc floats apart).
+template <int MT, int NT>
+XGRAD_AMX_TARGET void block(const std::uint32_t* a, std::size_t lda, const std::uint32_t* b, std::size_t ldb,
+                            std::size_t steps, float* c, std::size_t ldc, bool accumulate) {
+  const std::size_t sa = lda * 4, sb = ldb * 4, sc = ldc * 4;
+  if (accumulate) {
+    _tile_loadd(0, c, sc);
+    if constexpr (NT == 2) _tile_loadd(1, c + 16, sc);
+    if constexpr (MT == 2) _tile_loadd(2, c + 16 * ldc, sc);
+    if constexpr (MT == 2 && NT == 2) _tile_loadd(3, c + 16 * ldc + 16, sc);
+  } else {
+    _tile_zero(0);
+    if constexpr (NT == 2) _tile_zero(1);
+    if constexpr (MT == 2) _tile_zero(2);
+    if constexpr (MT == 2 && NT == 2) _tile_zero(3);
+  }
+  for (std::size_t t = 0; t < steps; ++t) {
+    const std::uint32_t* at = a + 16 * t;
+    const std::uint32_t* bt = b + 16 * t * ldb;
+    _tile_loadd(4, at, sa);
+    _tile_loadd(6, bt, sb);
+    if constexpr (NT == 2) _tile_loadd(7, bt + 16, sb);
+    if constexpr (MT == 2) _tile_loadd(5, at + 16 * lda, sa);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NT == 2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (MT == 2) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, sc);
+  if constexpr (NT == 2) _tile_stored(1, c + 16, sc);
+  if constexpr (MT == 2) _tile_stored(2, c + 16 * ldc, sc);
+  if constexpr (MT == 2 && NT == 2) _tile_stored(3, c + 16 * ldc + 16, sc);
+}
+
+XGRAD_AMX_TARGET void tiles_impl(std::size_t M, std::size_t N, std::size_t kw, const std::uint32_t* A,
+                                 std::size_t lda, const std::uint32_t* B, std::size_t ldb, float* C, std::size_t ldc,
+                                 bool accumulate) {
+  thread_local std::vector<float> c_buf;
+  const std::size_t Mp = round_up(M, 16), Np = round_up(N, 16);
+  const bool direct = M == Mp && N == Np;  // the tiles fit C: loaded and stored in place
+  float* out = C;
+  std::size_t ldo = ldc;
+  if (!direct) {
+    c_buf.assign(Mp * Np, 0.0f);
+    out = c_buf.data();
+    ldo = Np;
+    if (accumulate)
+      for (std::size_t i = 0; i < M; ++i) std::copy(C + i * ldc, C + i * ldc + N, out + i * Np);
+  }
+  if (t_session == 0) configure();  // else the session did (oneDNN's kernels load their own)
+  const std::size_t steps = kw / 16;
+  for (std::size_t m0 = 0; m0 < Mp; m0 += 32) {
+    const bool two_m = m0 + 32 <= Mp;
+    for (std::size_t n0 = 0; n0 < Np; n0 += 32) {
+      const bool two_n = n0 + 32 <= Np;
+      const std::uint32_t* a = A + m0 * lda;
+      const std::uint32_t* b = B + n0;
+      float* c = out + m0 * ldo + n0;
+      if (two_m && two_n)
+        block<2, 2>(a, lda, b, ldb, steps, c, ldo, accumulate);
+      else if (two_m)
+        block<2, 1>(a, lda, b, ldb, steps, c, ldo, accumulate);
+      else if (two_n)
+        block<1, 2>(a, lda, b, ldb, steps, c, ldo, accumulate);
+      else
+        block<1, 1>(a, lda, b, ldb, steps, c, ldo, accumulate);
+    }
+  }
+  if (t_session == 0) release();
+  XGRAD_AMX_FENCE();
+  if (!direct)
+    for (std::size_t i = 0; i < M; ++i) std::copy(out + i * Np, out + i * Np + N, C + i * ldc);
+}
+
+thread_local std::vector<std::uint32_t> t_tmp;  // round_a's transpose, round_b_transposed's rows
+
+}  // namespace
+#endif
+
+namespace {
+void require_cpu(const char* op) {
+  // (the CPU and OS part only: callers chose these products under the ISA ceiling, see available())
+  static const bool ok = cpu_reason().empty();
+  if (!ok)
+    throw Error(op_message(op, std::string("AMX bfloat16 tiles are unavailable: ") + cpu_reason()));
+}
+}  // namespace
+
+void round_a(std::size_t M, std::size_t K, float alpha, const float* A, std::size_t a_rs, std::size_t a_cs,
+             std::uint32_t* out, std::size_t ldo) {
+  require_cpu("amx::round_a");
+#if XGRAD_AMX_X86
+  round_a_impl(M, K, alpha, A, a_rs, a_cs, out, ldo, t_tmp);
+#else
+  (void)M, (void)K, (void)alpha, (void)A, (void)a_rs, (void)a_cs, (void)out, (void)ldo;
+#endif
+}
+
+void round_b(std::size_t K, std::size_t N, const float* B, std::size_t ldb, std::uint32_t* out, std::size_t ldo) {
+  require_cpu("amx::round_b");
+#if XGRAD_AMX_X86
+  round_b_impl(K, N, B, ldb, out, ldo);
+#else
+  (void)K, (void)N, (void)B, (void)ldb, (void)out, (void)ldo;
+#endif
+}
+
+void round_b_transposed(std::size_t K, std::size_t N, const float* Bt, std::size_t ldt, std::uint32_t* out,
+                        std::size_t ldo) {
+  require_cpu("amx::round_b_transposed");
+#if XGRAD_AMX_X86
+  // the rows of Bt in A layout ([round_up(N, 16), kw] words), then a word transpose
+  const std::size_t Np = round_up(N, 16), kw = round_up(K, 32) / 2;
+  thread_local std::vector<std::uint32_t> rows, scratch;
+  rows.resize(Np * kw);
+  round_a_impl(N, K, 1.0f, Bt, ldt, 1, rows.data(), kw, scratch);
+  for (std::size_t p = 0; p < kw; p += 16)
+    for (std::size_t j = 0; j < Np; j += 16) transpose16(rows.data() + j * kw + p, kw, out + p * ldo + j, ldo);
+#else
+  (void)K, (void)N, (void)Bt, (void)ldt, (void)out, (void)ldo;
+#endif
+}
+
+void tiles(std::size_t M, std::size_t N, std::size_t kw, const std::uint32_t* A, std::size_t lda,
+           const std::uint32_t* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate) {
+  require_cpu("amx::tiles");
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  if (M == 0 || N == 0) return;
+  if (kw == 0) {
+    if (!accumulate)
+      for (std::size_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
+    return;
+  }
+  if (kw % 16 != 0)
+    throw ValueError(op_message("amx::tiles", "kw " + std::to_string(kw) + " words is not a multiple of 16"));
+#if XGRAD_AMX_X86
+  tiles_impl(M, N, kw, A, lda, B, ldb, C, ldc, accumulate);
+#else
+  (void)A, (void)lda, (void)B, (void)ldb;
+#endif
+}
+
+TileSession::TileSession() {
+#if XGRAD_AMX_X86
+  if (!cpu_reason().empty()) return;
+  if (t_session++ == 0) configure();
+#endif
+}
+
+TileSession::~TileSession() {
+#if XGRAD_AMX_X86
+  if (!cpu_reason().empty()) return;
+  if (--t_session == 0) release();
+#endif
+}
+
+void product(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t a_rs, std::size_t a_cs,
+             const float* B, std::size_t ldb, float* C, std::size_t ldc) {
+  require_cpu("amx::product");
+  if (M == 0 || N == 0) {
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const std::size_t Mp = round_up(M, 16), Np = round_up(N, 16), kw = round_up(K, 32) / 2;
+  thread_local std::vector<std::uint32_t> a_buf, b_buf;
+  a_buf.resize(Mp * kw);
+  b_buf.resize(kw * Np);
+  round_a(M, K, 1.0f, A, a_rs, a_cs, a_buf.data(), kw);
+  round_b(K, N, B, ldb, b_buf.data(), Np);
+  tiles(M, N, kw, a_buf.data(), kw, b_buf.data(), Np, C, ldc, false);
+}
+
+}  // namespace xg::blas::amx

@@ -1,0 +1,110 @@
+// Small bfloat16 products on AMX tiles (core/detail/amx_gemm.hpp), against a float64 product of
+// the bfloat16-rounded inputs: only float32 accumulation error is allowed, so a product that did
+// not round its inputs, or read a tile at the wrong place, fails. Where this machine cannot run
+// AMX tiles the test checks that the product refuses with the reason.
+#include "tests/support/helpers.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <random>
+#include <vector>
+
+#include <xgrad/core/detail/amx_gemm.hpp>
+#include <xgrad/core/detail/bf16_gemm.hpp>
+#include <xgrad/core/error.hpp>
+
+using namespace xg;
+
+namespace {
+
+// C = a~ b~ through blas::amx::product with A read at (a_rs, a_cs) and C rows ldc apart, against
+// float64: each entry within (K + 2) 2^-24 sum |a~||b~|; C's padding columns untouched.
+void check_product(std::size_t M, std::size_t N, std::size_t K, char layout, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  // layout 'r': A [M, K] rows (a_rs = K + 3: padded); 't': A stored [K, M] (a_rs = 1); 's': both
+  // strides above 1 (every other entry of a [M, 2K] array)
+  std::size_t a_rs = K + 3, a_cs = 1, a_size = M * (K + 3);
+  if (layout == 't') {
+    a_rs = 1;
+    a_cs = M + 1;
+    a_size = K * (M + 1);
+  } else if (layout == 's') {
+    a_rs = 2 * K;
+    a_cs = 2;
+    a_size = M * 2 * K;
+  }
+  const std::size_t ldb = N + 5, ldc = N + 7;
+  std::vector<float> A(a_size + 1), B(K * ldb + 1), C(M * ldc + 1, 7.0f);
+  for (float& v : A) v = dist(rng);
+  for (float& v : B) v = dist(rng);
+  const std::uint64_t before = blas::amx::calls();
+  blas::amx::product(M, N, K, A.data(), a_rs, a_cs, B.data(), ldb, C.data(), ldc);
+  CHECK(blas::amx::calls() == before + 1);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < M; ++i) {
+    for (std::size_t j = 0; j < N; ++j) {
+      double ref = 0, mag = 0;
+      for (std::size_t k = 0; k < K; ++k) {
+        const double a = blas::bf16::round(A[i * a_rs + k * a_cs]), b = blas::bf16::round(B[k * ldb + j]);
+        ref += a * b;
+        mag += std::fabs(a * b);
+      }
+      const double got = C[i * ldc + j], bound = (K + 2) * std::ldexp(1.0, -24) * mag;
+      if (!(std::fabs(got - ref) <= bound) && bad++ < 3)
+        UNSCOPED_INFO("C[" << i << "][" << j << "] = " << std::setprecision(17) << got << ", float64 of the rounded inputs "
+                           << ref << ", bound " << bound);
+    }
+    for (std::size_t j = N; j < ldc && i * ldc + j < C.size(); ++j)
+      if (C[i * ldc + j] != 7.0f && bad++ < 3) UNSCOPED_INFO("padding C[" << i << "][" << j << "] written");
+  }
+  INFO("M " << M << " N " << N << " K " << K << " layout " << layout);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("amx product: float64 of the bfloat16-rounded inputs on odd shapes and every A layout", "[amx]") {
+  const std::string why = blas::amx::unavailable_reason();
+  if (!why.empty()) {
+    WARN("AMX bfloat16 tiles unavailable here: " << why);
+    float a = 1, b = 1, c = 0;
+    CHECK_THROWS_AS(blas::amx::product(1, 1, 1, &a, 1, 1, &b, 1, &c, 1), Error);
+    return;
+  }
+  std::mt19937 rng(41);
+  const std::size_t shapes[][3] = {{1, 1, 1},   {5, 17, 3},   {16, 16, 32}, {32, 32, 64}, {33, 48, 70},
+                                   {128, 64, 64}, {37, 80, 129}, {64, 16, 200}, {17, 31, 33}};
+  for (const auto& s : shapes)
+    for (const char layout : {'r', 't', 's'}) check_product(s[0], s[1], s[2], layout, rng);
+}
+
+TEST_CASE("amx product: an entry's bits do not depend on M or N or where it lies", "[amx]") {
+  if (!blas::amx::available()) return;  // (the test above states why)
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::size_t M = 64, N = 64, K = 70;
+  std::vector<float> A(M * K), B(K * N), full(M * N), part(17 * 32);
+  for (float& v : A) v = dist(rng);
+  for (float& v : B) v = dist(rng);
+  blas::amx::product(M, N, K, A.data(), K, 1, B.data(), N, full.data(), N);
+  // rows 5..21, columns 16..47: a 17 x 32 product of the same rows and columns
+  blas::amx::product(17, 32, K, A.data() + 5 * K, K, 1, B.data() + 16, N, part.data(), 32);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < 17; ++i)
+    for (std::size_t j = 0; j < 32; ++j)
+      if (std::memcmp(&part[i * 32 + j], &full[(5 + i) * N + 16 + j], sizeof(float)) != 0 && differ++ == 0)
+        UNSCOPED_INFO("entry (" << 5 + i << ", " << 16 + j << "): " << std::setprecision(9) << part[i * 32 + j]
+                                << " against " << full[(5 + i) * N + 16 + j]);
+  CHECK(differ == 0);
+}
+
+TEST_CASE("amx product: K 0 gives zeros and M 0 writes nothing", "[amx]") {
+  if (!blas::amx::available()) return;
+  std::vector<float> A(4, 1.0f), B(4, 1.0f), C(6, 3.0f);
+  blas::amx::product(2, 3, 0, A.data(), 2, 1, B.data(), 3, C.data(), 3);
+  for (const float c : C) CHECK(c == 0.0f);
+  C.assign(6, 3.0f);
+  blas::amx::product(0, 3, 2, A.data(), 2, 1, B.data(), 3, C.data(), 3);
+  for (const float c : C) CHECK(c == 3.0f);
+}

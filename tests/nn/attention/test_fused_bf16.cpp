@@ -1,0 +1,169 @@
+// The fused attention under bfloat16 mixed precision (xg::set_matmul_dtype): where the choice
+// (nn/detail/flash_tile.hpp, bf16_choice) runs its tile products on AMX tiles, O and the
+// gradients stay within bfloat16 rounding of the float64 result, on the visibility kinds whose
+// tiles start at odd keys and odd rows (the paths that round an operand per product) as well as
+// whole tiles; the products are counted; and the bits do not depend on the thread count. Where
+// the choice keeps float32, the results are float32's bits. ctest runs these tests under
+// XGRAD_BF16_ATTENTION=on and =off as well (attention_bf16_forced_on, _off).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <string>
+
+#include "tests/support/helpers.hpp"
+#include <xgrad/core/detail/amx_gemm.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
+#include <xgrad/core/runtime.hpp>
+#include <xgrad/nn/detail/flash_tile.hpp>
+#include <xgrad/nn/sdpa.hpp>
+
+using namespace xg;
+using namespace xg::nn;
+using namespace xgt;
+
+namespace {
+
+struct Shape4 {
+  std::string name;
+  std::size_t B, H_q, H_kv, T, d_k, d_v;
+  Visibility vis;
+};
+
+struct Outputs {
+  Array O, dQ, dK, dV;
+};
+
+// Fused attention forward and backward of `s` on fixed random inputs in `dtype`, under `mode`.
+Outputs fused(const Shape4& s, DType dtype, MatmulDtype mode) {
+  const MatmulDtypeScope scope(mode);
+  Generator g(29);
+  Tensor Q(rnd({s.B, s.H_q, s.T, s.d_k}, g, -1, 1).astype(dtype), true);
+  Tensor K(rnd({s.B, s.H_kv, s.T, s.d_k}, g, -1, 1).astype(dtype), true);
+  Tensor V(rnd({s.B, s.H_kv, s.T, s.d_v}, g, -1, 1).astype(dtype), true);
+  const Array G = rnd({s.B, s.H_q, s.T, s.d_v}, g).astype(dtype);
+  SdpaOptions o;
+  o.impl = SdpaImpl::fused;
+  const SdpaResult r = scaled_dot_product_attention(Q, K, V, s.vis, o);
+  const auto grads = grad(r.output, {Q, K, V}, G);
+  return {r.output.value(), grads[0], grads[1], grads[2]};
+}
+
+// ||a - ref|| / ||ref|| (a float32, ref float64).
+double rel_error(const Array& a, const Array& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = a.flat(i) - ref.flat(i);
+    num += d * d;
+    den += ref.flat(i) * ref.flat(i);
+  }
+  return std::sqrt(num / den);
+}
+
+std::size_t differing_bits(const Array& a, const Array& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const float x = a.data<float>()[i], y = b.data<float>()[i];
+    if (std::memcmp(&x, &y, sizeof x) != 0) ++n;
+  }
+  return n;
+}
+
+std::vector<Shape4> shapes() {
+  std::vector<Shape4> v;
+  v.push_back({"causal, 3 blocks, GQA, d 32", 1, 4, 2, 300, 32, 32, Visibility::causal(300, 300)});
+  v.push_back({"no mask, d_k 64 d_v 32", 2, 2, 2, 150, 64, 32, Visibility::all()});
+  // documents from keys 41 and 157: blocks whose key ranges start at odd keys, tiles whose
+  // first rows are odd
+  IndexArray docs({1, 260}, std::vector<std::int64_t>(260));
+  for (std::size_t i = 0; i < 260; ++i) docs.data[i] = i < 41 ? 0 : (i < 157 ? 1 : 2);
+  v.push_back({"documents at odd keys, d 32", 1, 2, 1, 260, 32, 32, Visibility::documents(docs)});
+  v.push_back({"sliding window 45, d 64", 1, 2, 2, 200, 64, 64,
+               Visibility::sliding_window(200, 200, 45)});
+  return v;
+}
+
+std::string forced() {
+  const char* e = std::getenv("XGRAD_BF16_ATTENTION");
+  return e ? e : "";
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 attention: the choice follows XGRAD_BF16_ATTENTION and what this CPU has", "[attention_bf16]") {
+  const tile::Bf16Choice& c = tile::bf16_choice();
+  INFO("choice: " << bfloat16_attention_kernels() << "; AMX: "
+                  << (blas::amx::available() ? std::string("available") : blas::amx::unavailable_reason()));
+  if (forced() == "off") {
+    CHECK_FALSE(c.use);
+    CHECK(c.why == "XGRAD_BF16_ATTENTION=off");
+  } else if (!blas::amx::available()) {
+    CHECK_FALSE(c.use);
+    CHECK(c.why.find("no AMX bfloat16 tiles") == 0);
+  } else if (forced() == "on") {
+    CHECK(c.use);
+  } else {
+    CHECK(c.why.find("measured at") != std::string::npos);
+  }
+  CHECK(bfloat16_attention_kernels().find(c.use ? "AMX bfloat16 tiles (" : "float32 (") == 0);
+}
+
+TEST_CASE("bfloat16 attention: within bfloat16 rounding of float64 and the products counted", "[attention_bf16]") {
+  bool bf16_products = false;  // the CPU runs bfloat16 products at all (else --dtype bfloat16 is float32)
+  {
+    const MatmulDtypeScope scope(MatmulDtype::bfloat16);
+    bf16_products = effective_matmul_dtype() == MatmulDtype::bfloat16;
+  }
+  const bool ran = tile::bf16_choice().use && bf16_products;
+  for (const Shape4& s : shapes()) {
+    INFO(s.name << "; " << bfloat16_attention_kernels() << "; bfloat16 products " << bfloat16_gemm_kernels());
+    const Outputs ref = fused(s, DType::float64, MatmulDtype::float32);
+    const Outputs f32 = fused(s, DType::float32, MatmulDtype::float32);
+    const std::uint64_t before = blas::amx::calls();
+    const Outputs b16 = fused(s, DType::float32, MatmulDtype::bfloat16);
+    const std::uint64_t products = blas::amx::calls() - before;
+    if (!ran) {  // float32 products: float32's bits
+      CHECK(products == 0);
+      CHECK(differing_bits(b16.O, f32.O) == 0);
+      CHECK(differing_bits(b16.dQ, f32.dQ) == 0);
+      CHECK(differing_bits(b16.dK, f32.dK) == 0);
+      CHECK(differing_bits(b16.dV, f32.dV) == 0);
+      continue;
+    }
+    CHECK(products > 0);
+    // Each product's inputs carry a relative rounding error of at most u = 2^-8; the scores
+    // (inputs in [-1, 1], |scale q.k| up to sqrt(d)) pass theirs through e^x, and the weights
+    // and dU are rounded again before their products: about u in norm (0.2-0.35% measured on
+    // these shapes). Bound: 2u = 0.78%.
+    // float32 products stay near 1e-6, so the bound also says the products were rounded.
+    const double bound = 2.0 / 256;
+    const Array* got[] = {&b16.O, &b16.dQ, &b16.dK, &b16.dV};
+    const Array* want[] = {&ref.O, &ref.dQ, &ref.dK, &ref.dV};
+    const Array* single[] = {&f32.O, &f32.dQ, &f32.dK, &f32.dV};
+    const char* names[] = {"O", "dQ", "dK", "dV"};
+    for (int t = 0; t < 4; ++t) {
+      const double e = rel_error(*got[t], *want[t]), e32 = rel_error(*single[t], *want[t]);
+      INFO(names[t] << ": relative error " << std::setprecision(6) << e << " (float32 products " << e32 << ")");
+      CHECK(e <= bound);
+      CHECK(e > 20 * e32);
+    }
+  }
+}
+
+// With at least as many (batch, kv head) groups as threads each group's dK and dV are summed by
+// one thread in one order (with fewer, per-thread parts are added: float32 differs there too).
+TEST_CASE("bfloat16 attention: the bits do not depend on the thread count", "[attention_bf16]") {
+  Shape4 s = shapes()[2];  // odd starts: every path of the products
+  s.H_kv = s.H_q = 2;
+  const int threads = num_threads();
+  set_num_threads(1);
+  const Outputs one = fused(s, DType::float32, MatmulDtype::bfloat16);
+  set_num_threads(2);
+  const Outputs two = fused(s, DType::float32, MatmulDtype::bfloat16);
+  set_num_threads(threads);
+  INFO(bfloat16_attention_kernels());
+  CHECK(differing_bits(one.O, two.O) == 0);
+  CHECK(differing_bits(one.dQ, two.dQ) == 0);
+  CHECK(differing_bits(one.dK, two.dK) == 0);
+  CHECK(differing_bits(one.dV, two.dV) == 0);
+}
