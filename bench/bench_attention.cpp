@@ -48,7 +48,6 @@ void run(const bench::AttentionFlags& f, const std::string& dtype) {
                     (dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16
                          ? " (bfloat16 asked for: " + bfloat16_matmul_unavailable_reason() + ")"
                          : ""));
-  if (dtype == "bfloat16") bench::print_line("bfloat16 attention: " + nn::bfloat16_attention_kernels());
 
   Generator gen(f.seed);
   Tensor Q = randn({f.batch, f.heads, f.seq, f.dh}, gen, DType::float32, true);
