@@ -113,13 +113,12 @@ XGRAD_AMX_TARGET void release() {
 
 inline __mmask16 lanes(std::size_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
 
-// bfloat16 of alpha x[0..n) (zeros up to 32; n <= 32) as 16 words, in order.
-XGRAD_AMX_TARGET inline __m512i round32(const float* x, std::size_t n, float alpha) {
-  __m512 lo = _mm512_maskz_loadu_ps(lanes(n), x);
-  __m512 hi = _mm512_maskz_loadu_ps(lanes(n > 16 ? n - 16 : 0), x + 16);
+// bfloat16 of alpha lo (the low 16 halves) and alpha hi (the high 16) as 16 words.
+XGRAD_AMX_TARGET inline __m512i to_bf16(__m512 lo, __m512 hi, float alpha) {
   if (alpha != 1.0f) {
-    lo = _mm512_mul_ps(lo, _mm512_set1_ps(alpha));
-    hi = _mm512_mul_ps(hi, _mm512_set1_ps(alpha));
+    const __m512 s = _mm512_set1_ps(alpha);
+    lo = _mm512_mul_ps(lo, s);
+    hi = _mm512_mul_ps(hi, s);
   }
   const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
   __m512i w;
@@ -127,20 +126,17 @@ XGRAD_AMX_TARGET inline __m512i round32(const float* x, std::size_t n, float alp
   return w;
 }
 
+// bfloat16 of alpha x[0..n) (zeros up to 32; n <= 32) as 16 words, in order.
+XGRAD_AMX_TARGET inline __m512i round32(const float* x, std::size_t n, float alpha) {
+  return to_bf16(_mm512_maskz_loadu_ps(lanes(n), x), _mm512_maskz_loadu_ps(lanes(n > 16 ? n - 16 : 0), x + 16), alpha);
+}
+
 // Words (alpha r0[j], alpha r1[j]) for j < n (n <= 16), zeros beyond; r1 null: zero high halves.
 XGRAD_AMX_TARGET inline __m512i pairs(const float* r0, const float* r1, std::size_t n, float alpha) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
                                        5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  __m512 a = _mm512_maskz_loadu_ps(lanes(n), r0);
-  __m512 b = r1 ? _mm512_maskz_loadu_ps(lanes(n), r1) : _mm512_setzero_ps();
-  if (alpha != 1.0f) {
-    a = _mm512_mul_ps(a, _mm512_set1_ps(alpha));
-    b = _mm512_mul_ps(b, _mm512_set1_ps(alpha));
-  }
-  const __m512bh v = _mm512_cvtne2ps_pbh(b, a);
-  __m512i w;
-  std::memcpy(&w, &v, sizeof w);
-  return _mm512_permutexvar_epi16(idx, w);
+  const __m512 b = r1 ? _mm512_maskz_loadu_ps(lanes(n), r1) : _mm512_setzero_ps();
+  return _mm512_permutexvar_epi16(idx, to_bf16(_mm512_maskz_loadu_ps(lanes(n), r0), b, alpha));
 }
 
 // out[c * ldo + r] = in[r * ldi + c] for a 16 x 16 block of 32-bit words (an exact copy).
