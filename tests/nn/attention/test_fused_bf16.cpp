@@ -167,3 +167,23 @@ TEST_CASE("bfloat16 attention: the bits do not depend on the thread count", "[at
   CHECK(differing_bits(one.dK, two.dK) == 0);
   CHECK(differing_bits(one.dV, two.dV) == 0);
 }
+
+TEST_CASE("bfloat16 attention: a score that overflows is the error float32 gives (Algorithm 5.1 step 3)",
+          "[attention_bf16]") {
+  // One query and one key carry 1e20 in feature 0: their score overflows to +inf in either
+  // precision (bfloat16 keeps float32's exponent range); every other input is moderate.
+  Generator g(77);
+  Array q = rnd({1, 2, 70, 32}, g, -1, 1), k = rnd({1, 2, 70, 32}, g, -1, 1);
+  q.set_flat(40 * 32, 1e20);
+  k.set_flat(33 * 32, 1e20);
+  const Tensor Q(q.astype(DType::float32)), K(k.astype(DType::float32)),
+      V(rnd({1, 2, 70, 32}, g, -1, 1).astype(DType::float32));
+  SdpaOptions o;
+  o.impl = SdpaImpl::fused;
+  for (const MatmulDtype mode : {MatmulDtype::float32, MatmulDtype::bfloat16}) {
+    INFO(matmul_dtype_name(mode) << "; " << bfloat16_attention_kernels());
+    const MatmulDtypeScope scope(mode);
+    CHECK_THROWS_WITH(scaled_dot_product_attention(Q, K, V, Visibility::causal(70, 70), o),
+                      Catch::Contains("batch 0, head 0, query 40, key 33") && Catch::Contains("step 3"));
+  }
+}
