@@ -10,6 +10,8 @@
 #include <cstring>
 #include <iomanip>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/core/detail/amx_gemm.hpp>
@@ -34,16 +36,21 @@ struct Outputs {
   Array O, dQ, dK, dV;
 };
 
-// Fused attention forward and backward of `s` on fixed random inputs in `dtype`, under `mode`.
-Outputs fused(const Shape4& s, DType dtype, MatmulDtype mode) {
+// Fused attention forward and backward of `s` on fixed random inputs in `dtype`, under `mode`,
+// with dropout p on the weights (the same mask in every call: a generator of the same seed).
+Outputs fused(const Shape4& s, DType dtype, MatmulDtype mode, double dropout = 0.0) {
   const MatmulDtypeScope scope(mode);
   Generator g(29);
   Tensor Q(rnd({s.B, s.H_q, s.T, s.d_k}, g, -1, 1).astype(dtype), true);
   Tensor K(rnd({s.B, s.H_kv, s.T, s.d_k}, g, -1, 1).astype(dtype), true);
   Tensor V(rnd({s.B, s.H_kv, s.T, s.d_v}, g, -1, 1).astype(dtype), true);
   const Array G = rnd({s.B, s.H_q, s.T, s.d_v}, g).astype(dtype);
+  Generator drop(31);
   SdpaOptions o;
   o.impl = SdpaImpl::fused;
+  o.dropout_p = dropout;
+  o.training = dropout > 0;
+  o.generator = &drop;
   const SdpaResult r = scaled_dot_product_attention(Q, K, V, s.vis, o);
   const auto grads = grad(r.output, {Q, K, V}, G);
   return {r.output.value(), grads[0], grads[1], grads[2]};
@@ -115,12 +122,16 @@ TEST_CASE("bfloat16 attention: within bfloat16 rounding of float64 and the produ
     bf16_products = effective_matmul_dtype() == MatmulDtype::bfloat16;
   }
   const bool ran = tile::bf16_choice().use && bf16_products;
-  for (const Shape4& s : shapes()) {
-    INFO(s.name << "; " << bfloat16_attention_kernels() << "; bfloat16 products " << bfloat16_gemm_kernels());
-    const Outputs ref = fused(s, DType::float64, MatmulDtype::float32);
-    const Outputs f32 = fused(s, DType::float32, MatmulDtype::float32);
+  std::vector<std::pair<Shape4, double>> runs;  // (shape, dropout)
+  for (const Shape4& s : shapes()) runs.emplace_back(s, 0.0);
+  runs.emplace_back(shapes()[0], 0.25);  // the backward's dropout branch
+  for (const auto& [s, dropout] : runs) {
+    INFO(s.name << ", dropout " << dropout << "; " << bfloat16_attention_kernels() << "; bfloat16 products "
+                << bfloat16_gemm_kernels());
+    const Outputs ref = fused(s, DType::float64, MatmulDtype::float32, dropout);
+    const Outputs f32 = fused(s, DType::float32, MatmulDtype::float32, dropout);
     const std::uint64_t before = blas::amx::calls();
-    const Outputs b16 = fused(s, DType::float32, MatmulDtype::bfloat16);
+    const Outputs b16 = fused(s, DType::float32, MatmulDtype::bfloat16, dropout);
     const std::uint64_t products = blas::amx::calls() - before;
     if (!ran) {  // float32 products: float32's bits
       CHECK(products == 0);
