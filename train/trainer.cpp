@@ -461,6 +461,14 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
   const TrainOptions& o = s.o;
   const ModelInfo& info = s.model.task->info();
   const std::string others = describe_options(o);
+  // The kernels chosen on this CPU (docs/performance.md, "GEMM: which library computes the
+  // products"), asked first: a variable that forces one with an unknown value fails before any
+  // line is written.
+  std::string kernels = "kernels: float32 GEMM " + float32_gemm_kernels();
+  if (o.dtype == "float64") kernels += "; float64 GEMM " + float64_gemm_kernels();
+  if (o.dtype == "bfloat16")
+    kernels += "; bfloat16 products " + bfloat16_gemm_kernels() + "; bfloat16 attention " +
+               nn::bfloat16_attention_kernels();
   // The model's kind as people name it: a decoder of Llama blocks is "llama", not "gpt".
   const std::string kind = info.kind == ModelKind::gpt ? nn::architecture_name(info.config.arch) : model_kind_name(info.kind);
   s.console.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
@@ -472,13 +480,7 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
-  // The kernels chosen on this CPU (docs/performance.md, "GEMM: which library computes the products").
-  s.console.out << "kernels: float32 GEMM " << float32_gemm_kernels();
-  if (o.dtype == "float64") s.console.out << "; float64 GEMM " << float64_gemm_kernels();
-  if (o.dtype == "bfloat16")
-    s.console.out << "; bfloat16 products " << bfloat16_gemm_kernels() << "; bfloat16 attention "
-                  << nn::bfloat16_attention_kernels();
-  s.console.out << "\n";
+  s.console.out << kernels << "\n";
   s.console.out << s.model.task->describe_data();
   s.console.out << describe_adapters(s.adapters, o);
   if (o.dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16)
