@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -421,18 +422,56 @@ F64Kernel own_kernel(const std::string& ceiling) {
   return ceiling == "avx512" ? F64Kernel::xgrad_avx512 : F64Kernel::xgrad_avx2;
 }
 
+}  // namespace
+
+ForcedKernel forced_kernel(const char* variable, const char* name) {
+  static const char* const kNames[] = {"float64_gemm", "float32_gemv", "bf16_gemm", "bf16_attention"};
+  const char* own = std::getenv(variable);
+  ForcedKernel f{own ? own : "", variable};
+  const char* all = std::getenv("XGRAD_KERNELS");
+  if (!all || !*all) return f;
+  const std::string text = all;
+  std::string found;
+  bool seen = false;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string entry = text.substr(start, end - start);
+    start = end + 1;
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ValueError(op_message("XGRAD_KERNELS", "entry '" + entry + "' of '" + text +
+                                                       "' is not name=value (names: float64_gemm, float32_gemv, "
+                                                       "bf16_gemm, bf16_attention)"));
+    const std::string key = entry.substr(0, eq);
+    if (std::find_if(std::begin(kNames), std::end(kNames), [&](const char* n) { return key == n; }) == std::end(kNames))
+      throw ValueError(op_message("XGRAD_KERNELS", "unknown kernel '" + key +
+                                                       "' (float64_gemm, float32_gemv, bf16_gemm or bf16_attention)"));
+    if (key != name) continue;
+    if (seen) throw ValueError(op_message("XGRAD_KERNELS", "'" + key + "' is set twice in '" + text + "'"));
+    seen = true;
+    found = entry.substr(eq + 1);
+  }
+  if (!seen) return f;
+  if (own && found != own)
+    throw ValueError(op_message("XGRAD_KERNELS", std::string(name) + "=" + found + " conflicts with " + variable +
+                                                     "=" + own));
+  return {found, std::string("XGRAD_KERNELS ") + name};
+}
+
+namespace {
+
 F64Choice choose_f64() {
   const std::string ceiling = isa_ceiling();  // cpuid, capped by set_max_isa / XGRAD_ISA
-  const char* env = std::getenv("XGRAD_FLOAT64_GEMM");
-  const std::string force = env ? env : "";
-  if (force == "openblas") return {F64Kernel::openblas, "XGRAD_FLOAT64_GEMM=openblas"};
+  const ForcedKernel f = forced_kernel("XGRAD_FLOAT64_GEMM", "float64_gemm");
+  const std::string& force = f.value;
+  if (force == "openblas") return {F64Kernel::openblas, f.setting()};
   if (force == "xgrad") {
     if (ceiling == "none")
-      throw Error(op_message("XGRAD_FLOAT64_GEMM", "xgrad's float64 kernel needs AVX2 + FMA, which this CPU lacks"));
-    return {own_kernel(ceiling), "XGRAD_FLOAT64_GEMM=xgrad"};
+      throw Error(op_message(f.source, "xgrad's float64 kernel needs AVX2 + FMA, which this CPU lacks"));
+    return {own_kernel(ceiling), f.setting()};
   }
   if (!force.empty() && force != "auto")
-    throw ValueError(op_message("XGRAD_FLOAT64_GEMM", "unknown value '" + force + "' (xgrad, openblas or auto)"));
+    throw ValueError(op_message(f.source, "unknown value '" + force + "' (xgrad, openblas or auto)"));
   const std::string core = openblas_corename();
   if (ceiling == "none") return {F64Kernel::openblas, "the CPU has no AVX2 + FMA"};
   if (openblas_core_is_vector(core))
@@ -524,12 +563,12 @@ GemvKernel own_gemv(const std::string& ceiling) {
 
 GemvChoice choose_gemv() {
   const std::string ceiling = isa_ceiling();  // cpuid, capped by set_max_isa / XGRAD_ISA
-  const char* env = std::getenv("XGRAD_FLOAT32_GEMV");
-  const std::string force = env ? env : "";
-  if (force == "openblas") return {GemvKernel::openblas, "XGRAD_FLOAT32_GEMV=openblas"};
-  if (force == "xgrad") return {own_gemv(ceiling), "XGRAD_FLOAT32_GEMV=xgrad"};
+  const ForcedKernel f = forced_kernel("XGRAD_FLOAT32_GEMV", "float32_gemv");
+  const std::string& force = f.value;
+  if (force == "openblas") return {GemvKernel::openblas, f.setting()};
+  if (force == "xgrad") return {own_gemv(ceiling), f.setting()};
   if (!force.empty() && force != "auto")
-    throw ValueError(op_message("XGRAD_FLOAT32_GEMV", "unknown value '" + force + "' (xgrad, openblas or auto)"));
+    throw ValueError(op_message(f.source, "unknown value '" + force + "' (xgrad, openblas or auto)"));
   const std::string core = openblas_corename();
   if (ceiling == "none") return {GemvKernel::openblas, "the CPU has no AVX2 + FMA"};
   if (openblas_core_is_avx2_only(core))
@@ -719,22 +758,20 @@ std::string ratio_text(double r) {
 // The bfloat16 decision, made once per process (XGRAD_BF16_GEMM, then the calibrations).
 Bf16Choice choose_bf16() {
   setup();  // oneDNN's ISA ceiling before any oneDNN call
-  const char* env = std::getenv("XGRAD_BF16_GEMM");
-  const std::string force = env ? env : "";
-  if (force == "off") return {"XGRAD_BF16_GEMM=off", Bf16Kernel::xgrad, ""};
-  if (force == "xgrad") return {"", Bf16Kernel::xgrad, "XGRAD_BF16_GEMM=xgrad"};
+  const ForcedKernel f = forced_kernel("XGRAD_BF16_GEMM", "bf16_gemm");
+  const std::string& force = f.value;
+  if (force == "off") return {f.setting(), Bf16Kernel::xgrad, ""};
+  if (force == "xgrad") return {"", Bf16Kernel::xgrad, f.setting()};
   if (force == "onednn") {
     if (!bf16::onednn_supported())
-      throw Error(op_message("XGRAD_BF16_GEMM", "oneDNN's bfloat16 products need xgrad built with oneDNN "
-                                                "(XGRAD_WITH_ONEDNN), which this build is not"));
-    return {"", Bf16Kernel::onednn, "XGRAD_BF16_GEMM=onednn"};
+      throw Error(op_message(f.source, "oneDNN's bfloat16 products need xgrad built with oneDNN "
+                                       "(XGRAD_WITH_ONEDNN), which this build is not"));
+    return {"", Bf16Kernel::onednn, f.setting()};
   }
   const bool amx = bf16::onednn_supported() && bf16::onednn_uses_amx();
-  if (force == "on")
-    return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad,
-            std::string("XGRAD_BF16_GEMM=on") + (amx ? ", oneDNN runs on AMX" : "")};
+  if (force == "on") return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad, f.setting() + (amx ? ", oneDNN runs on AMX" : "")};
   if (!force.empty() && force != "auto")
-    throw ValueError(op_message("XGRAD_BF16_GEMM", "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
+    throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
   std::string measured;
   if (amx) {
     const double r = bf16::onednn_measured_speedup();

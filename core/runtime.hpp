@@ -29,19 +29,22 @@ std::string float32_gemm_kernels();
 /// "OpenBLAS", and why, e.g. "xgrad avx512 (OpenBLAS core Prescott has no AVX2 or AVX-512
 /// dgemm kernels)". Chosen at the first float64 matmul: the own kernel where OpenBLAS runs a core
 /// without AVX2/AVX-512 dgemm kernels and the CPU has AVX2 + FMA, at the ISA ceiling above;
-/// XGRAD_FLOAT64_GEMM=xgrad|openblas|auto forces it (docs/performance.md, "GEMM").
+/// XGRAD_FLOAT64_GEMM=xgrad|openblas|auto (or XGRAD_KERNELS=float64_gemm=...) forces it
+/// (docs/performance.md, "GEMM").
 std::string float64_gemm_kernels();
 /// What float32 matrix-vector products (one row or one column: batch-1 decoding) run on:
 /// "xgrad avx512", "xgrad avx2", "xgrad scalar" (xgrad's own kernel) or "OpenBLAS" (its
 /// sgemv), and why; chosen at the first such product: OpenBLAS where its core is an AVX2 one
 /// (Haswell, Zen) or the CPU lacks AVX2 + FMA, xgrad's kernel otherwise;
-/// XGRAD_FLOAT32_GEMV=xgrad|openblas|auto forces it (docs/performance.md, "GEMM").
+/// XGRAD_FLOAT32_GEMV=xgrad|openblas|auto (or XGRAD_KERNELS=float32_gemv=...) forces it
+/// (docs/performance.md, "GEMM").
 std::string float32_gemv_kernels();
 /// What bfloat16 products (xg::set_matmul_dtype) run on and why, e.g. "oneDNN
 /// brg:avx512_core_amx_bf16 (measured at 3.41x float32)" (AMX tiles), "xgrad avx512_bf16
 /// (bfloat16 dot products measured at 1.98x float32 FMAs)", or "none (<why not>)" where
 /// `--dtype bfloat16` computes in float32. Chosen at the first request by a short calibration;
-/// XGRAD_BF16_GEMM=auto|on|off|xgrad|onednn forces it (docs/performance.md, "bfloat16").
+/// XGRAD_BF16_GEMM=auto|on|off|xgrad|onednn (or XGRAD_KERNELS=bf16_gemm=...) forces it
+/// (docs/performance.md, "bfloat16").
 std::string bfloat16_gemm_kernels();
 /// OpenBLAS's core: the kernels it runs on this CPU (openblas_get_corename()), e.g. "Haswell",
 /// "SkylakeX" or "Prescott", its SSE3 fallback for a CPU model it does not know.

@@ -93,14 +93,14 @@ std::string ratio_text(double r) {
 }
 
 Bf16Choice choose_bf16() {
-  const char* env = std::getenv("XGRAD_BF16_ATTENTION");
-  const std::string force = env ? env : "";
+  const blas::ForcedKernel f = blas::forced_kernel("XGRAD_BF16_ATTENTION", "bf16_attention");
+  const std::string& force = f.value;
   if (!force.empty() && force != "auto" && force != "on" && force != "off")
-    throw ValueError(op_message("XGRAD_BF16_ATTENTION", "unknown value '" + force + "' (auto, on or off)"));
-  if (force == "off") return {false, "XGRAD_BF16_ATTENTION=off"};
+    throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on or off)"));
+  if (force == "off") return {false, f.setting()};
   const std::string why_not = blas::amx::unavailable_reason();  // (the ISA ceiling included)
   if (!why_not.empty()) return {false, "no AMX bfloat16 tiles: " + why_not};
-  if (force == "on") return {true, "XGRAD_BF16_ATTENTION=on"};
+  if (force == "on") return {true, f.setting()};
   const double r = measure_bf16_speedup(*kernels());
   if (r >= kMinBf16Speedup) return {true, "tile products measured at " + ratio_text(r) + " float32"};
   return {false, "AMX tile products measured at " + ratio_text(r) + " float32 (they need " +

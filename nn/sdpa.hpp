@@ -42,7 +42,8 @@ enum class SdpaImpl { automatic, composed, fused };
 /// (xg::set_matmul_dtype), and why: "AMX bfloat16 tiles (tile products measured at 2.90x
 /// float32)", or "float32 (<why not>)" where they keep float32 inputs (no AMX, or AMX measured
 /// slower). Chosen once per process at the first call, or at the first fused attention under
-/// bfloat16, by a short calibration; XGRAD_BF16_ATTENTION=auto|on|off forces it, another value
+/// bfloat16, by a short calibration; XGRAD_BF16_ATTENTION=auto|on|off (or
+/// XGRAD_KERNELS=bf16_attention=...) forces it, another value
 /// throws ValueError (docs/performance.md, "bfloat16 mixed precision"). The composed path's
 /// products follow ops::matmul.
 std::string bfloat16_attention_kernels();

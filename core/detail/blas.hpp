@@ -44,6 +44,21 @@ bool onednn_available();
 // The vector ISA of the float32 GEMM kernels: "avx512", "avx2" (oneDNN's effective ISA, which
 // is the CPU's widest up to the ceiling), or "openblas" when float32 runs on OpenBLAS.
 std::string sgemm_isa();
+// A kernel choice forced from the environment: by its own variable (XGRAD_FLOAT64_GEMM,
+// XGRAD_FLOAT32_GEMV, XGRAD_BF16_GEMM, XGRAD_BF16_ATTENTION) or by its entry in XGRAD_KERNELS,
+// which sets any of them in one variable: comma-separated name=value pairs with the names
+// float64_gemm, float32_gemv, bf16_gemm and bf16_attention ("bf16_gemm=off,float32_gemv=xgrad").
+// value "" when neither sets it; source names where it came from ("XGRAD_BF16_GEMM" or
+// "XGRAD_KERNELS bf16_gemm"), for messages; setting() is "source=value". XGRAD_KERNELS with an
+// unknown name, an entry that is not name=value, a name twice, or a value that differs from the
+// one the name's own variable sets throws ValueError naming it. (Values are checked by the
+// choice that reads them.)
+struct ForcedKernel {
+  std::string value, source;
+  std::string setting() const { return source + "=" + value; }
+};
+ForcedKernel forced_kernel(const char* variable, const char* name);
+
 // The CPU's widest FMA vector ISA: "avx512", "avx2" or "none" (cpuid, at run time).
 std::string cpu_isa();
 // Ceiling for the float32 kernels: "avx2" or "avx512" (the default: the CPU's widest). The

@@ -56,7 +56,8 @@ const Kernels* kernels();
 
 /// Whether the fused attention runs its tile products on AMX tiles with bfloat16 operands under
 /// bfloat16 mixed precision (xg::set_matmul_dtype; nn/flash_attention.cpp, Bf16Products), and
-/// why; decided at the first call, once per process. XGRAD_BF16_ATTENTION=off never does,
+/// why; decided at the first call, once per process. XGRAD_BF16_ATTENTION (or its entry
+/// bf16_attention in XGRAD_KERNELS, core/detail/blas.hpp) =off never does,
 /// =on wherever blas::amx::available() (AMX and the avx512 ISA ceiling), =auto (the default)
 /// where a tile product measures at least kMinBf16Speedup times the float32 kernels' in a short
 /// calibration on the calling thread (128 x 64 x 64, A row-major and transposed, 3 alternating

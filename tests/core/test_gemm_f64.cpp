@@ -39,8 +39,7 @@ std::vector<F64Kernel> available_kernels() {
 F64Kernel expected_kernel() {
   const std::string ceiling = blas::isa_ceiling();
   const F64Kernel own = ceiling == "avx512" ? F64Kernel::xgrad_avx512 : F64Kernel::xgrad_avx2;
-  const char* env = std::getenv("XGRAD_FLOAT64_GEMM");
-  const std::string force = env ? env : "";
+  const std::string force = blas::forced_kernel("XGRAD_FLOAT64_GEMM", "float64_gemm").value;
   if (force == "openblas") return F64Kernel::openblas;
   if (force == "xgrad") return own;
   if (ceiling == "none") return F64Kernel::openblas;

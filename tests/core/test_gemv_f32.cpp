@@ -42,8 +42,7 @@ GemvKernel expected_kernel() {
   const GemvKernel own = ceiling == "avx512" ? GemvKernel::xgrad_avx512
                          : ceiling == "avx2" ? GemvKernel::xgrad_avx2
                                              : GemvKernel::xgrad_scalar;
-  const char* env = std::getenv("XGRAD_FLOAT32_GEMV");
-  const std::string force = env ? env : "";
+  const std::string force = blas::forced_kernel("XGRAD_FLOAT32_GEMV", "float32_gemv").value;
   if (force == "openblas") return GemvKernel::openblas;
   if (force == "xgrad") return own;
   if (ceiling == "none") return GemvKernel::openblas;

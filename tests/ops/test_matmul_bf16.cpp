@@ -48,10 +48,7 @@ bool xisa_avx2() {
   return env && std::string(env) == "avx2";
 }
 
-std::string bf16_forced() {
-  const char* env = std::getenv("XGRAD_BF16_GEMM");
-  return env ? env : "";
-}
+std::string bf16_forced() { return blas::forced_kernel("XGRAD_BF16_GEMM", "bf16_gemm").value; }
 
 // C = alpha op(A) op(B) + beta C through `f` (gemm_block or gemm_bf16) against float64 on the
 // rounded inputs: each entry within (K + 2) 2^-24 (|alpha| sum |a~||b~| + |beta c|), the
@@ -298,7 +295,7 @@ TEST_CASE("bf16 products are chosen by the measured speed of the CPU's dot produ
     return;
   }
   if (forced == "off") {
-    CHECK(reason == "XGRAD_BF16_GEMM=off");
+    CHECK(reason == blas::forced_kernel("XGRAD_BF16_GEMM", "bf16_gemm").setting());
     return;
   }
   // auto: the decision follows the calibrations, oneDNN's AMX products first where oneDNN has

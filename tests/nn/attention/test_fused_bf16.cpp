@@ -15,6 +15,7 @@
 
 #include "tests/support/helpers.hpp"
 #include <xgrad/core/detail/amx_gemm.hpp>
+#include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/nn/detail/flash_tile.hpp>
@@ -90,10 +91,7 @@ std::vector<Shape4> shapes() {
   return v;
 }
 
-std::string forced() {
-  const char* e = std::getenv("XGRAD_BF16_ATTENTION");
-  return e ? e : "";
-}
+std::string forced() { return blas::forced_kernel("XGRAD_BF16_ATTENTION", "bf16_attention").value; }
 
 }  // namespace
 
@@ -103,7 +101,7 @@ TEST_CASE("bfloat16 attention: the choice follows XGRAD_BF16_ATTENTION and what 
                   << (blas::amx::available() ? std::string("available") : blas::amx::unavailable_reason()));
   if (forced() == "off") {
     CHECK_FALSE(c.use);
-    CHECK(c.why == "XGRAD_BF16_ATTENTION=off");
+    CHECK(c.why == blas::forced_kernel("XGRAD_BF16_ATTENTION", "bf16_attention").setting());
   } else if (!blas::amx::available()) {
     CHECK_FALSE(c.use);
     CHECK(c.why.find("no AMX bfloat16 tiles") == 0);
