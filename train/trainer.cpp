@@ -197,6 +197,7 @@ struct Session {
   TrainOptions o;
   dist::Communicator& comm;
   const int world;
+  std::string kernels;  // the "kernels: ..." line (kernels_line), asked for before the run folder opens
   const bool root;
   Console console;
   SavedState resume;
@@ -456,19 +457,24 @@ void open_run_folder(Session& s) {
   });
 }
 
-// The lines that say what is trained.
-void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shard& shard) {
-  const TrainOptions& o = s.o;
-  const ModelInfo& info = s.model.task->info();
-  const std::string others = describe_options(o);
-  // The kernels chosen on this CPU (docs/performance.md, "GEMM: which library computes the
-  // products"), asked first: a variable that forces one with an unknown value fails before any
-  // line is written.
+// The kernels chosen on this CPU (docs/performance.md, "GEMM: which library computes the
+// products"), as one line. run_training asks for it before the run folder opens: a variable
+// that forces a kernel with an unknown value (XGRAD_KERNELS, XGRAD_BF16_ATTENTION, ...) fails
+// the run before anything is written or created.
+std::string kernels_line(const TrainOptions& o) {
   std::string kernels = "kernels: float32 GEMM " + float32_gemm_kernels();
   if (o.dtype == "float64") kernels += "; float64 GEMM " + float64_gemm_kernels();
   if (o.dtype == "bfloat16")
     kernels += "; bfloat16 products " + bfloat16_gemm_kernels() + "; bfloat16 attention " +
                nn::bfloat16_attention_kernels();
+  return kernels;
+}
+
+// The lines that say what is trained.
+void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shard& shard) {
+  const TrainOptions& o = s.o;
+  const ModelInfo& info = s.model.task->info();
+  const std::string others = describe_options(o);
   // The model's kind as people name it: a decoder of Llama blocks is "llama", not "gpt".
   const std::string kind = info.kind == ModelKind::gpt ? nn::architecture_name(info.config.arch) : model_kind_name(info.kind);
   s.console.out << "xgrad train: task " << o.task << ", " << kind << " d_model " << o.d_model << ", heads " << o.heads
@@ -480,7 +486,7 @@ void describe(Session& s, const dist::GradientReducer& reducer, const dist::Shar
         << (others.empty() ? "" : "; " + others) << "; out " << o.out
         << (s.start > 0 ? "; resumed at step " + std::to_string(s.start) : "") << "; " << s.threads
         << (s.threads == 1 ? " thread" : " threads") << (s.world > 1 ? " per rank" : "") << "\n";
-  s.console.out << kernels << "\n";
+  s.console.out << s.kernels << "\n";
   s.console.out << s.model.task->describe_data();
   s.console.out << describe_adapters(s.adapters, o);
   if (o.dtype == "bfloat16" && effective_matmul_dtype() != MatmulDtype::bfloat16)
@@ -712,6 +718,7 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   set_num_threads(s.threads);
   // --dtype bfloat16: the run's float32 matmuls take bfloat16 inputs (restored when the run ends).
   const MatmulDtypeScope matmul_dtype(s.o.dtype == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32);
+  s.kernels = kernels_line(s.o);  // (every rank: the same variables fail every rank at once)
   build(s);
   open_run_folder(s);
 
