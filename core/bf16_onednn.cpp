@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/calibrate.hpp>
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/parallel.hpp>
 
@@ -249,25 +250,13 @@ double onednn_measured_speedup() {
   std::vector<float> A(M * K), B(K * N), C(M * N);
   for (std::size_t i = 0; i < A.size(); ++i) A[i] = float(int(i * 7919 % 255) - 127) / 128.0f;
   for (std::size_t i = 0; i < B.size(); ++i) B[i] = float(int(i * 104729 % 251) - 125) / 128.0f;
-  const auto time = [](auto&& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
   const auto f32 = [&] {
     omp_single();
     dnnl_sgemm('N', 'N', M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
   };
   const auto b16 = [&] { product(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N, false); };
   try {
-    f32();
-    b16();
-    double best32 = 1e30, best16 = 1e30;
-    for (int round = 0; round < 3; ++round) {
-      best32 = std::min(best32, time(f32));
-      best16 = std::min(best16, time(b16));
-    }
-    return best32 / best16;
+    return detail::measured_speedup(f32, b16, 1);
   } catch (const dnnl::error&) {
     return 0.0;
   }

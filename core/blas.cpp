@@ -3,12 +3,12 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <iterator>
 #include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -426,6 +426,7 @@ F64Kernel own_kernel(const std::string& ceiling) {
 
 ForcedKernel forced_kernel(const char* variable, const char* name) {
   static const char* const kNames[] = {"float64_gemm", "float32_gemv", "bf16_gemm", "bf16_attention"};
+  static const std::string kNameList = "float64_gemm, float32_gemv, bf16_gemm or bf16_attention";
   const char* own = std::getenv(variable);
   ForcedKernel f{own ? own : "", variable};
   const char* all = std::getenv("XGRAD_KERNELS");
@@ -439,13 +440,11 @@ ForcedKernel forced_kernel(const char* variable, const char* name) {
     start = end + 1;
     const std::size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw ValueError(op_message("XGRAD_KERNELS", "entry '" + entry + "' of '" + text +
-                                                       "' is not name=value (names: float64_gemm, float32_gemv, "
-                                                       "bf16_gemm, bf16_attention)"));
+      throw ValueError(op_message("XGRAD_KERNELS", "entry '" + entry + "' of '" + text + "' is not name=value (names: " +
+                                                       kNameList + ")"));
     const std::string key = entry.substr(0, eq);
-    if (std::find_if(std::begin(kNames), std::end(kNames), [&](const char* n) { return key == n; }) == std::end(kNames))
-      throw ValueError(op_message("XGRAD_KERNELS", "unknown kernel '" + key +
-                                                       "' (float64_gemm, float32_gemv, bf16_gemm or bf16_attention)"));
+    if (std::find(std::begin(kNames), std::end(kNames), key) == std::end(kNames))
+      throw ValueError(op_message("XGRAD_KERNELS", "unknown kernel '" + key + "' (" + kNameList + ")"));
     if (key != name) continue;
     if (seen) throw ValueError(op_message("XGRAD_KERNELS", "'" + key + "' is set twice in '" + text + "'"));
     seen = true;
@@ -769,7 +768,8 @@ Bf16Choice choose_bf16() {
     return {"", Bf16Kernel::onednn, f.setting()};
   }
   const bool amx = bf16::onednn_supported() && bf16::onednn_uses_amx();
-  if (force == "on") return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad, f.setting() + (amx ? ", oneDNN runs on AMX" : "")};
+  if (force == "on")
+    return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad, f.setting() + (amx ? ", oneDNN runs on AMX" : "")};
   if (!force.empty() && force != "auto")
     throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
   std::string measured;

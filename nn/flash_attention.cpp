@@ -472,20 +472,28 @@ std::size_t round_up(std::size_t x, std::size_t w) { return (x + w - 1) / w * w;
 // and dU of a tile once per product; the score scale rides on the rounding of Q (forward and
 // backward then see the same scores) and of dU.
 
-// Per-row arrays (m, lz, D) are indexed by the block's row.
-struct F32Products {
+// What both kinds of products read of block R of head h (batch b): its rows of Q and dO (null in
+// the forward pass), its group's K and V, and their row strides. Per-row arrays (m, lz, D) are
+// indexed by the block's row.
+struct BlockOperands {
   const Problem<float>& P;
-  const tile::Kernels& kz;
-  const float *Kt, *Vt;  // the group's panels (transpose_groups)
+  const tile::Kernels& kz;  // the float32 kernels (Bf16Products: the passes after its products)
   const float *Qb, *Kg, *Vg, *dOb;
   std::size_t ldq, ldkk, ldv, ldo;
+  BlockOperands(const Problem<float>& P_, const tile::Kernels& kz_, std::size_t b, std::size_t h, const BlockRows& R,
+                const float* dO)
+      : P(P_), kz(kz_), Qb(P.Q + P.lq.at(b, h, R.i0)), Kg(P.K + P.lk.at(b, h / P.g.r, 0)),
+        Vg(P.V + P.lv.at(b, h / P.g.r, 0)), dOb(dO ? dO + P.lo.at(b, h, R.i0) : nullptr), ldq(P.lq.st),
+        ldkk(P.lk.st), ldv(P.lv.st), ldo(P.lo.st) {}
+};
+
+struct F32Products : BlockOperands {
+  const float *Kt, *Vt;  // the group's panels (transpose_groups)
   static constexpr std::size_t chunk = kChunk;
 
   F32Products(const Problem<float>& P_, const tile::Kernels& kz_, const float* Kt_, const float* Vt_, std::size_t b,
               std::size_t h, const BlockRows& R, const float* dO)
-      : P(P_), kz(kz_), Kt(Kt_), Vt(Vt_), Qb(P.Q + P.lq.at(b, h, R.i0)), Kg(P.K + P.lk.at(b, h / P.g.r, 0)),
-        Vg(P.V + P.lv.at(b, h / P.g.r, 0)), dOb(dO ? dO + P.lo.at(b, h, R.i0) : nullptr), ldq(P.lq.st),
-        ldkk(P.lk.st), ldv(P.lv.st), ldo(P.lo.st) {}
+      : BlockOperands(P_, kz_, b, h, R, dO), Kt(Kt_), Vt(Vt_) {}
   // S[a..e, 0..cols) = scale Q[a..e] K[kb0 .. kb0 + cols)^T
   void scores(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* S) {
     kz.gemm(e - a, cols, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile, false);
@@ -615,19 +623,14 @@ Bf16Buffers& bf16_buffers() {
   return buffers;
 }
 
-struct Bf16Products {
-  const Problem<float>& P;
-  const tile::Kernels& kz;  // the float32 kernels: the passes after the products
-  const float *Qb, *Kg, *Vg, *dOb;
-  std::size_t ldq, ldkk, ldv, ldo, sp;
+struct Bf16Products : BlockOperands {
+  std::size_t sp;
   const std::uint32_t *kd, *kk, *vd, *vk;  // this group's K and V (GroupBf16)
   static constexpr std::size_t chunk = 32;  // two AMX tiles of rows
 
   Bf16Products(const Problem<float>& P_, const tile::Kernels& kz_, const GroupBf16& G, std::size_t b, std::size_t h,
                const BlockRows& R, const float* dO)
-      : P(P_), kz(kz_), Qb(P.Q + P.lq.at(b, h, R.i0)), Kg(P.K + P.lk.at(b, h / P.g.r, 0)),
-        Vg(P.V + P.lv.at(b, h / P.g.r, 0)), dOb(dO ? dO + P.lo.at(b, h, R.i0) : nullptr), ldq(P.lq.st),
-        ldkk(P.lk.st), ldv(P.lv.st), ldo(P.lo.st), sp(G.sp) {
+      : BlockOperands(P_, kz_, b, h, R, dO), sp(G.sp) {
     const Geometry& g = P.g;
     const std::size_t grp = b * g.Hkv + h / g.r;
     const auto at = [&](const std::vector<std::uint32_t>& v, std::size_t d) {  // (a layout the pass has)
@@ -691,7 +694,8 @@ struct Bf16Products {
   Bf16Buffers& buf_ = bf16_buffers();
   std::vector<std::uint32_t>&qa_ = buf_.qa, &qr_ = buf_.qr, &oa_ = buf_.oa, &or_ = buf_.orr, &a_ = buf_.a, &b_ = buf_.b;
   // rows [0, rows) of X (d columns, rows ld apart) in pairs along rows into out, zeros after them
-  static void by_rows(std::size_t rows, std::size_t d, const float* X, std::size_t ld, std::vector<std::uint32_t>& out) {
+  static void by_rows(std::size_t rows, std::size_t d, const float* X, std::size_t ld,
+                      std::vector<std::uint32_t>& out) {
     const std::size_t pairs = (kBlock + 32) / 2, done = (rows + 31) / 32 * 16;
     out.resize(pairs * d);
     blas::amx::round_b(rows, d, X, ld, out.data(), d);

@@ -2,7 +2,6 @@
 #include <xgrad/nn/detail/flash_tile.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 
 #include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/calibrate.hpp>
 #include <xgrad/core/error.hpp>
 
 #if defined(__x86_64__)
@@ -45,22 +45,11 @@ namespace xg::nn::tile {
 
 namespace {
 
-// Seconds of the fastest of `reps` runs of f.
-template <class F> double fastest(int reps, F&& f) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
 // How many times faster a tile product runs on AMX tiles than on the float32 kernels on this
 // thread, as the fused attention runs them: 128 x 64 x 64 with A row-major (the weights times V)
 // and A transposed (their transpose times dO), the AMX side rounding A per product and B once
-// (the attention rounds K, V, Q and dO once per pass or block). 3 alternating rounds, the fastest
-// of each.
+// (the attention rounds K, V, Q and dO once per pass or block): detail::measured_speedup, 20 runs
+// a round.
 double measure_bf16_speedup(const Kernels& f32) {
   constexpr std::size_t M = 128, N = 64, K = 64;
   std::vector<float> A(M * K), B(K * N), C(M * N);
@@ -78,12 +67,7 @@ double measure_bf16_speedup(const Kernels& f32) {
     blas::amx::round_a(M, K, 1.0f, A.data(), 1, M, a.data(), K / 2);
     blas::amx::tiles(M, N, K / 2, a.data(), K / 2, b.data(), N, C.data(), N, true);
   };
-  double t32 = 1e30, t16 = 1e30;
-  for (int round = 0; round < 3; ++round) {
-    t32 = std::min(t32, fastest(20, f32_run));
-    t16 = std::min(t16, fastest(20, amx_run));
-  }
-  return t16 > 0 ? t32 / t16 : 0.0;
+  return detail::measured_speedup(f32_run, amx_run, 20);
 }
 
 std::string ratio_text(double r) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iomanip>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <xgrad/core/detail/amx_gemm.hpp>
@@ -52,8 +53,8 @@ void check_product(std::size_t M, std::size_t N, std::size_t K, char layout, std
       }
       const double got = C[i * ldc + j], bound = (K + 2) * std::ldexp(1.0, -24) * mag;
       if (!(std::fabs(got - ref) <= bound) && bad++ < 3)
-        UNSCOPED_INFO("C[" << i << "][" << j << "] = " << std::setprecision(17) << got << ", float64 of the rounded inputs "
-                           << ref << ", bound " << bound);
+        UNSCOPED_INFO("C[" << i << "][" << j << "] = " << std::setprecision(17) << got
+                           << ", float64 of the rounded inputs " << ref << ", bound " << bound);
     }
     for (std::size_t j = N; j < ldc && i * ldc + j < C.size(); ++j)
       if (C[i * ldc + j] != 7.0f && bad++ < 3) UNSCOPED_INFO("padding C[" << i << "][" << j << "] written");
@@ -107,4 +108,23 @@ TEST_CASE("amx product: K 0 gives zeros and M 0 writes nothing", "[amx]") {
   C.assign(6, 3.0f);
   blas::amx::product(0, 3, 2, A.data(), 2, 1, B.data(), 3, C.data(), 3);
   for (const float c : C) CHECK(c == 3.0f);
+}
+
+TEST_CASE("amx round_b_transposed: the words round_b gives for the transposed matrix", "[amx]") {
+  if (!blas::amx::available()) return;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const auto& [K, N] : std::vector<std::pair<std::size_t, std::size_t>>{{32, 16}, {70, 45}, {5, 3}, {64, 130}}) {
+    INFO("K " << K << " N " << N);
+    const std::size_t kw = (K + 31) / 32 * 16, Np = (N + 15) / 16 * 16;
+    std::vector<float> B(K * N), Bt(N * K);
+    for (std::size_t k = 0; k < K; ++k)
+      for (std::size_t j = 0; j < N; ++j) Bt[j * K + k] = B[k * N + j] = dist(rng);
+    std::vector<std::uint32_t> want(kw * Np, 1u), got(kw * Np, 2u);
+    blas::amx::round_b(K, N, B.data(), N, want.data(), Np);
+    blas::amx::round_b_transposed(K, N, Bt.data(), K, got.data(), Np);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) differ += want[i] != got[i];
+    CHECK(differ == 0);
+  }
 }

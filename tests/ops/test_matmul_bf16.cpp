@@ -379,7 +379,8 @@ TEST_CASE("a GPT and a Llama step in bf16 give float32's loss and gradients with
       const std::uint64_t calls = blas::bf16_calls() - calls0, tiles = blas::amx::calls() - tiles0;
       INFO((arch == nn::Architecture::gpt ? "gpt" : "llama")
            << " with " << heads << " heads: loss float32 " << sci(loss32) << ", bf16 " << sci(loss16)
-           << ", bf16 products " << calls << " (" << bfloat16_gemm_kernels() << "), attention tile products " << tiles << " ("
+           << ", bf16 products " << calls << " (" << bfloat16_gemm_kernels() << "), attention tile products " << tiles
+           << " ("
            << nn::bfloat16_attention_kernels() << ")");
       CHECK((tiles > 0) == amx_attention);
       if (!blas::bf16_available()) {
