@@ -43,7 +43,7 @@ struct Kernels {
   float (*sum)(const float* x, std::size_t n);                   ///< sum of x[0..n)
   float (*dot)(const float* x, const float* y, std::size_t n);   ///< sum of x[j] y[j]
   /// x[j] = e^((x[j] - m) - lz) over [0, n); returns the sum of the new x (the softmax's
-  /// numerators and their sum in one pass). e^x to about 1 ulp, 0 for x < -87.34 and -inf.
+  /// numerators and their sum in one pass). e^x within 1 ulp, 0 for x < -87.34 and -inf.
   float (*exp_shift)(float* x, std::size_t n, float m, float lz);
   bool (*finite)(const float* x, std::size_t n);  ///< whether every x[j] is finite
   /// t[c * ldt + j] = x[j * ldx + c] for j < rows, c < cols (an exact copy).

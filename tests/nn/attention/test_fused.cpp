@@ -2,6 +2,7 @@
 // 1e-12, on every visibility kind, with invalid queries, GQA/MQA, dropout, several query
 // blocks (T > 128, the block height), and against the closed-form reference (5.24)-(5.31). Also: the same
 // errors as the composed path, and bit-identical results run to run.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
@@ -241,6 +242,79 @@ TEST_CASE("fused attention tile kernels: gemm_exp and gemm_dsoft equal the produ
                                                         << ref[j]);
           CHECK(differ == 0);
         }
+}
+
+// The tile kernels' e^x (exp_shift, and so gemm_exp, which gives its bits): within 1 ulp of
+// double-precision exp over float32's whole normal range of results (every 997th bit pattern of
+// [-87.33, 88.37], about 4.5 million values, and their edges), 0 below -87.34 and for -inf
+// (no subnormal weight), NaN kept; and the sum it returns is the sum of what it stores.
+// [gemm_paths]: ctest runs it under XGRAD_ISA=avx2 too (the AVX2 kernels build 2^n another way).
+TEST_CASE("fused attention tile kernels: exp_shift is within 1 ulp of e^x and flushes below -87.34",
+          "[attention][fused][gemm_paths]") {
+  const tile::Kernels* kz = tile::kernels();
+  if (!kz) return;  // no AVX2 + FMA: the tile path is not used
+  INFO("float32 tile kernels: " << kz->isa);
+  const auto bits_of = [](float f) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+  };
+  const auto float_of = [](std::uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  };
+  std::vector<float> x;
+  // negative arguments: bit patterns from -0 up to -87.33; positive: from +0 up to 88.37
+  for (std::uint32_t u = bits_of(-0.0f); u <= bits_of(-87.33f); u += 997) x.push_back(float_of(u));
+  const std::size_t negatives = x.size();
+  for (std::uint32_t u = 0; u <= bits_of(88.37f); u += 997) x.push_back(float_of(u));
+  for (const float e : {-87.33f, 88.37f, 88.3762589f, -87.3365f, 0.3465736f, -0.3465736f, 1e-30f, -1e-30f})
+    x.push_back(e);
+  const std::size_t n = x.size();
+  std::vector<float> y = x;
+  const float neg_sum = kz->exp_shift(y.data(), negatives, 0.0f, 0.0f);
+  kz->exp_shift(y.data() + negatives, n - negatives, 0.0f, 0.0f);
+  double worst = 0.0, neg_total = 0.0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double ref = std::exp(static_cast<double>(x[i]));
+    int e = 0;
+    std::frexp(ref, &e);
+    const double ulp = std::ldexp(1.0, std::max(e, -125) - 24);  // float32's ulp at ref
+    const double err = std::fabs(static_cast<double>(y[i]) - ref) / ulp;
+    if (!(err <= worst)) {
+      worst = err;
+      at = i;
+    }
+    if (i < negatives) neg_total += y[i];
+  }
+  INFO(std::setprecision(9) << "worst " << worst << " ulp at x = " << x[at] << ": " << y[at] << " against "
+                            << std::exp(static_cast<double>(x[at])) << " (" << n << " arguments)");
+  CHECK(worst <= 1.0);
+  // The returned sum (of the negative arguments' results: the positive ones overflow a float32
+  // sum): each lane adds negatives / width positive terms in float32, then the lanes are added,
+  // so the sum is within (negatives / width + width) 2^-24 of the double total, relatively.
+  const double terms = static_cast<double>(negatives) / static_cast<double>(kz->width) + static_cast<double>(kz->width);
+  CHECK(std::fabs(neg_sum - neg_total) <= terms * std::ldexp(1.0, -24) * neg_total);
+  // Flushed and special arguments, in a row of 2 * width + 3 (vectors and the padded tail).
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special{-87.34f, -87.4f, -100.0f, -1e30f, -inf, nan, 0.0f, -0.0f};
+  for (std::size_t shift = 0; shift < 2 * kz->width + 3; shift += 5) {
+    std::vector<float> row(2 * kz->width + 3, -inf);
+    for (std::size_t k = 0; k < special.size(); ++k) row[(shift + k) % row.size()] = special[k];
+    kz->exp_shift(row.data(), row.size(), 0.0f, 0.0f);
+    for (std::size_t k = 0; k < special.size(); ++k) {
+      const float v = row[(shift + k) % row.size()];
+      INFO(std::setprecision(9) << "e^" << special[k] << " gave " << v << " (lane " << (shift + k) % row.size() << ")");
+      if (k < 5)
+        CHECK(bits_of(v) == 0u);  // +0: flushed, never a subnormal
+      else if (k == 5)
+        CHECK(std::isnan(v));
+      else
+        CHECK(v == 1.0f);  // e^0 and e^-0
+    }
+  }
 }
 
 TEST_CASE("fused attention in float32 on odd lengths 1 7 13 127 129 with dropout matches float64",
