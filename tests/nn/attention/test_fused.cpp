@@ -317,6 +317,60 @@ TEST_CASE("fused attention tile kernels: exp_shift is within 1 ulp of e^x and fl
   }
 }
 
+// The row kernels on every length from 0 to 3 widths + 1 (whole vectors and a masked tail):
+// max is the row's maximum wherever it lies, finite is false wherever an inf or NaN lies,
+// exp_shift gives each element the bits it gets inside a whole vector (tail lanes alike) and
+// writes nothing past the row (guard values after it stay).
+// [gemm_paths]: ctest runs it under XGRAD_ISA=avx2 too.
+TEST_CASE("fused attention tile kernels: max finite and exp_shift on every row length",
+          "[attention][fused][gemm_paths]") {
+  const tile::Kernels* kz = tile::kernels();
+  if (!kz) return;  // no AVX2 + FMA: the tile path is not used
+  INFO("float32 tile kernels: " << kz->isa);
+  const std::size_t W = kz->width, longest = 3 * W + 1;
+  Generator g(17);
+  std::vector<float> base(longest);
+  for (float& v : base) v = static_cast<float>(4 * g.normal());
+  // exp_shift of the whole vectors of a long row: the reference bits of each element.
+  std::vector<float> whole(base.begin(), base.begin() + 3 * W);
+  const float m = 1.5f, lz = 0.25f;
+  kz->exp_shift(whole.data(), whole.size(), m, lz);
+  constexpr float kGuard = 12345.0f;
+  for (std::size_t n = 0; n <= longest; ++n) {
+    INFO("row length " << n);
+    std::vector<float> row(base.begin(), base.begin() + n);
+    float ref_max = -std::numeric_limits<float>::infinity();
+    for (const float v : row) ref_max = std::max(ref_max, v);
+    CHECK(kz->max(row.data(), n) == ref_max);
+    CHECK(kz->finite(row.data(), n));
+    for (std::size_t at = 0; at < n; ++at) {  // the largest value at each position, then a non-finite one
+      std::vector<float> r = row;
+      r[at] = 100.0f;
+      CHECK(kz->max(r.data(), n) == 100.0f);
+      for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN()}) {
+        r[at] = bad;
+        if (kz->finite(r.data(), n)) FAIL_CHECK("finite() missed " << bad << " at " << at);
+      }
+    }
+    if (n > 3 * W) continue;  // (the reference row is 3 widths long)
+    std::vector<float> x(row);
+    x.resize(n + W, kGuard);  // a whole vector of guards after the row
+    const float sum = kz->exp_shift(x.data(), n, m, lz);
+    double total = 0.0;
+    std::size_t differ = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      total += x[j];
+      if (std::memcmp(&x[j], &whole[j], sizeof(float)) != 0 && differ++ == 0)
+        UNSCOPED_INFO(std::setprecision(9) << "exp_shift element " << j << ": " << x[j] << " against " << whole[j]);
+    }
+    CHECK(differ == 0);
+    for (std::size_t j = n; j < n + W; ++j)
+      if (x[j] != kGuard) FAIL_CHECK("exp_shift wrote past the row at " << j << ": " << x[j]);
+    CHECK(std::fabs(sum - total) <= 1e-6 * (total + 1e-30));
+  }
+}
+
 TEST_CASE("fused attention in float32 on odd lengths 1 7 13 127 129 with dropout matches float64",
           "[attention][fused][gemm_paths]") {
   // Odd query and key counts leave partial 128-row blocks and 64-key tiles; dropout draws the
