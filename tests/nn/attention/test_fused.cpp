@@ -202,10 +202,10 @@ TEST_CASE("fused attention tile kernels: gemm_exp and gemm_dsoft equal the produ
   if (!kz) return;  // no AVX2 + FMA: the tile path is not used
   INFO("float32 tile kernels: " << kz->isa);
   Generator g(5);
-  // M 128 and 13 (a partial micro-tile of rows), N 64 and 2 * width, K 64 and 7; A read by rows
-  // and transposed (a_cs = M).
+  // M 128 and 13 (a partial micro-tile of rows), N 64, 2 * width and width (one vector: micro-tiles
+  // of 12 rows), K 64 and 7; A read by rows and transposed (a_cs = M).
   for (const std::size_t M : {std::size_t(128), std::size_t(13)})
-    for (const std::size_t N : {std::size_t(64), 2 * kz->width})
+    for (const std::size_t N : {std::size_t(64), 2 * kz->width, kz->width})
       for (const std::size_t K : {std::size_t(64), std::size_t(7)})
         for (const bool trans : {false, true}) {
           INFO("M " << M << ", N " << N << ", K " << K << ", A transposed " << trans);
