@@ -166,6 +166,40 @@ template <class T, class Kernel>
 void split_blocks(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha,
                   const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc);
 
+// A float32 product whose C is small beside its reduction (K at least kSplitKRatio times both M
+// and N: the weight gradient A^T B of a small layer over a batch of rows) splits K instead of C:
+// blocks of a 64 x 256 C would give each thread a sliver of C that still streams all of K.
+// Chunk c multiplies its range of K, chunk 0 into C (with beta), the others into partial
+// buffers added to C in chunk order afterwards: bit-identical run to run for a thread count;
+// like every split reduction, the last bits change with the count (docs/performance.md).
+// float64 and bfloat16 products keep C's row or column blocks (bits independent of the count).
+constexpr std::size_t kSplitKRatio = 4;
+std::atomic<std::uint64_t> g_k_split_calls{0};
+
+template <class T, class Kernel>
+void split_k(const Kernel& kernel, std::size_t chunks, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K,
+             T alpha, const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
+  g_k_split_calls.fetch_add(1, std::memory_order_relaxed);
+  thread_local std::vector<T> part_buf;  // reused: a fresh block per call would fault its pages every step
+  part_buf.resize((chunks - 1) * M * N);
+  T* part = part_buf.data();
+  detail::run_chunks(chunks, [&](std::size_t c) {
+    const std::size_t k0 = K * c / chunks, k1 = K * (c + 1) / chunks;
+    const T* Ak = ta ? A + k0 * lda : A + k0;  // op(A)'s columns k0..k1
+    const T* Bk = tb ? B + k0 : B + k0 * ldb;  // op(B)'s rows k0..k1
+    if (c == 0)
+      kernel(ta, tb, M, N, k1 - k0, alpha, Ak, lda, Bk, ldb, beta, C, ldc);
+    else
+      kernel(ta, tb, M, N, k1 - k0, alpha, Ak, lda, Bk, ldb, T(0), part + (c - 1) * M * N, N);
+  });
+  for (std::size_t c = 1; c < chunks; ++c)
+    for (std::size_t i = 0; i < M; ++i) {
+      const T* p = part + ((c - 1) * M + i) * N;
+      T* row = C + i * ldc;
+      for (std::size_t j = 0; j < N; ++j) row[j] += p[j];
+    }
+}
+
 // `kernel` computes each block (OpenBlasKernel, or raw_onednn for float32).
 template <class T, class Kernel>
 void split_gemm(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha,
@@ -188,6 +222,15 @@ void split_gemm(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size
     else
       split_gemv(false, M, K, alpha, A, lda, B, incx, beta, C, ldc);
     return;
+  }
+  if constexpr (std::is_same<T, float>::value) {
+    const double flops = 2.0 * double(M) * double(N) * double(K);
+    const std::size_t threads = flops < kSplitFlops ? 1 : static_cast<std::size_t>(detail::pool_threads());
+    const std::size_t k_chunks = std::min(threads, K / kAlignRows);
+    if (k_chunks > 1 && K >= kSplitKRatio * std::max(M, N)) {
+      split_k(kernel, k_chunks, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
   }
   split_blocks(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -374,6 +417,7 @@ std::string isa_ceiling() {
 }
 
 std::uint64_t sgemm_calls(Backend b) { return g_calls[static_cast<int>(b)].load(std::memory_order_relaxed); }
+std::uint64_t k_split_calls() { return g_k_split_calls.load(std::memory_order_relaxed); }
 
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta,

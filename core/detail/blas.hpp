@@ -71,6 +71,9 @@ void set_max_isa(const std::string& isa);
 std::string isa_ceiling();
 // float32 GEMM calls (matrix-vector ones included) that ran on each backend so far, process-wide.
 std::uint64_t sgemm_calls(Backend b);
+// float32 GEMM calls split along K (C small beside K: the weight gradients of small layers; the
+// partial products added in chunk order), process-wide.
+std::uint64_t k_split_calls();
 
 // bfloat16 products (xg::set_matmul_dtype): C = alpha op(A) op(B) + beta C with A and B
 // rounded to bfloat16 and float32 accumulation (core/detail/bf16_gemm.hpp), split over the pool

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -165,4 +166,39 @@ TEST_CASE("float32 GEMM with an empty dimension sets C to beta C on each backend
     blas::sgemm_on(be, false, false, 0, 4, 4, 1.0f, a.data(), 4, a.data(), 4, 0.5f, c.data(), 4);
     for (float v : c) CHECK(v == 1.0f);
   }
+}
+
+// A product whose C is small beside K (K >= 4 max(M, N), a weight gradient over a batch of rows)
+// splits K across the pool, the partial products added in chunk order (core/blas.cpp, split_k):
+// within the float32 bound on each backend, at 2 threads with the split counted and at 1 thread
+// without it, and bit-identical run to run at 2 threads.
+TEST_CASE("float32 GEMM with a long K beside a small C splits K over the pool and stays within rounding",
+          "[gemm_paths]") {
+  const int before = xg::num_threads();
+  std::mt19937 rng(4096);
+  const Case cases[] = {{64, 256, 1024, true, false, 1.0f, 0.0f, 0},  {65, 64, 1024, true, false, -0.5f, 1.5f, 3},
+                        {64, 64, 4099, false, true, 1.0f, 0.0f, 1},   {33, 17, 2777, true, true, 2.0f, 0.5f, 2},
+                        {256, 64, 1024, false, false, 1.0f, 1.0f, 0}};
+  for (const int threads : {2, 1}) {
+    xg::set_num_threads(threads);
+    for (blas::Backend be : backends())
+      for (const Case& c : cases) {
+        INFO(threads << " threads, M " << c.M << ", N " << c.N << ", K " << c.K);
+        const std::uint64_t split0 = blas::k_split_calls();
+        check_case(be, c, rng);
+        CHECK(blas::k_split_calls() - split0 == (threads > 1 ? 1u : 0u));
+      }
+  }
+  xg::set_num_threads(2);
+  for (blas::Backend be : backends()) {  // run to run: the same bits
+    const std::size_t M = 64, N = 256, K = 1024;
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> A(K * M), B(K * N), C1(M * N, 0.25f), C2(M * N, 0.25f);
+    for (float& v : A) v = dist(rng);
+    for (float& v : B) v = dist(rng);
+    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C1.data(), N);
+    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C2.data(), N);
+    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+  }
+  xg::set_num_threads(before);
 }
