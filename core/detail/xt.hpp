@@ -15,6 +15,14 @@
 
 #include <vector>
 
+// xsimd's AVX-512 kernels start some intrinsics of GCC 12's headers from an "undefined" vector
+// that -Wmaybe-uninitialized then reports inside the header (GCC bug 105593; as in
+// nn/flash_tile.cpp). Only the library's .cpp files include this header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnoalias.hpp>
