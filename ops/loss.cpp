@@ -27,6 +27,29 @@ namespace {
 // Rows per parallel chunk: about 8K logits.
 std::size_t xent_grain(std::size_t C) { return std::max<std::size_t>(1, (std::size_t{1} << 13) / std::max<std::size_t>(C, 1)); }
 
+// The max and the sum of a row of C values in 8 interleaved partials (element j in partial
+// j % 8 of its block of 8, a tail in partial 0), combined in one fixed order. A single float
+// chain (max or sum) cannot be vectorized and waits on each add's latency; 8 partials are
+// vector lanes, and the order, so the bits, is the same on every ISA.
+template <class T> T row_max(const T* z, std::size_t C) {
+  T m[8];
+  for (T& v : m) v = z[0];
+  std::size_t j = 0;
+  for (; j + 8 <= C; j += 8)
+    for (std::size_t k = 0; k < 8; ++k) m[k] = std::max(m[k], z[j + k]);
+  for (; j < C; ++j) m[0] = std::max(m[0], z[j]);
+  return std::max(std::max(std::max(m[0], m[1]), std::max(m[2], m[3])),
+                  std::max(std::max(m[4], m[5]), std::max(m[6], m[7])));
+}
+template <class T> T row_sum(const T* x, std::size_t C) {
+  T s[8] = {};
+  std::size_t j = 0;
+  for (; j + 8 <= C; j += 8)
+    for (std::size_t k = 0; k < 8; ++k) s[k] += x[j + k];
+  for (; j < C; ++j) s[0] += x[j];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 // The composed cross-entropy of the (already checked) safe targets and weights w [..., 1].
 Tensor composed_loss(const Tensor& logits, const IndexArray& safe, const Array& w, double total) {
   const Tensor picked = gather(log_softmax(logits, -1), -1, safe);  // [..., 1]
@@ -45,7 +68,8 @@ struct CrossEntropyVjp {
 
 // One op: per row i of C logits z, m = max z, lse = m + log sum exp(z - m) (kept per row), and
 // L = sum_i w_i (lse_i - z_i[t_i]) / total. VJP: z_bar = g w_i / total (exp(z - lse) - onehot(t_i)).
-// The per-row losses are added in row order in double.
+// A row's max and sum of exp(z - m) in 8 partials (row_max, row_sum); the per-row losses are
+// added in row order in double.
 Tensor fused_cross_entropy(const Tensor& logits, const std::vector<std::int64_t>& tgt, const Array& w, double total) {
   const std::size_t C = logits.shape().back(), N = C ? logits.size() / C : 0;
   auto lse = std::make_shared<std::vector<double>>(N);
@@ -57,12 +81,10 @@ Tensor fused_cross_entropy(const Tensor& logits, const std::vector<std::int64_t>
       std::vector<T> buf(C);
       for (std::size_t r = lo; r < hi; ++r) {
         const T* zr = pz + r * C;
-        T m = zr[0];
-        for (std::size_t j = 1; j < C; ++j) m = std::max(m, zr[j]);
+        const T m = row_max(zr, C);
         for (std::size_t j = 0; j < C; ++j) buf[j] = zr[j] - m;
         vmath::exp(buf.data(), buf.data(), C);
-        T s = 0;
-        for (std::size_t j = 0; j < C; ++j) s += buf[j];
+        const T s = row_sum(buf.data(), C);
         const double l = static_cast<double>(m) + std::log(static_cast<double>(s));
         (*lse)[r] = l;
         const double wr = w.flat(r);
