@@ -9,10 +9,6 @@
 using namespace xg;
 using namespace xgt;
 
-namespace {
-const double kInf = std::numeric_limits<double>::infinity();
-}
-
 TEST_CASE("dropout: backward reuses the forward mask; identity when p = 0 or evaluating (SPEC 2)",
           "[ops][dropout]") {
   Generator g(149);
