@@ -299,6 +299,73 @@ XGRAD_AMX_TARGET void tiles_impl(std::size_t M, std::size_t N, std::size_t kw, c
     for (std::size_t i = 0; i < M; ++i) std::copy(out + i * Np, out + i * Np + N, C + i * ldc);
 }
 
+// --- The same products with VDPBF16PS (AVX512_BF16, no AMX): dot_tiles ---
+// A word of A (a pair along k) is broadcast to 16 lanes and multiplied with one pair row of B
+// (16 words, 16 columns of C): each lane adds a(i, 2p) b(2p, j) + a(i, 2p + 1) b(2p + 1, j) to
+// its float32 sum, in order of p, so an entry's bits depend on its row of A, its column of B and
+// kw only. MR rows by NV vectors of C in registers: NV 4 by 4 rows, 3 and 2 by 8, 1 by 16 (every
+// MR divides 16: a block never reads A past round_up(M, 16) rows).
+#define XGRAD_DP_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+template <int MR, int NV>
+XGRAD_DP_TARGET void dot_block(std::size_t kw, const std::uint32_t* a, std::size_t lda, const std::uint32_t* b,
+                               std::size_t ldb, float* c, std::size_t ldc, std::size_t rows, __mmask16 last,
+                               bool accumulate) {
+  __m512 acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
+      acc[r][v] = accumulate && std::size_t(r) < rows ? _mm512_maskz_loadu_ps(m, c + r * ldc + 16 * v)
+                                                      : _mm512_setzero_ps();
+    }
+  for (std::size_t p = 0; p < kw; ++p) {
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v) {
+      const __m512i w = _mm512_loadu_si512(b + p * ldb + 16 * v);
+      std::memcpy(&bv[v], &w, sizeof w);
+    }
+    for (int r = 0; r < MR; ++r) {
+      const __m512i w = _mm512_set1_epi32(static_cast<int>(a[r * lda + p]));
+      __m512bh av;
+      std::memcpy(&av, &w, sizeof w);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    if (std::size_t(r) >= rows) break;
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
+      _mm512_mask_storeu_ps(c + r * ldc + 16 * v, m, acc[r][v]);
+    }
+  }
+}
+
+template <int MR, int NV>
+XGRAD_DP_TARGET void dot_strip(std::size_t M, std::size_t kw, const std::uint32_t* A, std::size_t lda,
+                               const std::uint32_t* b, std::size_t ldb, float* c, std::size_t ldc, __mmask16 last,
+                               bool accumulate) {
+  for (std::size_t m0 = 0; m0 < M; m0 += MR)
+    dot_block<MR, NV>(kw, A + m0 * lda, lda, b, ldb, c + m0 * ldc, ldc, std::min<std::size_t>(MR, M - m0), last,
+                      accumulate);
+}
+
+XGRAD_DP_TARGET void dot_tiles_impl(std::size_t M, std::size_t N, std::size_t kw, const std::uint32_t* A,
+                                    std::size_t lda, const std::uint32_t* B, std::size_t ldb, float* C,
+                                    std::size_t ldc, bool accumulate) {
+  for (std::size_t n0 = 0; n0 < N; n0 += 64) {
+    const std::size_t n = std::min<std::size_t>(64, N - n0), nv = (n + 15) / 16;
+    const __mmask16 last = lanes(n - 16 * (nv - 1));
+    const std::uint32_t* b = B + n0;
+    float* c = C + n0;
+    switch (nv) {
+      case 4: dot_strip<4, 4>(M, kw, A, lda, b, ldb, c, ldc, last, accumulate); break;
+      case 3: dot_strip<8, 3>(M, kw, A, lda, b, ldb, c, ldc, last, accumulate); break;
+      case 2: dot_strip<8, 2>(M, kw, A, lda, b, ldb, c, ldc, last, accumulate); break;
+      default: dot_strip<16, 1>(M, kw, A, lda, b, ldb, c, ldc, last, accumulate); break;
+    }
+  }
+}
+
 thread_local std::vector<std::uint32_t> t_tmp;  // round_a's transpose, round_b_transposed's rows
 
 }  // namespace
@@ -311,11 +378,32 @@ void require_cpu(const char* op) {
   if (!ok)
     throw Error(op_message(op, std::string("AMX bfloat16 tiles are unavailable: ") + cpu_reason()));
 }
+// The rounding and dot_tiles need AVX512_BF16 only.
+const std::string& bf16_reason() {
+#if XGRAD_AMX_X86
+  static const std::string r = bf16::cpu_supported() ? "" : "this CPU has no AVX512_BF16 instructions";
+#else
+  static const std::string r = "AVX512_BF16 is an x86-64 feature";
+#endif
+  return r;
+}
+void require_bf16(const char* op) {
+  static const bool ok = bf16_reason().empty();
+  if (!ok) throw Error(op_message(op, std::string("bfloat16 dot products are unavailable: ") + bf16_reason()));
+}
 }  // namespace
+
+std::string dot_unavailable_reason() {
+  const std::string& r = bf16_reason();
+  if (!r.empty()) return r;
+  const std::string ceiling = isa_ceiling();
+  if (ceiling != "avx512") return "the float32 kernels are capped at " + ceiling + " (XGRAD_ISA or set_max_isa)";
+  return "";
+}
 
 void round_a(std::size_t M, std::size_t K, float alpha, const float* A, std::size_t a_rs, std::size_t a_cs,
              std::uint32_t* out, std::size_t ldo) {
-  require_cpu("amx::round_a");
+  require_bf16("amx::round_a");
 #if XGRAD_AMX_X86
   round_a_impl(M, K, alpha, A, a_rs, a_cs, out, ldo, t_tmp);
 #else
@@ -324,7 +412,7 @@ void round_a(std::size_t M, std::size_t K, float alpha, const float* A, std::siz
 }
 
 void round_b(std::size_t K, std::size_t N, const float* B, std::size_t ldb, std::uint32_t* out, std::size_t ldo) {
-  require_cpu("amx::round_b");
+  require_bf16("amx::round_b");
 #if XGRAD_AMX_X86
   round_b_impl(K, N, B, ldb, out, ldo);
 #else
@@ -334,7 +422,7 @@ void round_b(std::size_t K, std::size_t N, const float* B, std::size_t ldb, std:
 
 void round_b_transposed(std::size_t K, std::size_t N, const float* Bt, std::size_t ldt, std::uint32_t* out,
                         std::size_t ldo) {
-  require_cpu("amx::round_b_transposed");
+  require_bf16("amx::round_b_transposed");
 #if XGRAD_AMX_X86
   // the rows of Bt in A layout ([round_up(N, 16), kw] words), then a word transpose
   const std::size_t Np = round_up(N, 16), kw = round_up(K, 32) / 2;
@@ -364,6 +452,18 @@ void tiles(std::size_t M, std::size_t N, std::size_t kw, const std::uint32_t* A,
   tiles_impl(M, N, kw, A, lda, B, ldb, C, ldc, accumulate);
 #else
   (void)A, (void)lda, (void)B, (void)ldb;
+#endif
+}
+
+void dot_tiles(std::size_t M, std::size_t N, std::size_t kw, const std::uint32_t* A, std::size_t lda,
+               const std::uint32_t* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate) {
+  require_bf16("amx::dot_tiles");
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  if (M == 0 || N == 0) return;
+#if XGRAD_AMX_X86
+  dot_tiles_impl(M, N, kw, A, lda, B, ldb, C, ldc, accumulate);
+#else
+  (void)kw, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)accumulate;
 #endif
 }
 

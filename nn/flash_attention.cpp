@@ -17,6 +17,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -462,12 +463,13 @@ void row_chunks(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t 
 }
 std::size_t round_up(std::size_t x, std::size_t w) { return (x + w - 1) / w * w; }
 
-// ---- The products of one block's tiles: float32 kernels, or bfloat16 on AMX tiles ----
+// ---- The products of one block's tiles: float32 kernels, or bfloat16 (AMX or dot products) ----
 //
 // forward_block_tiles, backward_block_tiles and tile_scores run every product through one of
 // these (a template parameter): rows [a, e) of the block against keys kb0 .. kb0 + cols (or
 // + need) of the tile. F32Products calls the float32 tile kernels as the op always has (the same
-// calls, the same bits). Bf16Products runs them on AMX tiles with operands rounded to bfloat16:
+// calls, the same bits). Bf16Products runs them on AMX tiles, or with AVX512_BF16 dot products on the
+// same layouts (tile::bf16_choice), with operands rounded to bfloat16:
 // K and V of every group once per pass (GroupBf16), Q and dO once per block, and the weights
 // and dU of a tile once per product; the score scale rides on the rounding of Q (forward and
 // backward then see the same scores) and of dU.
@@ -610,7 +612,8 @@ void round_groups(const Problem<float>& P, Layouts use, GroupBf16& G) {
   });
 }
 
-// The tile path of bfloat16 products: both head widths whole AMX tile steps (32 values).
+// The tile path of bfloat16 products: both head widths whole AMX tile steps (32 values; the dot
+// products read the same layouts).
 bool bf16_tile_path(const Geometry& g) { return g.dk % 32 == 0 && g.dv % 32 == 0; }
 
 // One thread's buffers of Bf16Products (one block at a time on a thread).
@@ -654,7 +657,7 @@ struct Bf16Products : BlockOperands {
   }
   void scores(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* S) {
     const std::size_t w = P.g.dk / 2;
-    blas::amx::tiles(e - a, cols, w, qa_.data() + a * w, w, kd + kb0, sp, S + a * kTile, kTile, false);
+    tiles_(e - a, cols, w, qa_.data() + a * w, w, kd + kb0, sp, S + a * kTile, kTile, false);
   }
   void scores_exp(std::size_t a, std::size_t e, std::size_t kb0, float* S, const float* m, const float* lz) {
     scores(a, e, kTile, kb0, S);
@@ -669,7 +672,7 @@ struct Bf16Products : BlockOperands {
   }
   void dp(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* dS) {
     const std::size_t w = P.g.dv / 2;
-    blas::amx::tiles(e - a, cols, w, oa_.data() + a * w, w, vd + kb0, sp, dS + a * kTile, kTile, false);
+    tiles_(e - a, cols, w, oa_.data() + a * w, w, vd + kb0, sp, dS + a * kTile, kTile, false);
   }
   void dp_dsoft(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* dS, const float* S,
                 const float* D) {
@@ -690,7 +693,18 @@ struct Bf16Products : BlockOperands {
   }
 
  private:
-  blas::amx::TileSession session_;  // one tile configuration for the block's products
+  // the engine of tile::bf16_choice(): AMX tiles (one tile configuration for the block's
+  // products) or AVX512_BF16 dot products on the same layouts
+  using TilesFn = void (*)(std::size_t, std::size_t, std::size_t, const std::uint32_t*, std::size_t,
+                           const std::uint32_t*, std::size_t, float*, std::size_t, bool);
+  const bool amx_ = tile::bf16_choice().engine == tile::Bf16Engine::amx;
+  const TilesFn tiles_ = amx_ ? &blas::amx::tiles : &blas::amx::dot_tiles;
+  struct Session {
+    std::optional<blas::amx::TileSession> s;
+    explicit Session(bool amx) {
+      if (amx) s.emplace();
+    }
+  } session_{amx_};
   Bf16Buffers& buf_ = bf16_buffers();
   std::vector<std::uint32_t>&qa_ = buf_.qa, &qr_ = buf_.qr, &oa_ = buf_.oa, &or_ = buf_.orr, &a_ = buf_.a, &b_ = buf_.b;
   // rows [0, rows) of X (d columns, rows ld apart) in pairs along rows into out, zeros after them
@@ -713,12 +727,12 @@ struct Bf16Products : BlockOperands {
   void keys_b(std::size_t M, std::size_t N, std::size_t K, std::size_t w, const std::uint32_t* by_keys,
               const float* X, std::size_t ldx, std::size_t kb0, float* C, std::size_t ldc) {
     if (kb0 % 2 == 0) {
-      blas::amx::tiles(M, N, w, a_.data(), w, by_keys + kb0 / 2 * N, N, C, ldc, true);
+      tiles_(M, N, w, a_.data(), w, by_keys + kb0 / 2 * N, N, C, ldc, true);
       return;
     }
     b_.resize(w * N);
     blas::amx::round_b(K, N, X + kb0 * ldx, ldx, b_.data(), N);
-    blas::amx::tiles(M, N, w, a_.data(), w, b_.data(), N, C, ldc, true);
+    tiles_(M, N, w, a_.data(), w, b_.data(), N, C, ldc, true);
   }
   // C[n, N] += alpha X[r0..r1, 0..n)^T Y[r0..r1] with Y the block's rows in pairs (by_rows). The
   // pairs start at even rows: from an odd r0 the product starts at row r0 - 1 with its X zero.
@@ -728,7 +742,7 @@ struct Bf16Products : BlockOperands {
     const std::size_t w = round_a(n, r1 - a, alpha, X + a * kTile, 1, kTile);
     if (a < r0)
       for (std::size_t i = 0; i < n; ++i) a_[i * w] &= 0xffff0000u;  // row a: the low halves of pair 0
-    blas::amx::tiles(n, N, w, a_.data(), w, by_rows.data() + a / 2 * N, N, C, ldc, true);
+    tiles_(n, N, w, a_.data(), w, by_rows.data() + a / 2 * N, N, C, ldc, true);
   }
 };
 
@@ -1624,7 +1638,8 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
 
 std::string bfloat16_attention_kernels() {
   const tile::Bf16Choice& c = tile::bf16_choice();
-  return c.use ? "AMX bfloat16 tiles (" + c.why + ")" : "float32 (" + c.why + ")";
+  if (!c.use) return "float32 (" + c.why + ")";
+  return (c.engine == tile::Bf16Engine::amx ? "AMX bfloat16 tiles (" : "AVX512_BF16 dot products (") + c.why + ")";
 }
 
 }  // namespace xg::nn

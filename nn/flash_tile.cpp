@@ -45,12 +45,12 @@ namespace xg::nn::tile {
 
 namespace {
 
-// How many times faster a tile product runs on AMX tiles than on the float32 kernels on this
+// How many times faster a tile product runs on `engine` than on the float32 kernels on this
 // thread, as the fused attention runs them: 128 x 64 x 64 with A row-major (the weights times V)
-// and A transposed (their transpose times dO), the AMX side rounding A per product and B once
-// (the attention rounds K, V, Q and dO once per pass or block): detail::measured_speedup, 20 runs
-// a round.
-double measure_bf16_speedup(const Kernels& f32) {
+// and A transposed (their transpose times dO), the bfloat16 side rounding A per product and B
+// once (the attention rounds K, V, Q and dO once per pass or block): detail::measured_speedup, 20
+// runs a round.
+double measure_bf16_speedup(const Kernels& f32, Bf16Engine engine) {
   constexpr std::size_t M = 128, N = 64, K = 64;
   std::vector<float> A(M * K), B(K * N), C(M * N);
   for (std::size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>((i * 37) % 101) / 101.0f - 0.5f;
@@ -61,13 +61,14 @@ double measure_bf16_speedup(const Kernels& f32) {
     f32.gemm(M, N, K, 1.0f, A.data(), K, 1, B.data(), N, C.data(), N, true);  // A [M, K] row-major
     f32.gemm(M, N, K, 1.0f, A.data(), 1, M, B.data(), N, C.data(), N, true);  // A [K, M] read transposed
   };
-  const auto amx_run = [&] {
+  const auto tiles = engine == Bf16Engine::amx ? &blas::amx::tiles : &blas::amx::dot_tiles;
+  const auto bf16_run = [&] {
     blas::amx::round_a(M, K, 1.0f, A.data(), K, 1, a.data(), K / 2);
-    blas::amx::tiles(M, N, K / 2, a.data(), K / 2, b.data(), N, C.data(), N, true);
+    tiles(M, N, K / 2, a.data(), K / 2, b.data(), N, C.data(), N, true);
     blas::amx::round_a(M, K, 1.0f, A.data(), 1, M, a.data(), K / 2);
-    blas::amx::tiles(M, N, K / 2, a.data(), K / 2, b.data(), N, C.data(), N, true);
+    tiles(M, N, K / 2, a.data(), K / 2, b.data(), N, C.data(), N, true);
   };
-  return detail::measured_speedup(f32_run, amx_run, 20);
+  return detail::measured_speedup(f32_run, bf16_run, 20);
 }
 
 std::string ratio_text(double r) {
@@ -76,19 +77,33 @@ std::string ratio_text(double r) {
   return buf;
 }
 
+const char* engine_name(Bf16Engine e) { return e == Bf16Engine::amx ? "AMX tile" : "AVX512_BF16 dot"; }
+
 Bf16Choice choose_bf16() {
   const blas::ForcedKernel f = blas::forced_kernel("XGRAD_BF16_ATTENTION", "bf16_attention");
   const std::string& force = f.value;
-  if (!force.empty() && force != "auto" && force != "on" && force != "off")
-    throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on or off)"));
-  if (force == "off") return {false, f.setting()};
-  const std::string why_not = blas::amx::unavailable_reason();  // (the ISA ceiling included)
-  if (!why_not.empty()) return {false, "no AMX bfloat16 tiles: " + why_not};
-  if (force == "on") return {true, f.setting()};
-  const double r = measure_bf16_speedup(*kernels());
-  if (r >= kMinBf16Speedup) return {true, "tile products measured at " + ratio_text(r) + " float32"};
-  return {false, "AMX tile products measured at " + ratio_text(r) + " float32 (they need " +
-                     ratio_text(kMinBf16Speedup) + ")"};
+  if (!force.empty() && force != "auto" && force != "on" && force != "off" && force != "amx" && force != "dpbf16")
+    throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, amx or dpbf16)"));
+  if (force == "off") return {false, Bf16Engine::none, f.setting()};
+  // (both reasons include the ISA ceiling)
+  const std::string no_amx = blas::amx::unavailable_reason(), no_dot = blas::amx::dot_unavailable_reason();
+  if (force == "amx") {
+    if (!no_amx.empty()) return {false, Bf16Engine::none, "no AMX bfloat16 tiles: " + no_amx};
+    return {true, Bf16Engine::amx, f.setting()};
+  }
+  if (force == "dpbf16") {
+    if (!no_dot.empty()) return {false, Bf16Engine::none, "no AVX512_BF16 dot products: " + no_dot};
+    return {true, Bf16Engine::dpbf16, f.setting()};
+  }
+  if (!no_dot.empty()) return {false, Bf16Engine::none, "no bfloat16 tile products: " + no_dot};
+  const Bf16Engine engine = no_amx.empty() ? Bf16Engine::amx : Bf16Engine::dpbf16;
+  if (force == "on") return {true, engine, f.setting()};
+  const double r = measure_bf16_speedup(*kernels(), engine);
+  if (r >= kMinBf16Speedup)
+    return {true, engine, std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32"};
+  return {false, Bf16Engine::none,
+          std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32 (they need " +
+              ratio_text(kMinBf16Speedup) + ")"};
 }
 
 }  // namespace
@@ -113,7 +128,7 @@ const Kernels* kernels() {
 namespace xg::nn::tile {
 const Kernels* kernels() { return nullptr; }
 const Bf16Choice& bf16_choice() {
-  static const Bf16Choice choice{false, "AMX tiles are an x86-64 feature"};
+  static const Bf16Choice choice{false, Bf16Engine::none, "bfloat16 tile products are an x86-64 feature"};
   return choice;
 }
 }  // namespace xg::nn::tile

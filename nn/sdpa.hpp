@@ -39,10 +39,11 @@ enum class SdpaImpl { automatic, composed, fused };
 /// weights block by block.
 
 /// What the fused path's tile products run on under bfloat16 mixed precision
-/// (xg::set_matmul_dtype), and why: "AMX bfloat16 tiles (tile products measured at 2.90x
-/// float32)", or "float32 (<why not>)" where they keep float32 inputs (no AMX, or AMX measured
+/// (xg::set_matmul_dtype), and why: "AMX bfloat16 tiles (AMX tile products measured at 2.90x
+/// float32)", "AVX512_BF16 dot products (AVX512_BF16 dot products measured at 1.45x float32)"
+/// (no AMX), or "float32 (<why not>)" where they keep float32 inputs (neither, or measured
 /// slower). Chosen once per process at the first call, or at the first fused attention under
-/// bfloat16, by a short calibration; XGRAD_BF16_ATTENTION=auto|on|off (or
+/// bfloat16, by a short calibration; XGRAD_BF16_ATTENTION=auto|on|off|amx|dpbf16 (or
 /// XGRAD_KERNELS=bf16_attention=...) forces it, another value
 /// throws ValueError (docs/performance.md, "bfloat16 mixed precision"). The composed path's
 /// products follow ops::matmul.

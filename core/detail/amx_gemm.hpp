@@ -1,5 +1,6 @@
-// Internal: small bfloat16 products on AMX tiles (TDPBF16PS), single-threaded, for the fused
-// attention's tiles under bfloat16 mixed precision (nn/detail/flash_tile.hpp, kernels_bf16()).
+// Internal: small bfloat16 products on AMX tiles (TDPBF16PS), or on the same operand layouts with
+// AVX512_BF16 dot products (VDPBF16PS) where the CPU has no AMX, single-threaded, for the fused
+// attention's tiles under bfloat16 mixed precision (nn/detail/flash_tile.hpp, bf16_choice()).
 // The operands are float32 and rounded here as every bfloat16 product of xgrad rounds them
 // (VCVTNE2PS2BF16: to nearest even; core/detail/bf16_gemm.hpp), the sums are float32.
 #pragma once
@@ -26,7 +27,7 @@ inline bool available() { return unavailable_reason().empty(); }
 void product(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t a_rs, std::size_t a_cs,
              const float* B, std::size_t ldb, float* C, std::size_t ldc);
 
-// product() and tiles() calls so far, process-wide.
+// product(), tiles() and dot_tiles() calls so far, process-wide.
 std::uint64_t calls();
 
 // --- Operands rounded once, multiplied many times ---
@@ -34,7 +35,7 @@ std::uint64_t calls();
 // "A layout": row i of the product's left operand is kw = round_up(K, 32) / 2 words, pairs
 // along k. "B layout": pair row p holds words (b(2p, j), b(2p + 1, j)) for the columns j. The
 // functions below write zeros beyond K, and beyond M (A: up to round_up(M, 16) rows) or N (B: up to
-// round_up(N, 16) words). Rounding as product() rounds.
+// round_up(N, 16) words). Rounding as product() rounds; it needs AVX512_BF16, not AMX (else Error).
 
 // A layout of alpha A[i * a_rs + k * a_cs] (alpha 1: A itself), row i at out + i * ldo.
 void round_a(std::size_t M, std::size_t K, float alpha, const float* A, std::size_t a_rs, std::size_t a_cs,
@@ -50,6 +51,17 @@ void round_b_transposed(std::size_t K, std::size_t N, const float* Bt, std::size
 // on the unrounded operands. Throws Error where !available() (the CPU and OS part).
 void tiles(std::size_t M, std::size_t N, std::size_t kw, const std::uint32_t* A, std::size_t lda,
            const std::uint32_t* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate);
+
+// The same sums as tiles() on the same layouts with VDPBF16PS (AVX512_BF16, no AMX): a word of A
+// broadcast against a pair row of B, each entry summed pair by pair in order of k (its bits
+// depend on its row of A, its column of B and kw, not on M, N or where it lies in C; they need
+// not equal tiles()'s). Any kw (0: zeros, or C as it was where accumulate); C's rows beyond M
+// and columns beyond N are not touched. Throws Error where the CPU has no AVX512_BF16.
+void dot_tiles(std::size_t M, std::size_t N, std::size_t kw, const std::uint32_t* A, std::size_t lda,
+               const std::uint32_t* B, std::size_t ldb, float* C, std::size_t ldc, bool accumulate);
+// "" where this process can run dot_tiles() (AVX512_BF16, the ISA ceiling avx512), else why not.
+std::string dot_unavailable_reason();
+inline bool dot_available() { return dot_unavailable_reason().empty(); }
 
 // While one lives on a thread, tiles() there loads the tile configuration once (here) instead of
 // once per call, and the tiles are released when it ends: for runs of many small products with

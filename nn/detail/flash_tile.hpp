@@ -54,16 +54,21 @@ struct Kernels {
 /// AVX2 with FMA (the callers then keep the BLAS path).
 const Kernels* kernels();
 
-/// Whether the fused attention runs its tile products on AMX tiles with bfloat16 operands under
-/// bfloat16 mixed precision (xg::set_matmul_dtype; nn/flash_attention.cpp, Bf16Products), and
-/// why; decided at the first call, once per process. XGRAD_BF16_ATTENTION (or its entry
-/// bf16_attention in XGRAD_KERNELS, core/detail/blas.hpp) =off never does,
-/// =on wherever blas::amx::available() (AMX and the avx512 ISA ceiling), =auto (the default)
-/// where a tile product measures at least kMinBf16Speedup times the float32 kernels' in a short
+/// Whether the fused attention runs its tile products with bfloat16 operands under bfloat16 mixed
+/// precision (xg::set_matmul_dtype; nn/flash_attention.cpp, Bf16Products), on which engine, and
+/// why; decided at the first call, once per process. The engines share the operand layouts of
+/// core/detail/amx_gemm.hpp: AMX tiles (blas::amx::tiles) where blas::amx::available(), else
+/// AVX512_BF16 dot products (blas::amx::dot_tiles) where blas::amx::dot_available().
+/// XGRAD_BF16_ATTENTION (or its entry bf16_attention in XGRAD_KERNELS, core/detail/blas.hpp)
+/// =off never uses them; =amx and =dpbf16 use that engine wherever the CPU has it; =on the
+/// first engine the CPU has (AMX, then the dot products); =auto (the default) that engine where
+/// a tile product measures at least kMinBf16Speedup times the float32 kernels' in a short
 /// calibration on the calling thread (128 x 64 x 64, A row-major and transposed, 3 alternating
 /// rounds, the fastest of each). Another value throws ValueError.
+enum class Bf16Engine { none, amx, dpbf16 };
 struct Bf16Choice {
   bool use = false;
+  Bf16Engine engine = Bf16Engine::none;  ///< none where !use
   std::string why;
 };
 const Bf16Choice& bf16_choice();

@@ -45,6 +45,7 @@ F64Kernel expected_kernel() {
   if (ceiling == "none") return F64Kernel::openblas;
   std::string core = blas::openblas_corename();
   for (char& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ceiling == "avx512" && (core == "haswell" || core == "zen")) return own;  // an AVX2 core on an AVX-512 CPU
   for (const char* v : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
     if (core == v) return F64Kernel::openblas;
   return own;

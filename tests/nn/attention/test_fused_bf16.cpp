@@ -1,10 +1,12 @@
 // The fused attention under bfloat16 mixed precision (xg::set_matmul_dtype): where the choice
-// (nn/detail/flash_tile.hpp, bf16_choice) runs its tile products on AMX tiles, O and the
+// (nn/detail/flash_tile.hpp, bf16_choice) runs its tile products in bfloat16 (AMX tiles or
+// AVX512_BF16 dot products), O and the
 // gradients stay within bfloat16 rounding of the float64 result, on the visibility kinds whose
 // tiles start at odd keys and odd rows (the paths that round an operand per product) as well as
 // whole tiles; the products are counted; and the bits do not depend on the thread count. Where
 // the choice keeps float32, the results are float32's bits. ctest runs these tests under
-// XGRAD_BF16_ATTENTION=on and =off as well (attention_bf16_forced_on, _off).
+// XGRAD_BF16_ATTENTION=on, =off, =amx and =dpbf16 as well (attention_bf16_forced_on, _off, _amx,
+// _dpbf16).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -97,20 +99,33 @@ std::string forced() { return blas::forced_kernel("XGRAD_BF16_ATTENTION", "bf16_
 
 TEST_CASE("bfloat16 attention: the choice follows XGRAD_BF16_ATTENTION and what this CPU has", "[attention_bf16]") {
   const tile::Bf16Choice& c = tile::bf16_choice();
+  const bool amx = blas::amx::available(), dot = blas::amx::dot_available();
   INFO("choice: " << bfloat16_attention_kernels() << "; AMX: "
-                  << (blas::amx::available() ? std::string("available") : blas::amx::unavailable_reason()));
-  if (forced() == "off") {
+                  << (amx ? std::string("available") : blas::amx::unavailable_reason())
+                  << "; AVX512_BF16 dot products: " << (dot ? std::string("available") : blas::amx::dot_unavailable_reason()));
+  const std::string f = forced();
+  CHECK(c.use == (c.engine != tile::Bf16Engine::none));
+  if (f == "off") {
     CHECK_FALSE(c.use);
     CHECK(c.why == blas::forced_kernel("XGRAD_BF16_ATTENTION", "bf16_attention").setting());
-  } else if (!blas::amx::available()) {
+  } else if (f == "amx") {
+    CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::none));
+    if (!amx) CHECK(c.why.find("no AMX bfloat16 tiles") == 0);
+  } else if (f == "dpbf16") {
+    CHECK(c.engine == (dot ? tile::Bf16Engine::dpbf16 : tile::Bf16Engine::none));
+    if (!dot) CHECK(c.why.find("no AVX512_BF16 dot products") == 0);
+  } else if (!dot) {  // (AMX implies the dot products)
     CHECK_FALSE(c.use);
-    CHECK(c.why.find("no AMX bfloat16 tiles") == 0);
-  } else if (forced() == "on") {
-    CHECK(c.use);
-  } else {
-    CHECK(c.why.find("measured at") != std::string::npos);
+    CHECK(c.why.find("no bfloat16 tile products") == 0);
+  } else if (f == "on") {
+    CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::dpbf16));
+  } else {  // auto: measured, on the first engine the CPU has
+    CHECK(c.why.find(amx ? "AMX tile products measured at" : "AVX512_BF16 dot products measured at") == 0);
+    if (c.use) CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::dpbf16));
   }
-  CHECK(bfloat16_attention_kernels().find(c.use ? "AMX bfloat16 tiles (" : "float32 (") == 0);
+  const char* const want = !c.use ? "float32 (" :
+                           c.engine == tile::Bf16Engine::amx ? "AMX bfloat16 tiles (" : "AVX512_BF16 dot products (";
+  CHECK(bfloat16_attention_kernels().find(want) == 0);
 }
 
 TEST_CASE("bfloat16 attention: within bfloat16 rounding of float64 and the products counted", "[attention_bf16]") {
