@@ -69,15 +69,17 @@ const std::string& cpu_reason() {
 }
 
 std::size_t round_up(std::size_t x, std::size_t w) { return (x + w - 1) / w * w; }
-}  // namespace
 
-std::string unavailable_reason() {
-  const std::string& r = cpu_reason();
-  if (!r.empty()) return r;
+// The CPU's reason, else the ISA ceiling's (both kinds of products need the avx512 one).
+std::string under_ceiling(const std::string& cpu) {
+  if (!cpu.empty()) return cpu;
   const std::string ceiling = isa_ceiling();
   if (ceiling != "avx512") return "the float32 kernels are capped at " + ceiling + " (XGRAD_ISA or set_max_isa)";
   return "";
 }
+}  // namespace
+
+std::string unavailable_reason() { return under_ceiling(cpu_reason()); }
 
 std::uint64_t calls() { return g_calls.load(std::memory_order_relaxed); }
 
@@ -393,13 +395,7 @@ void require_bf16(const char* op) {
 }
 }  // namespace
 
-std::string dot_unavailable_reason() {
-  const std::string& r = bf16_reason();
-  if (!r.empty()) return r;
-  const std::string ceiling = isa_ceiling();
-  if (ceiling != "avx512") return "the float32 kernels are capped at " + ceiling + " (XGRAD_ISA or set_max_isa)";
-  return "";
-}
+std::string dot_unavailable_reason() { return under_ceiling(bf16_reason()); }
 
 void round_a(std::size_t M, std::size_t K, float alpha, const float* A, std::size_t a_rs, std::size_t a_cs,
              std::uint32_t* out, std::size_t ldo) {
