@@ -1213,7 +1213,7 @@ void forward(Saved& s, const Array& Q, const Array& K, const Array& V, Array& O)
   s.log_z = Array::zeros({g.B, g.Hq, g.T}, Q.dtype());
   // bfloat16 mixed precision (xg::set_matmul_dtype) as in effect now, like ops::matmul records it
   s.bf16 = Q.dtype() == DType::float32 && effective_matmul_dtype() == MatmulDtype::bfloat16 &&
-           tile::bf16_choice().use;
+           tile::bf16_choice().use();
   detail::dispatch(Q.dtype(), [&](auto t) {
     using T = decltype(t);
     const Problem<T> P = problem<T>(s, Q, K, V);
@@ -1638,7 +1638,7 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
 
 std::string bfloat16_attention_kernels() {
   const tile::Bf16Choice& c = tile::bf16_choice();
-  if (!c.use) return "float32 (" + c.why + ")";
+  if (!c.use()) return "float32 (" + c.why + ")";
   return (c.engine == tile::Bf16Engine::amx ? "AMX bfloat16 tiles (" : "AVX512_BF16 dot products (") + c.why + ")";
 }
 

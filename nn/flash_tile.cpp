@@ -84,24 +84,24 @@ Bf16Choice choose_bf16() {
   const std::string& force = f.value;
   if (!force.empty() && force != "auto" && force != "on" && force != "off" && force != "amx" && force != "dpbf16")
     throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, amx or dpbf16)"));
-  if (force == "off") return {false, Bf16Engine::none, f.setting()};
+  if (force == "off") return {Bf16Engine::none, f.setting()};
   // (both reasons include the ISA ceiling)
   const std::string no_amx = blas::amx::unavailable_reason(), no_dot = blas::amx::dot_unavailable_reason();
   if (force == "amx") {
-    if (!no_amx.empty()) return {false, Bf16Engine::none, "no AMX bfloat16 tiles: " + no_amx};
-    return {true, Bf16Engine::amx, f.setting()};
+    if (!no_amx.empty()) return {Bf16Engine::none, "no AMX bfloat16 tiles: " + no_amx};
+    return {Bf16Engine::amx, f.setting()};
   }
   if (force == "dpbf16") {
-    if (!no_dot.empty()) return {false, Bf16Engine::none, "no AVX512_BF16 dot products: " + no_dot};
-    return {true, Bf16Engine::dpbf16, f.setting()};
+    if (!no_dot.empty()) return {Bf16Engine::none, "no AVX512_BF16 dot products: " + no_dot};
+    return {Bf16Engine::dpbf16, f.setting()};
   }
-  if (!no_dot.empty()) return {false, Bf16Engine::none, "no bfloat16 tile products: " + no_dot};
+  if (!no_dot.empty()) return {Bf16Engine::none, "no bfloat16 tile products: " + no_dot};
   const Bf16Engine engine = no_amx.empty() ? Bf16Engine::amx : Bf16Engine::dpbf16;
-  if (force == "on") return {true, engine, f.setting()};
+  if (force == "on") return {engine, f.setting()};
   const double r = measure_bf16_speedup(*kernels(), engine);
   if (r >= kMinBf16Speedup)
-    return {true, engine, std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32"};
-  return {false, Bf16Engine::none,
+    return {engine, std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32"};
+  return {Bf16Engine::none,
           std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32 (they need " +
               ratio_text(kMinBf16Speedup) + ")"};
 }
@@ -128,7 +128,7 @@ const Kernels* kernels() {
 namespace xg::nn::tile {
 const Kernels* kernels() { return nullptr; }
 const Bf16Choice& bf16_choice() {
-  static const Bf16Choice choice{false, Bf16Engine::none, "bfloat16 tile products are an x86-64 feature"};
+  static const Bf16Choice choice{Bf16Engine::none, "bfloat16 tile products are an x86-64 feature"};
   return choice;
 }
 }  // namespace xg::nn::tile

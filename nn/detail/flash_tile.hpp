@@ -67,9 +67,9 @@ const Kernels* kernels();
 /// rounds, the fastest of each). Another value throws ValueError.
 enum class Bf16Engine { none, amx, dpbf16 };
 struct Bf16Choice {
-  bool use = false;
-  Bf16Engine engine = Bf16Engine::none;  ///< none where !use
+  Bf16Engine engine = Bf16Engine::none;  ///< none: the products stay float32
   std::string why;
+  bool use() const { return engine != Bf16Engine::none; }
 };
 const Bf16Choice& bf16_choice();
 /// The bfloat16 tile products are used from this speed-up on (as the bfloat16 GEMM's choice).

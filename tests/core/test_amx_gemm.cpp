@@ -140,8 +140,7 @@ struct DotResult {
   std::vector<float> C;
   std::vector<double> bound;
 };
-DotResult check_dot(std::size_t M, std::size_t N, std::size_t K, bool accumulate, bool amx,
-                             std::mt19937& rng) {
+DotResult check_dot(std::size_t M, std::size_t N, std::size_t K, bool accumulate, bool amx, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const std::size_t kw = (K + 31) / 32 * 16, Mp = (M + 15) / 16 * 16, Np = (N + 15) / 16 * 16;
   const std::size_t lda = K + 3, ldb = N + 5, ldc = N + 7, words_a = kw + 16, words_b = Np + 16;

@@ -369,7 +369,7 @@ TEST_CASE("a GPT and a Llama step in bf16 give float32's loss and gradients with
       double loss32 = 0, loss16 = 0;
       const std::vector<Array> g32 = grads(loss32);
       // (the attention's choice first: its calibration runs tile products of its own)
-      const bool amx_attention = blas::bf16_available() && nn::tile::bf16_choice().use && c.d_model / heads % 32 == 0;
+      const bool amx_attention = blas::bf16_available() && nn::tile::bf16_choice().use() && c.d_model / heads % 32 == 0;
       const std::uint64_t calls0 = blas::bf16_calls(), tiles0 = blas::amx::calls();
       std::vector<Array> g16;
       {

@@ -104,9 +104,8 @@ TEST_CASE("bfloat16 attention: the choice follows XGRAD_BF16_ATTENTION and what 
                   << (amx ? std::string("available") : blas::amx::unavailable_reason())
                   << "; AVX512_BF16 dot products: " << (dot ? std::string("available") : blas::amx::dot_unavailable_reason()));
   const std::string f = forced();
-  CHECK(c.use == (c.engine != tile::Bf16Engine::none));
   if (f == "off") {
-    CHECK_FALSE(c.use);
+    CHECK_FALSE(c.use());
     CHECK(c.why == blas::forced_kernel("XGRAD_BF16_ATTENTION", "bf16_attention").setting());
   } else if (f == "amx") {
     CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::none));
@@ -115,15 +114,15 @@ TEST_CASE("bfloat16 attention: the choice follows XGRAD_BF16_ATTENTION and what 
     CHECK(c.engine == (dot ? tile::Bf16Engine::dpbf16 : tile::Bf16Engine::none));
     if (!dot) CHECK(c.why.find("no AVX512_BF16 dot products") == 0);
   } else if (!dot) {  // (AMX implies the dot products)
-    CHECK_FALSE(c.use);
+    CHECK_FALSE(c.use());
     CHECK(c.why.find("no bfloat16 tile products") == 0);
   } else if (f == "on") {
     CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::dpbf16));
   } else {  // auto: measured, on the first engine the CPU has
     CHECK(c.why.find(amx ? "AMX tile products measured at" : "AVX512_BF16 dot products measured at") == 0);
-    if (c.use) CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::dpbf16));
+    if (c.use()) CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::dpbf16));
   }
-  const char* const want = !c.use ? "float32 (" :
+  const char* const want = !c.use() ? "float32 (" :
                            c.engine == tile::Bf16Engine::amx ? "AMX bfloat16 tiles (" : "AVX512_BF16 dot products (";
   CHECK(bfloat16_attention_kernels().find(want) == 0);
 }
@@ -134,7 +133,7 @@ TEST_CASE("bfloat16 attention: within bfloat16 rounding of float64 and the produ
     const MatmulDtypeScope scope(MatmulDtype::bfloat16);
     bf16_products = effective_matmul_dtype() == MatmulDtype::bfloat16;
   }
-  const bool ran = tile::bf16_choice().use && bf16_products;
+  const bool ran = tile::bf16_choice().use() && bf16_products;
   std::vector<std::pair<Shape4, double>> runs;  // (shape, dropout)
   for (const Shape4& s : shapes()) runs.emplace_back(s, 0.0);
   runs.emplace_back(shapes()[0], 0.25);  // the backward's dropout branch
