@@ -790,17 +790,29 @@ std::uint64_t sgemv_calls(GemvKernel k) { return g_gemv_calls[static_cast<int>(k
 namespace {
 std::atomic<std::uint64_t> g_bf16_kernel_calls[2];
 
-struct Bf16Choice {
-  std::string unavailable;  // "" when bfloat16 products run, else why they do not
-  Bf16Kernel kernel = Bf16Kernel::xgrad;
-  std::string reason;       // why this kernel
-};
-
 std::string ratio_text(double r) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", r);
   return buf;
 }
+}  // namespace
+
+Bf16Choice bf16_decision(bool amx, double onednn_speedup, double dot_speedup) {
+  std::string measured;
+  if (amx) {
+    if (onednn_speedup >= bf16::kMinSpeedup)
+      return {"", Bf16Kernel::onednn, "AMX products measured at " + ratio_text(onednn_speedup) + " float32"};
+    measured = "oneDNN's AMX products measured at " + ratio_text(onednn_speedup) + " the float32 product rate, ";
+  }
+  if (dot_speedup >= bf16::kMinSpeedup)
+    return {"", Bf16Kernel::xgrad, "bfloat16 dot products measured at " + ratio_text(dot_speedup) + " float32 FMAs"};
+  return {measured + "bfloat16 dot products measured at " + ratio_text(dot_speedup) +
+              " the float32 FMA rate on this CPU (bfloat16 products need " + ratio_text(bf16::kMinSpeedup) +
+              "): float32 products are faster",
+          Bf16Kernel::xgrad, ""};
+}
+
+namespace {
 
 // The bfloat16 decision, made once per process (XGRAD_BF16_GEMM, then the calibrations).
 Bf16Choice choose_bf16() {
@@ -820,19 +832,13 @@ Bf16Choice choose_bf16() {
     return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad, f.setting() + (amx ? ", oneDNN runs on AMX" : "")};
   if (!force.empty() && force != "auto")
     throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
-  std::string measured;
+  // Each calibration runs only where its answer is needed (oneDNN's first, where it has AMX).
   if (amx) {
-    const double r = bf16::onednn_measured_speedup();
-    if (r >= bf16::kMinSpeedup)
-      return {"", Bf16Kernel::onednn, "AMX products measured at " + ratio_text(r) + " float32"};
-    measured = "oneDNN's AMX products measured at " + ratio_text(r) + " the float32 product rate, ";
+    const double ro = bf16::onednn_measured_speedup();
+    if (ro >= bf16::kMinSpeedup) return bf16_decision(true, ro, 0.0);
+    return bf16_decision(true, ro, bf16::measured_speedup());
   }
-  const double r = bf16::measured_speedup();
-  if (r >= bf16::kMinSpeedup)
-    return {"", Bf16Kernel::xgrad, "bfloat16 dot products measured at " + ratio_text(r) + " float32 FMAs"};
-  return {measured + "bfloat16 dot products at " + ratio_text(r) + " the float32 FMA rate on this CPU (bfloat16 products need " +
-              ratio_text(bf16::kMinSpeedup) + "): float32 products are faster",
-          Bf16Kernel::xgrad, ""};
+  return bf16_decision(false, 0.0, bf16::measured_speedup());
 }
 
 const Bf16Choice& bf16_choice() {

@@ -91,6 +91,15 @@ void gemm_bf16(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::si
 void gemm_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha,
                   const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
                   std::size_t ldc);
+// The decision from the calibrations' ratios (bfloat16 product rate / float32's; `amx`: oneDNN
+// runs on AMX tiles here): the auto branch of the choice, apart so tests can give it both sides
+// of the threshold on any CPU.
+struct Bf16Choice {
+  std::string unavailable;  // "" when bfloat16 products run, else why they do not
+  Bf16Kernel kernel = Bf16Kernel::xgrad;
+  std::string reason;       // why this kernel
+};
+Bf16Choice bf16_decision(bool amx, double onednn_speedup, double dot_speedup);
 bool bf16_available();
 std::string bf16_unavailable_reason();
 Bf16Kernel bf16_kernel();          // meaningful where bf16_available()

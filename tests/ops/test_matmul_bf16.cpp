@@ -323,6 +323,34 @@ TEST_CASE("bf16 products are chosen by the measured speed of the CPU's dot produ
   }
 }
 
+TEST_CASE("the bf16 decision from given calibration ratios names the measurement on both sides of the threshold",
+          "[ops][matmul_bf16][gemm_paths]") {
+  // The calibration's answer depends on the CPU (and on a sanitizer build's slow-down): the
+  // decision itself is given both sides here, whatever this CPU measures.
+  const double lo = 1.0, hi = 1.5;  // either side of kMinSpeedup (1.25)
+  REQUIRE(lo < blas::bf16::kMinSpeedup);
+  REQUIRE(hi > blas::bf16::kMinSpeedup);
+  const blas::Bf16Choice slow = blas::bf16_decision(false, 0.0, lo);
+  CHECK(slow.unavailable.find("bfloat16 dot products measured at 1.00x the float32 FMA rate") == 0);
+  CHECK(slow.unavailable.find("float32 products are faster") != std::string::npos);
+  const blas::Bf16Choice fast = blas::bf16_decision(false, 0.0, hi);
+  CHECK(fast.unavailable.empty());
+  CHECK(fast.kernel == blas::Bf16Kernel::xgrad);
+  CHECK(fast.reason == "bfloat16 dot products measured at 1.50x float32 FMAs");
+  const blas::Bf16Choice amx_fast = blas::bf16_decision(true, hi, lo);
+  CHECK(amx_fast.unavailable.empty());
+  CHECK(amx_fast.kernel == blas::Bf16Kernel::onednn);
+  CHECK(amx_fast.reason == "AMX products measured at 1.50x float32");
+  const blas::Bf16Choice amx_slow_dot_fast = blas::bf16_decision(true, lo, hi);
+  CHECK(amx_slow_dot_fast.unavailable.empty());
+  CHECK(amx_slow_dot_fast.kernel == blas::Bf16Kernel::xgrad);
+  const blas::Bf16Choice both_slow = blas::bf16_decision(true, lo, lo);
+  CHECK(both_slow.unavailable.find("oneDNN's AMX products measured at 1.00x the float32 product rate, "
+                                   "bfloat16 dot products measured at 1.00x") == 0);
+  // exactly at the threshold: bfloat16 runs
+  CHECK(blas::bf16_decision(false, 0.0, blas::bf16::kMinSpeedup).unavailable.empty());
+}
+
 TEST_CASE("the bf16 switch leaves float64 matmuls bit-identical", "[ops][matmul_bf16]") {
   Generator g(1204);
   const Array a = rnd({17, 33}, g), b = rnd({33, 9}, g);
