@@ -120,33 +120,40 @@ XGRAD_BF16_TARGET inline void pairs_of_rows(const float* r0, const float* r1, st
 XGRAD_BF16_TARGET void pack_b(bool tb, const float* B, std::size_t ldb, std::size_t k0, std::size_t kc,
                               std::size_t N, std::uint32_t* out) {
   const std::size_t kc2 = (kc + 1) / 2, panels = (N + kNR - 1) / kNR;
+  if (!tb) {  // op(B)[k][j] = B[k ldb + j]: rows k and k+1 side by side
+    // Pairs of rows outermost: each row is read from start to end. (Panels outermost read 128
+    // bytes of every row of the block in turn: too many streams for the prefetchers.)
+    for (std::size_t p = 0; p < kc2; ++p) {
+      const std::size_t k = k0 + 2 * p;
+      const float* r0 = B + k * ldb;
+      const float* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
+      for (std::size_t q = 0; q < panels; ++q) {
+        const std::size_t j0 = q * kNR, nq = std::min(kNR, N - j0);
+        std::uint32_t* dst = out + q * kc2 * kNR + p * kNR;
+        pairs_of_rows(r0 + j0, r1 ? r1 + j0 : nullptr, std::min<std::size_t>(nq, 16), dst);
+        if (nq > 16)
+          pairs_of_rows(r0 + j0 + 16, r1 ? r1 + j0 + 16 : nullptr, nq - 16, dst + 16);
+        else
+          _mm512_storeu_si512(dst + 16, _mm512_setzero_si512());
+      }
+    }
+    return;
+  }
+  // op(B)[k][j] = B[j ldb + k]: column j of op(B) is contiguous
+  alignas(64) std::uint32_t w[16];
   for (std::size_t q = 0; q < panels; ++q) {
     const std::size_t j0 = q * kNR, nq = std::min(kNR, N - j0);
     std::uint32_t* panel = out + q * kc2 * kNR;
-    if (!tb) {  // op(B)[k][j] = B[k ldb + j]: rows k and k+1 side by side
-      for (std::size_t p = 0; p < kc2; ++p) {
-        const std::size_t k = k0 + 2 * p;
-        const float* r0 = B + k * ldb + j0;
-        const float* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
-        pairs_of_rows(r0, r1 ? r1 : nullptr, std::min<std::size_t>(nq, 16), panel + p * kNR);
-        if (nq > 16)
-          pairs_of_rows(r0 + 16, r1 ? r1 + 16 : nullptr, nq - 16, panel + p * kNR + 16);
-        else
-          _mm512_storeu_si512(panel + p * kNR + 16, _mm512_setzero_si512());
+    for (std::size_t jj = 0; jj < kNR; ++jj) {
+      if (jj >= nq) {
+        for (std::size_t p = 0; p < kc2; ++p) panel[p * kNR + jj] = 0;
+        continue;
       }
-    } else {  // op(B)[k][j] = B[j ldb + k]: column j of op(B) is contiguous
-      alignas(64) std::uint32_t w[16];
-      for (std::size_t jj = 0; jj < kNR; ++jj) {
-        if (jj >= nq) {
-          for (std::size_t p = 0; p < kc2; ++p) panel[p * kNR + jj] = 0;
-          continue;
-        }
-        const float* col = B + (j0 + jj) * ldb + k0;
-        for (std::size_t p = 0; p < kc2; p += 16) {
-          pairs_of_row(col + 2 * p, std::min<std::size_t>(32, kc - 2 * p), w);
-          const std::size_t np = std::min<std::size_t>(16, kc2 - p);
-          for (std::size_t t = 0; t < np; ++t) panel[(p + t) * kNR + jj] = w[t];
-        }
+      const float* col = B + (j0 + jj) * ldb + k0;
+      for (std::size_t p = 0; p < kc2; p += 16) {
+        pairs_of_row(col + 2 * p, std::min<std::size_t>(32, kc - 2 * p), w);
+        const std::size_t np = std::min<std::size_t>(16, kc2 - p);
+        for (std::size_t t = 0; t < np; ++t) panel[(p + t) * kNR + jj] = w[t];
       }
     }
   }
@@ -162,16 +169,17 @@ XGRAD_BF16_TARGET void pack_a(bool ta, const float* A, std::size_t lda, std::siz
   if (ta) {  // op(A)[i][k] = A[k lda + i]: a group's kMR rows are contiguous in each row of A
     // Two groups at a time: 16 consecutive floats of rows k and k+1 (whole cache lines rather
     // than halves read twice), words 0..7 to the first group, 8..15 to the second.
+    // Pairs of rows outermost, as in pack_b: rows k and k+1 read from i0 to i0 + mc in turn.
     alignas(64) std::uint32_t w[16];
-    for (std::size_t g = 0; g < groups; g += 2) {
-      const std::size_t r0 = g * kMR, n = std::min(2 * kMR, mc - r0);
-      std::uint32_t* grp = out + g * kc2 * kMR;
-      const bool second = g + 1 < groups;
-      for (std::size_t p = 0; p < kc2; ++p) {
-        const float* x0 = A + (k0 + 2 * p) * lda + i0 + r0;
-        pairs_of_rows(x0, 2 * p + 1 < kc ? x0 + lda : nullptr, n, w);
+    for (std::size_t p = 0; p < kc2; ++p) {
+      const float* x0 = A + (k0 + 2 * p) * lda + i0;
+      const float* x1 = 2 * p + 1 < kc ? x0 + lda : nullptr;
+      for (std::size_t g = 0; g < groups; g += 2) {
+        const std::size_t r0 = g * kMR, n = std::min(2 * kMR, mc - r0);
+        std::uint32_t* grp = out + g * kc2 * kMR;
+        pairs_of_rows(x0 + r0, x1 ? x1 + r0 : nullptr, n, w);
         std::memcpy(grp + p * kMR, w, kMR * sizeof(std::uint32_t));
-        if (second) std::memcpy(grp + (kc2 + p) * kMR, w + kMR, kMR * sizeof(std::uint32_t));
+        if (g + 1 < groups) std::memcpy(grp + (kc2 + p) * kMR, w + kMR, kMR * sizeof(std::uint32_t));
       }
     }
     return;
