@@ -4,15 +4,27 @@
 // raw cblas_sgemm call with OpenBLAS's own threads set to --threads. Square n x n by default;
 // --m and --k give [m, k] x [k, n] (the tall-skinny projections). GFLOP/s are 2 m n k / time,
 // also shown as a share of the fp32 FMA peak measured in the same run (bench/peak.hpp).
+// --dtype bfloat16: the products of xg::set_matmul_dtype's bfloat16 mode (inputs rounded to
+// bfloat16, float32 accumulation) on each bfloat16 kernel beside the float32 product of the same
+// operands, in alternating rounds, with --transpose-a / --transpose-b (the shapes of a backward
+// pass) and --cold (operands and results rotate through copies larger than the last-level cache,
+// as a training step's fresh activations are).
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "bench/common.hpp"
 #include "bench/openblas.hpp"
 #include "bench/xgrad_pool.hpp"
+#include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/error.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/parallel.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/core/tensor.hpp>
@@ -24,6 +36,7 @@ namespace {
 
 struct Extra {
   std::optional<std::size_t> m, k;
+  bool ta = false, tb = false, cold = false;  // --dtype bfloat16 only
 };
 
 std::vector<double> gflops(const std::vector<double>& ms, double flop) {
@@ -94,10 +107,101 @@ void run_f64(const bench::MatmulFlags& f, const Extra& x) {
   bench::print_result("matmul_gflops", achieved, "GFLOPS");
 }
 
+// Copies of an operand of `floats` floats: one, or with `cold` enough that cycling through them
+// (with the other operand's and the result's) leaves none in the last-level cache.
+std::vector<std::vector<float>> copies(const std::vector<float>& v, std::size_t total_floats, bool cold) {
+  std::size_t n = 1;
+  if (cold) {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const std::size_t bytes = std::max<std::size_t>(std::size_t{64} << 20, 4 * std::size_t(l3 > 0 ? l3 : 0));
+    n = std::max<std::size_t>(2, bytes / std::max<std::size_t>(1, total_floats * sizeof(float)) + 1);
+  }
+  return std::vector<std::vector<float>>(n, v);
+}
+
+// --dtype bfloat16: C = op(A) op(B) on each bfloat16 kernel (xgrad's, and oneDNN's where this
+// build has it) and in float32 (the doorway's float32 GEMM) on the same operands, in rounds that
+// alternate them (medians over all rounds); the bfloat16 kernels as a share of the vdpbf16ps peak
+// and as a speed-up over float32.
+void run_bf16(const bench::MatmulFlags& f, const Extra& x) {
+  const std::size_t M = x.m.value_or(f.n), K = x.k.value_or(f.n), N = f.n;
+  const std::string reason = blas::bf16::cpu_supported() ? std::string() : "this CPU has no AVX512_BF16 instructions";
+  if (!reason.empty()) throw Error("bench_matmul: --dtype bfloat16: " + reason);
+  bench::print_line("bench_matmul (xgrad): op(A) [" + std::to_string(M) + ", " + std::to_string(K) + "] x op(B) [" +
+                    std::to_string(K) + ", " + std::to_string(N) + "], A " + (x.ta ? "transposed" : "as is") +
+                    ", B " + (x.tb ? "transposed" : "as is") + ", bfloat16 products, threads " +
+                    std::to_string(f.threads) + (x.cold ? ", cold operands" : ""));
+  bench::print_library_lines();
+  Generator gen(0);
+  const Tensor At = randn({M * K}, gen), Bt = randn({K * N}, gen);
+  const std::vector<float> a0(At.value().data<float>(), At.value().data<float>() + M * K);
+  const std::vector<float> b0(Bt.value().data<float>(), Bt.value().data<float>() + K * N);
+  const std::size_t total = M * K + K * N + M * N;
+  const auto as = copies(a0, total, x.cold), bs = copies(b0, total, x.cold);
+  auto cs = copies(std::vector<float>(M * N), total, x.cold);
+  const std::size_t lda = x.ta ? M : K, ldb = x.tb ? K : N;
+  std::size_t turn = 0;
+  using Gemm = std::function<void(const float*, const float*, float*)>;
+  struct Kernel {
+    std::string name;
+    Gemm run;
+    std::vector<double> ms;
+  };
+  std::vector<Kernel> kernels;
+  kernels.push_back({"xgrad avx512_bf16", [&](const float* a, const float* b, float* c) {
+    blas::gemm_bf16_on(blas::Bf16Kernel::xgrad, x.ta, x.tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, N);
+  }, {}});
+  if (blas::bf16::onednn_supported())
+    kernels.push_back({"oneDNN bfloat16", [&](const float* a, const float* b, float* c) {
+      blas::gemm_bf16_on(blas::Bf16Kernel::onednn, x.ta, x.tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, N);
+    }, {}});
+  kernels.push_back({"float32 (" + float32_gemm_kernels() + ")", [&](const float* a, const float* b, float* c) {
+    blas::gemm(x.ta, x.tb, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, c, N);
+  }, {}});
+  const auto call = [&](Kernel& k) {
+    const std::size_t i = turn++;
+    k.run(as[i % as.size()].data(), bs[i % bs.size()].data(), cs[i % cs.size()].data());
+  };
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+       std::chrono::steady_clock::now() < until;)
+    for (Kernel& k : kernels) call(k);
+  const std::size_t rounds = 3;
+  for (std::size_t r = 0; r < rounds; ++r)
+    for (std::size_t j = 0; j < kernels.size(); ++j) {
+      Kernel& k = kernels[(j + r) % kernels.size()];  // each round starts with another kernel
+      const std::vector<double> t = bench::time_reps(f.warmup, (f.reps + rounds - 1) / rounds, [&] { call(k); });
+      k.ms.insert(k.ms.end(), t.begin(), t.end());
+    }
+  const double flop = 2.0 * double(M) * double(N) * double(K);
+  const bench::RunThreads pool = bench::xgrad_pool();
+  const bench::Peak peak = bench::measure_peak(f.threads, 0.05, pool);
+  bench::print_line("peak (vdpbf16ps, " + std::to_string(peak.threads) + " threads, measured now): " +
+                    bench::fmt(peak.bf16_gflops, 1) + " GFLOP/s; fp32 FMA " + bench::fmt(peak.fp32_gflops, 1) +
+                    " GFLOP/s");
+  const double f32 = bench::summarize(gflops(kernels.back().ms, flop)).median;
+  for (Kernel& k : kernels) {
+    const double med = bench::summarize(gflops(k.ms, flop)).median;
+    bench::print_summary(k.name, gflops(k.ms, flop), "GFLOPS");
+    if (&k != &kernels.back())
+      bench::print_line("  " + k.name + ": " + bench::fmt(100 * med / peak.bf16_gflops, 1) +
+                        "% of the vdpbf16ps peak, " + bench::fmt(med / f32, 2) + "x float32");
+    else
+      bench::print_line("  float32: " + bench::fmt(100 * med / peak.fp32_gflops, 1) + "% of the fp32 peak");
+  }
+  bench::print_peak_rss();
+  bench::print_result("matmul_bf16_speedup", bench::summarize(gflops(kernels.front().ms, flop)).median / f32, "x");
+}
+
 void run(const bench::MatmulFlags& f, const Extra& x) {
   set_num_threads(f.threads);
+  if (f.dtype != "bfloat16" && (x.ta || x.tb || x.cold))
+    throw bench::UsageError("--transpose-a, --transpose-b and --cold go with --dtype bfloat16");
   if (f.dtype == "float64") {
     run_f64(f, x);
+    return;
+  }
+  if (f.dtype == "bfloat16") {
+    run_bf16(f, x);
     return;
   }
   const std::size_t M = x.m.value_or(f.n), K = x.k.value_or(f.n), N = f.n;
@@ -175,9 +279,14 @@ int main(int argc, char** argv) {
                "--k", [&x](const std::size_t& v) { x.k = v; }, "inner dimension (default: n)")
             ->check(CLI::PositiveNumber);
         app.add_option("--dtype", f.dtype,
-                       "float32 (the op, each float32 backend, raw sgemm) or float64 (the op, each float64 kernel)")
-            ->check(CLI::IsMember({"float32", "float64"}))
+                       "float32 (the op, each float32 backend, raw sgemm), float64 (the op, each float64 kernel) or "
+                       "bfloat16 (each bfloat16 kernel beside float32)")
+            ->check(CLI::IsMember({"float32", "float64", "bfloat16"}))
             ->capture_default_str();
+        app.add_flag("--transpose-a", x.ta, "bfloat16: A is stored [k, m] (a weight gradient's X^T)");
+        app.add_flag("--transpose-b", x.tb, "bfloat16: B is stored [n, k] (an input gradient's W^T)");
+        app.add_flag("--cold", x.cold,
+                     "bfloat16: operands and results rotate through copies larger than the last-level cache");
       },
       [&] { run(f, x); });
 }
