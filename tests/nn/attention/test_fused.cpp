@@ -43,8 +43,7 @@ Run run(const Case& c, SdpaImpl impl, DType dtype, double dropout, std::uint64_t
   Tensor V(rnd({c.B, c.H_kv, c.S, c.d_v}, g, -2, 2).astype(dtype), true);
   const Array G = rnd({c.B, c.H_q, c.T, c.d_v}, g).astype(dtype);
   Generator drop(gen_seed);
-  SdpaOptions o;
-  o.query_valid = c.valid;
+  SdpaOptions o{std::nullopt, c.valid};  // (initialised, not assigned: GCC 12 -Wnonnull false positive)
   o.impl = impl;
   o.dropout_p = dropout;
   o.training = dropout > 0;
@@ -158,8 +157,7 @@ TEST_CASE("fused attention agrees with the closed-form backward (5.24)-(5.31)", 
     const auto& d = c.d;
     Tensor Q(rnd({d.B, d.H_q, d.T, d.d_k}, g, -2, 2), true), K(rnd({d.B, d.H_kv, d.S, d.d_k}, g, -2, 2), true),
         V(rnd({d.B, d.H_kv, d.S, d.d_v}, g, -2, 2), true);
-    SdpaOptions o;
-    o.query_valid = c.valid;
+    SdpaOptions o{std::nullopt, c.valid};  // (initialised, not assigned: GCC 12 -Wnonnull false positive)
     o.impl = SdpaImpl::fused;
     const SdpaResult r = scaled_dot_product_attention(Q, K, V, c.vis, o);
     const Array G = rnd(r.output.shape(), g);
@@ -455,9 +453,8 @@ Overflow overflow_inputs(DType dt, double big, std::size_t big_query, std::size_
 
 std::vector<Array> run_overflow(const Overflow& in, const Visibility& vis, const BoolArray& valid, SdpaImpl impl) {
   Tensor Q(in.Q, true), K(in.K, true), V(in.V, true);
-  SdpaOptions o;
+  SdpaOptions o{std::nullopt, valid};  // (initialised, not assigned: GCC 12 -Wnonnull false positive)
   o.impl = impl;
-  o.query_valid = valid;
   const SdpaResult r = scaled_dot_product_attention(Q, K, V, vis, o);
   REQUIRE(r.path == impl);
   std::vector<Array> out{r.output.value()};
@@ -637,9 +634,8 @@ TEST_CASE("fused attention reads Q K V in place from the packed projection: equa
           const std::size_t W = (c.H_q + 2 * c.H_kv) * d;
           const Tensor P(rnd({c.B, c.T, W}, g, -2, 2).astype(dtype), true);
           const Array G = rnd({c.B, c.T, c.H_q * d}, g).astype(dtype);
-          SdpaOptions o;
+          SdpaOptions o{std::nullopt, c.valid};  // (initialised, not assigned: GCC 12 -Wnonnull false positive)
           o.impl = SdpaImpl::fused;
-          o.query_valid = c.valid;
           o.dropout_p = p;
           o.training = p > 0;
           Generator drop_a(3), drop_b(3);
