@@ -107,14 +107,16 @@ void run_f64(const bench::MatmulFlags& f, const Extra& x) {
   bench::print_result("matmul_gflops", achieved, "GFLOPS");
 }
 
-// Copies of an operand of `floats` floats: one, or with `cold` enough that cycling through them
-// (with the other operand's and the result's) leaves none in the last-level cache.
+// Copies of an operand: one, or with `cold` enough that cycling through them (with the other
+// operand's and the result's, `total_floats` a set) covers 64 MiB or 4 times the last-level
+// cache, whichever is more, at most 64 sets (a product small enough to need more stays in cache
+// anyway; the cap keeps a large L3 from asking for thousands of tiny copies).
 std::vector<std::vector<float>> copies(const std::vector<float>& v, std::size_t total_floats, bool cold) {
   std::size_t n = 1;
   if (cold) {
     const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     const std::size_t bytes = std::max<std::size_t>(std::size_t{64} << 20, 4 * std::size_t(l3 > 0 ? l3 : 0));
-    n = std::max<std::size_t>(2, bytes / std::max<std::size_t>(1, total_floats * sizeof(float)) + 1);
+    n = std::min<std::size_t>(64, std::max<std::size_t>(2, bytes / std::max<std::size_t>(1, total_floats * sizeof(float)) + 1));
   }
   return std::vector<std::vector<float>>(n, v);
 }
@@ -286,7 +288,8 @@ int main(int argc, char** argv) {
         app.add_flag("--transpose-a", x.ta, "bfloat16: A is stored [k, m] (a weight gradient's X^T)");
         app.add_flag("--transpose-b", x.tb, "bfloat16: B is stored [n, k] (an input gradient's W^T)");
         app.add_flag("--cold", x.cold,
-                     "bfloat16: operands and results rotate through copies larger than the last-level cache");
+                     "bfloat16: operands and results rotate through copies larger than the last-level cache (64 MiB "
+                     "or 4 times the L3, at most 64 copies)");
       },
       [&] { run(f, x); });
 }
