@@ -127,8 +127,8 @@ std::vector<std::vector<float>> copies(const std::vector<float>& v, std::size_t 
 // and as a speed-up over float32.
 void run_bf16(const bench::MatmulFlags& f, const Extra& x) {
   const std::size_t M = x.m.value_or(f.n), K = x.k.value_or(f.n), N = f.n;
-  const std::string reason = blas::bf16::cpu_supported() ? std::string() : "this CPU has no AVX512_BF16 instructions";
-  if (!reason.empty()) throw Error("bench_matmul: --dtype bfloat16: " + reason);
+  if (!blas::bf16::cpu_supported())
+    throw Error("bench_matmul: --dtype bfloat16: this CPU has no AVX512_BF16 instructions");
   bench::print_line("bench_matmul (xgrad): op(A) [" + std::to_string(M) + ", " + std::to_string(K) + "] x op(B) [" +
                     std::to_string(K) + ", " + std::to_string(N) + "], A " + (x.ta ? "transposed" : "as is") +
                     ", B " + (x.tb ? "transposed" : "as is") + ", bfloat16 products, threads " +

@@ -832,13 +832,9 @@ Bf16Choice choose_bf16() {
     return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad, f.setting() + (amx ? ", oneDNN runs on AMX" : "")};
   if (!force.empty() && force != "auto")
     throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
-  // Each calibration runs only where its answer is needed (oneDNN's first, where it has AMX).
-  if (amx) {
-    const double ro = bf16::onednn_measured_speedup();
-    if (ro >= bf16::kMinSpeedup) return bf16_decision(true, ro, 0.0);
-    return bf16_decision(true, ro, bf16::measured_speedup());
-  }
-  return bf16_decision(false, 0.0, bf16::measured_speedup());
+  // oneDNN's calibration first where it has AMX; the dot products' only where that one fell short.
+  const double ro = amx ? bf16::onednn_measured_speedup() : 0.0;
+  return bf16_decision(amx, ro, amx && ro >= bf16::kMinSpeedup ? 0.0 : bf16::measured_speedup());
 }
 
 const Bf16Choice& bf16_choice() {

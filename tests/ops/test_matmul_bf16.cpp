@@ -344,6 +344,7 @@ TEST_CASE("the bf16 decision from given calibration ratios names the measurement
   const blas::Bf16Choice amx_slow_dot_fast = blas::bf16_decision(true, lo, hi);
   CHECK(amx_slow_dot_fast.unavailable.empty());
   CHECK(amx_slow_dot_fast.kernel == blas::Bf16Kernel::xgrad);
+  CHECK(amx_slow_dot_fast.reason == "bfloat16 dot products measured at 1.50x float32 FMAs");
   const blas::Bf16Choice both_slow = blas::bf16_decision(true, lo, lo);
   CHECK(both_slow.unavailable.find("oneDNN's AMX products measured at 1.00x the float32 product rate, "
                                    "bfloat16 dot products measured at 1.00x") == 0);
