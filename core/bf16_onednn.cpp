@@ -210,11 +210,18 @@ std::string dnnl_message(const dnnl::error& e) {
 // oneDNN has no bfloat16 matmul under an AVX2 ceiling (dnnl_set_max_cpu_isa, core/blas.cpp).
 bool onednn_supported() { return cpu_supported() && isa_ceiling() == "avx512"; }
 
+std::string onednn_unavailable_reason() {
+  if (!cpu_supported()) return "this CPU has no AVX512_BF16 instructions";
+  const std::string ceiling = isa_ceiling();
+  if (ceiling != "avx512") return "the kernels are capped at " + ceiling + " (XGRAD_ISA or set_max_isa)";
+  return std::string();
+}
+
 void onednn_gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                  std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   if (!onednn_supported())
-    throw Error(op_message("blas::gemm_bf16", "oneDNN's bfloat16 products need a CPU with AVX512_BF16 and the "
-                                              "kernels not capped at AVX2 (XGRAD_ISA, set_max_isa)"));
+    throw Error(
+        op_message("blas::gemm_bf16", "oneDNN's bfloat16 products are unavailable: " + onednn_unavailable_reason()));
   if (M == 0 || N == 0) return;
   if (K == 0) {
     gemm_block(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // C = beta C
@@ -265,6 +272,8 @@ double onednn_measured_speedup() {
 #else  // built without oneDNN (or not x86-64)
 
 bool onednn_supported() { return false; }
+
+std::string onednn_unavailable_reason() { return "xgrad was built without oneDNN (XGRAD_WITH_ONEDNN)"; }
 
 void onednn_gemm(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t, const float*,
                  std::size_t, float, float*, std::size_t) {

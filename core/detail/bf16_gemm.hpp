@@ -42,6 +42,9 @@ void gemm_block(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::s
 // Built with oneDNN, the CPU has AVX512_BF16 (the rounding uses it) and the ISA ceiling
 // (XGRAD_ISA, set_max_isa) is avx512 (under AVX2 oneDNN has no bfloat16 matmul).
 bool onednn_supported();
+// Why not, in one phrase ("" where onednn_supported()): built without oneDNN, no AVX512_BF16,
+// or the kernels capped at AVX2.
+std::string onednn_unavailable_reason();
 // oneDNN's implementation for a [512 x 256] x [256 x 768] product, e.g. "brg:avx512_core_amx_bf16"
 // (AMX) or "brg:avx512_core_bf16"; "" where !onednn_supported().
 std::string onednn_impl();

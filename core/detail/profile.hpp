@@ -4,9 +4,9 @@
 // - Ops (core/tape.cpp): the forward time of an op is the time on the recording thread since
 //   the previous record() or profile_mark() (the op's own work plus any glue before it); the
 //   backward time is the time of its VJP plus passing its cotangents on. Keyed by op name.
-// - GEMM (core/blas.cpp): wall time inside blas::gemm calls made outside a parallel region
-//   (the matmul ops' products; the fused attention's per-block products run inside the pool and
-//   count under their op instead).
+// - GEMM (core/blas.cpp): wall time inside blas::gemm and blas::gemm_bf16 calls made outside a
+//   parallel region (the matmul ops' products; the fused attention's per-block products run
+//   inside the pool and count under their op instead).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,8 @@ void profile_mark();
 void reset_profile();
 // Per op name, sorted by forward + backward time, largest first.
 std::vector<OpTime> op_profile();
-// Milliseconds spent inside blas::gemm (both dtypes) since reset_profile(), and the call count.
+// Milliseconds spent inside blas::gemm (both dtypes) and blas::gemm_bf16 since reset_profile(),
+// and the call count.
 double gemm_profile_ms();
 std::uint64_t gemm_profile_calls();
 // Adds a GEMM's duration (core/blas.cpp).

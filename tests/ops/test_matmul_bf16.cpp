@@ -23,6 +23,7 @@
 #include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/profile.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/nn/detail/flash_tile.hpp>
@@ -149,12 +150,21 @@ TEST_CASE("bf16 kernel matches float64 of the rounded inputs on odd shapes", "[o
 
 TEST_CASE("bf16 products on oneDNN match float64 of the rounded inputs", "[ops][matmul_bf16]") {
   const auto onednn = [](auto&&... args) { blas::gemm_bf16_on(blas::Bf16Kernel::onednn, args...); };
+  const std::string why = blas::bf16::onednn_unavailable_reason();
   if (!blas::bf16::onednn_supported()) {
     CHECK(blas::bf16::onednn_impl().empty());
     CHECK(blas::bf16::onednn_measured_speedup() == 0.0);
-    CHECK_THROWS_AS(onednn(false, false, 2, 2, 2, 1.0f, nullptr, 2, nullptr, 2, 0.0f, nullptr, 2), Error);
+    // The reason names the first cause that holds: the build, the CPU, the ISA ceiling.
+    const std::string cause = !blas::onednn_available()      ? "built without oneDNN (XGRAD_WITH_ONEDNN)"
+                              : !blas::bf16::cpu_supported() ? "this CPU has no AVX512_BF16 instructions"
+                                                             : "the kernels are capped at avx2";
+    INFO("oneDNN's bfloat16 products unavailable: " << why);
+    CHECK(why.find(cause) != std::string::npos);
+    CHECK_THROWS_WITH(onednn(false, false, 2, 2, 2, 1.0f, nullptr, 2, nullptr, 2, 0.0f, nullptr, 2),
+                      Catch::Matchers::Contains("oneDNN's bfloat16 products are unavailable: " + why));
     return;  // built without oneDNN, no AVX512_BF16, or capped at AVX2
   }
+  CHECK(why.empty());
   std::mt19937 rng(1205);
   const std::uint64_t calls0 = blas::bf16_calls(blas::Bf16Kernel::onednn);
   // The padded cases: C's rows not dense (oneDNN writes a dense copy), A and B padded.
@@ -180,10 +190,28 @@ TEST_CASE("bf16 products on oneDNN match float64 of the rounded inputs", "[ops][
 TEST_CASE("bf16 products split over the pool match float64 of the rounded inputs", "[ops][matmul_bf16]") {
   if (!blas::bf16::cpu_supported()) return;  // gemm_bf16 needs the instructions (callers check bf16_available)
   std::mt19937 rng(1202);
-  const auto split = [](auto&&... args) { blas::gemm_bf16(args...); };
+  // xgrad's kernel, whichever gemm_bf16 would choose (oneDNN's split is checked above)
+  const auto split = [](auto&&... args) { blas::gemm_bf16_on(blas::Bf16Kernel::xgrad, args...); };
   check_kernel(split, 300, 129, 257, false, true, 1.0f, 0.0f, 0, rng);  // row blocks over the pool
   check_kernel(split, 7, 1023, 129, true, false, 1.0f, 1.0f, 2, rng);    // column blocks
   check_kernel(split, 1, 513, 64, false, false, 1.0f, 0.0f, 0, rng);     // one row: no matrix-vector shortcut
+}
+
+TEST_CASE("bf16 products count inside the GEMM doorway of the step profile", "[ops][matmul_bf16]") {
+  if (!blas::bf16::cpu_supported()) return;  // xgrad's kernel needs the instructions
+  struct Profiled {
+    Profiled() {
+      detail::set_profiling(true);
+      detail::reset_profile();
+    }
+    ~Profiled() { detail::set_profiling(false); }
+  } profiled;
+  std::vector<float> A(64 * 48, 0.5f), B(48 * 40, 0.25f), C(64 * 40);
+  blas::gemm_bf16_on(blas::Bf16Kernel::xgrad, false, false, 64, 40, 48, 1.0f, A.data(), 48, B.data(), 40, 0.0f,
+                     C.data(), 40);
+  CHECK(C[0] == 6.0f);  // 48 x 0.5 x 0.25, exact
+  CHECK(detail::gemm_profile_calls() == 1);
+  CHECK(detail::gemm_profile_ms() > 0.0);
 }
 
 TEST_CASE("matmul in bf16 is within the bf16 bound of float64 forward and backward", "[ops][matmul_bf16][gemm_paths]") {
@@ -278,6 +306,11 @@ TEST_CASE("bf16 products are chosen by the measured speed of the CPU's dot produ
   }
   if (xisa_avx2()) {
     CHECK(reason.find("capped at avx2") != std::string::npos);
+    if (forced == "onednn")  // forced where oneDNN has no bfloat16 matmul: the choice names why
+      CHECK_THROWS_WITH(blas::bf16_kernel(),
+                        Catch::Matchers::Contains("XGRAD_BF16_GEMM") &&
+                            Catch::Matchers::Contains(
+                                "oneDNN's bfloat16 products are unavailable: the kernels are capped at avx2"));
     return;
   }
   const bool amx = blas::bf16::onednn_supported() && blas::bf16::onednn_uses_amx();
