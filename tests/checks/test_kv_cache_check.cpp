@@ -181,7 +181,7 @@ TEST_CASE("kv-cache check: a values input [B, T, d] (the attention layer alone)"
   CHECK(r.summary().find("5 schedules and prefix isolation agree") != std::string::npos);
 }
 
-TEST_CASE("kv-cache check: a correct user decoder passes; broken caches are caught where they break",
+TEST_CASE("kv-cache check: a correct user decoder passes / broken caches are caught where they break",
           "[checks][kv_cache]") {
   auto m = std::make_shared<TestDecoder>();
   const IndexArray t = tokens(2, 8);

@@ -148,7 +148,7 @@ TEST_CASE("allocator: freed large blocks are reused, within the cache bound", "[
   CHECK(memory_stats().cached == 0);
 }
 
-TEST_CASE("arrays: a view shares data, reshaped copies; small arrays work like large ones", "[core][allocator]") {
+TEST_CASE("arrays: a view shares data, reshaped copies / small arrays work like large ones", "[core][allocator]") {
   Array a = Array::from_vector({2, 3}, {1, 2, 3, 4, 5, 6}, DType::float64);
   const Array v = a.view({3, 2});
   const Array r = a.reshaped({3, 2});

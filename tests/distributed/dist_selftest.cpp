@@ -80,7 +80,7 @@ TEST_CASE("communicator: started all-reduces finish on wait(), in any number") {
   CHECK(b[3] == 1.0);
 }
 
-TEST_CASE("communicator: broadcast of bytes, strings and arrays; mismatched arrays are refused") {
+TEST_CASE("communicator: broadcast of bytes, strings and arrays / mismatched arrays are refused") {
   std::string s = comm().rank() == 1 ? std::string(100000, 'x') + "end" : "short";
   comm().broadcast(s, 1);
   CHECK(s.size() == 100003);
@@ -97,7 +97,7 @@ TEST_CASE("communicator: broadcast of bytes, strings and arrays; mismatched arra
   comm().barrier();
 }
 
-TEST_CASE("together: a failure on one rank reaches every rank; the lowest failing rank reports it") {
+TEST_CASE("together: a failure on one rank reaches every rank / the lowest failing rank reports it") {
   bool caught = false;
   try {
     dist::together(comm(), [] {
@@ -139,7 +139,7 @@ TEST_CASE("parameters: broadcast from rank 0, checksums agree, divergence is cau
   CHECK_NOTHROW(dist::check_parameters_agree(comm(), params, "after the broadcast"));
 }
 
-TEST_CASE("gradient reducer: sums over ranks; a gradient on some ranks only; none anywhere stays none") {
+TEST_CASE("gradient reducer: sums over ranks / a gradient on some ranks only / none anywhere stays none") {
   for (DType dt : {DType::float32, DType::float64}) {
     for (bool overlap : {false, true}) {
       for (std::size_t bucket : {std::size_t(4), std::size_t(1) << 20}) {

@@ -73,7 +73,7 @@ std::map<std::string, Array> grads_of(const nn::Module& m) {
 
 }  // namespace
 
-TEST_CASE("dist: shards are equal contiguous blocks; an indivisible batch is refused", "[dist]") {
+TEST_CASE("dist: shards are equal contiguous blocks / an indivisible batch is refused", "[dist]") {
   CHECK(dist::shard_of(8, 0, 1).begin == 0);
   CHECK(dist::shard_of(8, 0, 1).end == 8);
   CHECK(dist::shard_of(8, 1, 2).begin == 4);

@@ -9,7 +9,7 @@
 using namespace xg;
 using namespace xgt;
 
-TEST_CASE("dropout: backward reuses the forward mask; identity when p = 0 or evaluating (SPEC 2)",
+TEST_CASE("dropout: backward reuses the forward mask / identity when p = 0 or evaluating (SPEC 2)",
           "[ops][dropout]") {
   Generator g(149);
   Tensor x(rnd({50, 40}, g, 0.5, 1.5), true);

@@ -165,7 +165,7 @@ TEST_CASE("compare: validation bits per byte are read from a val_bpb column, the
   fs::remove_all(dir);
 }
 
-TEST_CASE("compare: a log of the six-column format has no validation loss; old and unknown tasks",
+TEST_CASE("compare: a log of the six-column format has no validation loss / old and unknown tasks",
           "[compare]") {
   const fs::path dir = temp_dir("compare_old");
   std::string log = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s\n";

@@ -221,7 +221,7 @@ TEST_CASE("plots: a gnuplot that fails is an error naming it and what it said", 
   fs::remove_all(dir);
 }
 
-TEST_CASE("train: results go to the output stream, progress and warnings to the progress stream; a loss curve "
+TEST_CASE("train: results go to the output stream, progress and warnings to the progress stream / a loss curve "
           "that cannot be drawn does not fail the run",
           "[train][plots]") {
   const fs::path dir = temp_dir("train_streams");

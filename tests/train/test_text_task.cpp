@@ -272,7 +272,7 @@ TEST_CASE("text task: a corpus smaller than one training window is a usage error
   CHECK_THROWS_WITH(train::run_training(o, log), Catch::Contains("--context"));
 }
 
-TEST_CASE("text corpus: the run's own --out folder inside --text is not read; --text inside --out is refused", "[text]") {
+TEST_CASE("text corpus: the run's own --out folder inside --text is not read / --text inside --out is refused", "[text]") {
   const fs::path dir = xgt::temp_dir("text_out_inside");
   write(dir / "a.txt", lines(200, "alpha"));
   write(dir / "b.txt", lines(200, "beta"));

@@ -288,7 +288,7 @@ TEST_CASE("attention layer: PyTorch layout export/import round-trips and matches
   XGT_CHECK_SAME(b.W_QKV.value(), before);  // failed imports change nothing
 }
 
-TEST_CASE("attention layer: dropout only in training; eval is exactly the deterministic path (SPEC 2)",
+TEST_CASE("attention layer: dropout only in training / eval is exactly the deterministic path (SPEC 2)",
           "[nn][attention][dropout]") {
   Generator g(8);
   AttentionConfig c = config(8, 2, 2);

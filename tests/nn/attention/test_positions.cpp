@@ -263,7 +263,7 @@ TEST_CASE("GPT with rope, alibi or none: cached decoding equals the full forward
   }
 }
 
-TEST_CASE("GPT position schemes differ in what they see; encoder-decoder refuses non-learned",
+TEST_CASE("GPT position schemes differ in what they see / encoder-decoder refuses non-learned",
           "[nn][rope][alibi][gpt]") {
   // Without position information, one causal layer at position 2 attends to the set of
   // tokens 0..2 whatever their order: swapping tokens 0 and 1 leaves position 2's logits
@@ -295,7 +295,7 @@ TEST_CASE("GPT position schemes differ in what they see; encoder-decoder refuses
   CHECK_THROWS_WITH(position_scheme_from_name("sinusoidal"), Catch::Contains("unknown position scheme 'sinusoidal'"));
 }
 
-TEST_CASE("checkpoint metadata: the position scheme round-trips; without the key it is learned",
+TEST_CASE("checkpoint metadata: the position scheme round-trips / without the key it is learned",
           "[train][checkpoint][rope]") {
   train::ModelInfo info;
   info.kind = train::ModelKind::gpt;

@@ -99,7 +99,7 @@ TEST_CASE("attention structure: prefix isolation through a 3-layer causal stack,
   }
 }
 
-TEST_CASE("attention structure: permutation equivariance F(PX; P M P^T) = P F(X; M), not under a fixed causal mask "
+TEST_CASE("attention structure: permutation equivariance F(PX | P M P^T) = P F(X | M), not under a fixed causal mask "
           "(5.37)-(5.41)",
           "[nn][attention][spec]") {
   const std::size_t T = 5, d = 8;

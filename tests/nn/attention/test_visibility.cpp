@@ -78,7 +78,7 @@ TEST_CASE("visibility: key padding broadcasts to every head and query row (SPEC 
   CHECK_THROWS_AS(Visibility::key_lengths({5}, 4), ShapeError);
 }
 
-TEST_CASE("visibility: padding keys does not silence padded queries; invalid queries do (SPEC 3.5, 3.8)",
+TEST_CASE("visibility: padding keys does not silence padded queries / invalid queries do (SPEC 3.5, 3.8)",
           "[nn][visibility][attention]") {
   Generator g(211);
   const Tensor Q(rnd({1, 1, 3, 2}, g)), K(rnd({1, 1, 3, 2}, g)), V(rnd({1, 1, 3, 2}, g, 0.5, 1.0));
@@ -102,7 +102,7 @@ TEST_CASE("visibility: documents are block-diagonal and causal inside each docum
   CHECK(a[(1 * 3 + 2) * 3 + 1] == 1);
 }
 
-TEST_CASE("visibility: constraints combine by intersection; soft biases add (SPEC 3.4)", "[nn][visibility]") {
+TEST_CASE("visibility: constraints combine by intersection / soft biases add (SPEC 3.4)", "[nn][visibility]") {
   const Visibility v = Visibility::causal(3, 3) & Visibility::key_lengths({2}, 3);
   const Table expect{{1, 0, 0}, {1, 1, 0}, {1, 1, 0}};
   CHECK(table(v, 3, 3) == expect);

@@ -355,7 +355,7 @@ TEST_CASE("windowed GPT: a token is invisible beyond its window, and prefixes ar
   }
 }
 
-TEST_CASE("windowed KV cache: a failed call leaves it usable; truncate and bad caches", "[nn][window][kv_cache][errors]") {
+TEST_CASE("windowed KV cache: a failed call leaves it usable / truncate and bad caches", "[nn][window][kv_cache][errors]") {
   NoGradGuard ng;
   Generator g(24);
   AttentionConfig c;
@@ -413,7 +413,7 @@ TEST_CASE("windowed KV cache: a failed call leaves it usable; truncate and bad c
   CHECK_THROWS_WITH(KVCache::windowed(1, 2, 0, 4, 4, DType::float64), Catch::Contains("W = 0"));
 }
 
-TEST_CASE("windowed encoder-decoder: cached decoding equals the full decode; the encoder stays bidirectional",
+TEST_CASE("windowed encoder-decoder: cached decoding equals the full decode / the encoder stays bidirectional",
           "[nn][window][kv_cache]") {
   NoGradGuard ng;
   Generator g(25);
