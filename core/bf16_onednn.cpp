@@ -273,11 +273,15 @@ double onednn_measured_speedup() {
 
 bool onednn_supported() { return false; }
 
-std::string onednn_unavailable_reason() { return "xgrad was built without oneDNN (XGRAD_WITH_ONEDNN)"; }
+std::string onednn_unavailable_reason() {
+  return XGRAD_HAVE_ONEDNN ? "this CPU has no AVX512_BF16 instructions"  // oneDNN, but not x86-64
+                           : "xgrad was built without oneDNN (XGRAD_WITH_ONEDNN)";
+}
 
 void onednn_gemm(bool, bool, std::size_t, std::size_t, std::size_t, float, const float*, std::size_t, const float*,
                  std::size_t, float, float*, std::size_t) {
-  throw Error(op_message("blas::gemm_bf16", "xgrad was built without oneDNN (XGRAD_WITH_ONEDNN)"));
+  throw Error(
+      op_message("blas::gemm_bf16", "oneDNN's bfloat16 products are unavailable: " + onednn_unavailable_reason()));
 }
 
 std::string onednn_last_impl() { return std::string(); }
