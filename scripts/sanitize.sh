@@ -11,10 +11,11 @@
 # catalogue runs here against the ASan build. The downstream consumer test (an install and
 # three consumer builds) is a packaging test, not a memory one: it runs in the Release suite only.
 # The SentencePiece cross-check (thousands of lines through the xgrad program) compares
-# encodings with Python's, not memory: the Release suite runs it, and so its llama2.c twin and
-# the PyTorch checkpoint cross-check (the same loaders run here through the catalogue and the
-# unit tests); the tokenizer's own unit tests (random byte strings, every invalid UTF-8 form)
-# run here.
+# encodings with Python's, not memory: the Release suite runs it, and so its llama2.c twin, the
+# tokenizer export cross-check (6 minutes under ASan; the writer's unit tests, bytes, refusals
+# and bad models, run here, and the llama2c tokenizer loader is fuzzed) and the PyTorch
+# checkpoint cross-check (the same loaders run here through the catalogue and the unit tests);
+# the tokenizer's own unit tests (random byte strings, every invalid UTF-8 form) run here.
 # Usage: scripts/sanitize.sh [--fuzz SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,4 +29,4 @@ if ((fuzz_seconds > 0)); then
 fi
 cd build-san
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|distributed_stress_refusals|robustness_(kill|signals|memory)|downstream_consumer|sentencepiece_interop|llama2c_tokenizer_interop|torch_checkpoint_interop'
+  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|distributed_stress_refusals|robustness_(kill|signals|memory)|downstream_consumer|sentencepiece_interop|llama2c_tokenizer_interop|tokenizer_export_interop|torch_checkpoint_interop'
