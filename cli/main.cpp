@@ -67,7 +67,10 @@ int run(int argc, char** argv) {
              xg::openblas_config() + ")\nfloat32 GEMM: " + xg::float32_gemm_kernels() +
              "\nfloat32 matrix-vector: " + xg::float32_gemv_kernels() + "\nfloat64 GEMM: " + xg::float64_gemm_kernels() +
              "\nbfloat16 products: " + xg::bfloat16_gemm_kernels() +
-             "\nbfloat16 attention: " + xg::nn::bfloat16_attention_kernels() + "\n";
+             "\nbfloat16 attention: " + xg::nn::bfloat16_attention_kernels() + "\ncalibration cache: " +
+             (xg::calibration_cache_path().empty() ? std::string("off (XGRAD_CACHE_DIR=off or no HOME)")
+                                                   : xg::calibration_cache_path()) +
+             "\n";
     } catch (...) {
       return fail(std::current_exception(), command);
     }
@@ -78,7 +81,7 @@ int run(int argc, char** argv) {
     CLI::App app{"xgrad: tape-based autodiff with exact attention gradients"};
     app.set_version_flag("--version", std::string("xgrad ") + XGRAD_VERSION_STRING,
                          "Print the version and exit (with --verbose: also OpenBLAS's core and the float32 and "
-                         "float64 GEMM kernels chosen on this CPU)");
+                         "float64 GEMM kernels chosen on this CPU, and the calibration cache)");
     app.require_subcommand(1);
     for (auto* add : xg::cli::all_commands) add(app);
     xg::cli::help_footer(app, "xgrad train --task text --text corpus/ --out run1   (then: xgrad <command> --help)");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <xgrad/core/detail/bf16_gemm.hpp>
+#include <xgrad/core/detail/calibration.hpp>
 #include <xgrad/core/detail/dgemm.hpp>
 #include <xgrad/core/detail/sgemv.hpp>
 #include <xgrad/core/error.hpp>
@@ -833,8 +834,19 @@ Bf16Choice choose_bf16() {
   if (!force.empty() && force != "auto")
     throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
   // oneDNN's calibration first where it has AMX; the dot products' only where that one fell short.
-  const double ro = amx ? bf16::onednn_measured_speedup() : 0.0;
-  return bf16_decision(amx, ro, amx && ro >= bf16::kMinSpeedup ? 0.0 : bf16::measured_speedup());
+  // Each ratio measured once per CPU and build (the calibration cache): every process on this
+  // machine decides the same way, also where a ratio sits near the threshold.
+  bool cached = false;
+  const auto ratio = [&cached](const char* name, double (*measure)()) {
+    const detail::Calibration c = detail::calibrated(name, measure);
+    cached = cached || c.cached;
+    return c.value;
+  };
+  const double ro = amx ? ratio("bf16_gemm_onednn_amx", bf16::onednn_measured_speedup) : 0.0;
+  Bf16Choice c = bf16_decision(
+      amx, ro, amx && ro >= bf16::kMinSpeedup ? 0.0 : ratio("bf16_gemm_dot", bf16::measured_speedup));
+  if (cached) (c.unavailable.empty() ? c.reason : c.unavailable) += ", read from the calibration cache";
+  return c;
 }
 
 const Bf16Choice& bf16_choice() {

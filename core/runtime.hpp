@@ -46,6 +46,12 @@ std::string float32_gemv_kernels();
 /// XGRAD_BF16_GEMM=auto|on|off|xgrad|onednn (or XGRAD_KERNELS=bf16_gemm=...) forces it
 /// (docs/performance.md, "bfloat16").
 std::string bfloat16_gemm_kernels();
+/// The calibration cache: the file where the speed ratios behind the kernel choices above are
+/// kept once measured, per CPU and build of xgrad, so that every process on this machine chooses
+/// the same kernels (docs/performance.md, "Calibration cache"). XGRAD_CACHE_DIR/calibration-v1.txt,
+/// else $XDG_CACHE_HOME/xgrad/..., else $HOME/.cache/xgrad/...; "" where XGRAD_CACHE_DIR=off
+/// (every process measures again). Deleting the file makes the next process measure again.
+std::string calibration_cache_path();
 /// OpenBLAS's core: the kernels it runs on this CPU (openblas_get_corename()), e.g. "Haswell",
 /// "SkylakeX" or "Prescott", its SSE3 fallback for a CPU model it does not know.
 std::string openblas_core();

@@ -13,6 +13,7 @@
 #include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/detail/calibrate.hpp>
+#include <xgrad/core/detail/calibration.hpp>
 #include <xgrad/core/error.hpp>
 
 #if defined(__x86_64__)
@@ -98,12 +99,18 @@ Bf16Choice choose_bf16() {
   if (!no_dot.empty()) return {Bf16Engine::none, "no bfloat16 tile products: " + no_dot};
   const Bf16Engine engine = no_amx.empty() ? Bf16Engine::amx : Bf16Engine::dpbf16;
   if (force == "on") return {engine, f.setting()};
-  const double r = measure_bf16_speedup(*kernels(), engine);
+  // Measured once per CPU and build (the calibration cache): every process on this machine
+  // decides the same way, also where the ratio sits near the threshold.
+  const detail::Calibration c =
+      detail::calibrated(engine == Bf16Engine::amx ? "attention_tiles_amx" : "attention_tiles_dpbf16",
+                         [engine] { return measure_bf16_speedup(*kernels(), engine); });
+  const double r = c.value;
+  const std::string from = c.cached ? ", read from the calibration cache" : "";
   if (r >= kMinBf16Speedup)
-    return {engine, std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32"};
+    return {engine, std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32" + from};
   return {Bf16Engine::none,
-          std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32 (they need " +
-              ratio_text(kMinBf16Speedup) + ")"};
+          std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32" + from +
+              " (they need " + ratio_text(kMinBf16Speedup) + ")"};
 }
 
 }  // namespace

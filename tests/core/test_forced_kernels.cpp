@@ -14,33 +14,7 @@
 
 using namespace xg;
 
-namespace {
-
-// Sets (or, with nullopt, unsets) an environment variable for its lifetime.
-class EnvScope {
- public:
-  EnvScope(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value->c_str(), 1);
-    else
-      unsetenv(name);
-  }
-  ~EnvScope() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  EnvScope(const EnvScope&) = delete;
-  EnvScope& operator=(const EnvScope&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-}  // namespace
+using xgt::EnvScope;
 
 TEST_CASE("XGRAD_KERNELS forces each named choice and leaves the others to their variables", "[forced_kernels]") {
   const EnvScope own("XGRAD_FLOAT32_GEMV", std::nullopt), own2("XGRAD_BF16_GEMM", std::nullopt),

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <xgrad/xgrad.hpp>
@@ -107,5 +109,29 @@ std::string error_of(F&& f) {
   FAIL("threw nothing");
   return "";
 }
+
+// Sets (or, with nullopt, unsets) an environment variable for its lifetime, then restores it.
+class EnvScope {
+ public:
+  EnvScope(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value->c_str(), 1);
+    else
+      unsetenv(name);
+  }
+  ~EnvScope() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace xgt

@@ -18,6 +18,7 @@
 #include "tests/support/helpers.hpp"
 #include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/calibration.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/nn/detail/flash_tile.hpp>
@@ -121,6 +122,11 @@ TEST_CASE("bfloat16 attention: the choice follows XGRAD_BF16_ATTENTION and what 
   } else {  // auto: measured, on the first engine the CPU has
     CHECK(c.why.find(amx ? "AMX tile products measured at" : "AVX512_BF16 dot products measured at") == 0);
     if (c.use()) CHECK(c.engine == (amx ? tile::Bf16Engine::amx : tile::Bf16Engine::dpbf16));
+    // The ratio the choice used (this process's, measured or read from the calibration cache;
+    // a second measurement is never taken: the stand-in below would give 0).
+    const double r = detail::calibrated(amx ? "attention_tiles_amx" : "attention_tiles_dpbf16", [] { return 0.0; }).value;
+    INFO("calibrated ratio " << r);
+    CHECK(c.use() == (r >= tile::kMinBf16Speedup));
   }
   const char* const want = !c.use() ? "float32 (" :
                            c.engine == tile::Bf16Engine::amx ? "AMX bfloat16 tiles (" : "AVX512_BF16 dot products (";
