@@ -237,16 +237,52 @@ Calibration calibrated_in(const std::string& path, const std::string& key, const
   return {v, false};
 }
 
+namespace {
+std::mutex g_known_mutex;
+std::map<std::string, Calibration> g_known;  // this process's values: every later call agrees
+}  // namespace
+
 Calibration calibrated(const std::string& name, const std::function<double()>& measure) {
-  static std::mutex mutex;
-  static std::map<std::string, Calibration> known;  // this process's values: every later call agrees
   {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (const auto it = known.find(name); it != known.end()) return it->second;
+    const std::lock_guard<std::mutex> lock(g_known_mutex);
+    if (const auto it = g_known.find(name); it != g_known.end()) return it->second;
   }
   const Calibration c = calibrated_in(calibration_cache_path(), calibration_key(), name, measure);
-  const std::lock_guard<std::mutex> lock(mutex);
-  return known.emplace(name, c).first->second;
+  const std::lock_guard<std::mutex> lock(g_known_mutex);
+  return g_known.emplace(name, c).first->second;
+}
+
+std::string calibrations_text() {
+  const std::lock_guard<std::mutex> lock(g_known_mutex);
+  std::string text;
+  for (const auto& [name, c] : g_known)
+    text += name + "\t" + number_text(c.value) + "\t" + (c.cached ? "1" : "0") + "\n";
+  return text;
+}
+
+void adopt_calibrations(const std::string& text) {
+  std::map<std::string, Calibration> theirs;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t end = text.find('\n', pos);
+    const std::string l = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    pos = end == std::string::npos ? text.size() : end + 1;
+    const std::size_t t1 = l.find('\t'), t2 = t1 == std::string::npos ? t1 : l.find('\t', t1 + 1);
+    double v = 0.0;
+    const std::string name = l.substr(0, t1);
+    // Any double, nan and inf included: a failed measurement is rank 0's choice too.
+    const auto any_double = [&v](const std::string& t) {
+      char* e = nullptr;
+      v = std::strtod(t.c_str(), &e);
+      return !t.empty() && e == t.c_str() + t.size();
+    };
+    if (t2 == std::string::npos || !valid_name(name) || !any_double(l.substr(t1 + 1, t2 - t1 - 1)) ||
+        !(l.substr(t2 + 1) == "0" || l.substr(t2 + 1) == "1"))
+      throw InternalError("adopt_calibrations: '" + shown_value(l, 60) + "' is not NAME<tab>VALUE<tab>0|1");
+    theirs[name] = {v, l.substr(t2 + 1) == "1"};
+  }
+  const std::lock_guard<std::mutex> lock(g_known_mutex);
+  for (const auto& [name, c] : theirs) g_known.emplace(name, c);
 }
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 #include <new>
 #include <unordered_map>
 
+#include <xgrad/core/detail/calibration.hpp>
 #include <xgrad/core/error.hpp>
 
 namespace xg::dist {
@@ -73,6 +74,25 @@ void together(Communicator& comm, const std::function<void()>& f) {
   if (comm.rank() == reporter)
     throw CollectiveError(failure, code, true, message_of(failure));
   throw CollectiveError(nullptr, code, false, "rank " + std::to_string(reporter) + " failed");
+}
+
+void agree_on_kernel_choices(Communicator& comm, const std::function<void()>& choose) {
+  if (comm.size() == 1) {
+    choose();
+    return;
+  }
+  std::string ratios;
+  together(comm, [&] {
+    if (comm.rank() != 0) return;
+    choose();
+    ratios = detail::calibrations_text();
+  });
+  comm.broadcast(ratios, 0);
+  together(comm, [&] {
+    if (comm.rank() == 0) return;
+    detail::adopt_calibrations(ratios);
+    choose();
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -76,6 +76,15 @@ std::string message_of(const std::exception_ptr& e);
 /// one process f's exception propagates unchanged.
 void together(Communicator& comm, const std::function<void()>& f);
 
+/// Collective: every rank makes the measured kernel choices rank 0 makes. Rank 0 runs `choose`
+/// (anything that makes the choices, e.g. the train command's `kernels:` line), whose speed
+/// ratios come from the calibration cache or are measured there (docs/performance.md,
+/// "Calibration cache"); the other ranks take rank 0's ratios and then run `choose`. Without
+/// it each rank measures for itself, and a ratio near its threshold (or a cache written by
+/// another build) can put the ranks on different kernels. A throw from `choose` on any rank is
+/// every rank's (together()). In a world of one process: `choose` alone.
+void agree_on_kernel_choices(Communicator& comm, const std::function<void()>& choose);
+
 /// For a failure every rank detects at the same point with the same data: rank 0 reports e.
 /// Throws e itself in a world of one process, otherwise a CollectiveError carrying it.
 template <class E> [[noreturn]] void fail_together(const Communicator& comm, const E& e) {

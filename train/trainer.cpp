@@ -718,7 +718,9 @@ TrainResult run_training(const TrainOptions& opts, std::ostream& out_root, std::
   set_num_threads(s.threads);
   // --dtype bfloat16: the run's float32 matmuls take bfloat16 inputs (restored when the run ends).
   const MatmulDtypeScope matmul_dtype(s.o.dtype == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32);
-  s.kernels = kernels_line(s.o);  // (every rank: the same variables fail every rank at once)
+  // Every rank: the same variables fail every rank at once; rank 0's measured choices are
+  // every rank's.
+  dist::agree_on_kernel_choices(s.comm, [&s] { s.kernels = kernels_line(s.o); });
   build(s);
   open_run_folder(s);
 

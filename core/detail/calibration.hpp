@@ -41,6 +41,14 @@ std::string calibration_key();
 // measurement that is not a finite positive number is returned but not kept.
 Calibration calibrated(const std::string& name, const std::function<double()>& measure);
 
+// This process's calibrated ratios as text, one "name<TAB>value<TAB>0|1" line each (1: read from
+// the cache file), for another process to adopt: data-parallel ranks take rank 0's
+// (dist::agree_on_kernel_choices), so that no rank measures a borderline ratio on the other side.
+std::string calibrations_text();
+// Takes calibrations_text() of another process as this process's values; a ratio this process
+// has already used stays. Throws InternalError on text calibrations_text() would not write.
+void adopt_calibrations(const std::string& text);
+
 // The same on a given file and key, without this process's memory (tests, the fuzzer).
 Calibration calibrated_in(const std::string& path, const std::string& key, const std::string& name,
                           const std::function<double()>& measure);

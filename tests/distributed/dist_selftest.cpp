@@ -7,10 +7,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
 #include <xgrad/xgrad.hpp>
+#include <xgrad/core/detail/calibration.hpp>
 #include <xgrad/distributed/communicator.hpp>
 #include <xgrad/distributed/data_parallel.hpp>
 
@@ -118,6 +120,37 @@ TEST_CASE("together: a failure on one rank reaches every rank / the lowest faili
     CHECK(e.exit_code() == 1);
     CHECK(e.reporter() == (comm().rank() == 0));
   }
+}
+
+TEST_CASE("kernel choices: every rank takes rank 0's calibrated ratios / a failed choice is every rank's") {
+  // No calibration cache: each rank would otherwise measure its own ratio (1 + its rank here).
+  const char* old = std::getenv("XGRAD_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  setenv("XGRAD_CACHE_DIR", "off", 1);
+  double seen = 0.0;
+  dist::agree_on_kernel_choices(comm(), [&seen] {
+    seen = detail::calibrated("selftest_ratio", [] { return 1.0 + r(); }).value;
+  });
+  CHECK(seen == 1.0);
+  CHECK(detail::calibrated("selftest_ratio", [] { return 99.0; }).value == 1.0);  // and later asks agree
+  // A ratio rank 0 never asked for is each rank's own.
+  CHECK(detail::calibrated("selftest_own", [] { return 1.0 + r(); }).value == 1.0 + r());
+  for (const int failing : {0, 1}) {
+    bool caught = false;
+    try {
+      dist::agree_on_kernel_choices(comm(), [failing] {
+        if (comm().rank() == failing) throw ValueError("[test] XGRAD_BF16_ATTENTION: unknown value");
+      });
+    } catch (const dist::CollectiveError& e) {
+      caught = true;
+      CHECK(e.reporter() == (comm().rank() == failing));
+    }
+    CHECK(caught);
+  }
+  if (old)
+    setenv("XGRAD_CACHE_DIR", saved.c_str(), 1);
+  else
+    unsetenv("XGRAD_CACHE_DIR");
 }
 
 TEST_CASE("parameters: broadcast from rank 0, checksums agree, divergence is caught on every rank") {
