@@ -60,6 +60,16 @@ else()
   if(NOT broken MATCHES "^xgrad: calibration cache ${DIR}/calibration-v1.txt, line 2: the value 'fast' of ratio is not a positive number up to 1e6 \\(delete the file and xgrad measures again\\)\n$")
     message(FATAL_ERROR "the broken cache's error is not the one line expected")
   endif()
+  # ... and `xgrad train --dtype bfloat16` refuses to start on it: the same line alone (out and
+  # err together), before the run folder is created.
+  set(run "${DIR}/run")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env "XGRAD_CACHE_DIR=${DIR}" ${PROGRAM} train --out ${run} --dtype bfloat16
+                          --steps 1 --n-digits 4 --batch 4 --d-model 64 --heads 2 --layers 1 --no-progress --no-plot --threads 1
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("train on the broken cache:\n${out}${err}")
+  if(NOT rc EQUAL 1 OR NOT "${out}${err}" MATCHES "^xgrad: calibration cache ${DIR}/calibration-v1.txt, line 2: [^\n]*\n$" OR EXISTS "${run}")
+    message(FATAL_ERROR "xgrad train on a broken cache: exit ${rc} (want 1 and the one line above, and no ${run})")
+  endif()
 endif()
 
 # Off: nothing written, every run measures.
