@@ -845,7 +845,7 @@ Bf16Choice choose_bf16() {
   const double ro = amx ? ratio("bf16_gemm_onednn_amx", bf16::onednn_measured_speedup) : 0.0;
   Bf16Choice c = bf16_decision(
       amx, ro, amx && ro >= bf16::kMinSpeedup ? 0.0 : ratio("bf16_gemm_dot", bf16::measured_speedup));
-  if (cached) (c.unavailable.empty() ? c.reason : c.unavailable) += ", read from the calibration cache";
+  if (cached) (c.unavailable.empty() ? c.reason : c.unavailable) += detail::kReadFromCache;
   return c;
 }
 

@@ -64,6 +64,15 @@ bool parse_value(const std::string& text, double& out) {
   return end == text.c_str() + text.size();
 }
 
+// A line split at its tabs into exactly three fields (the cache file's lines and
+// calibrations_text()'s); false for a line with another number of tabs.
+bool three_fields(const std::string& l, std::string& a, std::string& b, std::string& c) {
+  const std::size_t t1 = l.find('\t'), t2 = t1 == std::string::npos ? t1 : l.find('\t', t1 + 1);
+  if (t2 == std::string::npos || l.find('\t', t2 + 1) != std::string::npos) return false;
+  a = l.substr(0, t1), b = l.substr(t1 + 1, t2 - t1 - 1), c = l.substr(t2 + 1);
+  return true;
+}
+
 std::string one_line(std::string s) {
   for (char& c : s)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
@@ -200,10 +209,9 @@ Entries read_calibration_file(const std::string& path) {
       continue;
     }
     if (l.empty() || l[0] == '#') continue;
-    const std::size_t t1 = l.find('\t'), t2 = t1 == std::string::npos ? t1 : l.find('\t', t1 + 1);
-    if (t2 == std::string::npos || l.find('\t', t2 + 1) != std::string::npos)
+    std::string key, name, value;
+    if (!three_fields(l, key, name, value))
       bad_file(path, line, "'" + shown_value(l, 60) + "' is not KEY<tab>NAME<tab>VALUE");
-    const std::string key = l.substr(0, t1), name = l.substr(t1 + 1, t2 - t1 - 1), value = l.substr(t2 + 1);
     if (!valid_key(key)) bad_file(path, line, "the key '" + shown_value(key, 60) + "' is empty, too long or has control characters");
     if (!valid_name(name)) bad_file(path, line, "the name '" + shown_value(name, 60) + "' is not [a-z0-9_], 1 to 64 characters");
     double v = 0.0;
@@ -267,19 +275,18 @@ void adopt_calibrations(const std::string& text) {
     const std::size_t end = text.find('\n', pos);
     const std::string l = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
     pos = end == std::string::npos ? text.size() : end + 1;
-    const std::size_t t1 = l.find('\t'), t2 = t1 == std::string::npos ? t1 : l.find('\t', t1 + 1);
+    std::string name, value, cached;
     double v = 0.0;
-    const std::string name = l.substr(0, t1);
     // Any double, nan and inf included: a failed measurement is rank 0's choice too.
     const auto any_double = [&v](const std::string& t) {
       char* e = nullptr;
       v = std::strtod(t.c_str(), &e);
       return !t.empty() && e == t.c_str() + t.size();
     };
-    if (t2 == std::string::npos || !valid_name(name) || !any_double(l.substr(t1 + 1, t2 - t1 - 1)) ||
-        !(l.substr(t2 + 1) == "0" || l.substr(t2 + 1) == "1"))
+    if (!three_fields(l, name, value, cached) || !valid_name(name) || !any_double(value) ||
+        !(cached == "0" || cached == "1"))
       throw InternalError("adopt_calibrations: '" + shown_value(l, 60) + "' is not NAME<tab>VALUE<tab>0|1");
-    theirs[name] = {v, l.substr(t2 + 1) == "1"};
+    theirs[name] = {v, cached == "1"};
   }
   const std::lock_guard<std::mutex> lock(g_known_mutex);
   for (const auto& [name, c] : theirs) g_known.emplace(name, c);

@@ -105,7 +105,7 @@ Bf16Choice choose_bf16() {
       detail::calibrated(engine == Bf16Engine::amx ? "attention_tiles_amx" : "attention_tiles_dpbf16",
                          [engine] { return measure_bf16_speedup(*kernels(), engine); });
   const double r = c.value;
-  const std::string from = c.cached ? ", read from the calibration cache" : "";
+  const std::string from = c.cached ? detail::kReadFromCache : "";
   if (r >= kMinBf16Speedup)
     return {engine, std::string(engine_name(engine)) + " products measured at " + ratio_text(r) + " float32" + from};
   return {Bf16Engine::none,

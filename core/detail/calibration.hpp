@@ -22,6 +22,9 @@
 
 namespace xg::detail {
 
+// What a choice's reason adds when its ratio came from the cache file.
+constexpr const char* kReadFromCache = ", read from the calibration cache";
+
 struct Calibration {
   double value = 0.0;
   bool cached = false;  // read from the cache file (not measured by this process)
