@@ -68,11 +68,61 @@ void print_profile(std::size_t steps, const std::function<void(double*)>& phased
   }
 }
 
-void run(const bench::TrainFlags& f, const std::string& arch, const std::string& dtype, bool profile) {
+MatmulDtype dtype_named(const std::string& name) {
+  return name == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32;
+}
+
+// --against: the step's time against that of an identical model (the same seed, so the same
+// weights and batch) whose products take the other dtype, the two stepped in turn in this
+// process (the order swapped every rep), so that a busy machine slows both alike. Prints the
+// other model's times, the ratio of the medians (other / this: the speed-up of --dtype) and the
+// median of the ratios of the back-to-back pairs, and returns this model's times.
+std::vector<double> time_against(std::size_t warmup, std::size_t reps, const std::string& dtype,
+                                 const std::function<void()>& step, const std::string& against,
+                                 const std::function<void()>& other_step) {
+  const auto timed = [](const std::function<void()>& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (std::size_t i = 0; i < warmup; ++i) {
+    step();
+    other_step();
+  }
+  std::vector<double> ms, other_ms, pair_ratio;
+  for (std::size_t i = 0; i < reps; ++i) {
+    double a, b;
+    if (i % 2 == 0) {
+      a = timed(step);
+      b = timed(other_step);
+    } else {
+      b = timed(other_step);
+      a = timed(step);
+    }
+    ms.push_back(a);
+    other_ms.push_back(b);
+    pair_ratio.push_back(b / a);
+  }
+  bench::print_line("against " + against + ": an identical model (the same seed and batch) with " + against +
+                    " products, stepped in turn with this one, the order swapped every rep");
+  bench::print_summary(against + " train step", other_ms, "ms");
+  const double median = bench::summarize(ms).median, other = bench::summarize(other_ms).median;
+  bench::print_line(dtype + " against " + against + ": " + bench::fmt(other / median, 3) + "x (medians " +
+                    bench::fmt(median, 2) + " and " + bench::fmt(other, 2) + " ms), median of the " +
+                    std::to_string(reps) + " back-to-back pairs' ratios " +
+                    bench::fmt(bench::summarize(pair_ratio).median, 3) + "x");
+  bench::print_result("speedup_against_" + against, other / median, "x");
+  return ms;
+}
+
+void run(const bench::TrainFlags& f, const std::string& arch, const std::string& dtype, const std::string& against,
+         bool profile) {
   bench::validate(f);
+  if (!against.empty() && against == dtype)
+    throw bench::UsageError("--against " + against + " is the --dtype of the run itself; give the other dtype");
   set_num_threads(f.threads);
   // --dtype bfloat16: float32 parameters, matmul inputs rounded to bfloat16 (core/matmul_dtype.hpp).
-  const MatmulDtypeScope matmul_dtype_scope(dtype == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32);
+  const MatmulDtypeScope matmul_dtype_scope(dtype_named(dtype));
   if (f.no_memory_cache) set_memory_cache_limit(0);
   nn::TransformerConfig cfg;
   cfg.V_vocab = f.vocab;
@@ -111,7 +161,26 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
     L.backward();
     opt.step();
   };
-  const std::vector<double> ms = bench::time_reps(f.warmup, f.steps, step);
+  std::vector<double> ms;
+  if (against.empty()) {
+    ms = bench::time_reps(f.warmup, f.steps, step);
+  } else {
+    Generator other_gen(f.seed);  // the same seed: the same weights
+    bench::BenchModel other(cfg, other_gen);
+    nn::AdamW other_opt(other.named_parameters(), 3e-4, 1e-2, 0.9, 0.999, 1e-8);
+    double other_loss = 0;
+    const auto other_step = [&] {
+      const MatmulDtypeScope scope(dtype_named(against));
+      other_opt.zero_grad();
+      const Tensor L = ops::cross_entropy(other(tokens), targets);
+      other_loss = L.item();
+      L.backward();
+      other_opt.step();
+    };
+    ms = time_against(f.warmup, f.steps, dtype, step, against, other_step);
+    bench::print_line(against + " model's loss after " + std::to_string(f.warmup + f.steps) +
+                      " steps: " + bench::fmt(other_loss, 4));
+  }
   // FLOPs per step (docs/performance.md): 6 x parameters x tokens (forward 2, backward 4 per
   // parameter and token) + causal attention 6 B H T^2 d_head per layer.
   const double tokens_per_step = double(f.batch) * double(f.seq);
@@ -151,7 +220,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
 
 int main(int argc, char** argv) {
   bench::TrainFlags f;
-  std::string arch = "gpt", dtype = "float32";
+  std::string arch = "gpt", dtype = "float32", against;
   bool profile = false;
   return bench::run_program(
       "bench_train_step", "One training step (forward, cross-entropy, backward, AdamW) of a small GPT, xgrad", argc,
@@ -165,8 +234,12 @@ int main(int argc, char** argv) {
                        "matmul inputs: float32, or bfloat16 (fp32 parameters and accumulation; needs AVX512_BF16)")
             ->check(CLI::IsMember({"float32", "bfloat16"}))
             ->capture_default_str();
+        app.add_option("--against", against,
+                       "also step an identical model whose products take this dtype, in turn with the timed one, "
+                       "and print the ratio of their times")
+            ->check(CLI::IsMember({"float32", "bfloat16"}));
         app.add_flag("--profile", profile,
                      "after the timed steps, as many again with timers on: phases, GEMM doorway, time per op");
       },
-      [&] { run(f, arch, dtype, profile); });
+      [&] { run(f, arch, dtype, against, profile); });
 }
