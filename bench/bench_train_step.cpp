@@ -68,6 +68,12 @@ void print_profile(std::size_t steps, const std::function<void(double*)>& phased
   }
 }
 
+// The optimizer of the benchmark's model (and of --against's twin).
+nn::AdamW bench_optimizer(bench::BenchModel& model) {
+  return nn::AdamW(model.named_parameters(), /*lr=*/3e-4, /*weight_decay=*/1e-2, /*beta1=*/0.9, /*beta2=*/0.999,
+                   /*eps=*/1e-8);
+}
+
 MatmulDtype dtype_named(const std::string& name) {
   return name == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32;
 }
@@ -141,8 +147,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
 
   Generator gen(f.seed);
   bench::BenchModel model(cfg, gen);
-  nn::AdamW opt(model.named_parameters(), /*lr=*/3e-4, /*weight_decay=*/1e-2, /*beta1=*/0.9, /*beta2=*/0.999,
-                /*eps=*/1e-8);
+  nn::AdamW opt = bench_optimizer(model);
   const IndexArray tokens = bench::random_ids({f.batch, f.seq}, f.vocab, gen);
   const IndexArray targets = bench::random_ids({f.batch, f.seq}, f.vocab, gen);
 
@@ -167,7 +172,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
   } else {
     Generator other_gen(f.seed);  // the same seed: the same weights
     bench::BenchModel other(cfg, other_gen);
-    nn::AdamW other_opt(other.named_parameters(), 3e-4, 1e-2, 0.9, 0.999, 1e-8);
+    nn::AdamW other_opt = bench_optimizer(other);
     double other_loss = 0;
     const auto other_step = [&] {
       const MatmulDtypeScope scope(dtype_named(against));
