@@ -86,11 +86,7 @@ MatmulDtype dtype_named(const std::string& name) {
 std::vector<double> time_against(std::size_t warmup, std::size_t reps, const std::string& dtype,
                                  const std::function<void()>& step, const std::string& against,
                                  const std::function<void()>& other_step) {
-  const auto timed = [](const std::function<void()>& fn) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
+  const auto timed = [](const std::function<void()>& fn) { return bench::time_reps(0, 1, fn)[0]; };  // as bench_hvp
   for (std::size_t i = 0; i < warmup; ++i) {
     step();
     other_step();
