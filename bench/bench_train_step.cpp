@@ -74,6 +74,16 @@ nn::AdamW bench_optimizer(bench::BenchModel& model) {
                    /*eps=*/1e-8);
 }
 
+// One training step of `model` on the batch; returns its loss.
+double train_step(bench::BenchModel& model, nn::AdamW& opt, const IndexArray& tokens, const IndexArray& targets) {
+  opt.zero_grad();
+  const Tensor L = ops::cross_entropy(model(tokens), targets);
+  const double loss = L.item();
+  L.backward();
+  opt.step();
+  return loss;
+}
+
 MatmulDtype dtype_named(const std::string& name) {
   return name == "bfloat16" ? MatmulDtype::bfloat16 : MatmulDtype::float32;
 }
@@ -120,7 +130,7 @@ std::vector<double> time_against(std::size_t warmup, std::size_t reps, const std
 void run(const bench::TrainFlags& f, const std::string& arch, const std::string& dtype, const std::string& against,
          bool profile) {
   bench::validate(f);
-  if (!against.empty() && against == dtype)
+  if (against == dtype)
     throw bench::UsageError("--against " + against + " is the --dtype of the run itself; give the other dtype");
   set_num_threads(f.threads);
   // --dtype bfloat16: float32 parameters, matmul inputs rounded to bfloat16 (core/matmul_dtype.hpp).
@@ -155,13 +165,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
                     (dtype == "bfloat16" && !why_not.empty() ? " (bfloat16 asked for: " + why_not + ")" : ""));
 
   double loss = 0;
-  const auto step = [&] {
-    opt.zero_grad();
-    const Tensor L = ops::cross_entropy(model(tokens), targets);
-    loss = L.item();
-    L.backward();
-    opt.step();
-  };
+  const auto step = [&] { loss = train_step(model, opt, tokens, targets); };
   std::vector<double> ms;
   if (against.empty()) {
     ms = bench::time_reps(f.warmup, f.steps, step);
@@ -172,11 +176,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
     double other_loss = 0;
     const auto other_step = [&] {
       const MatmulDtypeScope scope(dtype_named(against));
-      other_opt.zero_grad();
-      const Tensor L = ops::cross_entropy(other(tokens), targets);
-      other_loss = L.item();
-      L.backward();
-      other_opt.step();
+      other_loss = train_step(other, other_opt, tokens, targets);
     };
     ms = time_against(f.warmup, f.steps, dtype, step, against, other_step);
     bench::print_line(against + " model's loss after " + std::to_string(f.warmup + f.steps) +
