@@ -245,6 +245,61 @@ XGRAD_BF16_TARGET void micro(const std::uint32_t* ap, std::size_t a_row, std::si
   }
 }
 
+// The float32 source of a future pack of op(A): `segs` segments of `len` floats, `stride` floats
+// apart (rows of A as they lie in memory).
+struct Source {
+  const float* p = nullptr;
+  std::size_t segs = 0, stride = 0, len = 0;
+};
+Source a_source(bool ta, const float* A, std::size_t lda, std::size_t i0, std::size_t mc, std::size_t k0,
+                std::size_t kc) {
+  return ta ? Source{A + k0 * lda + i0, kc, lda, mc} : Source{A + i0 * lda + k0, mc, lda, kc};
+}
+
+// Walks a Source's cache lines, a few at a time, prefetching them into L2 while the micro-kernel
+// runs on the block before, so that the next pack_a converts from L2 instead of waiting on
+// memory. Only op(A): its segments are short (a row block's 96 floats of each row of A where A
+// is transposed, the weight gradients' case), which the hardware prefetchers follow poorly;
+// op(B)'s long rows they follow well, and prefetching those too measured slower (it crowds C's
+// rows out of L2). Prefetches change no value.
+class Ahead {
+ public:
+  Ahead() = default;
+  explicit Ahead(Source s) : s_(s) {
+    if (s_.segs == 0 || s_.len == 0) {
+      s_ = Source{};
+      return;
+    }
+    lines_ = s_.segs * ((s_.len * sizeof(float) + 63) / 64 + 1);  // at most a segment's lines each
+    start();
+  }
+  std::size_t lines() const { return lines_; }
+  // Prefetches the next n lines (fewer at the end); returns how many it prefetched.
+  std::size_t issue(std::size_t n) {
+    std::size_t done = 0;
+    for (; done < n && seg_ < s_.segs; ++done) {
+      _mm_prefetch(line_, _MM_HINT_T1);
+      line_ += 64;
+      if (line_ >= end_) {
+        ++seg_;
+        start();
+      }
+    }
+    return done;
+  }
+
+ private:
+  void start() {
+    if (seg_ >= s_.segs) return;
+    const float* a = s_.p + seg_ * s_.stride;
+    line_ = reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(a) & ~std::uintptr_t(63));
+    end_ = reinterpret_cast<const char*>(a + s_.len);
+  }
+  Source s_;
+  std::size_t lines_ = 0, seg_ = 0;
+  const char *line_ = nullptr, *end_ = nullptr;
+};
+
 // The calibration: `iters` rounds of 16 independent VDPBF16PS (or VFMADD231PS) chains on one
 // thread, enough chains to cover either instruction's latency at full throughput. Returns the
 // seconds taken; the sum of the accumulators goes to `sink` so that nothing is optimised away.
@@ -308,6 +363,14 @@ double measured_speedup() {
 #endif
 }
 
+namespace {
+std::atomic<bool> g_prefetch_ahead{true};
+std::atomic<std::uint64_t> g_ahead_lines{0};
+}  // namespace
+void set_prefetch_ahead(bool on) { g_prefetch_ahead.store(on, std::memory_order_relaxed); }
+bool prefetch_ahead() { return g_prefetch_ahead.load(std::memory_order_relaxed); }
+std::uint64_t prefetch_ahead_lines() { return g_ahead_lines.load(std::memory_order_relaxed); }
+
 void gemm_block(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   if (M == 0 || N == 0) return;
@@ -320,22 +383,35 @@ void gemm_block(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, f
   if (!cpu_supported())
     throw Error(op_message("blas::gemm_bf16", "this CPU has no AVX512_BF16 instructions"));
   thread_local std::vector<std::uint32_t> bbuf, abuf;
+  const std::size_t panels = (N + kNR - 1) / kNR;
+  const bool ahead = ta && prefetch_ahead();  // (Ahead: only op(A)'s short segments of a transposed A)
+  std::size_t ahead_lines = 0;
   for (std::size_t k0 = 0; k0 < K; k0 += kKC) {
     const std::size_t kc = std::min(kKC, K - k0), kc2 = (kc + 1) / 2;
-    const std::size_t panels = (N + kNR - 1) / kNR;
+    const std::size_t k1 = k0 + kc, kc_next = k1 < K ? std::min(kKC, K - k1) : 0;
     bbuf.resize(panels * kc2 * kNR);
     pack_b(tb, B, ldb, k0, kc, N, bbuf.data());
     for (std::size_t i0 = 0; i0 < M; i0 += kMC) {
       const std::size_t mc = std::min(kMC, M - i0), groups = (mc + kMR - 1) / kMR;
       abuf.resize(groups * kc2 * kMR);
       pack_a(ta, A, lda, i0, mc, k0, kc, abuf.data());
+      // While this block's products run: op(A) of the next pack_a (the next row block, or the
+      // next K block's first), spread evenly over the micro-kernel's calls.
+      Ahead next = !ahead          ? Ahead()
+                   : i0 + kMC < M ? Ahead(a_source(ta, A, lda, i0 + kMC, std::min(kMC, M - i0 - kMC), k0, kc))
+                   : kc_next      ? Ahead(a_source(ta, A, lda, 0, std::min(kMC, M), k1, kc_next))
+                                  : Ahead();
+      const std::size_t per_call = (next.lines() + panels * groups - 1) / (panels * groups);
       for (std::size_t q = 0; q < panels; ++q)
-        for (std::size_t g = 0; g < groups; ++g)
+        for (std::size_t g = 0; g < groups; ++g) {
           micro(abuf.data() + g * kc2 * kMR, ta ? 1 : kc2, ta ? kMR : 1, bbuf.data() + q * kc2 * kNR, kc2,
                 C + (i0 + g * kMR) * ldc + q * kNR,
                 ldc, std::min(kMR, mc - g * kMR), std::min(kNR, N - q * kNR), alpha, beta, k0 == 0);
+          ahead_lines += next.issue(per_call);
+        }
     }
   }
+  if (ahead_lines) g_ahead_lines.fetch_add(ahead_lines, std::memory_order_relaxed);
 #else
   (void)ta, (void)tb, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
   throw Error(op_message("blas::gemm_bf16", "bfloat16 products need an x86-64 CPU with AVX512_BF16"));

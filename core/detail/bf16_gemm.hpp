@@ -29,6 +29,13 @@ double measured_speedup();
 // bfloat16 products are used only from this speed-up on (blas::bf16_unavailable_reason):
 // below it the rounding and packing cost more than the faster dot products save.
 constexpr double kMinSpeedup = 1.25;
+// Whether gemm_block prefetches the float32 source of its next pack of a transposed A into L2
+// while the micro-kernel runs (on by default; tests and scratch benchmarks turn it off to
+// compare). The prefetches change no value: the results are the same bits either way.
+// prefetch_ahead_lines() counts the cache lines prefetched so, over the process.
+void set_prefetch_ahead(bool on);
+bool prefetch_ahead();
+std::uint64_t prefetch_ahead_lines();
 // One single-threaded block of the product (beta 0 never reads C: it may hold anything).
 void gemm_block(bool trans_a, bool trans_b, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                 std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc);

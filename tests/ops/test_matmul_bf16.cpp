@@ -13,6 +13,7 @@
 #include "tests/support/helpers.hpp"
 
 #include <cmath>
+#include <iomanip>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -147,6 +148,49 @@ TEST_CASE("bf16 kernel matches float64 of the rounded inputs on odd shapes", "[o
   check_odd_shapes(blas::bf16::gemm_block, {1, 7, 13, 127, 129}, {1, 13, 129, 300}, rng);
   // Every transpose combination on one odd shape with padded leading dimensions.
   for (int t = 0; t < 4; ++t) check_kernel(blas::bf16::gemm_block, 37, 45, 263, t & 1, t & 2, 1.0f, 1.0f, 5, rng);
+}
+
+TEST_CASE("bf16 kernel gives the same bits with and without prefetching the next pack", "[ops][matmul_bf16]") {
+  if (!blas::bf16::cpu_supported()) return;  // gemm_block needs the instructions (its refusal is tested above)
+  struct Restore {
+    bool on = blas::bf16::prefetch_ahead();
+    ~Restore() { blas::bf16::set_prefetch_ahead(on); }
+  } restore;
+  std::mt19937 rng(1207);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  // A transposed (the prefetched case): 203 rows of C (three row blocks of 96, the last short),
+  // K 555 (three K blocks, the last odd), lda padded; and A not transposed (never prefetched).
+  for (const bool ta : {true, false}) {
+    const std::size_t M = 203, N = 77, K = 555, lda = (ta ? M : K) + 3, ldb = N + 1;
+    std::vector<float> A((ta ? K : M) * lda), B(K * ldb);
+    for (float& v : A) v = dist(rng);
+    for (float& v : B) v = dist(rng);
+    std::vector<float> with(M * N), without(M * N);
+    for (const bool on : {true, false}) {
+      blas::bf16::set_prefetch_ahead(on);
+      const std::uint64_t lines0 = blas::bf16::prefetch_ahead_lines();
+      blas::bf16::gemm_block(ta, false, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.0f,
+                             (on ? with : without).data(), N);
+      const std::uint64_t lines = blas::bf16::prefetch_ahead_lines() - lines0;
+      INFO("ta " << ta << " prefetch " << on << ": " << lines << " lines prefetched");
+      if (on && ta)  // at least the second row block's 96 floats (6 lines) of each of A's K rows
+        CHECK(lines >= K * (96 * sizeof(float) / 64));
+      else
+        CHECK(lines == 0);
+    }
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < M * N; ++i)
+      if (bits_of(with[i]) != bits_of(without[i])) {
+        if (differ++ < 3)
+          UNSCOPED_INFO("ta " << ta << " C[" << i << "] " << std::setprecision(9) << with[i] << " against "
+                              << without[i]);
+      }
+    CHECK(differ == 0);
+  }
+  // and the kernel as split over the pool, with the prefetches on, against float64 once more
+  blas::bf16::set_prefetch_ahead(true);
+  check_kernel([](auto&&... args) { blas::gemm_bf16_on(blas::Bf16Kernel::xgrad, args...); }, 300, 70, 600, true,
+               false, 1.0f, 0.0f, 1, rng);
 }
 
 TEST_CASE("bf16 products on oneDNN match float64 of the rounded inputs", "[ops][matmul_bf16]") {
