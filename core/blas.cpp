@@ -173,7 +173,8 @@ void split_blocks(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::si
 // Chunk c multiplies its range of K, chunk 0 into C (with beta), the others into partial
 // buffers added to C in chunk order afterwards: bit-identical run to run for a thread count;
 // like every split reduction, the last bits change with the count (docs/performance.md).
-// float64 and bfloat16 products keep C's row or column blocks (bits independent of the count).
+// float64 and bfloat16 products keep C's row or column blocks (bits independent of the count;
+// bfloat16 weight gradients split K in two fixed halves instead, bf16_k_halves, as independent).
 constexpr std::size_t kSplitKRatio = 4;
 std::atomic<std::uint64_t> g_k_split_calls{0};
 
@@ -876,6 +877,65 @@ void gemm_bf16(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, fl
   gemm_bf16_on(bf16_kernel(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+namespace {
+
+// A bfloat16 product on xgrad's kernel whose K is at least twice both M and N (a weight
+// gradient, x^T dY over the batch's rows) runs as two halves of K: the first into C (with
+// beta), the second into a partial buffer added to C afterwards, each half split over half the
+// pool by C's blocks. Split by C's blocks alone, every thread packed the whole of the operand
+// the blocks share (x^T for x^T dY's column blocks); by halves of K each packs half of each.
+// The halves do not depend on the thread count (nor does the partition of C: its blocks are
+// independent), so neither do the bits. (The float32 split_k's chunks, one per thread, do.)
+constexpr std::size_t kBf16HalvesRatio = 2;
+constexpr std::size_t kBf16HalvesMinK = 512;  // two of the kernel's K blocks
+std::atomic<std::uint64_t> g_bf16_k_halves{0};
+
+bool bf16_k_halves_apply(std::size_t M, std::size_t N, std::size_t K) {
+  return K >= kBf16HalvesMinK && K >= kBf16HalvesRatio * std::max(M, N) &&
+         2.0 * double(M) * double(N) * double(K) >= kSplitFlops;
+}
+
+void bf16_k_halves(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                   std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
+  g_bf16_k_halves.fetch_add(1, std::memory_order_relaxed);
+  thread_local std::vector<float> part_buf;  // reused, as split_k's
+  part_buf.resize(M * N);
+  float* part = part_buf.data();
+  const std::size_t half = K / 2 & ~std::size_t(1);  // the second half starts on a pair
+  const bool by_rows = M >= N;
+  const std::size_t extent = by_rows ? M : N, blocks = (extent + kAlignRows - 1) / kAlignRows;
+  const std::size_t per_half =
+      std::min(blocks, std::max<std::size_t>(1, static_cast<std::size_t>(detail::pool_threads()) / 2));
+  detail::run_chunks(2 * per_half, [&](std::size_t c) {
+    const std::size_t h = c / per_half, b = c % per_half;
+    const std::size_t lo = blocks * b / per_half * kAlignRows, hi = std::min(extent, blocks * (b + 1) / per_half * kAlignRows);
+    if (lo >= hi) return;
+    const std::size_t k0 = h ? half : 0, kk = h ? K - half : half;
+    const float* Ak = ta ? A + k0 * lda : A + k0;  // op(A)'s columns k0 .. k0 + kk
+    const float* Bk = tb ? B + k0 : B + k0 * ldb;  // op(B)'s rows k0 .. k0 + kk
+    float* Ch = h ? part : C;
+    const std::size_t ldh = h ? N : ldc;
+    const float bh = h ? 0.0f : beta;
+    if (by_rows)
+      bf16::gemm_block(ta, tb, hi - lo, N, kk, alpha, ta ? Ak + lo : Ak + lo * lda, lda, Bk, ldb, bh, Ch + lo * ldh,
+                       ldh);
+    else
+      bf16::gemm_block(ta, tb, M, hi - lo, kk, alpha, Ak, lda, tb ? Bk + lo * ldb : Bk + lo, ldb, bh, Ch + lo, ldh);
+  });
+  detail::parallel_for(M, std::max<std::size_t>(1, (std::size_t{1} << 14) / std::max<std::size_t>(N, 1)),
+                       [&](std::size_t r0, std::size_t r1, std::size_t) {
+                         for (std::size_t i = r0; i < r1; ++i) {
+                           float* row = C + i * ldc;
+                           const float* p = part + i * N;
+                           for (std::size_t j = 0; j < N; ++j) row[j] += p[j];
+                         }
+                       });
+}
+
+}  // namespace
+
+std::uint64_t bf16_k_halves_calls() { return g_bf16_k_halves.load(std::memory_order_relaxed); }
+
 void gemm_bf16_on(Bf16Kernel k, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha,
                   const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
                   std::size_t ldc) {
@@ -885,6 +945,10 @@ void gemm_bf16_on(Bf16Kernel k, bool ta, bool tb, std::size_t M, std::size_t N, 
   if (k == Bf16Kernel::onednn) {
     setup();  // oneDNN's ISA ceiling first
     bf16::onednn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (bf16_k_halves_apply(M, N, K)) {
+    bf16_k_halves(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   split_blocks(bf16::gemm_block, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -108,6 +108,9 @@ const char* bf16_kernel_name(Bf16Kernel k);  // "xgrad avx512_bf16" or "oneDNN"
 // gemm_bf16 calls so far, process-wide: all, and per kernel.
 std::uint64_t bf16_calls();
 std::uint64_t bf16_calls(Bf16Kernel k);
+// xgrad's bfloat16 products run as two fixed halves of K (K at least 512 and twice both M and
+// N: weight gradients; the bits do not depend on the thread count), process-wide.
+std::uint64_t bf16_k_halves_calls();
 
 // The float64 GEMM kernels. gemm(double) runs dgemm_kernel(); dgemm_on() runs a chosen one with
 // the same splitting over the pool (benchmarks and the tests of each path). The own kernel

@@ -242,6 +242,51 @@ TEST_CASE("bf16 products split over the pool match float64 of the rounded inputs
   check_kernel(split, 1, 513, 64, false, false, 1.0f, 0.0f, 0, rng);     // one row: no matrix-vector shortcut
 }
 
+TEST_CASE("bf16 products with a long K run as two halves of K with the same bits for any thread count",
+          "[ops][matmul_bf16]") {
+  if (!blas::bf16::cpu_supported()) return;  // gemm_bf16 needs the instructions (callers check bf16_available)
+  const int threads_before = num_threads();
+  std::mt19937 rng(1208);
+  const auto xgrad = [](auto&&... args) { blas::gemm_bf16_on(blas::Bf16Kernel::xgrad, args...); };
+  // Against float64 of the rounded inputs: a weight gradient's shape (A transposed), column and
+  // row blocks of C, beta, padded leading dimensions, halves of K that are not whole K blocks
+  // (1030: 514 and 516).
+  const std::uint64_t halves0 = blas::bf16_k_halves_calls();
+  check_kernel(xgrad, 70, 90, 700, true, false, -0.75f, 0.5f, 3, rng);
+  check_kernel(xgrad, 150, 40, 1030, false, true, 1.0f, 0.0f, 0, rng);
+  CHECK(blas::bf16_k_halves_calls() - halves0 == 2);
+  // Below the rule (K under twice M or N, or under 512) C's blocks as before.
+  check_kernel(xgrad, 300, 90, 599, true, false, 1.0f, 0.0f, 0, rng);
+  check_kernel(xgrad, 60, 60, 500, true, false, 1.0f, 0.0f, 0, rng);
+  CHECK(blas::bf16_k_halves_calls() - halves0 == 2);
+  // The same bits with 1, 2 and 3 threads (the halves are fixed; C's blocks are independent).
+  const std::size_t M = 96, N = 200, K = 1200;
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> A(K * M), B(K * N), C0(M * N);
+  for (float& v : A) v = dist(rng);
+  for (float& v : B) v = dist(rng);
+  for (float& v : C0) v = dist(rng);
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    std::vector<float> C(C0);
+    const std::uint64_t before = blas::bf16_k_halves_calls();
+    xgrad(true, false, M, N, K, 0.5f, A.data(), M, B.data(), N, 0.25f, C.data(), N);
+    CHECK(blas::bf16_k_halves_calls() - before == 1);
+    if (first.empty()) {
+      first = C;
+      continue;
+    }
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < C.size(); ++i)
+      if (bits_of(C[i]) != bits_of(first[i]) && differ++ < 3)
+        UNSCOPED_INFO(threads << " threads: C[" << i << "] = " << std::setprecision(9) << C[i] << ", 1 thread "
+                              << first[i]);
+    CHECK(differ == 0);
+  }
+  set_num_threads(threads_before);
+}
+
 TEST_CASE("bf16 products count inside the GEMM doorway of the step profile", "[ops][matmul_bf16]") {
   if (!blas::bf16::cpu_supported()) return;  // xgrad's kernel needs the instructions
   struct Profiled {
