@@ -7,6 +7,7 @@
 // TDPBF16PS reads). C tiles are 16 x 16 float32. Eight tile registers: C in 0..3 (two by two),
 // A in 4 and 5, B in 6 and 7.
 #include <xgrad/core/detail/amx_gemm.hpp>
+#include <xgrad/core/detail/transpose16.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -141,32 +142,6 @@ XGRAD_AMX_TARGET inline __m512i pairs(const float* r0, const float* r1, std::siz
   return _mm512_permutexvar_epi16(idx, to_bf16(_mm512_maskz_loadu_ps(lanes(n), r0), b, alpha));
 }
 
-// out[c * ldo + r] = in[r * ldi + c] for a 16 x 16 block of 32-bit words (an exact copy).
-XGRAD_AMX_TARGET void transpose16(const std::uint32_t* in, std::size_t ldi, std::uint32_t* out, std::size_t ldo) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(in + i * ldi);
-  for (int j = 0; j < 8; ++j) {  // per 128-bit lane: (r[2j][4L + q], r[2j+1][4L + q]) pairs
-    t[2 * j] = _mm512_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
-    t[2 * j + 1] = _mm512_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
-  }
-  for (int j = 0; j < 4; ++j) {  // r[4j][4L + c] .. r[4j+3][4L + c] in lane L of r[4j + c]
-    r[4 * j + 0] = _mm512_unpacklo_epi64(t[4 * j + 0], t[4 * j + 2]);
-    r[4 * j + 1] = _mm512_unpackhi_epi64(t[4 * j + 0], t[4 * j + 2]);
-    r[4 * j + 2] = _mm512_unpacklo_epi64(t[4 * j + 1], t[4 * j + 3]);
-    r[4 * j + 3] = _mm512_unpackhi_epi64(t[4 * j + 1], t[4 * j + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {  // output row 4L + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
-    const __m512i w1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
-    const __m512i w2 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
-    const __m512i w3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
-    const __m512i w4 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
-    _mm512_storeu_si512(out + (0 + c) * ldo, _mm512_shuffle_i32x4(w1, w3, 0x88));
-    _mm512_storeu_si512(out + (8 + c) * ldo, _mm512_shuffle_i32x4(w1, w3, 0xDD));
-    _mm512_storeu_si512(out + (4 + c) * ldo, _mm512_shuffle_i32x4(w2, w4, 0x88));
-    _mm512_storeu_si512(out + (12 + c) * ldo, _mm512_shuffle_i32x4(w2, w4, 0xDD));
-  }
-}
-
 // round_a (header); tmp holds the word transpose of a column-contiguous A.
 XGRAD_AMX_TARGET void round_a_impl(std::size_t M, std::size_t K, float alpha, const float* A, std::size_t a_rs,
                                    std::size_t a_cs, std::uint32_t* out, std::size_t ldo,
@@ -195,7 +170,8 @@ XGRAD_AMX_TARGET void round_a_impl(std::size_t M, std::size_t K, float alpha, co
       }
     }
     for (std::size_t p = 0; p < kw; p += 16)
-      for (std::size_t i = 0; i < Mp; i += 16) transpose16(tmp.data() + p * Mp + i, Mp, out + i * ldo + p, ldo);
+      for (std::size_t i = 0; i < Mp; i += 16)
+        xg::detail::transpose16_words(tmp.data() + p * Mp + i, Mp, out + i * ldo + p, ldo);
     return;
   }
   for (std::size_t i = 0; i < Mp; ++i)  // any other strides: one value at a time
@@ -426,7 +402,8 @@ void round_b_transposed(std::size_t K, std::size_t N, const float* Bt, std::size
   rows.resize(Np * kw);
   round_a_impl(N, K, 1.0f, Bt, ldt, 1, rows.data(), kw, scratch);
   for (std::size_t p = 0; p < kw; p += 16)
-    for (std::size_t j = 0; j < Np; j += 16) transpose16(rows.data() + j * kw + p, kw, out + p * ldo + j, ldo);
+    for (std::size_t j = 0; j < Np; j += 16)
+      xg::detail::transpose16_words(rows.data() + j * kw + p, kw, out + p * ldo + j, ldo);
 #else
   (void)K, (void)N, (void)Bt, (void)ldt, (void)out, (void)ldo;
 #endif

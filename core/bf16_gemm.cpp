@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/transpose16.hpp>
 #include <xgrad/core/error.hpp>
 
 #if defined(__x86_64__)
@@ -139,21 +140,38 @@ XGRAD_BF16_TARGET void pack_b(bool tb, const float* B, std::size_t ldb, std::siz
     }
     return;
   }
-  // op(B)[k][j] = B[j ldb + k]: column j of op(B) is contiguous
-  alignas(64) std::uint32_t w[16];
+  // op(B)[k][j] = B[j ldb + k]: column j of op(B) is contiguous. Sixteen columns at a time, 32
+  // values of k each: each column's 16 words of pairs (k, k+1) in a row of w, columns past N
+  // zero, then a 16 x 16 word transpose puts each pair row's 16 words side by side in the panel
+  // (straight into it where 16 pair rows remain, else through t).
+  alignas(64) std::uint32_t w[16 * 16], t[16 * 16];
   for (std::size_t q = 0; q < panels; ++q) {
     const std::size_t j0 = q * kNR, nq = std::min(kNR, N - j0);
     std::uint32_t* panel = out + q * kc2 * kNR;
-    for (std::size_t jj = 0; jj < kNR; ++jj) {
-      if (jj >= nq) {
-        for (std::size_t p = 0; p < kc2; ++p) panel[p * kNR + jj] = 0;
-        continue;
-      }
-      const float* col = B + (j0 + jj) * ldb + k0;
+    for (std::size_t c0 = 0; c0 < kNR; c0 += 16) {
+      const std::size_t nc = nq > c0 ? std::min<std::size_t>(16, nq - c0) : 0;
       for (std::size_t p = 0; p < kc2; p += 16) {
-        pairs_of_row(col + 2 * p, std::min<std::size_t>(32, kc - 2 * p), w);
-        const std::size_t np = std::min<std::size_t>(16, kc2 - p);
-        for (std::size_t t = 0; t < np; ++t) panel[(p + t) * kNR + jj] = w[t];
+        const std::size_t n = std::min<std::size_t>(32, kc - 2 * p), np = std::min<std::size_t>(16, kc2 - p);
+        for (std::size_t c = 0; c < 16; ++c) {
+          if (c >= nc) {
+            _mm512_store_si512(w + 16 * c, _mm512_setzero_si512());
+            continue;
+          }
+          const float* x = B + (j0 + c0 + c) * ldb + k0 + 2 * p;
+          const __m512 lo = _mm512_maskz_loadu_ps(lanes(n), x);
+          const __m512 hi = _mm512_maskz_loadu_ps(lanes(n > 16 ? n - 16 : 0), x + 16);
+          const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);  // bf16 of x[0..32) in order: the pairs
+          __m512i words;
+          std::memcpy(&words, &v, sizeof words);
+          _mm512_store_si512(w + 16 * c, words);
+        }
+        if (np == 16) {
+          xg::detail::transpose16_words(w, 16, panel + p * kNR + c0, kNR);
+          continue;
+        }
+        xg::detail::transpose16_words(w, 16, t, 16);
+        for (std::size_t r = 0; r < np; ++r)
+          std::memcpy(panel + (p + r) * kNR + c0, t + 16 * r, 16 * sizeof(std::uint32_t));
       }
     }
   }
