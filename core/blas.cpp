@@ -879,8 +879,9 @@ void gemm_bf16(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, fl
 
 namespace {
 
-// A bfloat16 product on xgrad's kernel whose K is at least twice both M and N (a weight
-// gradient, x^T dY over the batch's rows) runs as two halves of K: the first into C (with
+// A bfloat16 product on xgrad's kernel whose K is at least 512 and twice both M and N (a weight
+// gradient, x^T dY over the batch's rows), and large enough to split at all (kSplitFlops), runs
+// as two halves of K: the first into C (with
 // beta), the second into a partial buffer added to C afterwards, each half split over half the
 // pool by C's blocks. Split by C's blocks alone, every thread packed the whole of the operand
 // the blocks share (x^T for x^T dY's column blocks); by halves of K each packs half of each.
@@ -901,14 +902,15 @@ void bf16_k_halves(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K
   thread_local std::vector<float> part_buf;  // reused, as split_k's
   part_buf.resize(M * N);
   float* part = part_buf.data();
-  const std::size_t half = K / 2 & ~std::size_t(1);  // the second half starts on a pair
+  const std::size_t half = (K / 2) & ~std::size_t(1);  // the second half starts on a pair
   const bool by_rows = M >= N;
   const std::size_t extent = by_rows ? M : N, blocks = (extent + kAlignRows - 1) / kAlignRows;
   const std::size_t per_half =
       std::min(blocks, std::max<std::size_t>(1, static_cast<std::size_t>(detail::pool_threads()) / 2));
   detail::run_chunks(2 * per_half, [&](std::size_t c) {
     const std::size_t h = c / per_half, b = c % per_half;
-    const std::size_t lo = blocks * b / per_half * kAlignRows, hi = std::min(extent, blocks * (b + 1) / per_half * kAlignRows);
+    const std::size_t lo = blocks * b / per_half * kAlignRows;
+    const std::size_t hi = std::min(extent, blocks * (b + 1) / per_half * kAlignRows);
     if (lo >= hi) return;
     const std::size_t k0 = h ? half : 0, kk = h ? K - half : half;
     const float* Ak = ta ? A + k0 * lda : A + k0;  // op(A)'s columns k0 .. k0 + kk

@@ -109,7 +109,8 @@ const char* bf16_kernel_name(Bf16Kernel k);  // "xgrad avx512_bf16" or "oneDNN"
 std::uint64_t bf16_calls();
 std::uint64_t bf16_calls(Bf16Kernel k);
 // xgrad's bfloat16 products run as two fixed halves of K (K at least 512 and twice both M and
-// N: weight gradients; the bits do not depend on the thread count), process-wide.
+// N, 2 M N K at least the split threshold of 2^20 flops: weight gradients; the bits do not
+// depend on the thread count), process-wide.
 std::uint64_t bf16_k_halves_calls();
 
 // The float64 GEMM kernels. gemm(double) runs dgemm_kernel(); dgemm_on() runs a chosen one with

@@ -13,10 +13,10 @@
 #include "tests/support/helpers.hpp"
 
 #include <cmath>
-#include <iomanip>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iomanip>
 #include <limits>
 #include <random>
 #include <vector>
