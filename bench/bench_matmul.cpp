@@ -128,7 +128,7 @@ std::vector<std::vector<float>> copies(const std::vector<float>& v, std::size_t 
 void run_bf16(const bench::MatmulFlags& f, const Extra& x) {
   const std::size_t M = x.m.value_or(f.n), K = x.k.value_or(f.n), N = f.n;
   if (!blas::bf16::cpu_supported())
-    throw Error("bench_matmul: --dtype bfloat16: this CPU has no AVX512_BF16 instructions");
+    throw Error("--dtype bfloat16: this CPU has no AVX512_BF16 instructions");
   bench::print_line("bench_matmul (xgrad): op(A) [" + std::to_string(M) + ", " + std::to_string(K) + "] x op(B) [" +
                     std::to_string(K) + ", " + std::to_string(N) + "], A " + (x.ta ? "transposed" : "as is") +
                     ", B " + (x.tb ? "transposed" : "as is") + ", bfloat16 products, threads " +
