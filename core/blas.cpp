@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
@@ -620,8 +621,10 @@ GemvChoice choose_gemv() {
     throw ValueError(op_message(f.source, "unknown value '" + force + "' (xgrad, openblas or auto)"));
   const std::string core = openblas_corename();
   if (ceiling == "none") return {GemvKernel::openblas, "the CPU has no AVX2 + FMA"};
-  if (openblas_core_is_avx2_only(core))
+  if (openblas_core_is_avx2_only(core) && ceiling == "avx512")
     return {GemvKernel::openblas, "OpenBLAS core " + core + " has AVX2 sgemv kernels"};
+  if (openblas_core_is_avx2_only(core))
+    return {own_gemv(ceiling), "OpenBLAS core " + core + ": xgrad's streamed kernel decodes faster on AVX2 CPUs"};
   if (openblas_core_is_vector(core))
     return {own_gemv(ceiling), "OpenBLAS core " + core + ": xgrad's kernel decodes faster on AVX-512 cores"};
   return {own_gemv(ceiling), "OpenBLAS core " + core + " has no AVX2 or AVX-512 sgemv kernels"};
@@ -672,16 +675,72 @@ struct OwnGemv {
   }
 };
 
-// Runs `count` products sharing a pool hand-off: their outputs are cut into blocks of
-// kAlignOwnGemv, the blocks of all products dealt to the chunks in one run_chunks.
+// Rows products (all of ps) on `chunks` >= 2 pool threads: chunk c computes the half c % 2 of K
+// (f32v::rows_part) for group c / 2's blocks of kAlignOwnGemv outputs, across all products, into
+// partial sums; the caller then adds the halves and finishes y. The halves are those of
+// f32v::rows, so the bits do not depend on the thread count. Split by columns instead, each
+// thread reads a part of every row of W, and two threads stream W no faster than one on AMD
+// Zen 1; split by halves, each reads a contiguous half (docs/performance.md, "Generation").
+std::atomic<std::uint64_t> g_gemv_rows_halves{0};
+
+void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, std::size_t chunks) {
+  g_gemv_rows_halves.fetch_add(1, std::memory_order_relaxed);
+  thread_local std::vector<float> part;
+  std::vector<std::size_t> offset(count + 1, 0);
+  std::size_t blocks = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    offset[i + 1] = offset[i] + 2 * ps[i].n;
+    blocks += (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
+  }
+  part.resize(offset[count]);
+  float* const sums = part.data();
+  const std::size_t groups = std::min(chunks / 2, blocks);
+  detail::run_chunks(2 * groups, [&](std::size_t c) {
+    const std::size_t half = c % 2, g = c / 2;
+    const std::size_t b0 = blocks * g / groups, b1 = blocks * (g + 1) / groups;  // global block range
+    std::size_t first = 0;                                                        // of product i
+    for (std::size_t i = 0; i < count && first < b1; ++i) {
+      const OwnGemv& p = ps[i];
+      const std::size_t nb = (p.n + kAlignOwnGemv - 1) / kAlignOwnGemv;
+      const std::size_t lo = std::max(b0, first), hi = std::min(b1, first + nb);
+      if (lo < hi) {
+        const std::size_t j0 = (lo - first) * kAlignOwnGemv, j1 = std::min(p.n, (hi - first) * kAlignOwnGemv);
+        const std::size_t h = p.K / 2;
+        f32v::rows_part(isa, half ? h : 0, half ? p.K : h, j0, j1, p.x, p.W, p.ldw,
+                        sums + offset[i] + half * p.n + j0);
+      }
+      first += nb;
+    }
+  });
+  for (std::size_t i = 0; i < count; ++i) {
+    const OwnGemv& p = ps[i];
+    const float* a = sums + offset[i];
+    const float* b = a + p.n;
+    for (std::size_t j = 0; j < p.n; ++j) {
+      float* yj = p.y + j * p.incy;
+      const float s = a[j] + b[j];
+      *yj = p.beta == 0.0f ? p.alpha * s : std::fma(p.beta, *yj, p.alpha * s);  // f32v's finish
+    }
+  }
+}
+
+// Runs `count` products sharing a pool hand-off: rows products as two halves of K
+// (run_own_rows_halves); otherwise their outputs are cut into blocks of kAlignOwnGemv, the
+// blocks of all products dealt to the chunks in one run_chunks.
 void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
   double flops = 0;
   std::size_t blocks = 0;
+  bool all_rows = true;
   for (std::size_t i = 0; i < count; ++i) {
     flops += 2.0 * double(ps[i].n) * double(ps[i].K);
     blocks += (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
+    all_rows = all_rows && ps[i].rows;
   }
   const std::size_t threads = flops < kSplitOwnGemvFlops ? 1 : static_cast<std::size_t>(detail::pool_threads());
+  if (all_rows && threads >= 2 && blocks >= 1) {
+    run_own_rows_halves(isa, ps, count, threads);
+    return;
+  }
   const std::size_t chunks = std::min(threads, blocks);
   if (chunks <= 1) {
     for (std::size_t i = 0; i < count; ++i) ps[i].run(isa, 0, ps[i].n);
@@ -707,6 +766,8 @@ void check_gemv_kernel(GemvKernel k) {
 }  // namespace
 
 GemvKernel sgemv_kernel() { return gemv_choice().kernel; }
+
+std::uint64_t gemv_rows_halves_calls() { return g_gemv_rows_halves.load(std::memory_order_relaxed); }
 
 std::string sgemv_reason() { return gemv_choice().reason; }
 

@@ -38,6 +38,7 @@ namespace {
 using Vec = __m512;
 using Mask = __mmask16;
 constexpr std::size_t kW = 16;
+constexpr bool kStreamed = false;  // the panel forms (core/detail/sgemv.inc)
 inline Mask make_mask(std::size_t r) { return static_cast<Mask>((1u << r) - 1u); }
 inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
 inline Vec load_mask(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
@@ -75,6 +76,7 @@ namespace {
 using Vec = __m256;
 using Mask = __m256i;
 constexpr std::size_t kW = 8;
+constexpr bool kStreamed = true;  // the streamed forms (core/detail/sgemv.inc)
 inline Mask make_mask(std::size_t r) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)), lane);  // lane < r: all ones
@@ -122,12 +124,23 @@ inline float finish(float s, float alpha, float beta, const float* y) {
   return beta == 0.0f ? alpha * s : std::fma(beta, *y, alpha * s);
 }
 
-void rows(std::size_t K, std::size_t lo, std::size_t hi, float alpha, const float* x, const float* W,
-          std::size_t ldw, float beta, float* y, std::size_t incy) {
+void rows_part(std::size_t k0, std::size_t k1, std::size_t lo, std::size_t hi, const float* x, const float* W,
+               std::size_t ldw, float* out) {
   for (std::size_t j = lo; j < hi; ++j) {
     float s = 0.0f;
-    for (std::size_t k = 0; k < K; ++k) s = std::fma(x[k], W[k * ldw + j], s);
-    y[j * incy] = finish(s, alpha, beta, y + j * incy);
+    for (std::size_t k = k0; k < k1; ++k) s = std::fma(x[k], W[k * ldw + j], s);
+    out[j - lo] = s;
+  }
+}
+
+void rows(std::size_t K, std::size_t lo, std::size_t hi, float alpha, const float* x, const float* W,
+          std::size_t ldw, float beta, float* y, std::size_t incy) {
+  const std::size_t h = K / 2;
+  for (std::size_t j = lo; j < hi; ++j) {
+    float a = 0.0f, b = 0.0f;
+    rows_part(0, h, j, j + 1, x, W, ldw, &a);
+    rows_part(h, K, j, j + 1, x, W, ldw, &b);
+    y[j * incy] = finish(a + b, alpha, beta, y + j * incy);
   }
 }
 
@@ -193,6 +206,17 @@ void rows(Isa isa, std::size_t K, std::size_t lo, std::size_t hi, float alpha, c
   if (isa == Isa::avx2) return avx2::rows(K, lo, hi, alpha, x, W, ldw, beta, y, incy);
 #endif
   scalar::rows(K, lo, hi, alpha, x, W, ldw, beta, y, incy);
+}
+
+void rows_part(Isa isa, std::size_t k0, std::size_t k1, std::size_t lo, std::size_t hi, const float* x,
+               const float* W, std::size_t ldw, float* out) {
+  check(isa);
+  if (lo >= hi) return;
+#if XG_SGEMV_X86
+  if (isa == Isa::avx512) return avx512::rows_part(k0, k1, lo, hi, x, W, ldw, out);
+  if (isa == Isa::avx2) return avx2::rows_part(k0, k1, lo, hi, x, W, ldw, out);
+#endif
+  scalar::rows_part(k0, k1, lo, hi, x, W, ldw, out);
 }
 
 void dots(Isa isa, std::size_t K, std::size_t lo, std::size_t hi, float alpha, const float* x, const float* W,

@@ -135,13 +135,15 @@ std::uint64_t dgemm_calls(F64Kernel k);
 
 // The float32 matrix-vector products (one row or one column of C, K > 0: batch-1 decoding's
 // products): xgrad's own kernel (core/detail/sgemv.hpp: AVX-512, AVX2 + FMA, or a scalar
-// fallback) or OpenBLAS's sgemv, chosen once at the first such product by the float64 rule
-// above: the own kernel, at the ISA ceiling, where OpenBLAS runs a core without AVX2/AVX-512
-// kernels and the CPU has AVX2 + FMA; OpenBLAS otherwise. XGRAD_FLOAT32_GEMV=xgrad|openblas|auto
+// fallback) or OpenBLAS's sgemv, chosen once at the first such product: OpenBLAS where the CPU
+// has no AVX2 + FMA, or OpenBLAS runs one of its AVX2 cores (Haswell, Zen) on an AVX-512 CPU
+// (measured faster on AMD Zen 5); the own kernel at the ISA ceiling otherwise (on AVX2 CPUs its
+// streamed form, measured faster on AMD Zen 1). XGRAD_FLOAT32_GEMV=xgrad|openblas|auto
 // forces it (xgrad on a CPU without AVX2 + FMA: the scalar fallback). gemm(float) sends every
-// matrix-vector product to sgemv_kernel(). The own kernel's products are split over the pool by
-// output blocks from 64K flops; an entry's bits depend on K alone (not on the thread count, the
-// split or the ISA); OpenBLAS's (sgemm_on's splitting, from 1M flops) on the thread count.
+// matrix-vector product to sgemv_kernel(). The own kernel's products are split over the pool
+// from 64K flops: by output blocks, and those of the rows form (W [K, N]) also into their two
+// halves of K; an entry's bits depend on K alone (not on the thread count, the split or the
+// ISA); OpenBLAS's (sgemm_on's splitting, from 1M flops) on the thread count.
 enum class GemvKernel { openblas, xgrad_scalar, xgrad_avx2, xgrad_avx512 };
 // Chosen at the first call; XGRAD_FLOAT32_GEMV with another value than xgrad, openblas or auto
 // throws ValueError.
@@ -157,6 +159,9 @@ void sgemv_on(GemvKernel k, bool trans_a, bool trans_b, std::size_t M, std::size
               std::size_t ldc);
 // Matrix-vector products (gemm or sgemv_on) that ran on each kernel so far, process-wide.
 std::uint64_t sgemv_calls(GemvKernel k);
+// Own-kernel pool hand-offs that ran products of the rows form (W [K, N]) as two halves of K on
+// two threads each (core/detail/sgemv.hpp), so far, process-wide.
+std::uint64_t gemv_rows_halves_calls();
 // y_i [N_i] = x [K] W_i for weights W_i [K, N_i] (row-major, contiguous) sharing x, on
 // sgemv_kernel(): with the own kernel as one pool hand-off (the outputs of all products dealt to
 // the chunks together; each y_i bit for bit what gemm(1, N_i, K) gives), else one product after
