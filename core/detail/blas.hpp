@@ -163,9 +163,10 @@ std::uint64_t sgemv_calls(GemvKernel k);
 // two threads each (core/detail/sgemv.hpp), so far, process-wide.
 std::uint64_t gemv_rows_halves_calls();
 // y_i [N_i] = x [K] W_i for weights W_i [K, N_i] (row-major, contiguous) sharing x, on
-// sgemv_kernel(): with the own kernel as one pool hand-off (the outputs of all products dealt to
-// the chunks together; each y_i bit for bit what gemm(1, N_i, K) gives), else one product after
-// the other (decoding's gate and up projections of a SwiGLU feed-forward).
+// sgemv_kernel(): with the own kernel as one pool hand-off (the halves of K of all products, and
+// their outputs, dealt to the chunks together; each y_i bit for bit what gemm(1, N_i, K)
+// gives), else one product after the other (decoding's gate and up projections of a SwiGLU
+// feed-forward).
 struct RowProduct {
   const float* W;
   std::size_t N;
