@@ -137,19 +137,31 @@ Array masked_grad(const Array& g, const Array& bias) {
   });
 }
 
-Array scale(const Array& a, double s) {
-  Array out = Array::empty(a.shape(), a.dtype());
-  detail::dispatch(a.dtype(), [&](auto t) {
+namespace {
+// out = f(a, s) elementwise, s in a's dtype.
+// The fields are read from the storage, as in binary(): the checked accessors' calls are a
+// visible share of a one-element op.
+template <class F> Array with_scalar(const Array& a, double s, F f) {
+  const detail::Storage& A = a.storage();  // throws for an undefined a
+  Array out = Array::empty(A.shape, A.dtype);
+  const detail::Storage& O = out.storage();
+  detail::dispatch(A.dtype, [&](auto t) {
     using T = decltype(t);
-    const T* p = a.data<T>();
-    T* o = out.data<T>();
+    const T* p = static_cast<const T*>(A.ptr);
+    T* o = static_cast<T*>(O.ptr);
     const T c = static_cast<T>(s);
-    detail::parallel_for(a.size(), kGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
-      for (std::size_t i = lo; i < hi; ++i) o[i] = p[i] * c;
+    detail::parallel_for(A.size, kGrain, [&](std::size_t lo, std::size_t hi, std::size_t) {
+      for (std::size_t i = lo; i < hi; ++i) o[i] = f(p[i], c);
     });
   });
   return out;
 }
+}  // namespace
+
+Array scale(const Array& a, double s) { return with_scalar(a, s, [](auto x, auto c) { return x * c; }); }
+Array add_scalar(const Array& a, double s) { return with_scalar(a, s, [](auto x, auto c) { return x + c; }); }
+Array sub_scalar(const Array& a, double s) { return with_scalar(a, s, [](auto x, auto c) { return x - c; }); }
+Array div_scalar(const Array& a, double s) { return with_scalar(a, s, [](auto x, auto c) { return x / c; }); }
 
 Array sum_to_shape(const Array& g, const Shape& target) {
   if (same_shape(g.shape(), target)) return g;

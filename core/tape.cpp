@@ -72,6 +72,10 @@ void add_gemm_time(std::uint64_t ns) {
 }
 
 struct TensorImpl {
+  // User-provided, so that allocate_shared's value-initialisation runs the member initialisers
+  // alone: a defaulted constructor first zero-fills the whole object (a `rep stos`, which costs
+  // about 8% of a one-element op on AMD Zen 1: docs/performance.md, "Per-op overhead").
+  TensorImpl() {}
   Array value;
   Array grad;  // leaves only
   std::shared_ptr<TensorImpl> grad_graph;  // leaves only: grad as recorded by create_graph passes
@@ -395,7 +399,7 @@ Tensor record_list(const std::string& op, Array output, Input input, std::size_t
   detail::Node& node = tape->next_slot();
   try {
     node.op = op;
-    node.inputs.reserve(n_inputs);
+    if (node.inputs.capacity() < n_inputs) node.inputs.reserve(n_inputs);  // a kept slot has it: no call
     if (node.edges.size() != n_inputs) node.edges.resize(n_inputs);  // reset() left them empty
     if (node.needs.size() != n_inputs) node.needs.resize(n_inputs);
     for (std::size_t i = 0; i < n_inputs; ++i) {
@@ -566,9 +570,9 @@ void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::
   if (!c.defined()) throw_bad_cotangent(n, j, c);
   const detail::Storage& cs = c.storage();
   const detail::Storage& is = n.inputs[j].storage();
-  if (cs.dtype != is.dtype || cs.shape.size() != is.shape.size() ||
-      !std::equal(cs.shape.begin(), cs.shape.end(), is.shape.begin()))
-    throw_bad_cotangent(n, j, c);
+  if (cs.dtype != is.dtype || cs.shape.size() != is.shape.size()) throw_bad_cotangent(n, j, c);
+  for (std::size_t d = 0; d < cs.shape.size(); ++d)  // not std::equal: a memcmp call, 4% of a one-element op
+    if (cs.shape[d] != is.shape[d]) throw_bad_cotangent(n, j, c);
   if (tl_anomaly)
     check_finite_or_throw(c, n.op, pos, "backward cotangent for input " + std::to_string(j));
 }

@@ -7,6 +7,8 @@
 //   where: a_bar = S(cond ? g : 0), b_bar = S(cond ? 0 : g)
 // Second-order rules (create_graph, docs/higher-order.md): the same formulas with recorded
 // ops, S = ops::sum_to; div's uses the recorded output.
+// A tensor and a number (the operators): a + s, a - s, a * s and a / s, recorded with the one
+// input a: a_bar = g, g, g * s and g / s.
 #include <xgrad/ops/elementwise.hpp>
 
 #include <algorithm>
@@ -41,6 +43,14 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
   }
   check::same_dtype(op, "a", a, "b", b);
   check_broadcastable(op, a.shape(), b.shape());
+}
+
+// The flat index of the first NaN in `out`, or out.size(). Past the first non-finite value
+// only: an x/0 = inf before it must not hide a 0/0 after it.
+std::size_t first_nan(const Array& out) {
+  for (std::size_t i = out.first_nonfinite(); i < out.size(); ++i)
+    if (std::isnan(out.flat(i))) return i;
+  return out.size();
 }
 
 // The VJPs below build their results with these rather than a braced Cotangents{...} or a
@@ -106,9 +116,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   check_binary("div", a, b);
   Array out = kernels::div(a.value(), b.value());
   // 0/0 is the one finite-input case that makes NaN: refuse it rather than hide it.
-  const std::size_t bad = out.first_nonfinite();
-  if (bad < out.size() && std::isnan(out.flat(bad)) && a.value().all_finite() &&
-      b.value().all_finite())
+  const std::size_t bad = first_nan(out);
+  if (bad < out.size() && a.value().all_finite() && b.value().all_finite())
     throw ValueError(op_message("div", "0/0 at output flat index " + std::to_string(bad) +
                                            " (a has shape " + shape_str(a.shape()) +
                                            ", b has shape " + shape_str(b.shape()) + ")"));
@@ -163,6 +172,59 @@ Tensor where(const BoolArray& cond, const Tensor& a, const Tensor& b) {
                 }));
 }
 
+namespace {
+
+// a (op) s for a double s, the operators' tensor-and-number forms: one recorded input, the
+// number a constant (as PyTorch's wrapped numbers are). Values and gradients are those of the
+// binary op against scalar_like(a, s), bit for bit (s is rounded to a's dtype first, and
+// s * a = a * s, s + a = a + s exactly), without making the 0-d tensor, broadcasting it and
+// recording it: that was a third of a one-element op's cost (docs/performance.md, "Per-op
+// overhead").
+Cotangents one_cotangent(Array a) {
+  Cotangents c(1);
+  c[0] = std::move(a);
+  return c;
+}
+
+Tensor add_number(const Tensor& a, double s) {
+  check::defined("add", "a", a);
+  return detail::record_refs(
+      "add", kernels::add_scalar(a.value(), s), {&a},
+      [](const VjpContext& c) { return one_cotangent(c.grad_output); },
+      second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output}; }));
+}
+
+Tensor sub_number(const Tensor& a, double s) {
+  check::defined("sub", "a", a);
+  return detail::record_refs(
+      "sub", kernels::sub_scalar(a.value(), s), {&a},
+      [](const VjpContext& c) { return one_cotangent(c.grad_output); },
+      second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output}; }));
+}
+
+Tensor mul_number(const Tensor& a, double s) {
+  check::defined("mul", "a", a);
+  return detail::record_refs(
+      "mul", kernels::scale(a.value(), s), {&a},
+      [s](const VjpContext& c) { return one_cotangent(kernels::scale(c.grad_output, s)); },
+      second_order([s](const DiffVjpContext& c) { return DiffCotangents{mul_number(c.grad_output, s)}; }));
+}
+
+Tensor div_number(const Tensor& a, double s) {
+  check::defined("div", "a", a);
+  Array out = kernels::div_scalar(a.value(), s);
+  const std::size_t bad = first_nan(out);
+  if (bad < out.size() && std::isfinite(s) && a.value().all_finite())
+    throw ValueError(op_message("div", "0/0 at output flat index " + std::to_string(bad) + " (a has shape " +
+                                           shape_str(a.shape()) + ", divided by the number 0)"));
+  return detail::record_refs(
+      "div", std::move(out), {&a},
+      [s](const VjpContext& c) { return one_cotangent(kernels::div_scalar(c.grad_output, s)); },
+      second_order([s](const DiffVjpContext& c) { return DiffCotangents{div_number(c.grad_output, s)}; }));
+}
+
+}  // namespace
+
 Tensor scalar_like(const Tensor& x, double value) {
   if (!x.defined()) check::defined("scalar", "x", x);  // throws, naming the op and argument
   return Tensor(Array::scalar(value, x.dtype()));
@@ -177,13 +239,13 @@ Tensor operator-(const Tensor& a, const Tensor& b) { return ops::sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return ops::mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return ops::div(a, b); }
 Tensor operator-(const Tensor& a) { return ops::neg(a); }
-Tensor operator+(const Tensor& a, double s) { return ops::add(a, ops::scalar_like(a, s)); }
-Tensor operator-(const Tensor& a, double s) { return ops::sub(a, ops::scalar_like(a, s)); }
-Tensor operator*(const Tensor& a, double s) { return ops::mul(a, ops::scalar_like(a, s)); }
-Tensor operator/(const Tensor& a, double s) { return ops::div(a, ops::scalar_like(a, s)); }
-Tensor operator+(double s, const Tensor& a) { return ops::add(ops::scalar_like(a, s), a); }
+Tensor operator+(const Tensor& a, double s) { return ops::add_number(a, s); }
+Tensor operator-(const Tensor& a, double s) { return ops::sub_number(a, s); }
+Tensor operator*(const Tensor& a, double s) { return ops::mul_number(a, s); }
+Tensor operator/(const Tensor& a, double s) { return ops::div_number(a, s); }
+Tensor operator+(double s, const Tensor& a) { return ops::add_number(a, s); }
 Tensor operator-(double s, const Tensor& a) { return ops::sub(ops::scalar_like(a, s), a); }
-Tensor operator*(double s, const Tensor& a) { return ops::mul(ops::scalar_like(a, s), a); }
+Tensor operator*(double s, const Tensor& a) { return ops::mul_number(a, s); }
 Tensor operator/(double s, const Tensor& a) { return ops::div(ops::scalar_like(a, s), a); }
 
 }  // namespace xg

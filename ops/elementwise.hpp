@@ -41,6 +41,11 @@ Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
 /// ops::neg(a).
 Tensor operator-(const Tensor& a);
+// The forms with a number: `s` is rounded to a's dtype, and the values and gradients are those
+// of the binary op against ops::scalar_like(a, s), bit for bit. All but s - a and s / a are
+// recorded as one op with one input (the number is a constant), not as a 0-d tensor and a
+// broadcast.
+
 /// a + s, the scalar `s` in a's dtype.
 Tensor operator+(const Tensor& a, double s);
 /// a - s, the scalar `s` in a's dtype.

@@ -15,6 +15,11 @@ Array sub(const Array& a, const Array& b);
 Array mul(const Array& a, const Array& b);
 Array div(const Array& a, const Array& b);
 Array scale(const Array& a, double s);  // a * s
+// a + s, a - s and a / s, s converted to a's dtype first: the values of add, sub and div
+// against a 0-d array holding s, without making one.
+Array add_scalar(const Array& a, double s);
+Array sub_scalar(const Array& a, double s);
+Array div_scalar(const Array& a, double s);
 // Additive masking with broadcasting of bias against x: bias == -inf gives -inf (whatever x
 // is), otherwise x + bias. And its VJP before un-broadcasting: g where bias != -inf, else 0.
 Array masked_add(const Array& x, const Array& bias);

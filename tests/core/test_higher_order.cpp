@@ -153,6 +153,7 @@ TEST_CASE("gradgradcheck passes for every op with a second-order rule (float64)"
   require_gradgradcheck("neg", [](const In& v) { return -(v[0] * v[0]); }, {X({3})});
   require_gradgradcheck("scalar ops", [](const In& v) { return (2.0 - v[0] * 3.0 + 1.5) / 2.0 * (1.0 / v[0]); },
                         {P({3})});
+  require_gradgradcheck("number forms", [](const In& v) { return (0.5 + 1.5 * (v[0] - 0.25)) * v[0]; }, {X({4})});
   // Unary.
   require_gradgradcheck("exp", [](const In& v) { return ops::exp(v[0]); }, {X({3})});
   require_gradgradcheck("log", [](const In& v) { return ops::log(v[0]); }, {P({3})});
