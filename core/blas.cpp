@@ -675,6 +675,19 @@ struct OwnGemv {
   }
 };
 
+// Calls f(i, j0, j1) for the outputs [j0, j1) of each product i that the global block range
+// [b0, b1) covers: the blocks of kAlignOwnGemv outputs of all products, numbered product after
+// product (one chunk's share, in both splits below).
+template <class F> void for_each_block(const OwnGemv* ps, std::size_t count, std::size_t b0, std::size_t b1, F f) {
+  std::size_t first = 0;  // product i's first block
+  for (std::size_t i = 0; i < count && first < b1; ++i) {
+    const std::size_t nb = (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
+    const std::size_t lo = std::max(b0, first), hi = std::min(b1, first + nb);
+    if (lo < hi) f(i, (lo - first) * kAlignOwnGemv, std::min(ps[i].n, (hi - first) * kAlignOwnGemv));
+    first += nb;
+  }
+}
+
 // Rows products (all of ps) on `chunks` >= 2 pool threads: chunk c computes the half c % 2 of K
 // (f32v::rows_part) for group c / 2's blocks of kAlignOwnGemv outputs, across all products, into
 // partial sums; the caller then adds the halves and finishes y. The halves are those of
@@ -697,20 +710,13 @@ void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, st
   const std::size_t groups = std::min(chunks / 2, blocks);
   detail::run_chunks(2 * groups, [&](std::size_t c) {
     const std::size_t half = c % 2, g = c / 2;
-    const std::size_t b0 = blocks * g / groups, b1 = blocks * (g + 1) / groups;  // global block range
-    std::size_t first = 0;                                                        // of product i
-    for (std::size_t i = 0; i < count && first < b1; ++i) {
-      const OwnGemv& p = ps[i];
-      const std::size_t nb = (p.n + kAlignOwnGemv - 1) / kAlignOwnGemv;
-      const std::size_t lo = std::max(b0, first), hi = std::min(b1, first + nb);
-      if (lo < hi) {
-        const std::size_t j0 = (lo - first) * kAlignOwnGemv, j1 = std::min(p.n, (hi - first) * kAlignOwnGemv);
-        const std::size_t h = p.K / 2;
-        f32v::rows_part(isa, half ? h : 0, half ? p.K : h, j0, j1, p.x, p.W, p.ldw,
-                        sums + offset[i] + half * p.n + j0);
-      }
-      first += nb;
-    }
+    for_each_block(ps, count, blocks * g / groups, blocks * (g + 1) / groups,
+                   [&](std::size_t i, std::size_t j0, std::size_t j1) {
+                     const OwnGemv& p = ps[i];
+                     const std::size_t h = p.K / 2;
+                     f32v::rows_part(isa, half ? h : 0, half ? p.K : h, j0, j1, p.x, p.W, p.ldw,
+                                     sums + offset[i] + half * p.n + j0);
+                   });
   });
   for (std::size_t i = 0; i < count; ++i) {
     const OwnGemv& p = ps[i];
@@ -747,14 +753,8 @@ void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
     return;
   }
   detail::run_chunks(chunks, [&](std::size_t c) {
-    const std::size_t b0 = blocks * c / chunks, b1 = blocks * (c + 1) / chunks;  // global block range
-    std::size_t first = 0;                                                        // of product i
-    for (std::size_t i = 0; i < count && first < b1; ++i) {
-      const std::size_t nb = (ps[i].n + kAlignOwnGemv - 1) / kAlignOwnGemv;
-      const std::size_t lo = std::max(b0, first), hi = std::min(b1, first + nb);
-      if (lo < hi) ps[i].run(isa, (lo - first) * kAlignOwnGemv, std::min(ps[i].n, (hi - first) * kAlignOwnGemv));
-      first += nb;
-    }
+    for_each_block(ps, count, blocks * c / chunks, blocks * (c + 1) / chunks,
+                   [&](std::size_t i, std::size_t j0, std::size_t j1) { ps[i].run(isa, j0, j1); });
   });
 }
 
