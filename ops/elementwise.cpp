@@ -216,7 +216,8 @@ Tensor div_number(const Tensor& a, double s) {
   const std::size_t bad = first_nan(out);
   if (bad < out.size() && std::isfinite(s) && a.value().all_finite())
     throw ValueError(op_message("div", "0/0 at output flat index " + std::to_string(bad) + " (a has shape " +
-                                           shape_str(a.shape()) + ", divided by the number 0)"));
+                                           shape_str(a.shape()) + ", divided by a number that is 0 in " +
+                                           dtype_name(a.dtype()) + ")"));
   return detail::record_refs(
       "div", std::move(out), {&a},
       [s](const VjpContext& c) { return one_cotangent(kernels::div_scalar(c.grad_output, s)); },

@@ -104,7 +104,12 @@ TEST_CASE("a tensor and a number: 0/0 and an undefined tensor are errors naming 
   // The first element is 1/0 = inf: the 0/0 after it is found all the same, by both forms.
   const Tensor x(Array::of({1.0, 0.0, -2.0}));
   CHECK_THROWS_WITH(x / 0.0, Catch::Contains("[div] 0/0 at output flat index 1") &&
-                                 Catch::Contains("divided by the number 0"));
+                                 Catch::Contains("divided by a number that is 0 in float64"));
+  // 1e-50 is 0 in float32, as scalar_like makes it: the same refusal.
+  const Tensor x32(Array::of({0.0, 1.0}, DType::float32));
+  CHECK_THROWS_WITH(x32 / 1e-50, Catch::Contains("[div] 0/0 at output flat index 0") &&
+                                     Catch::Contains("divided by a number that is 0 in float32"));
+  CHECK_THROWS_WITH(x32 / ops::scalar_like(x32, 1e-50), Catch::Contains("[div] 0/0 at output flat index 0"));
   CHECK_THROWS_WITH(x / ops::scalar_like(x, 0.0), Catch::Contains("[div] 0/0 at output flat index 1"));
   const Tensor nonzero(Array::of({1.0, -2.0}));
   const std::vector<double> inf = (nonzero / 0.0).value().to_vector();  // as the binary op: IEEE
