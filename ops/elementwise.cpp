@@ -186,21 +186,16 @@ Cotangents one_cotangent(Array a) {
   return c;
 }
 
-Tensor add_number(const Tensor& a, double s) {
-  check::defined("add", "a", a);
+// a + s or a - s, as `kernel` computes it: a's cotangent is g itself.
+Tensor shifted(const char* op, Array (*kernel)(const Array&, double), const Tensor& a, double s) {
+  check::defined(op, "a", a);
   return detail::record_refs(
-      "add", kernels::add_scalar(a.value(), s), {&a},
-      [](const VjpContext& c) { return one_cotangent(c.grad_output); },
+      op, kernel(a.value(), s), {&a}, [](const VjpContext& c) { return one_cotangent(c.grad_output); },
       second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output}; }));
 }
 
-Tensor sub_number(const Tensor& a, double s) {
-  check::defined("sub", "a", a);
-  return detail::record_refs(
-      "sub", kernels::sub_scalar(a.value(), s), {&a},
-      [](const VjpContext& c) { return one_cotangent(c.grad_output); },
-      second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output}; }));
-}
+Tensor add_number(const Tensor& a, double s) { return shifted("add", &kernels::add_scalar, a, s); }
+Tensor sub_number(const Tensor& a, double s) { return shifted("sub", &kernels::sub_scalar, a, s); }
 
 Tensor mul_number(const Tensor& a, double s) {
   check::defined("mul", "a", a);
