@@ -466,26 +466,6 @@ Tensor record(const std::string& op, Array output, std::initializer_list<Tensor>
   return record_list(op, std::move(output), InputsOf{inputs.begin()}, inputs.size(), vjp, &dvjp);
 }
 
-namespace {
-// The result vector of the last VJP, emptied, for detail::cotangents_of() (core/detail/record.hpp):
-// one per thread, the largest kept.
-thread_local Cotangents tl_spare_cotangents;
-
-void hand_back(Cotangents&& cot) {
-  cot.clear();
-  if (cot.capacity() > tl_spare_cotangents.capacity()) tl_spare_cotangents.swap(cot);
-}
-}  // namespace
-
-Cotangents detail::cotangents_of(std::size_t n) {
-  Cotangents c = std::move(tl_spare_cotangents);  // leaves the spare empty
-  c.clear();
-  c.resize(n);
-  return c;
-}
-
-std::size_t detail::spare_cotangents_capacity() { return tl_spare_cotangents.capacity(); }
-
 Tensor detail::record_refs(const std::string& op, Array output, std::initializer_list<const Tensor*> inputs, VjpFn vjp,
                            DiffVjpFn dvjp) {
   for (const Tensor* t : inputs)
@@ -692,7 +672,6 @@ void sweep(const Tensor& y, Array seed, const BackwardOptions& opts, Capture* ca
         else
           leaves.add(e.leaf_impl, cot[j]);
       }
-      hand_back(std::move(cot));
       grads[i] = Array();  // this cotangent has been passed on
       if (timed) detail::add_op_time(n.op, detail::ns_since(t0, std::chrono::steady_clock::now()), false);
       if (!opts.retain_graph) {  // free the node's saved values early

@@ -57,7 +57,7 @@ std::size_t first_nan(const Array& out) {
 // copy: a braced list copies each Array (a reference count up, then down for the temporary).
 // Two cotangents moved into place.
 Cotangents cotangents(Array a, Array b) {
-  Cotangents c = detail::cotangents_of(2);
+  Cotangents c(2);
   c[0] = std::move(a);
   c[1] = std::move(b);
   return c;
@@ -181,7 +181,7 @@ namespace {
 // recording it: that was a third of a one-element op's cost (docs/performance.md, "Per-op
 // overhead").
 Cotangents one_cotangent(Array a) {
-  Cotangents c = detail::cotangents_of(1);
+  Cotangents c(1);
   c[0] = std::move(a);
   return c;
 }

@@ -17,11 +17,4 @@ namespace xg::detail {
 Tensor record_refs(const std::string& op, Array output, std::initializer_list<const Tensor*> inputs, VjpFn vjp,
                    DiffVjpFn dvjp);
 
-// `n` empty cotangents in the vector the last backward step on this thread handed back, so a
-// steady backward pass allocates no result vectors (one malloc and free per op otherwise, 8-9% of
-// a one-element op on AMD Zen 1: bench_op_overhead). Built-in VJPs make their results with it.
-Cotangents cotangents_of(std::size_t n);
-// The capacity of the vector cotangents_of() would reuse now (0: none; tests).
-std::size_t spare_cotangents_capacity();
-
 }  // namespace xg::detail

@@ -5,7 +5,6 @@
 #include <thread>
 #include <unistd.h>
 
-#include <xgrad/core/detail/record.hpp>
 #include <xgrad/core/detail/sanitizer.hpp>
 #include "tests/support/helpers.hpp"
 
@@ -416,21 +415,4 @@ TEST_CASE("tape: a VJP that throws leaves every leaf gradient as it was", "[core
   CHECK_THROWS_WITH(y.backward(), Catch::Contains("deliberate"));
   CHECK(a.grad().to_vector() == std::vector<double>{2});
   CHECK(b.grad().to_vector() == std::vector<double>{1});
-}
-
-TEST_CASE("a backward step hands its result vectors back for the next VJPs", "[tape]") {
-  // The elementwise VJPs build their results with detail::cotangents_of(), in the vector the sweep
-  // handed back after the VJP before: a steady backward pass allocates none (core/detail/record.hpp).
-  Tensor a(Array::of({1.0, 2.0}), true), b(Array::of({3.0, 4.0}), true);
-  (void)detail::cotangents_of(0);  // the spare, whatever earlier tests left, taken and dropped
-  REQUIRE(detail::spare_cotangents_capacity() == 0);
-  ops::sum(a * b + a * 2.0).backward();
-  CHECK(a.grad().to_vector() == std::vector<double>{5, 6});
-  CHECK(b.grad().to_vector() == std::vector<double>{1, 2});
-  CHECK(detail::spare_cotangents_capacity() >= 2);  // the binary ops' two-entry vector, kept
-  const Cotangents taken = detail::cotangents_of(2);
-  CHECK(taken.size() == 2);
-  CHECK_FALSE(taken[0].defined());
-  CHECK_FALSE(taken[1].defined());
-  CHECK(detail::spare_cotangents_capacity() == 0);  // taken: the next VJP allocates its own
 }
