@@ -186,16 +186,16 @@ Cotangents one_cotangent(Array a) {
   return c;
 }
 
-// a + s or a - s, as `kernel` computes it: a's cotangent is g itself.
-Tensor shifted(const char* op, Array (*kernel)(const Array&, double), const Tensor& a, double s) {
+// a + s or a - s, as Kernel computes it: a's cotangent is g itself.
+template <Array (*Kernel)(const Array&, double)> Tensor shifted(const std::string& op, const Tensor& a, double s) {
   check::defined(op, "a", a);
   return detail::record_refs(
-      op, kernel(a.value(), s), {&a}, [](const VjpContext& c) { return one_cotangent(c.grad_output); },
+      op, Kernel(a.value(), s), {&a}, [](const VjpContext& c) { return one_cotangent(c.grad_output); },
       second_order([](const DiffVjpContext& c) { return DiffCotangents{c.grad_output}; }));
 }
 
-Tensor add_number(const Tensor& a, double s) { return shifted("add", &kernels::add_scalar, a, s); }
-Tensor sub_number(const Tensor& a, double s) { return shifted("sub", &kernels::sub_scalar, a, s); }
+Tensor add_number(const Tensor& a, double s) { return shifted<&kernels::add_scalar>("add", a, s); }
+Tensor sub_number(const Tensor& a, double s) { return shifted<&kernels::sub_scalar>("sub", a, s); }
 
 Tensor mul_number(const Tensor& a, double s) {
   check::defined("mul", "a", a);
