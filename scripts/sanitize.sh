@@ -7,7 +7,9 @@
 # would pull it back in as a fixture); so are the kill, signal and memory tests (timing- and
 # RSS-based: ASan's shadow memory and quarantine would swamp the memory bound), and the stress
 # test that repeats every distributed refusal 10 times (a flakiness test of process teardown:
-# distributed_usage runs each refusal once here). The robustness
+# distributed_usage runs each refusal once here), and distributed_kill (4 killed 2-rank jobs, each
+# bound to end within 30 s: a timing test like the kill tests, 72 s of ASan time on 2 cores; the
+# checkpoint and resume paths it ends in run here in distributed_resume). The robustness
 # catalogue runs here against the ASan build. The downstream consumer test (an install and
 # three consumer builds) is a packaging test, not a memory one: it runs in the Release suite only.
 # The SentencePiece cross-check (thousands of lines through the xgrad program) compares
@@ -29,4 +31,4 @@ if ((fuzz_seconds > 0)); then
 fi
 cd build-san
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|distributed_stress_refusals|robustness_(kill|signals|memory)|downstream_consumer|sentencepiece_interop|llama2c_tokenizer_interop|tokenizer_export_interop|torch_checkpoint_interop'
+  ctest --output-on-failure -j "$(nproc)" -E 'main_job_train_default|distributed_heldout_default|distributed_stress_refusals|distributed_kill|robustness_(kill|signals|memory)|downstream_consumer|sentencepiece_interop|llama2c_tokenizer_interop|tokenizer_export_interop|torch_checkpoint_interop'
