@@ -36,12 +36,16 @@ struct RecycledStorages {
 };
 thread_local RecycledStorages tl_storages{};
 
+// The bytes of the buffer s owns: size elements (a view or an inline array owns none).
+std::size_t owned_bytes(const Storage& s) noexcept {
+  return s.size * (s.dtype == DType::float32 ? sizeof(float) : sizeof(double));
+}
+
 // Gives back the buffer s owns (a view owns none: it drops its reference to the base).
 void release_buffer(Storage& s) noexcept {
-  if (!s.base && s.ptr != s.small) cached_free(s.ptr, s.bytes);
-  s.base.reset();
+  if (!s.base.defined() && s.ptr && s.ptr != s.small) cached_free(s.ptr, owned_bytes(s));
+  s.base = Array();
   s.ptr = nullptr;
-  s.bytes = 0;
 }
 
 void delete_recycled_storages() noexcept {
@@ -60,31 +64,21 @@ struct RecycledStoragesGuard {
   }
 };
 
-// The deleter of every Storage: recycles it (see RecycledStorages) or deletes it.
-struct RecycleStorage {
-  void operator()(Storage* s) const noexcept {
-    release_buffer(*s);
-#if !XG_UNDER_ASAN
-    if (!tl_storages.dead && tl_storages.count < kPoolBlocks) {
-      if (!tl_storages.armed) {
-        tl_storages.armed = true;
-        static thread_local RecycledStoragesGuard guard;  // deletes the list when this thread ends
-        (void)guard;
-      }
-      s->ptr = tl_storages.head;
-      tl_storages.head = s;
-      ++tl_storages.count;
-      return;
-    }
-#endif
-    delete s;
+// shape = from, for a recycled descriptor's shape: a descriptor usually comes back for an array
+// of the rank it had, and then this is a loop of stores, where vector assignment calls memmove.
+inline void assign_shape(Shape& to, const Shape& from) {
+  const std::size_t n = from.size();
+  if (to.size() != n) {
+    to = from;  // into the vector's capacity: no allocation for a rank it had before
+    return;
   }
-};
+  for (std::size_t d = 0; d < n; ++d) to[d] = from[d];
+}
 
-// A Storage with no buffer (ptr null, bytes 0, no base), recycled when one is at hand, owned
-// by a shared_ptr whose control block comes from the block pool. Its fields other than the
-// shape are the caller's to set; its shape holds whatever it held before (assign it).
-std::shared_ptr<Storage> new_storage() {
+// A Storage with no buffer (ptr null, no base) and a count of 1, recycled when one is at hand.
+// Its fields other than the shape are the caller's to set; its shape holds whatever it held
+// before (assign it).
+Storage* new_storage() {
   Storage* s = nullptr;
 #if !XG_UNDER_ASAN
   if (!tl_storages.dead && tl_storages.head) {
@@ -92,13 +86,14 @@ std::shared_ptr<Storage> new_storage() {
     tl_storages.head = static_cast<Storage*>(s->ptr);
     --tl_storages.count;
     s->ptr = nullptr;
+    s->refs.store(1, std::memory_order_relaxed);
     // The next make() reads the new head's link: start loading it now (the list runs through
     // descriptors freed a while ago, so it is often out of cache).
     if (tl_storages.head) __builtin_prefetch(&tl_storages.head->ptr, 1);
   }
 #endif
   if (!s) s = new Storage;
-  return std::shared_ptr<Storage>(s, RecycleStorage{}, PoolAllocator<Storage>());  // on throw: recycled
+  return s;
 }
 
 }  // namespace
@@ -110,34 +105,57 @@ Array Storage::make(const Shape& shape, DType dtype) {
   if (n > static_cast<std::size_t>(-1) / width)
     throw ShapeError(op_message("array", "shape " + shape_str(shape) + " needs more bytes than size_t counts"));
   const std::size_t bytes = n * width;
-  auto s = new_storage();
-  s->shape = shape;  // into the recycled vector's capacity: no allocation for a rank it had
+  Array out(new_storage());  // on throw below: recycled with no buffer
+  Storage* s = out.st();
+  assign_shape(s->shape, shape);
   s->dtype = dtype;
   s->size = n;
-  if (bytes <= sizeof(s->small)) {
-    s->ptr = s->small;
-  } else {
-    s->ptr = cached_alloc(bytes);  // on throw: s (no buffer yet) is recycled
-    s->bytes = bytes;
-  }
-  return Array(std::move(s));
+  s->ptr = bytes <= sizeof(s->small) ? s->small : cached_alloc(bytes);
+  return out;
 }
 
 Storage::~Storage() {
-  if (!base && ptr && ptr != small) cached_free(ptr, bytes);
+  if (!base.defined() && ptr && ptr != small) cached_free(ptr, owned_bytes(*this));
 }
 
 Array Storage::view(const Array& a, const Shape& shape) {
-  auto s = new_storage();
-  s->shape = shape;
-  s->dtype = a.s_->dtype;
-  s->size = a.s_->size;
-  s->ptr = a.s_->ptr;
-  s->base = a.s_->base ? a.s_->base : a.s_;
-  return Array(std::move(s));
+  Array out(new_storage());
+  Storage* s = out.st();
+  assign_shape(s->shape, shape);
+  const Storage* from = a.st();
+  s->dtype = from->dtype;
+  s->size = from->size;
+  s->ptr = from->ptr;
+  s->base = from->base.defined() ? from->base : a;
+  return out;
+}
+
+// The deleter of every Storage, called by the last of its Arrays: recycles it (see
+// RecycledStorages) or deletes it.
+void release_storage(StorageCount* c) noexcept {
+  Storage* s = static_cast<Storage*>(c);
+  release_buffer(*s);
+#if !XG_UNDER_ASAN
+  if (!tl_storages.dead && tl_storages.count < kPoolBlocks) {
+    if (!tl_storages.armed) {
+      tl_storages.armed = true;
+      static thread_local RecycledStoragesGuard guard;  // deletes the list when this thread ends
+      (void)guard;
+    }
+    s->ptr = tl_storages.head;
+    tl_storages.head = s;
+    ++tl_storages.count;
+    return;
+  }
+#endif
+  delete s;
 }
 
 }  // namespace detail
+
+static_assert(sizeof(detail::Storage) == 128, "a Storage's fields fill one cache line, its inline buffer the next");
+
+detail::Storage* Array::st() const { return static_cast<detail::Storage*>(s_); }
 
 namespace {
 void require_defined(const Array& a, const char* what) {
@@ -208,15 +226,15 @@ Array Array::of3(std::initializer_list<std::initializer_list<std::initializer_li
 
 DType Array::dtype() const {
   require_defined(*this, "dtype");
-  return s_->dtype;
+  return st()->dtype;
 }
 const Shape& Array::shape() const {
   require_defined(*this, "shape");
-  return s_->shape;
+  return st()->shape;
 }
 std::size_t Array::size() const {
   require_defined(*this, "size");
-  return s_->size;
+  return st()->size;
 }
 
 template <class T> T* Array::data() {
@@ -224,7 +242,7 @@ template <class T> T* Array::data() {
     throw DTypeError(op_message("array", std::string("requested ") +
                                              dtype_name(detail::dtype_of<T>()) +
                                              " data of a " + dtype_name(dtype()) + " array"));
-  return static_cast<T*>(s_->ptr);
+  return static_cast<T*>(st()->ptr);
 }
 template <class T> const T* Array::data() const { return const_cast<Array*>(this)->data<T>(); }
 template float* Array::data<float>();
@@ -383,11 +401,11 @@ std::string Array::str() const {
 
 detail::Storage& Array::storage() {
   require_defined(*this, "storage");
-  return *s_;
+  return *st();
 }
 const detail::Storage& Array::storage() const {
   require_defined(*this, "storage");
-  return *s_;
+  return *st();
 }
 
 double max_abs_diff(const Array& a, const Array& b) {

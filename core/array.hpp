@@ -1,13 +1,15 @@
 /// \file
 /// Array: an n-d float32 or float64 array with the dtype known at run time. The data is a
 /// row-major contiguous buffer (so BLAS reads it without copies; from the caching allocator,
-/// core/allocator.hpp) held behind a shared pointer: copying an Array shares the data. xgrad
+/// core/allocator.hpp) held by a reference count: copying an Array shares the data. xgrad
 /// never writes into an Array that an op has produced or recorded; ops allocate their results.
 ///
 /// xtensor itself stays out of this header (compile time); the optional <xgrad/xtensor.hpp>
 /// views an Array as an xtensor expression and builds Arrays from xtensor expressions.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <iosfwd>
 #include <initializer_list>
 #include <memory>
@@ -20,14 +22,45 @@ namespace xg {
 
 namespace detail {
 struct Storage;
-}
+/// Internal: the reference count at the head of every Storage (core/detail/storage.hpp). An
+/// Array counts its Storage in the descriptor itself: copying one touches no other memory, and
+/// making one allocates no control block (as std::shared_ptr's custom-deleter form does).
+struct StorageCount {
+  std::atomic<std::size_t> refs{1};
+};
+/// Internal: gives back a Storage whose count reached zero (core/array.cpp).
+void release_storage(StorageCount* s) noexcept;
+}  // namespace detail
 
 /// An n-d array of float32 or float64 values, row-major and contiguous, whose dtype is known
-/// at run time. Copies share the data (a shared pointer); clone() copies it. An Array that an
+/// at run time. Copies share the data (a reference count); clone() copies it. An Array that an
 /// op produced or the tape saved is never written to.
 class Array {
  public:
   Array() = default;  ///< An undefined array (no data); see defined().
+  /// Shares `o`'s data.
+  Array(const Array& o) noexcept : s_(o.s_) {
+    if (s_) s_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// Takes `o`'s data; `o` becomes undefined.
+  Array(Array&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  /// Shares `o`'s data, letting go of this array's.
+  Array& operator=(const Array& o) noexcept {
+    if (o.s_) o.s_->refs.fetch_add(1, std::memory_order_relaxed);
+    drop();
+    s_ = o.s_;
+    return *this;
+  }
+  /// Takes `o`'s data, letting go of this array's; `o` becomes undefined.
+  Array& operator=(Array&& o) noexcept {
+    if (this != &o) {
+      drop();
+      s_ = o.s_;
+      o.s_ = nullptr;
+    }
+    return *this;
+  }
+  ~Array() { drop(); }  ///< Lets go of the data (freed with its last Array).
 
   /// An array of `shape` and `dtype` with uninitialised contents; every element is written by
   /// the caller.
@@ -56,7 +89,7 @@ class Array {
                   DType dtype = default_dtype());
 
   /// Whether this array holds data (false for a default-constructed Array).
-  bool defined() const { return static_cast<bool>(s_); }
+  bool defined() const { return s_ != nullptr; }
   /// Element type. The accessors below throw ValueError on an undefined array.
   DType dtype() const;
   /// Extents, outermost first.
@@ -109,8 +142,12 @@ class Array {
   const detail::Storage& storage() const;
 
  private:
-  explicit Array(std::shared_ptr<detail::Storage> s) : s_(std::move(s)) {}
-  std::shared_ptr<detail::Storage> s_;
+  explicit Array(detail::StorageCount* s) noexcept : s_(s) {}  // adopts s's count of 1
+  void drop() noexcept {
+    if (s_ && s_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) detail::release_storage(s_);
+  }
+  detail::Storage* st() const;  // s_ as its Storage (core/array.cpp)
+  detail::StorageCount* s_ = nullptr;
   friend struct detail::Storage;
 };
 

@@ -11,14 +11,15 @@ namespace xg::detail {
 
 // An Array's storage: a shape and a contiguous row-major buffer from the caching allocator
 // (core/allocator.hpp). Several Storages may share one buffer (Array::view): reshapes cost
-// no copy. Nothing writes into a buffer once an op has produced it.
-struct Storage {
+// no copy. Nothing writes into a buffer once an op has produced it. The reference count its
+// Arrays share comes first (StorageCount, core/array.hpp); the fields fit one cache line and
+// the inline buffer the next: 128 bytes.
+struct Storage : StorageCount {
   Shape shape;
   DType dtype = DType::float32;
   std::size_t size = 0;
-  void* ptr = nullptr;
-  std::size_t bytes = 0;               // of the buffer this Storage owns (0 for a view)
-  std::shared_ptr<const Storage> base;  // a view: the Storage whose buffer ptr points into
+  void* ptr = nullptr;  // small, a buffer of size elements this Storage owns, or base's buffer
+  Array base;           // a view: the Array whose buffer ptr points into (undefined otherwise)
   // Arrays of up to 64 bytes live here: no allocation. 64-byte aligned as the allocator's blocks
   // are (core/allocator.cpp): xtensor's SIMD assignment splits an array at its first aligned
   // address, and the scalar and vector paths of exp and tanh differ in the last bit, so the same
