@@ -4,6 +4,7 @@
 #include <limits>
 
 #include <xgrad/core/parallel.hpp>
+#include <xgrad/core/detail/same_shape.hpp>
 #include <xgrad/core/detail/strided.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
@@ -21,14 +22,7 @@ constexpr std::size_t kGrain = 1 << 14;  // elements per chunk below which one t
 //   cols      x is out's leading axes with trailing ones ([N, 1] against [N, D]): x[k / inner]
 enum class Bcast { same, scalar, rows, cols, general };
 
-// a == b for shapes, inline: the shapes here have a handful of extents, and vector's == calls
-// memcmp, a visible share of a one-element op (bench_op_overhead).
-inline bool same_shape(const Shape& a, const Shape& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t d = 0; d < a.size(); ++d)
-    if (a[d] != b[d]) return false;
-  return true;
-}
+using detail::same_shape;
 
 Bcast classify(const Shape& sx, const Shape& out, std::size_t& inner) {
   if (same_shape(sx, out)) return Bcast::same;

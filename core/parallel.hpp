@@ -36,7 +36,8 @@ void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job)
 
 /// f(begin, end, chunk) for each chunk of [0, n); chunks run in parallel.
 template <class F> void parallel_for(std::size_t n, std::size_t grain, F&& f) {
-  const std::size_t chunks = parallel_chunks(n, grain);
+  // A range under two grains is one chunk: decided here, without a call (tiny ops stay cheap).
+  const std::size_t chunks = grain == 0 || n < 2 * grain ? 1 : parallel_chunks(n, grain);
   if (chunks <= 1) {
     if (n > 0) f(std::size_t{0}, n, std::size_t{0});
     return;

@@ -15,14 +15,15 @@
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/detail/profile.hpp>
 #include <xgrad/core/detail/record.hpp>
+#include <xgrad/core/detail/same_shape.hpp>
 #include <xgrad/core/detail/storage.hpp>
 
 namespace xg {
 namespace detail {
 
 // --- the opt-in step profile (core/detail/profile.hpp) ---
-namespace {
 std::atomic<bool> g_profiling{false};
+namespace {
 std::mutex g_profile_mutex;
 std::map<std::string, OpTime> g_op_times;  // guarded by g_profile_mutex
 std::atomic<std::uint64_t> g_gemm_ns{0}, g_gemm_calls{0};
@@ -45,7 +46,6 @@ void set_profiling(bool on) {
   g_profiling.store(on, std::memory_order_relaxed);
   profile_mark();
 }
-bool profiling() { return g_profiling.load(std::memory_order_relaxed); }
 void profile_mark() { tl_last_record = std::chrono::steady_clock::now(); }
 void reset_profile() {
   std::lock_guard<std::mutex> lk(g_profile_mutex);
@@ -107,9 +107,10 @@ struct Node {
 
   // Drops what the node holds (values, leaves, the VJP) but keeps the lists' capacity. edges
   // and needs keep their length too, emptied (no leaf, no flag): record() sizes them again,
-  // usually to the same arity, and resizing a vector<bool> each op was not free.
+  // usually to the same arity, and resizing a vector<bool> each op was not free. op stays:
+  // only recorded nodes' names are read, and record() compares before it copies (a training
+  // loop records the same op in the same slot every step).
   void reset() {
-    op.clear();
     inputs.clear();
     output = Array();
     for (Edge& e : edges)
@@ -398,7 +399,7 @@ Tensor record_list(const std::string& op, Array output, Input input, std::size_t
 
   detail::Node& node = tape->next_slot();
   try {
-    node.op = op;
+    if (node.op != op) node.op = op;  // a kept slot usually has the name already: no copy
     if (node.inputs.capacity() < n_inputs) node.inputs.reserve(n_inputs);  // a kept slot has it: no call
     if (node.edges.size() != n_inputs) node.edges.resize(n_inputs);  // reset() left them empty
     if (node.needs.size() != n_inputs) node.needs.resize(n_inputs);
@@ -570,9 +571,7 @@ void check_cotangent(const detail::Node& n, std::size_t j, const Array& c, std::
   if (!c.defined()) throw_bad_cotangent(n, j, c);
   const detail::Storage& cs = c.storage();
   const detail::Storage& is = n.inputs[j].storage();
-  if (cs.dtype != is.dtype || cs.shape.size() != is.shape.size()) throw_bad_cotangent(n, j, c);
-  for (std::size_t d = 0; d < cs.shape.size(); ++d)  // not std::equal: a memcmp call, 4% of a one-element op
-    if (cs.shape[d] != is.shape[d]) throw_bad_cotangent(n, j, c);
+  if (cs.dtype != is.dtype || !detail::same_shape(cs.shape, is.shape)) throw_bad_cotangent(n, j, c);
   if (tl_anomaly)
     check_finite_or_throw(c, n.op, pos, "backward cotangent for input " + std::to_string(j));
 }

@@ -18,6 +18,7 @@
 #include <xgrad/core/detail/kernels.hpp>
 #include <xgrad/core/detail/map.hpp>
 #include <xgrad/core/detail/record.hpp>
+#include <xgrad/core/detail/same_shape.hpp>
 #include <xgrad/core/tape.hpp>
 #include <xgrad/ops/reduce.hpp>
 #include <xgrad/ops/unary.hpp>
@@ -39,7 +40,8 @@ void check_binary(const char* op, const Tensor& a, const Tensor& b) {
   if (a.defined() && b.defined()) {
     const Array& va = a.value();
     const Array& vb = b.value();
-    if (va.dtype() == vb.dtype() && (va.ndim() == 0 || vb.ndim() == 0 || va.shape() == vb.shape())) return;
+    if (va.dtype() == vb.dtype() && (va.ndim() == 0 || vb.ndim() == 0 || detail::same_shape(va.shape(), vb.shape())))
+      return;
   }
   check::same_dtype(op, "a", a, "b", b);
   check_broadcastable(op, a.shape(), b.shape());
@@ -64,8 +66,7 @@ Cotangents cotangents(Array a, Array b) {
 }
 // kernels::sum_to_shape of a temporary `g`: g itself (moved) when it already has `shape`.
 Array sum_to_owned(Array g, const Shape& shape) {
-  const Shape& gs = g.shape();
-  if (gs.size() == shape.size() && std::equal(gs.begin(), gs.end(), shape.begin())) return g;  // no memcmp call
+  if (detail::same_shape(g.shape(), shape)) return g;
   return kernels::sum_to_shape(g, shape);
 }
 

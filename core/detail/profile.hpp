@@ -9,6 +9,7 @@
 //   inside the pool and count under their op instead).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,7 +23,9 @@ struct OpTime {
 };
 
 void set_profiling(bool on);
-bool profiling();
+// Whether op times are being collected (set_profiling): read on every op, so inline.
+extern std::atomic<bool> g_profiling;
+inline bool profiling() { return g_profiling.load(std::memory_order_relaxed); }
 // Restarts the forward clock of the calling thread (call before a forward pass).
 void profile_mark();
 // Clears every counter.
