@@ -75,6 +75,52 @@ TEST_CASE("allocator: recycled array descriptors take each new shape and keep vi
   }
 }
 
+// An Array counts its descriptor in the descriptor itself (core/array.hpp): copies share one
+// descriptor, assigning an array to itself keeps its data, a moved-from array is undefined, and
+// the count stays right when two threads copy and drop the same array at once. A count that
+// dropped to zero early would send the descriptor back to the recycled list, where the churn
+// below would overwrite its values.
+TEST_CASE("allocator: an Array's count: copies share one descriptor and the last copy frees it", "[allocator]") {
+  Array a = Array::from_vector({2, 2}, {1.5, -2.0, 3.25, 4.0}, DType::float32);
+  const std::vector<double> values = a.to_vector();
+  {
+    const Array b = a;
+    CHECK(&b.storage() == &a.storage());
+    Array c;
+    c = a;
+    CHECK(&c.storage() == &a.storage());
+  }
+  Array& alias = a;
+  a = alias;  // copy-assigned to itself
+  REQUIRE(a.defined());
+  CHECK(a.to_vector() == values);
+  a = std::move(alias);  // move-assigned to itself
+  REQUIRE(a.defined());
+  CHECK(a.to_vector() == values);
+
+  Array moved = std::move(a);
+  CHECK_FALSE(a.defined());  // a moved-from Array is undefined
+  REQUIRE(moved.defined());
+  a = moved;
+
+  // Two threads copy and drop `a` a hundred thousand times each, while this thread holds it.
+  auto hammer = [&a] {
+    for (int i = 0; i < 100000; ++i) {
+      Array copy = a;
+      Array again(copy);
+      copy = Array();
+    }
+  };
+  std::thread t1(hammer), t2(hammer);
+  t1.join();
+  t2.join();
+  moved = Array();
+  std::vector<Array> churn;  // would reuse a descriptor that went back to the list too early
+  for (int i = 0; i < 300; ++i) churn.push_back(Array::full({2, 2}, -7.0, DType::float32));
+  CHECK(a.to_vector() == values);
+  CHECK(a.shape() == (Shape{2, 2}));
+}
+
 TEST_CASE("allocator: arrays of 64 bytes or less give the same bits wherever their descriptor lies", "[allocator]") {
   for (const DType dt : {DType::float64, DType::float32}) {
     for (const std::size_t n : {3u, 5u, 8u, 16u}) {
