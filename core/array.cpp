@@ -114,9 +114,7 @@ Array Storage::make(const Shape& shape, DType dtype) {
   return out;
 }
 
-Storage::~Storage() {
-  if (!base.defined() && ptr && ptr != small) cached_free(ptr, owned_bytes(*this));
-}
+Storage::~Storage() { release_buffer(*this); }
 
 Array Storage::view(const Array& a, const Shape& shape) {
   Array out(new_storage());
