@@ -11,6 +11,7 @@
 
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/tape.hpp>
+#include <xgrad/core/detail/storage.hpp>
 #include <xgrad/nn/detail/adapter_check.hpp>
 #include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/nn/layer_registry.hpp>
@@ -327,12 +328,12 @@ Tensor MultiHeadAttention::operator()(const Tensor& X, const Visibility& vis) {
   return forward(X, call).Y;
 }
 
-bool MultiHeadAttention::one_query_step(const AttentionCall& call, std::size_t n, const Tensor& Q) const {
+bool MultiHeadAttention::one_query_step(const AttentionCall& call, std::size_t n, const Tensor& P) const {
   const bool scale_ok = !cfg_.scale || (std::isfinite(*cfg_.scale) && *cfg_.scale > 0.0);
   const bool dropout = training() && cfg_.dropout > 0.0;
   return n == 1 && !core_ && !cfg_.alibi && cfg_.impl != SdpaImpl::composed && scale_ok && !dropout && !call.return_weights &&
-         call.query_valid.size() == 0 && call.visibility.unconstrained() && !(grad_enabled() && Q.requires_grad()) &&
-         (Q.dtype() == DType::float32 || Q.dtype() == DType::float64);
+         call.query_valid.size() == 0 && call.visibility.unconstrained() && !(grad_enabled() && P.requires_grad()) &&
+         (P.dtype() == DType::float32 || P.dtype() == DType::float64);
 }
 
 KVCache MultiHeadAttention::make_cache(std::size_t batch, std::size_t capacity) const {
@@ -352,45 +353,78 @@ AttentionOutput MultiHeadAttention::forward_cached(const Tensor& X_new, KVCache&
                                                  std::to_string(call.positions.size()) +
                                                  " given); the cache numbers the new positions from "
                                                  "next_position()"));
-  Tensor Q, K, V;
-  project(X_new, Q, K, V);
+  check_input("attention", "X", X_new, cfg_.d_model, cfg_.dtype);
+  const Tensor P = packed(X_new);  // (5.22)
   const std::size_t start = cache.next_position(), n = X_new.shape()[1];
   std::vector<std::int64_t> q_pos(n);
   for (std::size_t i = 0; i < n; ++i) q_pos[i] = static_cast<std::int64_t>(start + i);
+  if (one_query_step(call, n, P)) return decoding_step(P, cache, call, q_pos);
+  Tensor Q, K, V;
+  split(P, Q, K, V);
   if (cfg_.rope) {  // the new keys are cached already rotated at their own positions
     Q = ops::rope(Q, q_pos, *cfg_.rope);
     K = ops::rope(K, q_pos, *cfg_.rope);
   }
   cache.append(K.value(), V.value());
   try {  // a failed call leaves the cache as it was
-    if (one_query_step(call, n, Q)) {
-      // The decoding step: one query per sample sees every cached key from its window's start
-      // on. attention_one_query reads them in place (no copy of the cache, no visibility
-      // plan), with the fused path's arithmetic: the same output to the bit.
-      const std::size_t first = cache.first_position();
-      const std::size_t lo_pos = cfg_.window > 0 && start + 1 > cfg_.window ? std::max(first, start + 1 - cfg_.window)
-                                                                            : first;
-      const double scale = cfg_.scale.value_or(1.0 / std::sqrt(static_cast<double>(d_h_)));
-      if (call.check_finite) {  // the new Q, K and V; the cached ones were checked as they came
-        const std::string why =
-            "attention inputs must be finite (Algorithm 5.1 step 1; check_finite = false skips this)";
-        check_finite_input(Q.value(), "Q", why);
-        check_finite_input(K.value(), "K", why);
-        check_finite_input(V.value(), "V", why);
-      }
-      const Array O = attention_one_query(Q.value(), cache.key_buffer(), cache.value_buffer(), lo_pos - first,
-                                          cache.length(), scale, call.check_finite, cache.key_columns());
-      AttentionOutput out;
-      out.Y = output(merge_heads(Tensor(O)));
-      out.path = SdpaImpl::fused;
-      return out;
-    }
     const std::vector<std::int64_t> k_pos = cache.positions();
     const Visibility base = cfg_.window ? Visibility::sliding_window(q_pos, k_pos, static_cast<Position>(cfg_.window))
                                         : Visibility::causal(q_pos, k_pos);
     Visibility vis = base & call.visibility;
     if (cfg_.alibi) vis = position_bias(q_pos, k_pos) & vis;
     return finish(Q, Tensor(cache.keys()), Tensor(cache.values()), vis, call);
+  } catch (...) {
+    cache.truncate(start);
+    throw;
+  }
+}
+
+AttentionOutput MultiHeadAttention::decoding_step(const Tensor& P, KVCache& cache, const AttentionCall& call,
+                                                  const std::vector<std::int64_t>& q_pos) {
+  // One position per sample, so P [B, 1, (H_q + 2 H_kv) d_h] holds in each row the heads of Q, K
+  // and V one after the other, each head's features contiguous: the layout of Q [B, H_q, 1, d_h]
+  // (K, V [B, H_kv, 1, d_h]) row by row, and O [B, H_q, 1, d_h] is that of merge_heads(O)
+  // [B, 1, H_q d_h]. So the heads are copied out of P and O is viewed merged, without the ops of
+  // split(), split_heads(), rope() on each and merge_heads(): the same values (RoPE rotates the
+  // Q and K heads in P, bit for bit ops::rope on each head).
+  const std::size_t start = static_cast<std::size_t>(q_pos[0]);
+  const std::size_t B = P.shape()[0], Hq = cfg_.H_q, Hkv = cfg_.H_kv, d = d_h_, width = (Hq + 2 * Hkv) * d;
+  const Array Pr = (cfg_.rope ? ops::rope_heads(P, Hq + Hkv, d, q_pos, *cfg_.rope) : P).value();
+  Array Q = Array::empty({B, Hq, 1, d}, Pr.dtype()), K = Array::empty({B, Hkv, 1, d}, Pr.dtype()),
+        V = Array::empty({B, Hkv, 1, d}, Pr.dtype());
+  xg::detail::dispatch(Pr.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* p = Pr.data<T>();
+    T* q = Q.data<T>();
+    T* k = K.data<T>();
+    T* v = V.data<T>();
+    for (std::size_t b = 0; b < B; ++b, p += width) {
+      std::copy(p, p + Hq * d, q + b * Hq * d);
+      std::copy(p + Hq * d, p + (Hq + Hkv) * d, k + b * Hkv * d);
+      std::copy(p + (Hq + Hkv) * d, p + width, v + b * Hkv * d);
+    }
+  });
+  cache.append(K, V);
+  try {  // a failed call leaves the cache as it was
+    // The query sees every cached key from its window's start on. attention_one_query reads
+    // them in place (no copy of the cache, no visibility plan), with the fused path's
+    // arithmetic: the same output to the bit.
+    const std::size_t first = cache.first_position();
+    const std::size_t lo_pos = cfg_.window > 0 && start + 1 > cfg_.window ? std::max(first, start + 1 - cfg_.window)
+                                                                          : first;
+    const double scale = cfg_.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+    if (call.check_finite) {  // the new Q, K and V; the cached ones were checked as they came
+      const std::string why = "attention inputs must be finite (Algorithm 5.1 step 1; check_finite = false skips this)";
+      check_finite_input(Q, "Q", why);
+      check_finite_input(K, "K", why);
+      check_finite_input(V, "V", why);
+    }
+    const Array O = attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), lo_pos - first, cache.length(),
+                                        scale, call.check_finite, cache.key_columns());
+    AttentionOutput out;
+    out.Y = output(Tensor(O.view({B, 1, Hq * d})));  // (5.20)
+    out.path = SdpaImpl::fused;
+    return out;
   } catch (...) {
     cache.truncate(start);
     throw;

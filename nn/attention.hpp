@@ -195,10 +195,15 @@ class MultiHeadAttention : public Module {
   // O [B, H_q, T, d_h] of the registered core, its shape and dtype checked.
   Tensor registered_core(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                          const AttentionCall& call) const;
-  // Whether forward_cached() of n new positions with queries Q may take the decoding step
-  // (nn::attention_one_query): one query, nothing recorded for gradients, no weights, dropout,
-  // ALiBi, extra visibility or invalid queries, and not forced onto the composed path.
-  bool one_query_step(const AttentionCall& call, std::size_t n, const Tensor& Q) const;
+  // Whether forward_cached() of n new positions with the packed projection P (Q's dtype, and
+  // whether Q needs gradients) may take the decoding step (decoding_step): one query, nothing
+  // recorded for gradients, no weights, dropout, ALiBi, extra visibility or invalid queries, and
+  // not forced onto the composed path.
+  bool one_query_step(const AttentionCall& call, std::size_t n, const Tensor& P) const;
+  // forward_cached() of one position per sample, P its packed projection, q_pos its position:
+  // the heads read from P, attention on the cache in place (nn::attention_one_query).
+  AttentionOutput decoding_step(const Tensor& P, KVCache& cache, const AttentionCall& call,
+                                const std::vector<std::int64_t>& q_pos);
 
   void init(Generator* gen);  // registers the parameters: random from gen, or zeros
 
