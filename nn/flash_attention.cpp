@@ -11,6 +11,7 @@
 // to run for a fixed count.
 #include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/nn/detail/flash_tile.hpp>
+#include <xgrad/nn/kv_cache.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -1123,9 +1124,10 @@ void one_query_row(const T* q, const T* Kr, const T* Vr, std::size_t n, std::siz
 // forward_block_tiles' arithmetic for a block of one row whose keys start at key0 (tiles from
 // there, each tile of K transposed into Kt first), so the same bits as flash_attention() on
 // copies of those keys. S holds kTile floats, Kt dk * kTile, acc dv. With `Kc` (the keys already
-// transposed, row c of feature c holding key j at Kc[c * ldc + j], readable up to the end of
-// the last tile) the tiles are read from there in place: the same products on the same values.
-void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, const float* Kc, std::size_t ldc,
+// transposed tile by tile, KVCache::key_columns(): the tile of keys [t kTile, (t + 1) kTile) is
+// the contiguous [dk, kTile] block at Kc + t dk kTile, key j of it at column j) the tiles are
+// read from there in place: the same products on the same values.
+void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, const float* Kc,
                      const float* Vr, std::size_t n, std::size_t dk, std::size_t dv, float scale, bool check_finite,
                      std::size_t b, std::size_t h, std::size_t key0, float* S, float* Kt, float* acc, float* o) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -1133,8 +1135,13 @@ void one_query_tiles(const tile::Kernels& kz, const float* q, const float* Kr, c
   std::fill(acc, acc + dv, 0.0f);
   for (std::size_t kb0 = 0; kb0 < n; kb0 += kTile) {
     const std::size_t nk = std::min(kTile, n - kb0);
-    if (Kc) {  // scores past nk are computed from whatever the columns hold and never read
-      kz.gemm(1, kTile, dk, scale, q, dk, 1, Kc + kb0, ldc, S, kTile, false);
+    if (Kc) {
+      // The columns up to nk rounded up to 16 (a whole number of vectors at either ISA's width):
+      // the scores past nk are computed from whatever those columns hold and never read, and each
+      // score is its own chain over the features, so a partial tile reads fewer lines of its
+      // block of K^T (one of the four of each row for up to 16 keys) with the same bits.
+      const std::size_t cols = std::min(kTile, (nk + 15) / 16 * 16);
+      kz.gemm(1, cols, dk, scale, q, dk, 1, Kc + (kb0 / kTile) * dk * kTile, kTile, S, kTile, false);
     } else {
       kz.transpose(Kr + kb0 * dk, dk, nk, dk, Kt, kTile);
       for (std::size_t c = 0; c < dk; ++c) std::fill(Kt + c * kTile + nk, Kt + (c + 1) * kTile, 0.0f);
@@ -1588,6 +1595,19 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
                           bool check_finite, const Array& K_columns) {
   const std::size_t B = Q.shape()[0], Hq = Q.shape()[1], dk = Q.shape()[3];
   const std::size_t Hkv = K.shape()[1], cap = K.shape()[2], dv = V.shape()[3], r = Hq / Hkv, n = hi - lo;
+  static_assert(nn::KVCache::kColumnTile == kTile, "the cache's tiles of K^T are the fused path's tiles of keys");
+  const std::size_t tiles = K_columns.defined() ? K_columns.shape()[2] : 0;
+  if (K_columns.defined()) {
+    const Shape& kc = K_columns.shape();
+    if (kc.size() != 5 || kc[0] != B || kc[1] != Hkv || kc[3] != dk || kc[4] != kTile || kc[2] * kTile < cap ||
+        K_columns.dtype() != DType::float32)
+      throw ShapeError(op_message("attention_one_query", "K_columns must be the cache's keys transposed tile by tile, "
+                                                         "float32 (" + std::to_string(B) + ", " + std::to_string(Hkv) +
+                                                         ", tiles, " + std::to_string(dk) + ", " + std::to_string(kTile) +
+                                                         ") with tiles * " + std::to_string(kTile) + " >= " +
+                                                         std::to_string(cap) + ", got " + dtype_name(K_columns.dtype()) +
+                                                         " " + shape_str(kc)));
+  }
   Array O = Array::empty({B, Hq, 1, dv}, Q.dtype());
   detail::dispatch(Q.dtype(), [&](auto t) {
     using T = decltype(t);
@@ -1612,12 +1632,12 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
         if (kz) {
           thread_local std::vector<float> t_buf;
           float* S = scratch(t_buf, kTile + dk * kTile + dv);
-          // The cache's transposed keys where every tile from lo on lies inside their rows.
-          const std::size_t ldc = K_columns.defined() ? K_columns.shape()[3] : 0;
-          const float* kc = ldc > 0 && lo + (n + kTile - 1) / kTile * kTile <= ldc ? K_columns.data<float>() : nullptr;
+          // The cache's keys transposed tile by tile, where the first key starts a tile.
+          const float* kc = tiles > 0 && lo % kTile == 0 ? K_columns.data<float>() : nullptr;
           for (std::size_t it = begin; it < end; ++it) {
             const std::size_t b = it / Hq, h = it % Hq, g = b * Hkv + h / r;
-            one_query_tiles(*kz, q + it * dk, k + (g * cap + lo) * dk, kc ? kc + g * dk * ldc + lo : nullptr, ldc,
+            const float* kc_g = kc ? kc + (g * tiles + lo / kTile) * dk * kTile : nullptr;
+            one_query_tiles(*kz, q + it * dk, k + (g * cap + lo) * dk, kc_g,
                             v + (g * cap + lo) * dv, n, dk, dv, sc, check_finite, b, h, lo, S, S + kTile,
                             S + kTile + dk * kTile, o + it * dv);
           }

@@ -43,7 +43,8 @@ KVCache::KVCache(std::size_t batch, std::size_t H_kv, std::size_t capacity, std:
     : B_(batch), H_kv_(H_kv), capacity_(capacity), d_k_(d_k), d_v_(d_v), dtype_(dtype),
       K_(Array::zeros({batch, H_kv, capacity, d_k}, dtype)),
       V_(Array::zeros({batch, H_kv, capacity, d_v}, dtype)) {
-  if (dtype == DType::float32) Kt_ = Array::zeros({batch, H_kv, d_k, capacity + kColumnPad}, dtype);
+  if (dtype == DType::float32)
+    Kt_ = Array::zeros({batch, H_kv, (capacity + kColumnTile - 1) / kColumnTile, d_k, kColumnTile}, dtype);
 }
 
 KVCache KVCache::windowed(std::size_t batch, std::size_t H_kv, std::size_t window, std::size_t d_k, std::size_t d_v,
@@ -99,13 +100,16 @@ void KVCache::append(const Array& K_new, const Array& V_new) {
                                          std::to_string(capacity_)));
   copy_block(K_new, n, 0, K_, capacity_, length_, n, B_ * H_kv_, d_k_);
   copy_block(V_new, n, 0, V_, capacity_, length_, n, B_ * H_kv_, d_v_);
-  if (Kt_.defined() && n > 0) {  // feature c of new key t into column length_ + t of row (b, h, c)
+  if (Kt_.defined() && n > 0) {  // feature c of new key t (slot s = length_ + t) into tile s / T, row c, column s % T
     const float* k = K_new.data<float>();
     float* kt = Kt_.data<float>();
-    const std::size_t ld = capacity_ + kColumnPad;
+    const std::size_t T = kColumnTile, tiles = Kt_.shape()[2];
     for (std::size_t bh = 0; bh < B_ * H_kv_; ++bh)
-      for (std::size_t t = 0; t < n; ++t)
-        for (std::size_t c = 0; c < d_k_; ++c) kt[(bh * d_k_ + c) * ld + length_ + t] = k[(bh * n + t) * d_k_ + c];
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::size_t s = length_ + t;
+        float* col = kt + ((bh * tiles + s / T) * d_k_) * T + s % T;
+        for (std::size_t c = 0; c < d_k_; ++c) col[c * T] = k[(bh * n + t) * d_k_ + c];
+      }
   }
   length_ += n;
 }

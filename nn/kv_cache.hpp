@@ -48,7 +48,8 @@ class KVCache {
   /// Positions it has room for now (a windowed cache grows it for large chunks).
   std::size_t capacity() const { return capacity_; }
   /// Bytes held at full capacity: 2 * B * capacity * H_kv * d * sizeof(dtype) (for d_k == d_v),
-  /// plus B * H_kv * d_k * (capacity + kColumnPad) * 4 for key_columns() where it is kept.
+  /// plus B * H_kv * d_k * kColumnTile * ceil(capacity / kColumnTile) * 4 for key_columns() where
+  /// it is kept.
   std::size_t bytes() const;
 
   /// Appends n positions: K_new [B, H_kv, n, d_k], V_new [B, H_kv, n, d_v]. They take the
@@ -68,16 +69,17 @@ class KVCache {
   const Array& key_buffer() const { return K_; }
   const Array& value_buffer() const { return V_; }
   /// @}
-  /// The keys again, transposed, [B, H_kv, d_k, capacity() + kColumnPad]: element (b, h, c, s)
-  /// is feature c of slot s. Kept only by a float32 cache without a window (an undefined
-  /// Array otherwise, see Array::defined()), written as keys are appended, so that the decoding
-  /// step reads its tiles of K^T in place instead of transposing every key on every step
-  /// (nn::attention_one_query). Slots from length() on hold zeros or keys undone by
-  /// truncate(); the kColumnPad slots past the capacity let a tile that starts near the end
-  /// read whole rows inside the buffer. Valid until the next append or truncate.
+  /// The keys again, transposed tile by tile, [B, H_kv, tiles, d_k, kColumnTile] with tiles =
+  /// ceil(capacity() / kColumnTile): element (b, h, s / kColumnTile, c, s % kColumnTile) is
+  /// feature c of slot s, so that one tile of K^T (d_k rows of kColumnTile slots) is contiguous.
+  /// Kept only by a float32 cache without a window (an undefined Array otherwise, see
+  /// Array::defined()), written as keys are appended, so that the decoding step reads its tiles
+  /// of K^T in place instead of transposing every key on every step (nn::attention_one_query).
+  /// Slots from length() on hold zeros or keys undone by truncate(). Valid until the next append
+  /// or truncate.
   const Array& key_columns() const { return Kt_; }
-  /// Slots past the capacity in key_columns(), so that a tile starting near the end reads whole rows.
-  static constexpr std::size_t kColumnPad = 64;
+  /// Slots per tile of key_columns(): the fused attention's tile of keys.
+  static constexpr std::size_t kColumnTile = 64;
   /// Forgets every position (length 0, next position 0; the storage is kept).
   void clear() {
     length_ = 0;
@@ -95,7 +97,7 @@ class KVCache {
   std::size_t first_ = 0;   // absolute position of slot 0
   std::size_t window_ = 0;  // 0: keeps every position
   Array K_, V_;  // [B, H_kv, capacity, d]
-  Array Kt_;     // [B, H_kv, d_k, capacity + kColumnPad] (key_columns()), or undefined
+  Array Kt_;     // [B, H_kv, tiles, d_k, kColumnTile] (key_columns()), or undefined
 };
 
 }  // namespace xg::nn

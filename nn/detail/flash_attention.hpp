@@ -88,9 +88,10 @@ bool packed_self_attention(const Tensor& P, std::size_t H_q, std::size_t H_kv, c
 /// same tile kernels over the same tiles, the same softmax), so O is bit-identical to flash_attention() on copies of those keys; it only reads
 /// the buffers in place instead of copying them out. `check_finite`: a non-finite score is a
 /// ValueError, as there. Requires lo < hi <= capacity and float32 or float64 (not checked).
-/// `K_columns`: the cache's keys transposed (KVCache::key_columns(), [B, H_kv, d_k, L] with L
-/// >= capacity) or an undefined Array; where given, the tile kernels read their tiles of K^T
-/// from it instead of transposing K's slots on every call (the same values: the same bits).
+/// `K_columns`: the cache's keys transposed tile by tile (KVCache::key_columns(), [B, H_kv,
+/// tiles, d_k, 64], tiles * 64 >= capacity; ShapeError otherwise) or an undefined Array; where
+/// given and lo is a tile's first slot (a multiple of 64), the tile kernels read their tiles of
+/// K^T from it instead of transposing K's slots on every call (the same values: the same bits).
 Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::size_t lo, std::size_t hi, double scale,
                           bool check_finite, const Array& K_columns = Array());
 

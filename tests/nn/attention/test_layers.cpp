@@ -217,26 +217,29 @@ TEST_CASE("KV cache: the one-query decoding step reads the cache in place and eq
 
 TEST_CASE("KV cache: a float32 cache without a window keeps its keys transposed, and the decoding step reads them",
           "[nn][attention][kv_cache]") {
-  // key_columns() is K^T, written on append; attention_one_query given it reads its tiles of
-  // K^T in place, without it transposes K's slots: the same products on the same values, the
-  // same bits, over one tile of keys and over several (70 keys: a full tile of 64 and a partial).
+  // key_columns() is K^T tile by tile, written on append; attention_one_query given it reads its
+  // tiles of K^T in place, without it transposes K's slots: the same products on the same values,
+  // the same bits, over one tile of keys and over several (70 keys: a full tile of 64 and a partial).
   // d 16: a multiple of the tile kernels' width (16 with AVX-512, 8 with AVX2), so the tiles run.
   Generator g(62);
   NoGradGuard ng;
   const std::size_t B = 2, H_kv = 2, d = 16, cap = 80;
   KVCache cache(B, H_kv, cap, d, d, DType::float32);
   REQUIRE(cache.key_columns().defined());
-  CHECK(cache.key_columns().shape() == Shape{B, H_kv, d, cap + KVCache::kColumnPad});
-  CHECK(cache.bytes() == (2 * B * H_kv * cap * d + B * H_kv * d * (cap + KVCache::kColumnPad)) * 4);
+  // Tile by tile: 80 slots are two tiles of 64, each a contiguous [d, 64] block.
+  const std::size_t T = KVCache::kColumnTile;
+  REQUIRE(T == 64);
+  CHECK(cache.key_columns().shape() == Shape{B, H_kv, 2, d, T});
+  CHECK(cache.bytes() == (2 * B * H_kv * cap * d + B * H_kv * 2 * d * T) * 4);
   cache.append(rnd({B, H_kv, 5, d}, g).astype(DType::float32), rnd({B, H_kv, 5, d}, g).astype(DType::float32));
   const auto check_columns = [&] {
     const Array K = cache.keys(), Kt = cache.key_columns();
-    const std::size_t L = Kt.shape()[3];
     for (std::size_t bh = 0; bh < B * H_kv; ++bh)
       for (std::size_t s = 0; s < cache.length(); ++s)
         for (std::size_t c = 0; c < d; ++c) {
           INFO("group " << bh << ", slot " << s << ", feature " << c);
-          CHECK(Kt.data<float>()[(bh * d + c) * L + s] == K.data<float>()[(bh * cache.length() + s) * d + c]);
+          CHECK(Kt.data<float>()[((bh * 2 + s / T) * d + c) * T + s % T] ==
+                K.data<float>()[(bh * cache.length() + s) * d + c]);
         }
   };
   check_columns();
@@ -247,13 +250,21 @@ TEST_CASE("KV cache: a float32 cache without a window keeps its keys transposed,
   REQUIRE(cache.length() == 70);
   check_columns();
   const Array Q = rnd({B, 4, 1, d}, g).astype(DType::float32);  // GQA: 2 query heads per kv head
-  for (std::size_t n : {std::size_t(9), std::size_t(64), std::size_t(70)}) {
-    INFO("keys " << n);
-    const Array in_place = attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 0, n, 0.35, true,
+  // Keys [lo, hi): from slot 0 (the tiles read in place; 9 and 70 end in a partial tile, whose
+  // columns past the keys are not all read) and from slot 3 (not a tile's first: the keys are
+  // transposed as without the columns).
+  for (const auto& [lo, hi] : {std::pair<std::size_t, std::size_t>{0, 9}, {0, 17}, {0, 64}, {0, 70}, {3, 70}}) {
+    INFO("keys " << lo << " to " << hi);
+    const Array in_place = attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), lo, hi, 0.35, true,
                                                cache.key_columns());
-    const Array transposed = attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 0, n, 0.35, true);
+    const Array transposed = attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), lo, hi, 0.35, true);
     XGT_CHECK_SAME(in_place, transposed);
   }
+  // Columns of another layout are refused, naming the op and both shapes.
+  CHECK_THROWS_WITH(attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 0, 9, 0.35, true,
+                                        Array::zeros({B, H_kv, d, cap + 64}, DType::float32)),
+                    Catch::Contains("attention_one_query") && Catch::Contains("(2, 2, tiles, 16, 64)") &&
+                        Catch::Contains("got float32 (2, 2, 16, 144)"));
   // Not kept where the decoding step could not read it in place: float64, a window (keys move down).
   CHECK_FALSE(KVCache(B, H_kv, cap, d, d, DType::float64).key_columns().defined());
   CHECK_FALSE(KVCache::windowed(B, H_kv, 4, d, d, DType::float32).key_columns().defined());
