@@ -1596,7 +1596,6 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
   const std::size_t B = Q.shape()[0], Hq = Q.shape()[1], dk = Q.shape()[3];
   const std::size_t Hkv = K.shape()[1], cap = K.shape()[2], dv = V.shape()[3], r = Hq / Hkv, n = hi - lo;
   static_assert(nn::KVCache::kColumnTile == kTile, "the cache's tiles of K^T are the fused path's tiles of keys");
-  const std::size_t tiles = K_columns.defined() ? K_columns.shape()[2] : 0;
   if (K_columns.defined()) {
     const Shape& kc = K_columns.shape();
     if (kc.size() != 5 || kc[0] != B || kc[1] != Hkv || kc[3] != dk || kc[4] != kTile || kc[2] * kTile < cap ||
@@ -1608,6 +1607,7 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
                                                          std::to_string(cap) + ", got " + dtype_name(K_columns.dtype()) +
                                                          " " + shape_str(kc)));
   }
+  const std::size_t tiles = K_columns.defined() ? K_columns.shape()[2] : 0;  // rank 5, checked above
   Array O = Array::empty({B, Hq, 1, dv}, Q.dtype());
   detail::dispatch(Q.dtype(), [&](auto t) {
     using T = decltype(t);

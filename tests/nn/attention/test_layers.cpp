@@ -260,11 +260,23 @@ TEST_CASE("KV cache: a float32 cache without a window keeps its keys transposed,
     const Array transposed = attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), lo, hi, 0.35, true);
     XGT_CHECK_SAME(in_place, transposed);
   }
-  // Columns of another layout are refused, naming the op and both shapes.
+  // The columns are what the in-place path reads: zeroed columns of the right shape change the
+  // output where the first key starts a tile, and nothing where it does not (the keys transposed).
+  const Array zero_columns = Array::zeros(cache.key_columns().shape(), DType::float32);
+  const Array from_zeros = attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 0, 70, 0.35, true,
+                                               zero_columns);
+  CHECK_FALSE(from_zeros.data<float>()[0] ==
+              attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 0, 70, 0.35, true).data<float>()[0]);
+  XGT_CHECK_SAME(attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 3, 70, 0.35, true, zero_columns),
+                 attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 3, 70, 0.35, true));
+  // Columns of another layout or rank are refused, naming the op and both shapes.
   CHECK_THROWS_WITH(attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 0, 9, 0.35, true,
                                         Array::zeros({B, H_kv, d, cap + 64}, DType::float32)),
                     Catch::Contains("attention_one_query") && Catch::Contains("(2, 2, tiles, 16, 64)") &&
                         Catch::Contains("got float32 (2, 2, 16, 144)"));
+  CHECK_THROWS_WITH(attention_one_query(Q, cache.key_buffer(), cache.value_buffer(), 0, 9, 0.35, true,
+                                        Array::zeros({B, H_kv}, DType::float32)),
+                    Catch::Contains("got float32 (2, 2)"));
   // Not kept where the decoding step could not read it in place: float64, a window (keys move down).
   CHECK_FALSE(KVCache(B, H_kv, cap, d, d, DType::float64).key_columns().defined());
   CHECK_FALSE(KVCache::windowed(B, H_kv, 4, d, d, DType::float32).key_columns().defined());
