@@ -246,11 +246,6 @@ Tensor MultiHeadAttention::output(const Tensor& C) const {
   return ops::linear(C, W_O, b_O);
 }
 
-void MultiHeadAttention::project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const {
-  check_input("attention", "X", X, cfg_.d_model, cfg_.dtype);
-  split(packed(X), Q, K, V);  // (5.22)
-}
-
 void MultiHeadAttention::split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V) const {
   const auto parts = ops::split(P, {cfg_.H_q * d_h_, cfg_.H_kv * d_h_, cfg_.H_kv * d_h_}, -1);
   Q = split_heads(parts[0], cfg_.H_q);

@@ -186,9 +186,7 @@ class MultiHeadAttention : public Module {
   // The input and output widths of projection p.
   std::pair<std::size_t, std::size_t> projection_widths(Projection p) const;
 
-  // Q [B, H_q, T, d_h], K, V [B, H_kv, T, d_h] from X.
-  void project(const Tensor& X, Tensor& Q, Tensor& K, Tensor& V) const;
-  // The same heads from the packed projection P = X W_QKV + b_QKV.
+  // Q [B, H_q, T, d_h], K, V [B, H_kv, T, d_h] from the packed projection P = X W_QKV + b_QKV.
   void split(const Tensor& P, Tensor& Q, Tensor& K, Tensor& V) const;
   AttentionOutput finish(const Tensor& Q, const Tensor& K, const Tensor& V, const Visibility& vis,
                          const AttentionCall& call);
