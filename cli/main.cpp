@@ -61,13 +61,14 @@ int run(int argc, char** argv) {
                     (std::strcmp(argv[1], "--verbose") == 0 && std::strcmp(argv[2], "--version") == 0))) {
     if (xg::cli::quiet_rank()) return 0;
     std::string text;
-    try {  // all of it before any is printed: a bad XGRAD_FLOAT64_GEMM, XGRAD_FLOAT32_GEMV or
-           // XGRAD_BF16_ATTENTION fails with its one line alone
+    try {  // all of it before any is printed: a bad XGRAD_FLOAT64_GEMM, XGRAD_FLOAT32_GEMV,
+           // XGRAD_BF16_ATTENTION or XGRAD_HUGE_PAGES fails with its one line alone
       text = std::string("xgrad ") + XGRAD_VERSION_STRING + "\nOpenBLAS core: " + xg::openblas_core() + " (" +
              xg::openblas_config() + ")\nfloat32 GEMM: " + xg::float32_gemm_kernels() +
              "\nfloat32 matrix-vector: " + xg::float32_gemv_kernels() + "\nfloat64 GEMM: " + xg::float64_gemm_kernels() +
              "\nbfloat16 products: " + xg::bfloat16_gemm_kernels() +
-             "\nbfloat16 attention: " + xg::nn::bfloat16_attention_kernels() + "\ncalibration cache: " +
+             "\nbfloat16 attention: " + xg::nn::bfloat16_attention_kernels() +
+             "\nhuge pages: " + (xg::huge_pages() ? "on" : "off") + "\ncalibration cache: " +
              (xg::calibration_cache_path().empty() ? std::string("off (XGRAD_CACHE_DIR=off or no HOME)")
                                                    : xg::calibration_cache_path()) +
              "\n";
