@@ -13,6 +13,7 @@
 //            as "achieved tok/s" (its forward passes at positions 1 .. n-1, one token each).
 //
 // bench/generate_vs_runc.py runs this beside run.c (docs/performance.md).
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,6 +78,14 @@ void run(const bench::GenerateFlags& f) {
 
   bench::print_header("bench_generate", "xgrad", f);
   bench::print_line("parameters: " + std::to_string(model.parameter_count()));
+  if (f.no_pack) {
+    bench::print_line("parameters: each in its own block (--no-pack)");
+  } else {
+    const std::size_t bytes = model.pack_parameters();
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.2f", static_cast<double>(bytes) / (1 << 20));
+    bench::print_line(std::string("parameters: packed into one block of ") + mib + " MiB (Module::pack_parameters)");
+  }
 
   nn::SampleOptions greedy;  // temperature 0, KV cache on, no stop token
   nn::Generation last;

@@ -122,6 +122,8 @@ void add_flags(CLI::App& app, GenerateFlags& f) {
   size_flag(app, "--threads", f.threads, "worker threads");
   count_flag(app, "--seed", f.seed, "random seed (weights, prompt)");
   app.add_flag("--untied", f.untied, "a separate classifier instead of the tied token embedding");
+  app.add_flag("--no-pack", f.no_pack,
+               "leave every parameter in its own block (default: Module::pack_parameters, one block on huge pages)");
 }
 
 GenerateFlags::Sizes GenerateFlags::resolve() const {

@@ -63,6 +63,7 @@ struct GenerateFlags {
   int threads = 1;
   std::uint64_t seed = 0;
   bool untied = false;
+  bool no_pack = false;  // bench_generate: leave each parameter in its own block
   // The sizes with the shape's defaults filled in; throws UsageError for an inconsistent set.
   struct Sizes {
     std::size_t vocab, d, heads, kv_heads, layers, seq, hidden;

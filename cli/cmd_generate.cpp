@@ -442,6 +442,9 @@ void run_generate(GenerateArgs a, const CLI::App& cmd) {
   check_flags(a, cmd);
   // Flags against the checkpoint, before generating.
   train::LoadedModel m = train::load_model(a.checkpoint);
+  // Every weight in one block: a decoding step streams them all, and one large block lies on
+  // huge pages (docs/performance.md, "Huge pages").
+  m.module().pack_parameters();
   const nn::TransformerConfig& c = m.info.config;
   const Text text = prompt_text(a, m);
   const text::Vocabulary& vocab = a.tokenizer.empty() ? m.info.vocab : text.tok_vocab;

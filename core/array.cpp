@@ -128,6 +128,24 @@ Array Storage::view(const Array& a, const Shape& shape) {
   return out;
 }
 
+Array Storage::view_at(const Array& a, std::size_t offset, const Shape& shape) {
+  const std::size_t n = shape.empty() ? 1 : numel(shape);
+  const Storage* from = a.st();
+  if (offset > from->size || n > from->size - offset)
+    throw ShapeError(op_message("array", "a view of shape " + shape_str(shape) + " at element " +
+                                             std::to_string(offset) + " does not fit in an array of " +
+                                             std::to_string(from->size) + " elements"));
+  const std::size_t width = from->dtype == DType::float32 ? sizeof(float) : sizeof(double);
+  Array out(new_storage());
+  Storage* s = out.st();
+  assign_shape(s->shape, shape);
+  s->dtype = from->dtype;
+  s->size = n;
+  s->ptr = static_cast<unsigned char*>(from->ptr) + offset * width;
+  s->base = from->base.defined() ? from->base : a;
+  return out;
+}
+
 // The deleter of every Storage, called by the last of its Arrays: recycles it (see
 // RecycledStorages) or deletes it.
 void release_storage(StorageCount* c) noexcept {

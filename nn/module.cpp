@@ -1,8 +1,11 @@
 #include <xgrad/nn/module.hpp>
 
+#include <cstring>
 #include <regex>
 
+#include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/runtime.hpp>
 
 namespace xg::nn {
 
@@ -118,6 +121,47 @@ void Module::set_weights(const std::vector<std::pair<std::string, Array>>& weigh
     Tensor p = params[k].second;
     p.set_value(found[k]->clone());
   }
+}
+
+std::size_t Module::pack_parameters() {
+  constexpr std::size_t kAlignBytes = 64;  // as the allocator's blocks: xsimd splits arrays at aligned addresses
+  std::vector<Tensor> unique;
+  for (const auto& [name, t] : named_parameters()) {
+    bool seen = false;
+    for (const Tensor& u : unique) seen = seen || u.impl().get() == t.impl().get();
+    if (!seen) unique.push_back(t);
+  }
+  // Every block first, so that a failed allocation changes nothing.
+  const DType dtypes[] = {DType::float32, DType::float64};
+  Array blocks[2];
+  std::vector<std::size_t> offsets(unique.size());
+  std::size_t total_bytes = 0;
+  for (int d = 0; d < 2; ++d) {
+    const std::size_t width = dtypes[d] == DType::float32 ? sizeof(float) : sizeof(double);
+    const std::size_t align = kAlignBytes / width;  // elements
+    std::size_t total = 0;
+    for (std::size_t k = 0; k < unique.size(); ++k) {
+      if (unique[k].dtype() != dtypes[d]) continue;
+      offsets[k] = total;
+      total += (unique[k].size() + align - 1) / align * align;
+    }
+    if (total == 0) continue;
+    blocks[d] = Array::empty({total}, dtypes[d]);
+    total_bytes += total * width;
+  }
+  for (std::size_t k = 0; k < unique.size(); ++k) {
+    const int d = unique[k].dtype() == DType::float32 ? 0 : 1;
+    const std::size_t width = d == 0 ? sizeof(float) : sizeof(double);
+    const Array& old = unique[k].value();
+    if (old.size() == 0) continue;
+    std::memcpy(static_cast<unsigned char*>(blocks[d].storage().ptr) + offsets[k] * width, old.storage().ptr,
+                old.size() * width);
+    unique[k].set_value(detail::Storage::view_at(blocks[d], offsets[k], old.shape()));
+  }
+  // The blocks the parameters left would stay in the allocator's cache, as large as the model.
+  unique.clear();
+  release_cached_memory();
+  return total_bytes;
 }
 
 void Module::zero_grad() {

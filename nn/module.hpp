@@ -61,6 +61,17 @@ class Module {
   /// ShapeError, a wrong dtype a DTypeError naming both dtypes. Nothing changes when it throws.
   void set_weights(const std::vector<std::pair<std::string, Array>>& weights);
 
+  /// Moves every parameter's values into one block of memory per dtype, each parameter a view of
+  /// its own 64-byte-aligned part, and returns the block's bytes (all dtypes). Values, shapes,
+  /// names, gradients and requires_grad stay as they were; a parameter shared by two paths
+  /// moves once. For decoding: a step reads every weight once, and one block of many MiB lies
+  /// on huge pages where the layers' separate matrices of under 2 MiB would not
+  /// (xg::set_huge_pages; docs/performance.md, "Huge pages"). An optimizer step replaces the
+  /// values it updates by arrays of their own, so training undoes the packing as it goes; so
+  /// does set_weights(). The blocks the parameters leave go back to the system
+  /// (xg::release_cached_memory(), which also returns every other cached block).
+  std::size_t pack_parameters();
+
   /// Drops every parameter's accumulated gradient.
   void zero_grad();
   /// Sets training mode (`on`) or evaluation mode, for this module and all its children.

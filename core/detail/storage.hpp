@@ -33,6 +33,9 @@ struct Storage : StorageCount {
 
   static Array make(const Shape& shape, DType dtype);  // uninitialised
   static Array view(const Array& a, const Shape& shape);
+  // `shape`'s elements of a's buffer from element `offset` on (ShapeError where they do not
+  // fit), sharing it as view() does: Module::pack_parameters' parameters.
+  static Array view_at(const Array& a, std::size_t offset, const Shape& shape);
 };
 
 template <class T> constexpr DType dtype_of();
