@@ -5,6 +5,8 @@
 /// whole working set in again. Blocks of 64 KiB and more are kept on free in size classes
 /// (eight per power of two: at most 12.5% rounding) and handed out again, so a steady-state
 /// step touches no new pages. Smaller blocks go to malloc, which keeps them in its heap anyway.
+/// Blocks of 2 MiB and more are mapped on their own at a 2 MiB boundary and advised as huge
+/// pages (core/runtime.hpp: set_huge_pages; core/allocator.cpp), the others come from malloc.
 ///
 /// The cache is bounded (core/runtime.hpp: set_memory_cache_limit, default a quarter of
 /// physical memory); a block that would exceed the bound is returned to the system, and an

@@ -67,16 +67,17 @@ void set_blas_threads(int n);
 void set_memory_cache_limit(std::size_t bytes);
 /// Returns every cached block to the system now.
 void release_cached_memory();
-/// Huge pages for large blocks (default on; the environment variable XGRAD_HUGE_PAGES=off or 0
-/// turns them off, =on or 1 on; another value is a ValueError naming it, thrown by the first
-/// block of 2 MiB or huge_pages(), until set_huge_pages decides). Blocks of 2 MiB and more are mapped on their own at a 2 MiB boundary and, while
-/// this is on, advised as transparent huge pages (madvise MADV_HUGEPAGE) before their first
-/// touch: a product that streams a large matrix once, as every decoding step does with the
-/// weights, then runs without a TLB miss or a prefetcher stop at every 4 KiB
-/// (docs/performance.md, "Huge pages"). The kernel decides: where transparent huge pages are
-/// "never" (/sys/kernel/mm/transparent_hugepage/enabled) the advice changes nothing. Applies to
-/// blocks mapped from then on; a cached block keeps the advice it was mapped with. Builds with
-/// AddressSanitizer take every block from malloc and advise nothing.
+/// Huge pages for large blocks, default on. Blocks of 2 MiB and more are mapped on their own at
+/// a 2 MiB boundary and, while this is on, advised as transparent huge pages (madvise
+/// MADV_HUGEPAGE) before their first touch: a product that streams a large matrix once, as
+/// every decoding step does with the weights, then runs without a TLB miss or a prefetcher stop
+/// at every 4 KiB (docs/performance.md, "Huge pages"). The kernel decides: where transparent
+/// huge pages are "never" (/sys/kernel/mm/transparent_hugepage/enabled) the advice changes
+/// nothing. Applies to blocks mapped from then on; a cached block keeps the advice it was mapped
+/// with. Builds with AddressSanitizer take every block from malloc and advise nothing. The
+/// environment variable XGRAD_HUGE_PAGES=off (or 0) turns it off, =on (or 1) on; another value
+/// is a ValueError naming it, thrown by the first block of 2 MiB or by huge_pages(), until
+/// set_huge_pages decides.
 void set_huge_pages(bool on);
 /// Whether set_huge_pages (or XGRAD_HUGE_PAGES) has huge pages on; ValueError as above.
 bool huge_pages();

@@ -68,8 +68,9 @@ class Module {
   /// on huge pages where the layers' separate matrices of under 2 MiB would not
   /// (xg::set_huge_pages; docs/performance.md, "Huge pages"). An optimizer step replaces the
   /// values it updates by arrays of their own, so training undoes the packing as it goes; so
-  /// does set_weights(). The blocks the parameters leave go back to the system
-  /// (xg::release_cached_memory(), which also returns every other cached block).
+  /// does set_weights(). While it copies, the model's size is held twice; then the blocks the
+  /// parameters left go back to the system (xg::release_cached_memory(), which also returns
+  /// every other cached block).
   std::size_t pack_parameters();
 
   /// Drops every parameter's accumulated gradient.
