@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <regex>
+#include <unordered_set>
 
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
@@ -125,12 +126,10 @@ void Module::set_weights(const std::vector<std::pair<std::string, Array>>& weigh
 
 std::size_t Module::pack_parameters() {
   constexpr std::size_t kAlignBytes = 64;  // as the allocator's blocks: xsimd splits arrays at aligned addresses
-  std::vector<Tensor> unique;
-  for (const auto& [name, t] : named_parameters()) {
-    bool seen = false;
-    for (const Tensor& u : unique) seen = seen || u.impl().get() == t.impl().get();
-    if (!seen) unique.push_back(t);
-  }
+  std::vector<Tensor> unique;  // in the order of named_parameters(), each shared parameter once
+  std::unordered_set<const void*> seen;
+  for (const auto& [name, t] : named_parameters())
+    if (seen.insert(t.impl().get()).second) unique.push_back(t);
   // Every block first, so that a failed allocation changes nothing.
   const DType dtypes[] = {DType::float32, DType::float64};
   Array blocks[2];
