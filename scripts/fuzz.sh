@@ -3,13 +3,13 @@
 # scripts/sanitize.sh runs the test suite in (scripts/sanitize_config.sh), and runs each for
 # SECONDS (default 60), as many at once as there are cores, from the seed corpus in tests/fuzz/corpus/. New inputs go to
 # build-san/corpus/ (not the repository); a crash leaves its input in build-san/ and fails.
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]    (targets: safetensors checkpoint npy token_file train_config tokenizer_bin llama2c calibration_cache)
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]    (targets: safetensors checkpoint npy token_file train_config tokenizer_bin llama2c calibration_cache run_folder)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(safetensors checkpoint npy token_file train_config tokenizer_bin llama2c calibration_cache)
+((${#targets[@]})) || targets=(safetensors checkpoint npy token_file train_config tokenizer_bin llama2c calibration_cache run_folder)
 if [[ -z "${XGRAD_FUZZ_BUILT:-}" ]]; then  # scripts/sanitize.sh has built them already
   source scripts/sanitize_config.sh
   xgrad_configure_san
