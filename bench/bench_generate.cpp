@@ -12,6 +12,9 @@
 //            0 .. --new - 1): --new / time tokens per second, the figure llama2.c's run.c prints
 //            as "achieved tok/s" (its forward passes at positions 1 .. n-1, one token each).
 //
+// The parameters are packed into one block per dtype first (Module::pack_parameters, as
+// `xgrad generate` does: large blocks lie on 2 MiB pages); --no-pack leaves them apart.
+//
 // bench/generate_vs_runc.py runs this beside run.c (docs/performance.md).
 #include <cstdio>
 #include <cstdint>
