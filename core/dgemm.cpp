@@ -13,6 +13,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define XG_DGEMM_X86 1
 #include <immintrin.h>
+
+#include <xgrad/core/detail/isa_target.hpp>
 #else
 #define XG_DGEMM_X86 0
 #endif
@@ -20,12 +22,7 @@
 namespace xg::blas::f64 {
 
 #if XG_DGEMM_X86
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
-#endif
+XG_TARGET_BEGIN(XG_ISA_AVX512)
 namespace avx512 {
 namespace {
 using Vec = __m512d;
@@ -40,14 +37,8 @@ inline Vec zero() { return _mm512_setzero_pd(); }
 #include "detail/dgemm.inc"
 }  // namespace
 }  // namespace avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+XG_TARGET_END()
+XG_TARGET_BEGIN(XG_ISA_AVX2)
 namespace avx2 {
 namespace {
 using Vec = __m256d;
@@ -62,11 +53,7 @@ inline Vec zero() { return _mm256_setzero_pd(); }
 #include "detail/dgemm.inc"
 }  // namespace
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+XG_TARGET_END()
 #endif
 
 namespace {

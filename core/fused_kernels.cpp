@@ -10,36 +10,22 @@
 #include <xgrad/core/error.hpp>
 
 #include <xgrad/core/detail/blas.hpp>
+#include <xgrad/core/detail/isa_target.hpp>
 
 namespace xg::fused {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define XG_FUSED_MULTI_ISA 1
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
-#endif
+XG_TARGET_BEGIN(XG_ISA_AVX512)
 namespace avx512 {
 #include "detail/fused_kernels.inc"
 }  // namespace avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+XG_TARGET_END()
+XG_TARGET_BEGIN(XG_ISA_AVX2)
 namespace avx2 {
 #include "detail/fused_kernels.inc"
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+XG_TARGET_END()
 #endif
 
 namespace base {

@@ -14,6 +14,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define XG_SGEMV_X86 1
 #include <immintrin.h>
+
+#include <xgrad/core/detail/isa_target.hpp>
 #else
 #define XG_SGEMV_X86 0
 #endif
@@ -27,12 +29,7 @@ namespace xg::blas::f32v {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
-#endif
+XG_TARGET_BEGIN(XG_ISA_AVX512)
 namespace avx512 {
 namespace {
 using Vec = __m512;
@@ -63,14 +60,8 @@ inline float reduce16(L16 v) {
 #include "detail/sgemv.inc"
 }  // namespace
 }  // namespace avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+XG_TARGET_END()
+XG_TARGET_BEGIN(XG_ISA_AVX2)
 namespace avx2 {
 namespace {
 using Vec = __m256;
@@ -109,11 +100,7 @@ inline float reduce16(L16 v) {
 #include "detail/sgemv.inc"
 }  // namespace
 }  // namespace avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+XG_TARGET_END()
 #endif
 
 namespace scalar {
