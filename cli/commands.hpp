@@ -82,7 +82,8 @@ Failure describe_failure(const std::exception_ptr& e, const std::string& command
 // output of several processes interleaves by writes.
 void print_line(const std::string& line);
 // Whether this process is rank 1, 2, ... of a job an MPI launcher started (from its
-// environment: dist::detect_launch). Such a rank prints no error: rank 0 alone reports.
+// environment: dist::detect_launch). Such a rank prints no error: rank 0 alone reports. Never
+// throws: a bad XGRAD_MPI counts as rank 0 here (`xgrad train` reports it when it launches).
 bool quiet_rank();
 // What such a rank does before it exits with a failure it did not print: waits (3 s at most)
 // for the launcher to end it once rank 0 has reported; mpirun ends the whole job as soon as

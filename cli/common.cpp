@@ -233,7 +233,13 @@ void print_line(const std::string& line) {
   std::cerr << (m + "\n");  // one write
 }
 
-bool quiet_rank() { return dist::detect_launch().rank > 0; }
+bool quiet_rank() {
+  try {
+    return dist::detect_launch().rank > 0;
+  } catch (const Error&) {  // a bad XGRAD_MPI: the command that launches (train) reports it
+    return false;
+  }
+}
 
 void linger() {
   // mpirun ends the whole job as soon as one rank exits non-zero: had this rank gone first,

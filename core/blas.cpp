@@ -877,10 +877,19 @@ Bf16Choice bf16_decision(bool amx, double onednn_speedup, double dot_speedup) {
 
 namespace {
 
+// XGRAD_BF16_GEMM (or bf16_gemm in XGRAD_KERNELS): a value it does not know is a ValueError.
+ForcedKernel bf16_force() {
+  ForcedKernel f = forced_kernel("XGRAD_BF16_GEMM", "bf16_gemm");
+  const std::string& v = f.value;
+  if (!v.empty() && v != "auto" && v != "on" && v != "off" && v != "xgrad" && v != "onednn")
+    throw ValueError(op_message(f.source, "unknown value '" + v + "' (auto, on, off, xgrad or onednn)"));
+  return f;
+}
+
 // The bfloat16 decision, made once per process (XGRAD_BF16_GEMM, then the calibrations).
 Bf16Choice choose_bf16() {
   setup();  // oneDNN's ISA ceiling before any oneDNN call
-  const ForcedKernel f = forced_kernel("XGRAD_BF16_GEMM", "bf16_gemm");
+  const ForcedKernel f = bf16_force();
   const std::string& force = f.value;
   if (force == "off") return {f.setting(), Bf16Kernel::xgrad, ""};
   if (force == "xgrad") return {"", Bf16Kernel::xgrad, f.setting()};
@@ -893,8 +902,6 @@ Bf16Choice choose_bf16() {
   const bool amx = bf16::onednn_supported() && bf16::onednn_uses_amx();
   if (force == "on")
     return {"", amx ? Bf16Kernel::onednn : Bf16Kernel::xgrad, f.setting() + (amx ? ", oneDNN runs on AMX" : "")};
-  if (!force.empty() && force != "auto")
-    throw ValueError(op_message(f.source, "unknown value '" + force + "' (auto, on, off, xgrad or onednn)"));
   // oneDNN's calibration first where it has AMX; the dot products' only where that one fell short.
   // Each ratio measured once per CPU and build (the calibration cache): every process on this
   // machine decides the same way, also where a ratio sits near the threshold.
@@ -918,6 +925,10 @@ const Bf16Choice& bf16_choice() {
 }  // namespace
 
 std::string bf16_unavailable_reason() {
+  // The variable's spelling is checked on every CPU, also where no bfloat16 product can run
+  // (once: a throw leaves it unchecked, so the next call throws again).
+  static const bool checked = (bf16_force(), true);
+  (void)checked;
   if (!bf16::cpu_supported()) return "this CPU has no AVX512_BF16 instructions";
   setup();
   if (g_ceiling != "avx512")

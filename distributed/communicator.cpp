@@ -119,6 +119,8 @@ LaunchInfo detect_launch() {
   LaunchInfo l;
   const char* force = std::getenv("XGRAD_MPI");
   const std::string forced = force ? force : "";
+  if (!forced.empty() && forced != "0" && forced != "1")
+    throw ValueError(op_message("XGRAD_MPI", "unknown value '" + forced + "' (0: one process, 1: MPI)"));
   struct Source {
     const char* rank;
     const char* size;

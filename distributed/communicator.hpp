@@ -121,7 +121,7 @@ bool built_with_mpi();
 /// `--mpi`=pmix, mpirun) PMIX_RANK; PMI-2 (srun `--mpi`=pmi2, MPICH) PMI_RANK/PMI_SIZE; Slurm
 /// SLURM_PROCID/SLURM_STEP_NUM_TASKS (a job step of several tasks started by srun; a batch
 /// script itself is one process). XGRAD_MPI=0 ignores them all; XGRAD_MPI=1 uses MPI even
-/// without them.
+/// without them; another value of XGRAD_MPI is a ValueError naming it.
 struct LaunchInfo {
   bool use_mpi = false;    ///< Started by an MPI launcher (or XGRAD_MPI=1).
   /// This process's rank and the world size from the environment (size -1 when the launcher

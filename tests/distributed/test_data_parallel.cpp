@@ -165,6 +165,13 @@ TEST_CASE("dist: launch detection reads the launchers' variables", "[dist]") {
     CHECK_FALSE(dist::detect_launch().use_mpi);  // XGRAD_MPI=0 wins
     CHECK(dist::detect_launch().rank == 0);
   }
+  for (const char* bad : {"yes", "2", "true"}) {  // neither 0 nor 1: refused, naming the variable and the value
+    auto vars = no_launcher();
+    vars["XGRAD_MPI"] = bad;
+    ScopedEnv env(vars);
+    CHECK_THROWS_WITH(dist::detect_launch(), Catch::Contains("[XGRAD_MPI] unknown value '" + std::string(bad) +
+                                                             "' (0: one process, 1: MPI)"));
+  }
   {
     auto vars = no_launcher();
     vars["PMIX_RANK"] = "not a number";
