@@ -185,7 +185,7 @@ TEST_CASE("attention reference: closed-form (5.24)-(5.28) equals the tape on ran
   }
 }
 
-TEST_CASE("attention reference: self-attention layer, three summed input paths (5.29)-(5.31) and W_O",
+TEST_CASE("attention reference: self-attention layer with three summed input paths (5.29)-(5.31) and W_O",
           "[nn][attention][reference]") {
   Generator g(77);
   for (int n = 0; n < 25; ++n) {
@@ -235,7 +235,7 @@ TEST_CASE("attention reference: self-attention layer, three summed input paths (
   }
 }
 
-TEST_CASE("attention reference: cross-attention layer, d_q != d_m, packed W_KV (the text after (5.22)), (5.29)-(5.30)",
+TEST_CASE("attention reference: cross-attention layer (5.29)-(5.30) with d_q != d_m and packed W_KV (the text after (5.22))",
           "[nn][attention][reference]") {
   Generator g(91);
   for (int n = 0; n < 25; ++n) {
@@ -279,7 +279,7 @@ TEST_CASE("attention reference: cross-attention layer, d_q != d_m, packed W_KV (
   }
 }
 
-TEST_CASE("attention reference: the tape agrees with finite differences too (gradcheck, masked GQA)",
+TEST_CASE("attention reference: the tape agrees with finite differences too (gradcheck on masked GQA)",
           "[nn][attention][gradcheck]") {
   Generator g(5);
   const BoolArray valid({2, 3}, {1, 1, 0, 1, 1, 1});

@@ -135,7 +135,7 @@ TEST_CASE("kv-cache check: default schedules", "[checks][kv_cache]") {
   CHECK(two[1].name == "token by token");
 }
 
-TEST_CASE("kv-cache check: the library's GPT and encoder-decoder pass, in both precisions", "[checks][kv_cache]") {
+TEST_CASE("kv-cache check: the library's GPT and encoder-decoder pass in both precisions", "[checks][kv_cache]") {
   for (DType dtype : {DType::float64, DType::float32}) {
     Generator g(11);
     auto gpt = std::make_shared<nn::GPT>(tiny(dtype), g);
@@ -168,7 +168,7 @@ TEST_CASE("kv-cache check: the library's GPT and encoder-decoder pass, in both p
   }
 }
 
-TEST_CASE("kv-cache check: a values input [B, T, d] (the attention layer alone)", "[checks][kv_cache]") {
+TEST_CASE("kv-cache check: a values input of shape B x T x d (the attention layer alone)", "[checks][kv_cache]") {
   Generator g(5);
   nn::MultiHeadAttention m(TestDecoder::config(), g);
   const Array X = rnd({2, 6, 8}, g);
@@ -339,7 +339,7 @@ XG_KVCACHE_CHECK("macro/kv-cache", "TestDecoder, tokens (2, 5)") {
   return KVCacheCheck{decoder_of(macro_model, 2), tokens(2, 5), {}};
 }
 
-TEST_CASE("kv-cache check: suite rows (add_kv_cache_check, XG_KVCACHE_CHECK) and the JSON report",
+TEST_CASE("kv-cache check: suite rows (add_kv_cache_check and XG_KVCACHE_CHECK) and the JSON report",
           "[checks][kv_cache][suite]") {
   auto good = std::make_shared<TestDecoder>();
   auto broken = std::make_shared<TestDecoder>();

@@ -136,7 +136,7 @@ GradcheckSuite attention_suite(Bug bug) {
 
 }  // namespace
 
-TEST_CASE("gradcheck suite: a wrong VJP fails its check, and the details name the input and element",
+TEST_CASE("gradcheck suite: a wrong VJP fails its check and the details name the input and element",
           "[gradcheck][suite]") {
   GradcheckSuite s;
   s.add_gradient_check(
@@ -202,7 +202,7 @@ TEST_CASE("gradcheck suite: a naive but correct attention core passes every atte
   CHECK(r.records.size() >= 20);
 }
 
-TEST_CASE("gradcheck suite: wrong mask handling (softmax, then multiply by the 0/1 mask) is caught",
+TEST_CASE("gradcheck suite: wrong mask handling (softmax then multiply by the 0/1 mask) is caught",
           "[gradcheck][suite][attention]") {
   const SuiteReport r = run_quiet(attention_suite(Bug::post_softmax_mask), {});
   // The broken core's tape is consistent with its own forward: finite differences pass...
@@ -239,7 +239,7 @@ TEST_CASE("gradcheck suite: a wrong GQA mapping (h % H_kv) is caught", "[gradche
   CHECK(result_of(r, "impl/grad-gqa").passed);  // self-consistent tape
 }
 
-TEST_CASE("gradcheck suite: property results, combine, exceptions and duplicate names", "[gradcheck][suite]") {
+TEST_CASE("gradcheck suite: property results / combine / exceptions / duplicate names", "[gradcheck][suite]") {
   CHECK(CheckResult::property(0.0, 0.0, "", "exact").passed);
   CHECK_FALSE(CheckResult::property(1e-300, 0.0, "a[0]", "exact").passed);
   CHECK_FALSE(CheckResult::property(std::nan(""), 1.0, "", "nan").passed);
@@ -260,7 +260,7 @@ TEST_CASE("gradcheck suite: property results, combine, exceptions and duplicate 
   CHECK_THAT(result_of(r, "x/throws").message, Catch::Contains("threw") && Catch::Contains("[mine] broken"));
 }
 
-TEST_CASE("gradcheck suite: filter, list, seeds, exit status and the JSON report", "[gradcheck][suite]") {
+TEST_CASE("gradcheck suite: filter / list / seeds / exit status and the JSON report", "[gradcheck][suite]") {
   GradcheckSuite s;
   for (const char* name : {"ops/a", "ops/b", "layers/c"})
     s.add(name, "property", std::string("config of ") + name,

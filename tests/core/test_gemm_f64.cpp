@@ -143,7 +143,7 @@ TEST_CASE("float64 GEMM runs the kernel the rule or XGRAD_FLOAT64_GEMM chooses",
   }
 }
 
-TEST_CASE("float64 GEMM kernels match a long double reference on odd shapes, transposes, strides, alpha and beta",
+TEST_CASE("float64 GEMM kernels match a long double reference on odd shapes/transposes/strides/alpha/beta",
           "[gemm_f64]") {
   std::mt19937 rng(7);
   const std::size_t sizes[] = {1, 7, 17, 33, 129};

@@ -251,7 +251,7 @@ TEST_CASE("float32 matrix-vector kernel: the same bits on every ISA and thread c
   }
 }
 
-TEST_CASE("row_products: bit for bit one gemm per weight, sharing x", "[gemv_f32]") {
+TEST_CASE("row_products: bit for bit one gemm per weight with x shared", "[gemv_f32]") {
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const std::size_t K = 288, N1 = 768, N2 = 130;

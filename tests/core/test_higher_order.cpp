@@ -432,7 +432,7 @@ Tensor scaled_square(const Tensor& x, const Tensor& z, double c, JvpRuleFn rule)
 
 }  // namespace
 
-TEST_CASE("a custom op with a JVP rule only: create_graph, jvp and hvp run on its transpose",
+TEST_CASE("a custom op with a JVP rule only: create_graph/jvp/hvp run on its transpose",
           "[core][higher_order]") {
   Generator gen(31);
   const double c = 1.5;
@@ -611,7 +611,7 @@ TEST_CASE("jvp of an elementwise square is 2 x v", "[core][higher_order]") {
   require_near(r.tangent, from({3}, {0.5, -4.0, -3.0}), 1e-15);
 }
 
-TEST_CASE("jvp, hvp and hessian refuse bad shapes and dtypes naming the argument", "[core][higher_order][errors]") {
+TEST_CASE("jvp hvp and hessian refuse bad shapes and dtypes naming the argument", "[core][higher_order][errors]") {
   const Array x = from({3}, {1.0, 2.0, 3.0});
   const auto f = [](const std::vector<Tensor>& in) { return in[0] * in[0]; };
   const auto s = [](const Tensor& t) { return ops::sum(t * t); };

@@ -49,7 +49,7 @@ struct Threads {  // restores the default thread count
 
 }  // namespace
 
-TEST_CASE("pool: an exception in any chunk reaches the caller, and the pool keeps working", "[core][parallel]") {
+TEST_CASE("pool: an exception in any chunk reaches the caller and the pool keeps working", "[core][parallel]") {
   Threads t(2);
   CHECK_THROWS_WITH(detail::run_chunks(2, [](std::size_t c) {
                       if (c == 1) throw std::runtime_error("chunk one failed");
@@ -131,7 +131,7 @@ TEST_CASE("pool: thread counts change only the rounding of split reductions", "[
   for (std::size_t k = 0; k < one.size(); ++k) CHECK(max_abs_diff(one[k], two[k]) < 1e-5);
 }
 
-TEST_CASE("allocator: freed large blocks are reused, within the cache bound", "[core][allocator]") {
+TEST_CASE("allocator: freed large blocks are reused within the cache bound", "[core][allocator]") {
   release_cached_memory();
   set_memory_cache_limit(std::size_t{1} << 30);  // (builds with AddressSanitizer cache nothing by default)
   { Array a = Array::zeros({1 << 20}, DType::float32); }  // 4 MiB, freed into the cache
@@ -148,7 +148,7 @@ TEST_CASE("allocator: freed large blocks are reused, within the cache bound", "[
   CHECK(memory_stats().cached == 0);
 }
 
-TEST_CASE("arrays: a view shares data, reshaped copies / small arrays work like large ones", "[core][allocator]") {
+TEST_CASE("arrays: a view shares data and reshaped copies / small arrays work like large ones", "[core][allocator]") {
   Array a = Array::from_vector({2, 3}, {1, 2, 3, 4, 5, 6}, DType::float64);
   const Array v = a.view({3, 2});
   const Array r = a.reshaped({3, 2});

@@ -11,7 +11,7 @@
 using namespace xg;
 using namespace xgt;
 
-TEST_CASE("tensor: creation helpers give the requested shapes, dtypes and values", "[core]") {
+TEST_CASE("tensor: creation helpers give the requested shapes/dtypes and values", "[core]") {
   CHECK(zeros({2, 3}).shape() == Shape{2, 3});
   CHECK(zeros({2, 3}).dtype() == default_dtype());  // float64 in this suite (tests/support/catch_main.cpp); tests/core/test_dtype_defaults.cpp checks both
   CHECK(ones({4}, DType::float64).value().to_vector() == std::vector<double>{1, 1, 1, 1});
@@ -220,7 +220,7 @@ long resident_kib() {
 }
 }  // namespace
 
-TEST_CASE("tape: memory stays flat across 10,000 forward/backward steps", "[core][tape]") {
+TEST_CASE("tape: memory stays flat across 10000 forward/backward steps", "[core][tape]") {
   Generator g(3);
   Tensor W(random_normal({16, 16}, g), true);
   Tensor x(random_normal({8, 16}, g));
@@ -246,7 +246,7 @@ TEST_CASE("tape: memory stays flat across 10,000 forward/backward steps", "[core
   CHECK(watch.use_count() == 1);  // nothing but W itself holds the parameter
 }
 
-TEST_CASE("tape: a deep chain of 200,000 ops runs backward without recursion", "[core][tape]") {
+TEST_CASE("tape: a deep chain of 200000 ops runs backward without recursion", "[core][tape]") {
   Tensor x(Array::of({1.0}), true);
   Tensor y = x;
   for (int i = 0; i < 200000; ++i) y = y * 1.0;

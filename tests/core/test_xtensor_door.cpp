@@ -173,7 +173,7 @@ TEST_CASE("xtensor door: lazy expressions become Arrays and Tensors with their b
   CHECK(values_of(y) == std::vector<double>{3, 5, 7});
 }
 
-TEST_CASE("xtensor door: an explicit dtype converts, integer expressions included", "[core][xtensor]") {
+TEST_CASE("xtensor door: an explicit dtype converts (integer expressions included)", "[core][xtensor]") {
   const xt::xarray<double> a = {0.1, 0.2};
   const Array f = from_xtensor(a, DType::float32);
   CHECK(f.dtype() == DType::float32);

@@ -249,7 +249,7 @@ TEST_CASE("dist: attention dropout in a shard matches the whole batch on the fus
   }
 }
 
-TEST_CASE("dist: weighted shard losses add up to the whole batch's loss and gradient (float64, dropout)",
+TEST_CASE("dist: weighted shard losses add up to the whole batch's loss and gradient (float64 with dropout)",
           "[dist][training]") {
   // GPT with ignored targets spread unevenly over the rows, so shard means differ from the
   // global mean unless weighted by target counts.
@@ -293,7 +293,7 @@ TEST_CASE("dist: weighted shard losses add up to the whole batch's loss and grad
   }
 }
 
-TEST_CASE("dist: the encoder-decoder's sharded loss adds up too (variable lengths, dropout)", "[dist][training]") {
+TEST_CASE("dist: the encoder-decoder's sharded loss adds up too (variable lengths and dropout)", "[dist][training]") {
   nn::TransformerConfig c;
   c.V_vocab = 13;
   c.context = 7;
@@ -331,7 +331,7 @@ TEST_CASE("dist: the encoder-decoder's sharded loss adds up too (variable length
   }
 }
 
-TEST_CASE("tape: on_leaf_grad sees each leaf's complete gradient once, latest-used leaves first", "[tape][dist]") {
+TEST_CASE("tape: on_leaf_grad sees each leaf's complete gradient once (latest-used leaves first)", "[tape][dist]") {
   Tensor a(Array::of({1.0, 2.0}), true), b(Array::of({3.0, -1.0}), true), unused(Array::of({5.0}), true);
   // a is used first (and again later), b only at the end: b's gradient is complete first.
   Tensor h = a * a;
@@ -353,7 +353,7 @@ TEST_CASE("tape: on_leaf_grad sees each leaf's complete gradient once, latest-us
   CHECK(calls.empty());
 }
 
-TEST_CASE("dist: gradient buckets, checksums and parameter broadcast in one process", "[dist]") {
+TEST_CASE("dist: gradient buckets/checksums/parameter broadcast in one process", "[dist]") {
   nn::TransformerConfig c;
   c.V_vocab = 11;
   c.context = 6;

@@ -72,7 +72,7 @@ TEST_CASE("input files: a named pipe with no writer is refused without waiting",
   CHECK(has(f, "named pipe"));
 }
 
-TEST_CASE("input files: devices, folders and missing files are refused by name", "[io][input_file]") {
+TEST_CASE("input files: devices/folders and missing files are refused by name", "[io][input_file]") {
   const std::string zero = message_of<UsageError>([] { io::read_input_file("/dev/zero", 1024, "[test] --tokenizer"); });
   CHECK(has(zero, "'/dev/zero' is a character device, not a regular file"));
   CHECK(has(message_of<UsageError>([] { io::read_input_file("/dev/null", 1024, "x"); }), "character device"));

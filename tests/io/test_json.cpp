@@ -17,7 +17,7 @@ std::string nested(int depth, char open = '[', char close = ']') {
 
 }  // namespace
 
-TEST_CASE("json limits: nesting up to kMaxDepth reads, one level more is a FormatError", "[io][json]") {
+TEST_CASE("json limits: nesting up to kMaxDepth reads and one level more is a FormatError", "[io][json]") {
   CHECK_NOTHROW(json::parse(nested(json::kMaxDepth)));
   CHECK_NOTHROW(json::check_limits(nested(json::kMaxDepth)));
   CHECK_THROWS_WITH(json::parse(nested(json::kMaxDepth + 1)), Catch::Contains("nesting deeper than 64"));

@@ -61,7 +61,7 @@ TEST_CASE("crc32 of the standard check string is 0xCBF43926", "[npy]") {
   REQUIRE(npy::crc32("56789", 5, npy::crc32("1234", 4)) == 0xCBF43926u);
 }
 
-TEST_CASE("inflate decodes stored, fixed and dynamic deflate blocks written by zlib", "[npy]") {
+TEST_CASE("inflate decodes stored/fixed/dynamic deflate blocks written by zlib", "[npy]") {
   // Raw deflate streams made with Python's zlib (wbits -15): a stored block (level 0), fixed
   // Huffman codes (Z_FIXED) and dynamic codes (level 9 on skewed text).
   REQUIRE(npy::inflate(std::string("\x01\x03\x00\xfc\xff\x78\x79\x7a", 8), 3, "t") == "xyz");
@@ -100,7 +100,7 @@ TEST_CASE("inflate rejects malformed deflate streams with a FormatError", "[npy]
   REQUIRE_FORMAT_ERROR(npy::inflate(std::string("\x05\x00\x80\xe4\x7f\x1b", 6), 1, "t"), "no end-of-block code");
 }
 
-TEST_CASE("npy save/load round-trips float32, float64 and int64 bit for bit", "[npy]") {
+TEST_CASE("npy save/load round-trips float32 float64 and int64 bit for bit", "[npy]") {
   const auto dir = xgt::temp_dir("npy_round_trip");
   Generator g(7);
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();

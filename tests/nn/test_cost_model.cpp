@@ -5,17 +5,18 @@
 
 using namespace xg::nn::cost;
 
-TEST_CASE("cost: an explicit weight matrix for B=2, H=16, T=S=4096 in 2 bytes is 1 GiB (5.35)", "[nn][cost][spec]") {
+TEST_CASE("cost: an explicit weight matrix for B=2 H=16 T=S=4096 in 2 bytes is 1 GiB (5.35)", "[nn][cost][spec]") {
   CHECK(weight_matrix_bytes(2, 16, 4096, 4096, 2) == 1073741824ull);
   CHECK(weight_matrix_bytes(2, 16, 4096, 4096, 2) == (1ull << 30));
 }
 
-TEST_CASE("cost: exercise 5.7, GQA KV cache H_q=24, H_kv=6, d_h=64, 2048 positions, 2 bytes", "[nn][cost][spec]") {
+TEST_CASE("cost: exercise 5.7 - GQA KV cache with H_q=24 H_kv=6 d_h=64 for 2048 positions in 2 bytes",
+          "[nn][cost][spec]") {
   CHECK(kv_cache_bytes(1, 2048, 6, 64, 2) == 3145728ull);         // 3 MiB per layer
   CHECK(kv_cache_bytes(1, 2048, 24, 64, 2) == 12ull * (1 << 20));  // MHA: 12 MiB
 }
 
-TEST_CASE("cost: exercise 5.11, H_q=32 -> H_kv=8 shrinks KV projections and cache 4x, scores unchanged",
+TEST_CASE("cost: exercise 5.11 - H_q=32 -> H_kv=8 shrinks KV projections and cache 4x and leaves scores unchanged",
           "[nn][cost][spec]") {
   AttentionShape mha{1, 128, 128, 4096, 32, 32, 128};
   AttentionShape gqa = mha;
@@ -34,7 +35,7 @@ TEST_CASE("cost: exercise 5.11, H_q=32 -> H_kv=8 shrinks KV projections and cach
   CHECK(c.k_proj * 32 == a.k_proj);
 }
 
-TEST_CASE("cost: MHA FLOPs by term are the spec's 2BTd^2, 4BSd^2, 2BTd^2, 2BHTSd_k, 2BHTSd_v (5.34)",
+TEST_CASE("cost: MHA FLOPs by term are the spec's 2BTd^2 + 4BSd^2 + 2BTd^2 + 2BHTSd_k + 2BHTSd_v (5.34)",
           "[nn][cost][spec]") {
   const std::uint64_t B = 3, T = 5, S = 7, d = 64, H = 8, d_k = d / H;
   const Flops f = attention_flops({B, T, S, d, H, H, 0});

@@ -68,7 +68,7 @@ TEST_CASE("gpt bias: without biases the blocks lose exactly their biases and the
   CHECK_FALSE(without.blocks[0]->attn.config().bias);
 }
 
-TEST_CASE("gpt bias: at the start the model without biases is the biased one, whose biases are zero",
+TEST_CASE("gpt bias: at the start the model without biases is the biased one with its biases zero",
           "[gpt_bias]") {
   Generator g1(6), g2(6), data(7);
   nn::GPT with(gpt(true), g1), without(gpt(false), g2);

@@ -66,7 +66,7 @@ train::TrainOptions small_sort(const fs::path& out, std::int64_t steps) {
 
 }  // namespace
 
-TEST_CASE("convert: K and V heads are mean-pooled by g(h) = floor(h / r), element by element", "[convert]") {
+TEST_CASE("convert: K and V heads are mean-pooled by g(h) = floor(h / r) element by element", "[convert]") {
   const nn::MultiHeadAttention layer = hand_made_layer();
   SECTION("G = 2: new head g is the mean of old heads 2g and 2g + 1") {
     const auto w = nn::pooled_kv_weights(layer, 2);
@@ -142,7 +142,7 @@ TEST_CASE("convert: the group mapping is the one the GQA layer uses (equal heads
   REQUIRE(diff > 1e-6);
 }
 
-TEST_CASE("convert: bad G is a ValueError naming H_q, H_kv and G", "[convert]") {
+TEST_CASE("convert: bad G is a ValueError naming H_q H_kv and G", "[convert]") {
   const nn::MultiHeadAttention layer = hand_made_layer();
   auto message = [&](std::size_t G) {
     try {
@@ -161,7 +161,7 @@ TEST_CASE("convert: bad G is a ValueError naming H_q, H_kv and G", "[convert]") 
   REQUIRE_THROWS_AS(nn::pool_kv_columns(Array::zeros({3, 23}, DType::float64), 8, 4, 2, 2), ValueError);
 }
 
-TEST_CASE("convert: whole models, every attention layer, and a GQA model converted to G = H_kv is identical",
+TEST_CASE("convert: whole models and every attention layer / a GQA model converted to G = H_kv is identical",
           "[convert]") {
   Generator gen(3);
   nn::TransformerConfig c;
@@ -213,7 +213,7 @@ TEST_CASE("convert: whole models, every attention layer, and a GQA model convert
   }
 }
 
-TEST_CASE("convert: a trained checkpoint converts, loads, generates and uptrains with --init-from", "[convert]") {
+TEST_CASE("convert: a trained checkpoint converts/loads/generates and uptrains with --init-from", "[convert]") {
   const fs::path dir = temp_dir("convert");
   std::ostringstream log;
   const train::TrainResult base = train::run_training(small_sort(dir / "run", 30), log);

@@ -202,7 +202,7 @@ TEST_CASE("lora: attention adapters equal the projections with W + s A B written
   XGT_CHECK_WITHIN(m.forward_cached(X, cache).Y.value(), ref(X, causal).value(), 1e-12);
 }
 
-TEST_CASE("lora: gradcheck of LoRALinear and of LoRA on x, A and B in float64", "[lora][gradcheck]") {
+TEST_CASE("lora: gradcheck of LoRALinear and of LoRA on x A and B in float64", "[lora][gradcheck]") {
   Generator gen(4);
   nn::Linear base(6, 5, gen, true, DType::float64);
   randomise(base, gen);
@@ -369,7 +369,7 @@ TEST_CASE("lora: frozen base weights get no gradient while A and B do", "[lora][
   CHECK(full.named_trainable_parameters().size() == full.named_parameters().size());
 }
 
-TEST_CASE("lora: freeze and unfreeze by regular expression, and trainable_parameters", "[lora][freeze]") {
+TEST_CASE("lora: freeze and unfreeze by regular expression / trainable_parameters", "[lora][freeze]") {
   Generator gen(7);
   nn::GPT m(tiny_llama(), gen);
   const std::size_t all = m.named_parameters().size();  // tok, 2 x 7, norm

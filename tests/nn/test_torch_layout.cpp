@@ -88,7 +88,7 @@ TEST_CASE("torch_layout: GQA and MQA self-attention export to separate q/k/v/o a
   CHECK(same_parameters(nb, nb2));
 }
 
-TEST_CASE("torch_layout: cross-attention export and import (d_q != d_m, d_out, GQA, explicit d_head)",
+TEST_CASE("torch_layout: cross-attention export and import (d_q != d_m / d_out / GQA / explicit d_head)",
           "[nn][layout]") {
   Generator g(12);
   const CrossAttentionConfig cfg = cross_config(6, 5, 4, 2, 7, 3);  // d_head 3: H_q d_h = 12 != d_q
@@ -111,7 +111,7 @@ TEST_CASE("torch_layout: cross-attention export and import (d_q != d_m, d_out, G
   XGT_CHECK_SAME(a.forward(Xq, Xm, call).Y.value(), b.forward(Xq, Xm, call).Y.value());  // same weights, same calls
 }
 
-TEST_CASE("torch_layout: nn.MultiheadAttention state for cross attention, packed and with kdim/vdim",
+TEST_CASE("torch_layout: nn.MultiheadAttention state for cross attention both packed and with kdim/vdim",
           "[nn][layout]") {
   Generator g(13);
   // kdim == embed_dim: torch packs q, k, v into in_proj_weight.

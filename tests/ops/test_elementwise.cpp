@@ -20,7 +20,7 @@ TEST_CASE("add: values broadcast like NumPy", "[ops][elementwise]") {
   CHECK(c.value().to_vector() == std::vector<double>{11, 12, 13, 21, 22, 23});
 }
 
-TEST_CASE("scalar operators: x*2, 1-x, 2/x, -x", "[ops][elementwise]") {
+TEST_CASE("scalar operators: x*2 1-x 2/x and -x", "[ops][elementwise]") {
   const Tensor x(Array::of({1.0, 4.0}));
   CHECK((x * 2.0).value().to_vector() == std::vector<double>{2, 8});
   CHECK((1.0 - x).value().to_vector() == std::vector<double>{0, -3});

@@ -44,7 +44,7 @@ TEST_CASE("errors: dtype mismatch names both dtypes", "[errors]") {
   CHECK_THROWS_WITH(ops::concat({a, b}, 0), Catch::Contains("[concat]") && Catch::Contains("xs[1]"));
 }
 
-TEST_CASE("errors: bad axes name the op, the axis and the rank", "[errors]") {
+TEST_CASE("errors: bad axes name the op and the axis and the rank", "[errors]") {
   const Tensor x = t({2, 3});
   CHECK_THROWS_AS(ops::sum(x, {2}), AxisError);
   CHECK_THROWS_WITH(ops::sum(x, {2}), Catch::Contains("[sum]") && Catch::Contains("axis 2") &&
@@ -57,7 +57,7 @@ TEST_CASE("errors: bad axes name the op, the axis and the rank", "[errors]") {
   CHECK_THROWS_WITH(ops::concat({x}, 5), Catch::Contains("[concat]"));
 }
 
-TEST_CASE("errors: backward of a non-scalar without a seed, and with a wrong seed", "[errors][tape]") {
+TEST_CASE("errors: backward of a non-scalar without a seed and with a wrong seed", "[errors][tape]") {
   Tensor x(Array::of({1.0, 2.0}), true);
   Tensor y = x * 2.0;
   CHECK_THROWS_AS(y.backward(), TapeError);
@@ -118,7 +118,7 @@ TEST_CASE("errors: values that would silently become NaN are refused", "[errors]
   CHECK_THROWS_WITH(ops::clamp(t({1}), 1.0, 0.0), Catch::Contains("[clamp]"));
 }
 
-TEST_CASE("errors: element counts that overflow, huge slice steps and empty softmax axes", "[errors]") {
+TEST_CASE("errors: element counts that overflow / huge slice steps / empty softmax axes", "[errors]") {
   CHECK_THROWS_WITH(Array::zeros({3, std::size_t(0xAAAAAAAAAAAAAAABull)}, DType::float64),
                     Catch::Contains("[shape]") && Catch::Contains("more elements than fit"));
   CHECK(numel({0, std::size_t(-1), std::size_t(-1)}) == 0);  // a zero axis: no overflow, no elements

@@ -20,7 +20,7 @@ TEST_CASE("layer_norm: normalised rows have mean 0 and variance 1 before the aff
   CHECK(z.value().at({2, 3}) == Approx(y.value().at({2, 3}) * 4 + 0.5));
 }
 
-TEST_CASE("layer_norm: the fused op equals its composition from mean, sub, sqrt, div (values and VJP, 1e-12)",
+TEST_CASE("layer_norm: the fused op equals its composition from mean/sub/sqrt/div (values and VJP to 1e-12)",
           "[ops][layer_norm]") {
   Generator g(33);
   for (const Shape& s : {Shape{5}, Shape{3, 7}, Shape{2, 300, 16}}) {  // the last spans several chunks

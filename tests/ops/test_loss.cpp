@@ -6,7 +6,7 @@
 using namespace xg;
 using namespace xgt;
 
-TEST_CASE("cross_entropy: equals -log softmax at the target, averaged", "[ops][loss]") {
+TEST_CASE("cross_entropy: equals the average of -log softmax at the target", "[ops][loss]") {
   const Array z = Array::of({{2.0, 1.0, 0.1}, {0.5, 2.5, 0.3}});
   const Tensor L = ops::cross_entropy(Tensor(z), IndexArray{0, 2});
   const double l0 = -std::log(std::exp(2.0) / (std::exp(2.0) + std::exp(1.0) + std::exp(0.1)));

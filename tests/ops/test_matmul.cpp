@@ -87,8 +87,8 @@ TEST_CASE("matmul: float32 runs sgemm and matches float64 to single precision", 
   CHECK(max_abs_diff(c32.astype(DType::float64), naive_matmul(a, b)) < 1e-5);
 }
 
-TEST_CASE("matmul: one row or one column of output (matrix-vector products) in every transpose layout, whatever the "
-          "output memory held, the same for any thread count",
+TEST_CASE("matmul: one row or one column of output (matrix-vector products) in every transpose layout whatever the "
+          "output memory held - the same for any thread count",
           "[ops][matmul]") {
   // Batch-1 decoding multiplies one row by every weight matrix: a GEMM with M = 1 (or N = 1)
   // runs as a matrix-vector product, split over the pool when large (core/blas.cpp).

@@ -46,7 +46,7 @@ TEST_CASE("rms_norm: values and gradients equal the ones worked out by hand", "[
   }
 }
 
-TEST_CASE("rms_norm: the fused op equals its composition from mul, mean, add, sqrt, div (values and VJP)",
+TEST_CASE("rms_norm: the fused op equals its composition from mul/mean/add/sqrt/div (values and VJP)",
           "[ops][rms_norm][llama]") {
   // float64 to 1e-12; float32 within 1e-6 (values) and 5e-6 (gradients), scaled by max(1, |composed|):
   // both sides round in float32 (the fused op sums squares in double, the composition in
@@ -74,7 +74,7 @@ TEST_CASE("rms_norm: the fused op equals its composition from mul, mean, add, sq
   }
 }
 
-TEST_CASE("rms_norm: a row of zeros stays finite (y 0, x_bar = g w / sqrt(eps)) even with a tiny eps",
+TEST_CASE("rms_norm: a row of zeros stays finite (y 0 and x_bar = g w / sqrt(eps)) even with a tiny eps",
           "[ops][rms_norm][llama]") {
   for (DType dt : {DType::float64, DType::float32}) {
     INFO(dtype_name(dt));

@@ -29,7 +29,7 @@ double dot_rows(const Array& a, std::size_t ia, const Array& b, std::size_t ib, 
 
 }  // namespace
 
-TEST_CASE("rope: hand-computed values, both layouts and a partial rotation", "[ops][rope]") {
+TEST_CASE("rope: hand-computed values for both layouts and a partial rotation", "[ops][rope]") {
   // d = 2 at position 1, base 10000: theta_0 = 1 * 10000^0 = 1 rad, so [1, 0] -> [cos 1, sin 1].
   const Array y2 = ops::rope(Tensor(Array::of({{1.0, 0.0}}, DType::float64)), {1}).value();
   CHECK(std::abs(y2.flat(0) - 0.5403023058681398) < 1e-15);
@@ -56,7 +56,7 @@ TEST_CASE("rope: hand-computed values, both layouts and a partial rotation", "[o
   CHECK(std::abs(y32.flat(0) - want_i[0]) < 1e-6);
 }
 
-TEST_CASE("rope: VJP passes gradcheck for both layouts, partial fractions and arbitrary positions",
+TEST_CASE("rope: VJP passes gradcheck for both layouts plus partial fractions and arbitrary positions",
           "[ops][rope][gradcheck]") {
   Generator g(11);
   for (const RopeLayout layout : {RopeLayout::interleaved, RopeLayout::half_split})
@@ -68,7 +68,7 @@ TEST_CASE("rope: VJP passes gradcheck for both layouts, partial fractions and ar
     }
 }
 
-TEST_CASE("rope: preserves norms, and q.k depends only on the relative position", "[ops][rope]") {
+TEST_CASE("rope: preserves norms and q.k depends only on the relative position", "[ops][rope]") {
   Generator g(12);
   for (const RopeLayout layout : {RopeLayout::interleaved, RopeLayout::half_split}) {
     const RopeConfig cfg = rope_cfg(layout);

@@ -23,7 +23,7 @@ TEST_CASE("softmax: rows sum to 1 along any axis", "[ops][softmax]") {
   }
 }
 
-TEST_CASE("softmax: scores of magnitude 1e3 give finite, correct weights (SPEC 1.2)", "[ops][softmax][spec]") {
+TEST_CASE("softmax: scores of magnitude 1e3 give finite and correct weights (SPEC 1.2)", "[ops][softmax][spec]") {
   // Expected values in closed form, from the differences to the row maximum: row (1000, 1001,
   // 999) -> (e^-1, 1, e^-2) / (1 + e^-1 + e^-2), and so on. The last two rows spread over
   // 2000, so shifting by anything but the maximum (the mean, the first entry) overflows exp
@@ -53,7 +53,7 @@ TEST_CASE("softmax: -inf scores get weight exactly 0 and no part in the sum (5.1
   CHECK(a[2] == Approx(0.75));
 }
 
-TEST_CASE("softmax: score-gradient rows sum to zero, and the VJP of ones is zero (5.24)", "[ops][softmax][spec]") {
+TEST_CASE("softmax: score-gradient rows sum to zero and the VJP of ones is zero (5.24)", "[ops][softmax][spec]") {
   Generator g(113);
   Tensor u(rnd({3, 5}, g, -2, 2), true);
   Tensor a = ops::softmax(u);

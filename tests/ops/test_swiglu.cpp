@@ -142,7 +142,7 @@ TEST_CASE("swiglu: the fused op equals silu(a) * b and a * sigmoid(a) * b compos
   }
 }
 
-TEST_CASE("gradcheck suite: the built-in set has the rms_norm, silu and swiglu checks and they pass in both dtypes",
+TEST_CASE("gradcheck suite: the built-in set has the rms_norm silu and swiglu checks and they pass in both dtypes",
           "[gradcheck][suite][llama]") {
   GradcheckSuite s;
   checks::register_builtin_checks(s);

@@ -39,7 +39,7 @@ TEST_CASE("sigmoid: stays finite and exact at large |x|", "[ops][unary]") {
   CHECK(y[1] == 1.0);
 }
 
-TEST_CASE("relu, abs, clamp: derivative conventions at the kinks", "[ops][unary]") {
+TEST_CASE("relu abs and clamp: derivative conventions at the kinks", "[ops][unary]") {
   Tensor x(Array::of({0.0, -1.0, 1.0}), true);
   ops::sum(ops::relu(x)).backward();
   CHECK(x.grad().to_vector() == std::vector<double>{0, 0, 1});  // relu'(0) = 0, as PyTorch

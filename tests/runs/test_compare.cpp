@@ -96,7 +96,7 @@ std::string resumed_log() {
 
 }  // namespace
 
-TEST_CASE("compare: a run's final and best validation loss, tokens seen and wall time summed over a resume",
+TEST_CASE("compare: a run's final and best validation loss plus tokens seen and wall time summed over a resume",
           "[compare]") {
   const fs::path dir = temp_dir("compare_values");
   make_run(dir / "A", resumed_log(), sort_options(), "0123456789abcdef0123456789abcdef");
@@ -143,7 +143,7 @@ TEST_CASE("compare: a resumed session whose first step outlasts the whole sessio
   fs::remove_all(dir);
 }
 
-TEST_CASE("compare: validation bits per byte are read from a val_bpb column, the best from the best loss's row",
+TEST_CASE("compare: validation bits per byte are read from a val_bpb column and the best from the best loss's row",
           "[compare]") {
   std::string log = "step,lr,loss,grad_norm,tokens_per_s,elapsed_s,val_loss,val_bpb\n";
   log += row(1, 3.0, 1, 0.1, 256, "2.5", ",3.5");
@@ -200,7 +200,7 @@ TEST_CASE("compare: a log of the six-column format has no validation loss / old 
   fs::remove_all(dir);
 }
 
-TEST_CASE("compare: config.json, when present, gives the options (nested members flattened)", "[compare]") {
+TEST_CASE("compare: config.json when present gives the options (nested members flattened)", "[compare]") {
   const fs::path dir = temp_dir("compare_config");
   make_run(dir / "A", std::string(kHeader) + "\n" + row(1, 1.0, 1, 0.1, 96), sort_options());
   write_file(dir / "A" / "config.json",
@@ -221,7 +221,7 @@ TEST_CASE("compare: config.json, when present, gives the options (nested members
   fs::remove_all(dir);
 }
 
-TEST_CASE("compare: labels are folder names, or the shortest path suffixes that tell clashing names apart",
+TEST_CASE("compare: labels are folder names or the shortest path suffixes that tell clashing names apart",
           "[compare]") {
   CHECK(runs::unique_labels({"/x/exp1/A", "/x/exp2/A", "/x/B/"}) == std::vector<std::string>{"exp1/A", "exp2/A", "B"});
   CHECK(runs::unique_labels({"/a/b", "/x/a/b"}) == std::vector<std::string>{"/a/b", "x/a/b"});
@@ -240,7 +240,7 @@ TEST_CASE("compare: labels are folder names, or the shortest path suffixes that 
   fs::remove_all(dir);
 }
 
-TEST_CASE("compare: the same run given twice, by path or by run id, is a usage error naming both", "[compare]") {
+TEST_CASE("compare: the same run given twice (by path or by run id) is a usage error naming both", "[compare]") {
   const fs::path dir = temp_dir("compare_same");
   make_run(dir / "A", resumed_log(), sort_options(), "0123456789abcdef0123456789abcdef");
   const std::string a = (dir / "A").string();
@@ -311,7 +311,7 @@ TEST_CASE("compare: a bad log.csv is a format error naming the file and line", "
   fs::remove_all(dir);
 }
 
-TEST_CASE("compare: differing options (numbers compared as numbers, missing ones differ) in the table and JSON",
+TEST_CASE("compare: differing options (numbers compared as numbers and missing ones differ) in the table and JSON",
           "[compare]") {
   const fs::path dir = temp_dir("compare_differ");
   std::map<std::string, std::string> a = sort_options("0.01"), b = sort_options("1e-2");
@@ -378,7 +378,7 @@ TEST_CASE("compare: a folder name that is not UTF-8 reaches the JSON document as
   fs::remove_all(dir);
 }
 
-TEST_CASE("compare: the picture's script plots every run's logs in its colour, by step or by tokens seen",
+TEST_CASE("compare: the picture's script plots every run's logs in its colour by step or by tokens seen",
           "[compare]") {
   const fs::path dir = temp_dir("compare_script");
   make_run(dir / "runs" / "A", resumed_log(), sort_options(), "0123456789abcdef0123456789abcdef");
@@ -487,7 +487,7 @@ TEST_CASE("compare: --y val_bpb is the default when the tokenizers differ and --
   fs::remove_all(dir);
 }
 
-TEST_CASE("safetensors: load_header reads the header alone, with load's checks", "[compare][safetensors]") {
+TEST_CASE("safetensors: load_header reads the header alone with load's checks", "[compare][safetensors]") {
   const fs::path dir = temp_dir("st_header");
   const fs::path p = dir / "s.safetensors";
   write_file(p, safetensors_bytes({{"opt.task", "sort"}, {"a", "b"}}));
@@ -526,7 +526,7 @@ TEST_CASE("safetensors: load_header reads the header alone, with load's checks",
   fs::remove_all(dir);
 }
 
-TEST_CASE("json: dump(2) writes one item or member per line, two spaces deeper per level", "[compare][json]") {
+TEST_CASE("json: dump(2) writes one item or member per line and two spaces deeper per level", "[compare][json]") {
   const json::Value v = json::parse(R"({"a":[1,{"b":null}],"c":{},"d":[],"e":"x"})");
   CHECK(v.dump() == R"({"a":[1,{"b":null}],"c":{},"d":[],"e":"x"})");
   CHECK(v.dump(2) == "{\n  \"a\": [\n    1,\n    {\n      \"b\": null\n    }\n  ],\n  \"c\": {},\n  \"d\": [],\n  \"e\": \"x\"\n}");

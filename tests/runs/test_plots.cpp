@@ -55,7 +55,7 @@ runs::HeatmapLabels abc_labels() {
 
 }  // namespace
 
-TEST_CASE("plots: tick labels make spaces, control characters and stray bytes visible", "[plots]") {
+TEST_CASE("plots: tick labels make spaces and control characters and stray bytes visible", "[plots]") {
   CHECK(runs::tick_label("a") == "a");
   CHECK(runs::tick_label(" ") == "\xE2\x90\xA3");
   CHECK(runs::tick_label("\n") == "\\n");
@@ -66,7 +66,7 @@ TEST_CASE("plots: tick labels make spaces, control characters and stray bytes vi
   CHECK(runs::tick_label("\xE0\x80\x80") == "\\xE0\\x80\\x80");  // overlong: not UTF-8
 }
 
-TEST_CASE("plots: the attention-map script has title, axis names, token labels, colour scale, masked colour",
+TEST_CASE("plots: the attention-map script has title / axis names / token labels / colour scale / masked colour",
           "[plots]") {
   const std::string s = runs::attention_map_script(causal_weights(), causal_allowed(3), abc_labels(), "map.png");
   // Title (two lines, the quote escaped), axis names, output name.
@@ -92,7 +92,7 @@ TEST_CASE("plots: the attention-map script has title, axis names, token labels, 
   CHECK_THAT(s, Catch::Contains("plot $weights matrix with image"));
 }
 
-TEST_CASE("plots: labels needing escapes, and numbers instead of labels on long axes", "[plots]") {
+TEST_CASE("plots: labels needing escapes and numbers instead of labels on long axes", "[plots]") {
   runs::HeatmapLabels l;
   l.title = "t";
   l.x_ticks = l.y_ticks = {"'", "\"", "%"};
@@ -157,7 +157,7 @@ TEST_CASE("plots: bad input is an error naming the cell or the path", "[plots]")
   fs::remove_all(dir);
 }
 
-TEST_CASE("plots: gnuplot draws valid PNGs of the planned size, each with its script beside it", "[plots]") {
+TEST_CASE("plots: gnuplot draws valid PNGs of the planned size each with its script beside it", "[plots]") {
   REQUIRE_FALSE(runs::find_gnuplot().empty());  // gnuplot-nox is a build requirement (scripts/setup.sh)
   const fs::path dir = temp_dir("plots_draw");
   {
@@ -190,7 +190,7 @@ TEST_CASE("plots: gnuplot draws valid PNGs of the planned size, each with its sc
   fs::remove_all(dir);
 }
 
-TEST_CASE("plots: without gnuplot a picture is skipped (script written, stale PNG removed)", "[plots]") {
+TEST_CASE("plots: without gnuplot a picture is skipped (script written and stale PNG removed)", "[plots]") {
   const fs::path dir = temp_dir("plots_nognuplot");
   fs::create_directories(dir / "bin");
   { std::ofstream(dir / "map.png") << "an old picture"; }
@@ -221,7 +221,7 @@ TEST_CASE("plots: a gnuplot that fails is an error naming it and what it said", 
   fs::remove_all(dir);
 }
 
-TEST_CASE("train: results go to the output stream, progress and warnings to the progress stream / a loss curve "
+TEST_CASE("train: results go to the output stream and progress and warnings to the progress stream / a loss curve "
           "that cannot be drawn does not fail the run",
           "[train][plots]") {
   const fs::path dir = temp_dir("train_streams");

@@ -130,7 +130,7 @@ TEST_CASE("report: text from a run folder cannot end the page's data script", "[
   CHECK(page.find("<script src") == std::string::npos);
 }
 
-TEST_CASE("report: a deeply nested --gradcheck file is a FormatError naming the limit, not a crash", "[report]") {
+TEST_CASE("report: a deeply nested --gradcheck file is a FormatError naming the limit and not a crash", "[report]") {
   const fs::path dir = xgt::temp_dir("report_nested");
   const fs::path deep = dir / "deep.json";
   xgt::write_file(deep, std::string(500000, '[') + std::string(500000, ']'));

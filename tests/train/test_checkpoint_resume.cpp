@@ -55,7 +55,7 @@ std::string first_line(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("checkpoint: one unit on disk, and resume refuses a model and state from different steps",
+TEST_CASE("checkpoint: one unit on disk and resume refuses a model and state from different steps",
           "[train][checkpoint]") {
   const fs::path dir = fresh_dir("atomic");
   std::ostringstream log;
@@ -281,7 +281,7 @@ TEST_CASE("checkpoint: header metadata cannot make the loader allocate more than
   fs::remove_all(dir);
 }
 
-TEST_CASE("checkpoint: a damaged vocabulary (entries swapped) is refused at load, naming the first differing entry",
+TEST_CASE("checkpoint: a damaged vocabulary (entries swapped) is refused at load naming the first differing entry",
           "[train][checkpoint][vocabulary]") {
   const fs::path dir = fresh_dir("vocab");
   std::ostringstream log;
@@ -333,7 +333,7 @@ TEST_CASE("checkpoint: a damaged vocabulary (entries swapped) is refused at load
   fs::remove_all(dir);
 }
 
-TEST_CASE("resume: a state with --pos rope that lacks a RoPE key is refused, never resumed with the default",
+TEST_CASE("resume: a state with --pos rope that lacks a RoPE key is refused and never resumed with the default",
           "[train][checkpoint]") {
   const fs::path dir = fresh_dir("rope_keys");
   std::ostringstream log;
@@ -367,7 +367,7 @@ TEST_CASE("resume: a state with --pos rope that lacks a RoPE key is refused, nev
   fs::remove_all(dir);
 }
 
-TEST_CASE("resume: the run options a state may lack, and the value each then has", "[train][checkpoint]") {
+TEST_CASE("resume: the run options a state may lack and the value each then has", "[train][checkpoint]") {
   // States of xgrad 0.2.0 (tests/fixtures/runs_v0, resumed by check_saved_runs.py) hold every
   // run option but these, added since: each written only when not at this value, so a state
   // without it means that value.

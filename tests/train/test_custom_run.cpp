@@ -200,7 +200,7 @@ TEST_CASE("train_module: a GPT with a registered activation trains and loads bac
   XGT_CHECK_SAME(lm.gpt->logits(t).value(), m.logits(t).value());
 }
 
-TEST_CASE("train_module: bad options, another run's folder and a bad loss are refused", "[custom_run]") {
+TEST_CASE("train_module: bad options and another run's folder and a bad loss are refused", "[custom_run]") {
   const auto dir = temp_dir("custom_run_bad");
   Generator g(5);
   SmallNet net(g);

@@ -59,7 +59,7 @@ TEST_CASE("lifecycle: a new run's options are range-checked and --lr 0 is refuse
   CHECK_THROWS_WITH(train::resolve_invocation(t, text, warnings), Catch::Contains("--val-fraction is only for --task text"));
 }
 
-TEST_CASE("lifecycle: --resume refuses run-defining flags and --config, and an empty folder", "[lifecycle]") {
+TEST_CASE("lifecycle: --resume refuses run-defining flags and --config as well as an empty folder", "[lifecycle]") {
   std::ostringstream warnings;
   TrainOptions o;
   o.resume = "somewhere";
@@ -80,7 +80,7 @@ TEST_CASE("lifecycle: --resume refuses run-defining flags and --config, and an e
   CHECK_THROWS_WITH(train::resolve_invocation(empty, flag_only, warnings), Catch::Contains("--resume needs the folder"));
 }
 
-TEST_CASE("lifecycle: --config sets the options no flag gave, and a differing --threads warns", "[lifecycle]") {
+TEST_CASE("lifecycle: --config sets the options no flag gave and a differing --threads warns", "[lifecycle]") {
   const std::string config = write_config("exp.json", "{\"d_model\": 32, \"heads\": 8, \"threads\": 3}");
   TrainOptions o;
   o.heads = 2;

@@ -153,7 +153,7 @@ TEST_CASE("model schema: metadata written by the rows reads back to the same mod
   CHECK(train::model_metadata(back) == m);
 }
 
-TEST_CASE("model schema: a missing key is refused by name, an optional one means its default", "[model_schema]") {
+TEST_CASE("model schema: a missing key is refused by name and an optional one means its default", "[model_schema]") {
   train::ModelInfo info = every_row();
   info.task_params.clear();
   info.task = "other";
@@ -178,7 +178,7 @@ TEST_CASE("model schema: a missing key is refused by name, an optional one means
   }
 }
 
-TEST_CASE("model schema: each row names the option that sets it, and each model option a row", "[model_schema]") {
+TEST_CASE("model schema: each row names the option that sets it and each model option has a row", "[model_schema]") {
   // The rows name their options; the option table's model_key is derived from them.
   std::size_t shaping = 0;
   for (const train::ModelField& f : train::model_schema()) {
@@ -253,7 +253,7 @@ TEST_CASE("model schema: enums for the model and the task", "[model_schema]") {
   CHECK(train::task_kind("custom") == train::TaskKind::imported);
 }
 
-TEST_CASE("model schema: checkpoints saved before it load, re-save the same metadata and run", "[model_schema]") {
+TEST_CASE("model schema: checkpoints saved before it load and re-save the same metadata and run", "[model_schema]") {
   for (const std::string& name : kFixtureFiles) {
     const std::string path = (kFixtures / name).string();
     INFO(path);
@@ -395,7 +395,7 @@ TEST_CASE("model schema: --dtype bfloat16 is a float32 model to --init-from", "[
   fs::remove_all(dir);
 }
 
-TEST_CASE("model schema: bias false is written as false, absent means biases, other values are refused",
+TEST_CASE("model schema: bias false is written as false / absent means biases / other values are refused",
           "[model_schema]") {
   const std::string sort = (kFixtures / "sort.safetensors").string();
   const io::safetensors::Metadata saved = io::safetensors::load_header(sort).metadata;

@@ -368,7 +368,7 @@ TEST_CASE("config json: --config RUN/config.json repeats a run made with another
     WARN("2 and 3 threads gave the same bits here: this case does not show that the count matters");
 }
 
-TEST_CASE("option table: a flag is its option's name with dashes, --no-<name> for a switch that turns it off",
+TEST_CASE("option table: a flag is its option's name with dashes and --no-<name> for a switch that turns it off",
           "[options]") {
   for (const OptionSpec& s : train::option_schema()) {
     if (s.flag.empty()) continue;

@@ -29,7 +29,7 @@ fs::path fresh_dir(const std::string& name) { return temp_dir("reliability_" + n
 
 }  // namespace
 
-TEST_CASE("charlm: non-ASCII text checkpoints, resumes and generates", "[train]") {
+TEST_CASE("charlm: non-ASCII text checkpoints resumes and generates", "[train]") {
   const fs::path dir = fresh_dir("utf8");
   {
     std::ofstream text(dir / "t.txt", std::ios::binary);

@@ -177,7 +177,7 @@ TEST_CASE("train: a resumed run takes the thread count its checkpoint saved and 
   fs::remove_all(parts);
 }
 
-TEST_CASE("train: a checkpoint without a thread count (1 thread, or saved by xgrad 0.2.0) resumes with 1 thread",
+TEST_CASE("train: a checkpoint without a thread count (1 thread or saved by xgrad 0.2.0) resumes with 1 thread",
           "[train][checkpoint][threads]") {
   const fs::path dir = temp_dir("threads_legacy");
   set_num_threads(3);

@@ -120,7 +120,7 @@ std::vector<Case> cases(std::size_t d_k = 5, std::size_t d_v = 3) {
 
 }  // namespace
 
-TEST_CASE("fused attention equals the composed path on every visibility kind (float64, 1e-12)",
+TEST_CASE("fused attention equals the composed path on every visibility kind (float64 to 1e-12)",
           "[attention][fused][reference]") {
   for (const Case& c : cases()) {
     for (double dropout : {0.0, 0.25}) {

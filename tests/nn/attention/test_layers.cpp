@@ -26,7 +26,7 @@ void randomise_biases(Module& m, Generator& g) {
 
 }  // namespace
 
-TEST_CASE("attention layer: parameter names, shapes and counts for MHA, GQA and MQA (5.22), (5.36)",
+TEST_CASE("attention layer: parameter names/shapes/counts for MHA/GQA/MQA (5.22) and (5.36)",
           "[nn][attention]") {
   Generator g(1);
   for (std::size_t H_kv : {4, 2, 1}) {
@@ -76,7 +76,7 @@ TEST_CASE("attention layer: Y = sum_h O^(h) W_O^(h) with per-head slices of the 
   CHECK(max_abs_diff(Y, Y_sum.value()) < 1e-12);
 }
 
-TEST_CASE("attention layer: H_kv == H_q is MHA, H_kv == 1 is MQA, all through one module", "[nn][attention]") {
+TEST_CASE("attention layer: H_kv == H_q is MHA and H_kv == 1 is MQA - all through one module", "[nn][attention]") {
   Generator g(3);
   for (std::size_t H_kv : {4, 2, 1}) {
     MultiHeadAttention m(config(8, 4, H_kv), g);
@@ -89,7 +89,7 @@ TEST_CASE("attention layer: H_kv == H_q is MHA, H_kv == 1 is MQA, all through on
   }
 }
 
-TEST_CASE("cross attention: T != S, d_q != d_m, source padding zeroes weights, no causal mask implied (5.23)",
+TEST_CASE("cross attention: T != S and d_q != d_m / source padding zeroes weights / no causal mask implied (5.23)",
           "[nn][attention]") {
   Generator g(4);
   CrossAttentionConfig c;
@@ -118,7 +118,7 @@ TEST_CASE("cross attention: T != S, d_q != d_m, source padding zeroes weights, n
   XGT_CHECK_SAME(xa.forward_with_memory(Xq, kv, call).Y.value(), out.Y.value());  // the same calls, split in two
 }
 
-TEST_CASE("KV cache: prefill, chunked prefill and one-token decoding equal the full causal pass",
+TEST_CASE("KV cache: prefill and chunked prefill and one-token decoding equal the full causal pass",
           "[nn][attention][kv_cache]") {
   Generator g(5);
   for (std::size_t H_kv : {3, 1}) {
@@ -147,7 +147,7 @@ TEST_CASE("KV cache: prefill, chunked prefill and one-token decoding equal the f
   }
 }
 
-TEST_CASE("KV cache: tracks positions and sizes, and refuses to overflow", "[nn][attention][kv_cache][errors]") {
+TEST_CASE("KV cache: tracks positions and sizes and refuses to overflow", "[nn][attention][kv_cache][errors]") {
   Generator g(6);
   MultiHeadAttention m(config(8, 2, 1), g);
   KVCache cache = m.make_cache(1, 4);
@@ -215,7 +215,7 @@ TEST_CASE("KV cache: the one-query decoding step reads the cache in place and eq
       }
 }
 
-TEST_CASE("KV cache: a float32 cache without a window keeps its keys transposed, and the decoding step reads them",
+TEST_CASE("KV cache: a float32 cache without a window keeps its keys transposed and the decoding step reads them",
           "[nn][attention][kv_cache]") {
   // key_columns() is K^T tile by tile, written on append; attention_one_query given it reads its
   // tiles of K^T in place, without it transposes K's slots: the same products on the same values,
@@ -334,7 +334,7 @@ TEST_CASE("attention layer: dropout only in training / eval is exactly the deter
   CHECK_THROWS_WITH(m.forward(X, call), Catch::Contains("needs a generator"));
 }
 
-TEST_CASE("attention: returned weights rows sum to 1 for valid queries and are zero for invalid ones (SPEC 1.1, 4.6)",
+TEST_CASE("attention: returned weights rows sum to 1 for valid queries and are zero for invalid ones (SPEC 1.1 and 4.6)",
           "[nn][attention]") {
   Generator g(9);
   SdpaOptions o;

@@ -132,7 +132,7 @@ struct MhaCase {
 
 }  // namespace
 
-TEST_CASE("attention module values: MHA, GQA and MQA outputs and gradients equal plain loops (5.18)-(5.22), (5.36)",
+TEST_CASE("attention module values: MHA/GQA/MQA outputs and gradients equal plain loops (5.18)-(5.22) and (5.36)",
           "[nn][attention][claims]") {
   const std::vector<MhaCase> cases = {
       {"MHA d_model 4, 2 heads", 4, 2, 2, 2},
@@ -198,7 +198,7 @@ TEST_CASE("attention module values: MHA, GQA and MQA outputs and gradients equal
   }
 }
 
-TEST_CASE("attention module values: CrossAttention output and gradients equal plain loops (5.23), GQA memory",
+TEST_CASE("attention module values: CrossAttention output and gradients equal plain loops (5.23) with GQA memory",
           "[nn][attention][claims]") {
   Generator g(77);
   const std::size_t B = 2, T = 3, S = 4, d_q = 3, d_m = 5, H_q = 2, H_kv = 1, d_h = 2, d_out = 3;

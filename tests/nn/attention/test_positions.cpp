@@ -33,7 +33,7 @@ RopeConfig rope_cfg(RopeLayout layout, double fraction = 1.0, double base = 1000
 
 }  // namespace
 
-TEST_CASE("alibi: standard slopes, powers of two and not", "[nn][alibi]") {
+TEST_CASE("alibi: standard slopes for powers of two and not", "[nn][alibi]") {
   // H = 8: 2^-1 .. 2^-8 (the paper's example).
   const std::vector<double> s8 = alibi_slopes(8);
   REQUIRE(s8.size() == 8);
@@ -52,7 +52,7 @@ TEST_CASE("alibi: standard slopes, powers of two and not", "[nn][alibi]") {
   CHECK_THROWS_AS(alibi_slopes(0), ValueError);
 }
 
-TEST_CASE("alibi: the bias rows, composed with causal, documents and key padding", "[nn][alibi][visibility]") {
+TEST_CASE("alibi: the bias rows composed with causal/documents/key padding", "[nn][alibi][visibility]") {
   const std::vector<Position> p = iota(4);
   // 4 heads, query 3 over keys 0..3: -m_h * (3 - j).
   const Array B = (Visibility::alibi(alibi_slopes(4), p, p) & Visibility::causal(4, 4)).bias(DType::float64);
@@ -84,7 +84,7 @@ TEST_CASE("alibi: the bias rows, composed with causal, documents and key padding
   CHECK_THROWS_AS(Visibility::alibi({0.5, 0.25}, p, p) & Visibility::alibi({0.5, 0.25, 0.125}, p, p), ShapeError);
 }
 
-TEST_CASE("alibi: the fused and composed attention paths agree, outputs and gradients", "[nn][alibi][fused]") {
+TEST_CASE("alibi: the fused and composed attention paths agree on outputs and gradients", "[nn][alibi][fused]") {
   Generator g(13);
   const std::size_t B = 2, H_q = 6, H_kv = 3, T = 70, S = 70, d = 5;
   IndexArray docs({T}, std::vector<std::int64_t>(T, 0));
@@ -139,7 +139,7 @@ Array cached_run(MultiHeadAttention& m, const Array& X, const std::vector<std::s
 
 }  // namespace
 
-TEST_CASE("attention with RoPE or ALiBi: the KV cache (prefill, chunked, one token) equals the full pass",
+TEST_CASE("attention with RoPE or ALiBi: the KV cache (prefill/chunked/one token) equals the full pass",
           "[nn][rope][alibi][kv_cache]") {
   Generator g(14);
   const std::size_t T = 7;
@@ -218,7 +218,7 @@ GPT make_gpt(PositionScheme pos, Generator& g, std::size_t layers = 2) {
 
 }  // namespace
 
-TEST_CASE("GPT with rope, alibi or none: cached decoding equals the full forward, prefixes are isolated",
+TEST_CASE("GPT with rope/alibi/none: cached decoding equals the full forward and prefixes are isolated",
           "[nn][rope][alibi][gpt][kv_cache]") {
   for (const PositionScheme pos : {PositionScheme::rope, PositionScheme::alibi, PositionScheme::none}) {
     INFO(position_scheme_name(pos));
@@ -371,7 +371,7 @@ Array slice_positions(const Array& a, std::size_t at, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("attention positions: packed documents with restarted positions equal each document alone, both paths",
+TEST_CASE("attention positions: packed documents with restarted positions equal each document alone on both paths",
           "[nn][rope][alibi][window][positions]") {
   const Packing pk;
   struct Kind {
@@ -433,7 +433,7 @@ TEST_CASE("attention positions: packed documents with restarted positions equal 
   }
 }
 
-TEST_CASE("GPT positions: packed documents with restarted positions give each document's logits alone, both paths",
+TEST_CASE("GPT positions: packed documents with restarted positions give each document's logits alone on both paths",
           "[nn][rope][alibi][gpt][positions]") {
   const Packing pk;
   for (const PositionScheme scheme :
@@ -505,7 +505,7 @@ TEST_CASE("GPT positions: packed documents with restarted positions give each do
   }
 }
 
-TEST_CASE("attention positions: wrong length, negative, past the context or where unused are errors naming them",
+TEST_CASE("attention positions: wrong length/negative/past the context or where unused are errors naming them",
           "[nn][positions][errors]") {
   Generator g(32);
   AttentionConfig c = mha_config(8, 2, 1);

@@ -53,7 +53,7 @@ std::unique_ptr<nn::MultiHeadAttention> make_mha(std::size_t d_model, std::size_
 
 }  // namespace
 
-TEST_CASE("attention structure: future perturbation leaves o_1, o_2 bit-identical under the causal mask (SPEC 5)",
+TEST_CASE("attention structure: future perturbation leaves o_1 and o_2 bit-identical under the causal mask (SPEC 5)",
           "[nn][attention][causal][spec]") {
   // The worked example (5.13)-(5.14): Q = K = X, V = X W_V; x_3 -> (5, -3).
   const Array X = Array::of({{1, 0}, {0, 1}, {1, 1}});
@@ -74,7 +74,7 @@ TEST_CASE("attention structure: future perturbation leaves o_1, o_2 bit-identica
   CHECK(row_max_diff(N, N2, 2, 0) > 0.1);
 }
 
-TEST_CASE("attention structure: prefix isolation through a 3-layer causal stack, output i depends on x_{<=i} (SPEC 5)",
+TEST_CASE("attention structure: prefix isolation through a 3-layer causal stack - output i depends on x_{<=i} (SPEC 5)",
           "[nn][attention][causal][spec]") {
   const std::size_t T = 6, d = 8, L = 3;
   Generator g(7001);
@@ -99,8 +99,8 @@ TEST_CASE("attention structure: prefix isolation through a 3-layer causal stack,
   }
 }
 
-TEST_CASE("attention structure: permutation equivariance F(PX | P M P^T) = P F(X | M), not under a fixed causal mask "
-          "(5.37)-(5.41)",
+TEST_CASE("attention structure: permutation equivariance F(PX | P M P^T) = P F(X | M) but not under a fixed causal "
+          "mask (5.37)-(5.41)",
           "[nn][attention][spec]") {
   const std::size_t T = 5, d = 8;
   Generator g(7002);
@@ -129,7 +129,7 @@ TEST_CASE("attention structure: permutation equivariance F(PX | P M P^T) = P F(X
   CHECK(max_abs_diff(Yc_perm, ops::index_select(Tensor(Yc), 1, P).value()) > 1e-3);
 }
 
-TEST_CASE("attention structure: GQA query head h reads kv head floor(h/r), not h % H_kv (5.36)",
+TEST_CASE("attention structure: GQA query head h reads kv head floor(h/r) and not h % H_kv (5.36)",
           "[nn][attention][gqa][spec]") {
   const std::size_t H_q = 4, H_kv = 2, T = 5, S = 6, d = 4, dv = 3;
   Generator g(7003);
@@ -190,7 +190,7 @@ TEST_CASE("attention structure: GQA kv-head gradients sum over the group of quer
   }
 }
 
-TEST_CASE("attention structure: equal values make the weights irrelevant, every output row is v (SPEC 12)",
+TEST_CASE("attention structure: equal values make the weights irrelevant - every output row is v (SPEC 12)",
           "[nn][attention][spec]") {
   const std::size_t H = 2, T = 4, S = 5, d = 3, dv = 2;
   Generator g(7005);
@@ -267,7 +267,7 @@ TEST_CASE("attention structure: a row with one visible key has zero score and qu
   }
 }
 
-TEST_CASE("attention structure: score-gradient rows sum to zero, forbidden score gradients are zero (5.25), (5.27)",
+TEST_CASE("attention structure: score-gradient rows sum to zero and forbidden score gradients are zero (5.25) and (5.27)",
           "[nn][attention][spec]") {
   const std::size_t B = 2, H = 2, T = 4, S = 6, d = 3, dv = 2;
   Generator g(7007);
@@ -319,8 +319,8 @@ TEST_CASE("attention structure: score-gradient rows sum to zero, forbidden score
   }
 }
 
-TEST_CASE("attention structure: invalid queries give zero rows and zero gradients, no NaN, even with empty allowed sets "
-          "(SPEC 3.8, Algorithm 5.1)",
+TEST_CASE("attention structure: invalid queries give zero rows and zero gradients (no NaN) even with empty allowed "
+          "sets (SPEC 3.8 and Algorithm 5.1)",
           "[nn][attention][spec]") {
   // Left-padded causal batch: sample 1 has two pad tokens at positions 0 and 1. Its queries
   // 0 and 1 are invalid AND see no key (causal & key padding leaves them empty).
@@ -385,8 +385,8 @@ TEST_CASE("attention structure: invalid queries give zero rows and zero gradient
   }
 }
 
-TEST_CASE("attention structure: a valid query with an empty allowed set is a VisibilityError naming batch, head and "
-          "query (SPEC 3.8, exercise 5.10)",
+TEST_CASE("attention structure: a valid query with an empty allowed set is a VisibilityError naming batch/head/query "
+          "(SPEC 3.8 and exercise 5.10)",
           "[nn][attention][errors][spec]") {
   Generator g(7009);
   SECTION("left-padded causal batch without query flags") {
@@ -416,7 +416,7 @@ TEST_CASE("attention structure: a valid query with an empty allowed set is a Vis
   }
 }
 
-TEST_CASE("attention structure: values at forbidden positions never influence the output, bit for bit (SPEC 3.1)",
+TEST_CASE("attention structure: values at forbidden positions never influence the output - bit for bit (SPEC 3.1)",
           "[nn][attention][spec]") {
   const std::size_t H = 2, T = 5, S = 6, d = 3, dv = 2;
   Generator g(7010);
@@ -441,7 +441,7 @@ TEST_CASE("attention structure: values at forbidden positions never influence th
   CHECK(replaced > 0);
 }
 
-TEST_CASE("attention structure: H_kv == H_q reproduces per-head MHA exactly (5.19), (5.21), (5.36)",
+TEST_CASE("attention structure: H_kv == H_q reproduces per-head MHA exactly (5.19) (5.21) and (5.36)",
           "[nn][attention][gqa][spec]") {
   const std::size_t B = 2, H = 3, T = 4, d = 2, dv = 2, d_model = 6;
   Generator g(7011);

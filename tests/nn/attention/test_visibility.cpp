@@ -33,7 +33,7 @@ TEST_CASE("visibility: the same bool array read as allowed and as forbidden give
   CHECK(forbidden == expect_forbidden);
 }
 
-TEST_CASE("visibility: additive masks: -inf forbids, finite values are soft biases (SPEC 3.2)", "[nn][visibility]") {
+TEST_CASE("visibility: additive masks: -inf forbids and finite values are soft biases (SPEC 3.2)", "[nn][visibility]") {
   const Array M = Array::of({{0.0, -kInf, -2.0}});
   const Visibility v = Visibility::additive(M);
   const Table expect{{1, 0, 1}};
@@ -46,7 +46,7 @@ TEST_CASE("visibility: additive masks: -inf forbids, finite values are soft bias
   CHECK_THROWS_AS(Visibility::additive(Array::full({1, 1}, kInf, DType::float64)), ValueError);
 }
 
-TEST_CASE("visibility: causal by absolute positions, T == S and bottom-right T < S (5.12, SPEC 3.6)",
+TEST_CASE("visibility: causal by absolute positions for T == S and bottom-right T < S (5.12 and SPEC 3.6)",
           "[nn][visibility][spec]") {
   const Table square{{1, 0, 0}, {1, 1, 0}, {1, 1, 1}};
   CHECK(table(Visibility::causal(3, 3), 3, 3) == square);
@@ -78,7 +78,7 @@ TEST_CASE("visibility: key padding broadcasts to every head and query row (SPEC 
   CHECK_THROWS_AS(Visibility::key_lengths({5}, 4), ShapeError);
 }
 
-TEST_CASE("visibility: padding keys does not silence padded queries / invalid queries do (SPEC 3.5, 3.8)",
+TEST_CASE("visibility: padding keys does not silence padded queries / invalid queries do (SPEC 3.5 and 3.8)",
           "[nn][visibility][attention]") {
   Generator g(211);
   const Tensor Q(rnd({1, 1, 3, 2}, g)), K(rnd({1, 1, 3, 2}, g)), V(rnd({1, 1, 3, 2}, g, 0.5, 1.0));
@@ -123,7 +123,7 @@ TEST_CASE("visibility: a mask that does not fit the scores names both shapes", "
   CHECK_THROWS_WITH(Visibility::allowed(BoolArray::filled({3}, true)), Catch::Contains("[T, S], [B, T, S] or [B, H, T, S]"));
 }
 
-TEST_CASE("visibility: [B, T, S] masks apply to every head", "[nn][visibility]") {
+TEST_CASE("visibility: B x T x S masks apply to every head", "[nn][visibility]") {
   // Sample 0 allows the diagonal, sample 1 its complement; the head axis is implied.
   const BoolArray m({2, 2, 2}, {1, 0, 0, 1, 0, 1, 1, 0});
   for (const bool as_allowed : {true, false}) {
@@ -161,7 +161,7 @@ Table documents_by_definition(const std::vector<std::int64_t>& q_doc, const std:
 }
 }  // namespace
 
-TEST_CASE("visibility: documents with their own query ids and positions (T != S), causal and bidirectional",
+TEST_CASE("visibility: documents with their own query ids and positions (T != S) both causal and bidirectional",
           "[nn][visibility]") {
   // A packed prefix of 6 keys (documents 0, 0, 1, 1, 1, 2) and a suffix of 3 queries at
   // positions 6..8 that continue document 2, then start document 3: the cached-prefix case.
@@ -191,7 +191,7 @@ TEST_CASE("visibility: documents with their own query ids and positions (T != S)
   CHECK(std::vector<unsigned char>(a.begin() + 6, a.end()) == std::vector<unsigned char>{0, 1, 0, 0, 1, 1});
 }
 
-TEST_CASE("visibility: document rules with disagreeing sizes, and negative positions or lengths, are named errors",
+TEST_CASE("visibility: document rules with disagreeing sizes and negative positions or lengths are named errors",
           "[nn][visibility][errors]") {
   CHECK_THROWS_WITH(Visibility::documents(IndexArray({2}, {0, 0}), IndexArray({3}, {0, 0, 0}), {0, 1, 2}, {0, 1, 2}),
                     Catch::Contains("documents: q_pos has 3 entries") && Catch::Contains("T = 2"));

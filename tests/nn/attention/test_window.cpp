@@ -43,7 +43,7 @@ std::string str(const std::vector<unsigned char>& m, std::size_t S) {
 
 }  // namespace
 
-TEST_CASE("sliding window: the boundary q - W < k <= q, square", "[visibility][window]") {
+TEST_CASE("sliding window: the boundary q - W < k <= q on a square mask", "[visibility][window]") {
   // W = 2 over 5 positions, written by hand: each row sees itself and the one before.
   CHECK(str(expand(Visibility::sliding_window(5, 5, 2), 1, 1, 5, 5), 5) ==
         "1....\n"
@@ -131,7 +131,7 @@ TEST_CASE("sliding window: bad arguments", "[visibility][window][errors]") {
   CHECK_THROWS_AS(Visibility::sliding_window(3, 3, 2).plan("test", {1, 1, 4, 3}), ShapeError);
 }
 
-TEST_CASE("sliding window: intersections with padding, documents and dense masks", "[visibility][window]") {
+TEST_CASE("sliding window: intersections with padding/documents/dense masks", "[visibility][window]") {
   const std::size_t B = 2, T = 7;
   const std::int64_t W = 3;
   const auto win = window_mask(iota(T), iota(T), W);
@@ -231,8 +231,8 @@ IndexArray columns(const IndexArray& a, std::size_t from, std::size_t to) {
 
 }  // namespace
 
-TEST_CASE("windowed KV cache: prefill, chunks larger and smaller than W and one token at a time equal the full "
-          "forward, with bounded memory",
+TEST_CASE("windowed KV cache: prefill / chunks larger and smaller than W / one token at a time equal the full "
+          "forward with bounded memory",
           "[nn][window][kv_cache]") {
   NoGradGuard ng;
   const std::size_t W = 4, T = 5 * W + 3;
@@ -331,7 +331,7 @@ TEST_CASE("windowed KV cache: storage that starts below the window doubles up to
   CHECK(KVCache::windowed(1, 1, W, 2, 2, DType::float64).capacity() == W);
 }
 
-TEST_CASE("windowed GPT: a token is invisible beyond its window, and prefixes are isolated", "[nn][window]") {
+TEST_CASE("windowed GPT: a token is invisible beyond its window and prefixes are isolated", "[nn][window]") {
   NoGradGuard ng;
   const std::size_t W = 3, T = 9;
   Generator g(23);

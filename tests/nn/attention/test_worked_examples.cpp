@@ -43,7 +43,7 @@ void check_printed(const Array& actual, const Array& printed, double tol) {
 
 }  // namespace
 
-TEST_CASE("attention: causal single head, worked example (5.13)-(5.17)", "[nn][attention][spec]") {
+TEST_CASE("attention: causal single head worked example (5.13)-(5.17)", "[nn][attention][spec]") {
   const Array X = example_X();
   const Array V = example_V(X);
   const Array V_expected = Array::of({{1, 0}, {0, 2}, {1, 2}});  // (5.14)
@@ -82,7 +82,7 @@ TEST_CASE("attention: causal single head, worked example (5.13)-(5.17)", "[nn][a
   check_printed(O, O_printed, kPrinted6);
 }
 
-TEST_CASE("attention: summing X instead of V halves the second coordinate, A alone is not enough (5.17)",
+TEST_CASE("attention: summing X instead of V halves the second coordinate - A alone is not enough (5.17)",
           "[nn][attention][spec]") {
   const Array X = example_X();
   const Array V = example_V(X);
@@ -105,7 +105,7 @@ TEST_CASE("attention: summing X instead of V halves the second coordinate, A alo
   CHECK(std::fabs(at(OX, 2, 1) - at(O, 2, 1)) > 0.5);
 }
 
-TEST_CASE("attention: local gradient of L = o_{2,1}, worked example (5.32)-(5.33) and exercise 5.5",
+TEST_CASE("attention: local gradient of L = o_{21} in the worked example (5.32)-(5.33) and exercise 5.5",
           "[nn][attention][spec]") {
   const Array X = example_X();
   const Array Vv = example_V(X);
@@ -181,7 +181,7 @@ TEST_CASE("attention: local gradient of L = o_{2,1}, worked example (5.32)-(5.33
   }
 }
 
-TEST_CASE("attention: central difference in K_{1,2} alone tends to 0.1563986 (exercise 5.5)", "[nn][attention][spec]") {
+TEST_CASE("attention: central difference in K_{12} alone tends to 0.1563986 (exercise 5.5)", "[nn][attention][spec]") {
   const Array X = example_X();
   const Array Vv = example_V(X);
   // L(K) = o_{2,1} with Q, V and the other entries of K fixed; perturb K_{1,2} = K[0][1].
@@ -221,7 +221,7 @@ TEST_CASE("attention: central difference in K_{1,2} alone tends to 0.1563986 (ex
   CHECK(X_bar.at({1, 0}) == Approx((L_x(eps) - L_x(-eps)) / (2 * eps)).epsilon(0).margin(1e-9));
 }
 
-TEST_CASE("attention: no-mask variant of the worked example, weights (r, s, r) and v_3 = 0 (exercise 5.3)",
+TEST_CASE("attention: no-mask variant of the worked example with weights (r s r) and v_3 = 0 (exercise 5.3)",
           "[nn][attention][spec]") {
   const Array X = example_X();
   const Array Vv = example_V(X);
@@ -261,7 +261,7 @@ TEST_CASE("attention: no-mask variant of the worked example, weights (r, s, r) a
   CHECK(std::fabs(at(O, 0, 0) - 1.0) > 0.1);
 }
 
-TEST_CASE("cross-attention: worked example (5.23), T = 3 queries over S = 2 source positions",
+TEST_CASE("cross-attention: worked example (5.23) with T = 3 queries over S = 2 source positions",
           "[nn][attention][spec]") {
   // Keys e_1, e_2 and queries chosen so that the SCALED scores are (0,0), (log 3, 0), (0, log 3):
   // the default scale is 1/sqrt(d_k) = 1/sqrt(2), so the raw query rows carry sqrt(2).
@@ -290,7 +290,7 @@ TEST_CASE("cross-attention: worked example (5.23), T = 3 queries over S = 2 sour
   XGT_CHECK_SAME(O_valid.value(), bh(O_masked_expected));  // weights exactly 1 and 0: exact
 }
 
-TEST_CASE("attention: shapes of exercise 5.1, Q 5x8, K 7x8, V 7x3 -> weights 5x7, output 5x3",
+TEST_CASE("attention: shapes of exercise 5.1 - Q 5x8 K 7x8 V 7x3 -> weights 5x7 and output 5x3",
           "[nn][attention][spec]") {
   Generator g(5001);
   const Tensor Q(rnd({1, 1, 5, 8}, g)), K(rnd({1, 1, 7, 8}, g)), V(rnd({1, 1, 7, 3}, g));
@@ -304,7 +304,7 @@ TEST_CASE("attention: shapes of exercise 5.1, Q 5x8, K 7x8, V 7x3 -> weights 5x7
   for (double s : row_sums) CHECK(s == Approx(1.0).epsilon(0).margin(1e-15));
 }
 
-TEST_CASE("attention: scaled score variance is 16 when q, k coordinates have variance 4 (exercise 5.2, (5.5)-(5.7))",
+TEST_CASE("attention: scaled score variance is 16 when q and k coordinates have variance 4 (exercise 5.2 and (5.5)-(5.7))",
           "[nn][attention][spec]") {
   // N independent (q, k) pairs, coordinates N(0, 4), d_k = 16. Each pair is one batch sample
   // with two keys: key 0 is the zero vector (score exactly 0) and key 1 is k, so the scaled
@@ -343,7 +343,7 @@ TEST_CASE("attention: scaled score variance is 16 when q, k coordinates have var
   CHECK(max_abs > 1.0);
 }
 
-TEST_CASE("attention: one query at absolute position 8 sees keys 0..8, bottom-right aligned (exercise 5.6, (5.12))",
+TEST_CASE("attention: one query at absolute position 8 sees keys 0..8 bottom-right aligned (exercise 5.6 and (5.12))",
           "[nn][attention][visibility][spec]") {
   std::vector<std::int64_t> keys(9);
   std::iota(keys.begin(), keys.end(), 0);
@@ -373,7 +373,8 @@ TEST_CASE("attention: one query at absolute position 8 sees keys 0..8, bottom-ri
   CHECK(max_abs_diff(O, O_top_left) > 1e-3);
 }
 
-TEST_CASE("attention: equal K, V with different queries give 1/2 and e/(1+e) (exercise 5.8)", "[nn][attention][spec]") {
+TEST_CASE("attention: equal K and V with different queries give 1/2 and e/(1+e) (exercise 5.8)",
+          "[nn][attention][spec]") {
   // Scalar keys (0, 1), values (0, 1), queries 0 and 1; d_k = 1 so the scale is 1.
   const Array Q = Array::from_vector({1, 1, 2, 1}, {0, 1}, DType::float64);
   const Array K = Array::from_vector({1, 1, 2, 1}, {0, 1}, DType::float64);
@@ -391,7 +392,7 @@ TEST_CASE("attention: equal K, V with different queries give 1/2 and e/(1+e) (ex
   CHECK(std::fabs(O2.flat(1) - O.flat(1)) > 0.1);
 }
 
-TEST_CASE("attention dropout: sampled row sums have mean 1 and variance (1-q) sum_j A_j^2 / q (exercise 5.9, SPEC 2)",
+TEST_CASE("attention dropout: sampled row sums have mean 1 and variance (1-q) sum_j A_j^2 / q (exercise 5.9 and SPEC 2)",
           "[nn][attention][dropout][spec]") {
   // N identical query rows over S = 3 keys give the same weight row A (fixed, as the result
   // requires); each row gets its own Bernoulli(q) mask. With V = I the output row IS the
