@@ -39,7 +39,7 @@ struct Tiny : nn::Module {
 
 }  // namespace
 
-TEST_CASE("communicator: rank, size, description") {
+TEST_CASE("communicator: rank/size/description") {
   CHECK(comm().size() >= 2);
   CHECK(comm().rank() >= 0);
   CHECK(comm().rank() < comm().size());
@@ -48,7 +48,7 @@ TEST_CASE("communicator: rank, size, description") {
   CHECK(comm().description().find(std::to_string(comm().size()) + " ranks") != std::string::npos);
 }
 
-TEST_CASE("communicator: all-reduce sum, mean, max, min of float64 and float32") {
+TEST_CASE("communicator: all-reduce sum/mean/max/min of float64 and float32") {
   std::vector<double> d{r() + 1, -r(), 0.25};
   comm().all_reduce(d.data(), d.size(), dist::ReduceOp::sum);
   CHECK(d[0] == n() * (n() + 1) / 2);
@@ -70,7 +70,7 @@ TEST_CASE("communicator: all-reduce sum, mean, max, min of float64 and float32")
   for (double v : a.to_vector()) CHECK(v == n() * (n() - 1) / 2);
 }
 
-TEST_CASE("communicator: started all-reduces finish on wait(), in any number") {
+TEST_CASE("communicator: started all-reduces finish on wait() in any number") {
   std::vector<double> a(1000, r()), b(7, 1.0);
   auto pa = comm().start_all_reduce(a.data(), a.size(), dist::ReduceOp::sum);
   auto pb = comm().start_all_reduce(b.data(), b.size(), dist::ReduceOp::mean);
@@ -82,7 +82,7 @@ TEST_CASE("communicator: started all-reduces finish on wait(), in any number") {
   CHECK(b[3] == 1.0);
 }
 
-TEST_CASE("communicator: broadcast of bytes, strings and arrays / mismatched arrays are refused") {
+TEST_CASE("communicator: broadcast of bytes strings and arrays / mismatched arrays are refused") {
   std::string s = comm().rank() == 1 ? std::string(100000, 'x') + "end" : "short";
   comm().broadcast(s, 1);
   CHECK(s.size() == 100003);
@@ -153,7 +153,7 @@ TEST_CASE("kernel choices: every rank takes rank 0's calibrated ratios / a faile
     unsetenv("XGRAD_CACHE_DIR");
 }
 
-TEST_CASE("parameters: broadcast from rank 0, checksums agree, divergence is caught on every rank") {
+TEST_CASE("parameters: broadcast from rank 0 / checksums agree / divergence is caught on every rank") {
   Tiny m(DType::float32);
   const auto params = m.named_parameters();
   Tensor w1 = m.w1;
