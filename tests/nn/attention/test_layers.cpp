@@ -334,7 +334,7 @@ TEST_CASE("attention layer: dropout only in training / eval is exactly the deter
   CHECK_THROWS_WITH(m.forward(X, call), Catch::Contains("needs a generator"));
 }
 
-TEST_CASE("attention: returned weights rows sum to 1 for valid queries and are zero for invalid ones (SPEC 1.1 and 4.6)",
+TEST_CASE("attention: returned weights rows sum to 1 for valid queries and are zero for invalid ones (SPEC 1.1 and SPEC 4.6)",
           "[nn][attention]") {
   Generator g(9);
   SdpaOptions o;

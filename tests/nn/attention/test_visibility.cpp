@@ -78,7 +78,7 @@ TEST_CASE("visibility: key padding broadcasts to every head and query row (SPEC 
   CHECK_THROWS_AS(Visibility::key_lengths({5}, 4), ShapeError);
 }
 
-TEST_CASE("visibility: padding keys does not silence padded queries / invalid queries do (SPEC 3.5 and 3.8)",
+TEST_CASE("visibility: padding keys does not silence padded queries / invalid queries do (SPEC 3.5 and SPEC 3.8)",
           "[nn][visibility][attention]") {
   Generator g(211);
   const Tensor Q(rnd({1, 1, 3, 2}, g)), K(rnd({1, 1, 3, 2}, g)), V(rnd({1, 1, 3, 2}, g, 0.5, 1.0));
