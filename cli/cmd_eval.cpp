@@ -119,7 +119,7 @@ void run_eval(EvalArgs a) {
     std::cout << o.str() << std::flush;
   }
   if (a.json_path.empty()) return;
-  json j;
+  json j = command_json("eval");
   j["checkpoint"] = a.checkpoint;
   j["text"] = a.text;
   j["split"] = a.split;
@@ -151,7 +151,7 @@ void add_eval(CLI::App& app) {
             "folder (its final model.safetensors)"),
         a->checkpoint);
   o.add(shared::text().required(), a->text);
-  o.add(shared::tokenizer().with_help("refuse unless the checkpoint's tokenizer is this one ('bytes' or a .model file)"),
+  o.add(shared::tokenizer().with_help("refuse unless the checkpoint's tokenizer is this one ('bytes', a .model file or a llama2.c tokenizer.bin)"),
         a->tokenizer);
   o.add(text_flag("split", "--split", "all, or the documents xgrad train would put in train or val")
             .one_of({"all", "train", "val"}),

@@ -48,9 +48,9 @@ int run(int argc, char** argv) {
   if (argc > 1)
     for (const char* c : kCommands)
       if (std::strcmp(argv[1], c) == 0) command = c;
-  // `xgrad tokenizer train|encode|decode`: the pointer names the subcommand's own help.
+  // `xgrad tokenizer train|encode|decode|export`: the pointer names the subcommand's own help.
   if (command == "tokenizer" && argc > 2)
-    for (const char* sub : {"train", "encode", "decode"})
+    for (const char* sub : {"train", "encode", "decode", "export"})
       if (std::strcmp(argv[2], sub) == 0) command += std::string(" ") + sub;
   // `xgrad import llama2c`, `xgrad export llama2c` likewise.
   if ((command == "import" || command == "export") && argc > 2 && std::strcmp(argv[2], "llama2c") == 0)

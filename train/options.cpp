@@ -97,7 +97,7 @@ std::vector<OptionSpec> make_schema() {
                     "charlm, text: the text file to learn, or a folder of them (all its files; text: recursively)"),
                 lm),
       for_tasks(added(row("tokenizer", "--tokenizer", &O::tokenizer,
-                          "text: 'bytes' or a SentencePiece .model (xgrad tokenizer train)"),
+                          "text: 'bytes', a SentencePiece .model (xgrad tokenizer train) or a llama2.c tokenizer.bin"),
                       "bytes"),
                 {"text"}),
       for_tasks(added(range(row("val_fraction", "--val-fraction", &O::val_fraction,
@@ -156,7 +156,7 @@ std::vector<OptionSpec> make_schema() {
                 "xgrad inspect lists the names)"),
             ""),
       no_default(
-          range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; charlm 0.005)"), 0, 1, true)),
+          range(row("lr", "--lr", &O::lr, "peak learning rate, in (0, 1] (default: 0.003; text and charlm 0.005)"), 0, 1, true)),
       range(row("min_lr_ratio", "--min-lr-ratio", &O::min_lr_ratio,
                 "the cosine schedule's final learning rate, as a fraction of --lr, in [0, 1]"),
             0, 1),

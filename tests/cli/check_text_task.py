@@ -58,6 +58,7 @@ e = run("eval", "--checkpoint", "run/model.safetensors", "--text", "corpus", "--
 check(e.returncode == 0, f"eval runs ({e.stderr.strip()})")
 if e.returncode == 0:
     j = json.loads(e.stdout)
+    check(j.get("command") == "eval" and j.get("xgrad_version"), "eval --json names its command and xgrad's version")
     check(abs(j["nats_per_token"] - val_loss) <= 1e-5 * val_loss,
           f"eval --split val nats/token {j['nats_per_token']} = the run's last val_loss {val_loss}")
     check(abs(j["bits_per_byte"] - val_bpb) <= 1e-5 * val_bpb,
