@@ -1,8 +1,9 @@
 /// \file
 /// Compiling a region of a file for one instruction set, whatever `-march` the build has: the
 /// kernels that exist once per ISA (core/dgemm.cpp, core/sgemv.cpp, core/fused_kernels.cpp)
-/// include the same .inc body twice, once between XG_TARGET_BEGIN(XG_ISA_AVX512) and XG_TARGET_END()
-/// and once for AVX2, and choose between them at run time (core/runtime.hpp, `XGRAD_ISA`).
+/// include the same .inc body twice, once between XG_TARGET_BEGIN(XG_ISA_AVX512) and
+/// XG_TARGET_END() and once for AVX2, and choose between them at run time (core/runtime.hpp,
+/// `XGRAD_ISA`).
 /// Every function defined in the region gets the target: clang's `attribute push`, GCC's
 /// `push_options` with `target`.
 #pragma once
