@@ -110,7 +110,11 @@ int run(int argc, char** argv) {
                                      : "unknown format '" + xg::shown_value(argv[2]) + "'") +
                            ": the formats xgrad " + command + " knows are: llama2c (xgrad " + command +
                            " llama2c IN OUT)" + xg::cli::help_pointer(command));
-      return fail(2, std::string(e.what()) + xg::cli::help_pointer(command));
+      // CLI11's own messages (a missing or unknown flag, a value its validator refuses) name the
+      // command as every other error does: `[train] --steps: ...`.
+      const std::string what = e.what();
+      const std::string prefix = command.empty() || what.rfind('[', 0) == 0 ? "" : "[" + command + "] ";
+      return fail(2, prefix + what + xg::cli::help_pointer(command));
     }
   } catch (...) {
     return fail(std::current_exception(), command);
