@@ -21,13 +21,17 @@ struct InputFile {
   }
 };
 
+// Writes `size` bytes to `path` (replacing it); false when any step fails.
+inline bool write_file(const std::string& path, const void* data, std::size_t size) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  const bool ok = std::fwrite(data, 1, size, f) == size;
+  return std::fclose(f) == 0 && ok;
+}
+
 inline std::string write_input(const char* name, const std::uint8_t* data, std::size_t size) {
   static const InputFile file(std::string("/tmp/xgrad_fuzz_") + name + "_" + std::to_string(::getpid()) + ".safetensors");
-  const std::string& path = file.path;
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return {};
-  const bool ok = std::fwrite(data, 1, size, f) == size;
-  return std::fclose(f) == 0 && ok ? path : std::string();
+  return write_file(file.path, data, size) ? file.path : std::string();
 }
 
 }  // namespace xgfuzz

@@ -9,7 +9,6 @@
 // (check_run_folder wants both). Any outcome but success or an xg::Error is a finding, and
 // so is a page whose inlined data holds a '<' (it could end its <script> element).
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -19,6 +18,7 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/runs/compare.hpp>
 #include <xgrad/runs/report.hpp>
+#include "fuzz_input.hpp"
 
 namespace {
 
@@ -40,13 +40,6 @@ struct Folder {
     if (::getpid() == owner) fs::remove_all(path, ec);
   }
 };
-
-bool write_file(const fs::path& p, const std::string& text) {
-  std::FILE* f = std::fopen(p.c_str(), "wb");
-  if (!f) return false;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  return std::fclose(f) == 0 && ok;
-}
 
 // The page's inlined JSON must hold no '<': script_safe escapes every one.
 void check_page(const std::string& page) {
@@ -75,7 +68,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   for (std::size_t k = 0; k < kParts; ++k) {
     const bool required = k == 0 || k == kState;
-    if ((required || !parts[k].empty()) && !write_file(folder.path / kFiles[k], parts[k])) return 0;
+    if ((required || !parts[k].empty()) &&
+        !xgfuzz::write_file((folder.path / kFiles[k]).string(), parts[k].data(), parts[k].size()))
+      return 0;
   }
   using namespace xg::runs;
   std::optional<GradcheckReport> gradcheck;
