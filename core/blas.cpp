@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <xgrad/core/detail/bf16_gemm.hpp>
+#include <xgrad/core/detail/calibrate.hpp>
 #include <xgrad/core/detail/calibration.hpp>
 #include <xgrad/core/detail/dgemm.hpp>
 #include <xgrad/core/detail/sgemv.hpp>
@@ -38,6 +39,17 @@ extern "C" void omp_set_num_threads(int);
 extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
 
 namespace xg::blas {
+
+namespace {
+
+// A measured ratio as the kernel choices' reasons print it ("1.15x").
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", r);
+  return buf;
+}
+
+}  // namespace
 
 namespace {
 
@@ -434,6 +446,7 @@ void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double 
 namespace {
 
 std::atomic<std::uint64_t> g_f64_calls[3];
+double g_f64_speedup = 0.0;  // written once, inside f64_choice()'s static initialisation
 
 struct F64Choice {
   F64Kernel kernel = F64Kernel::openblas;
@@ -524,8 +537,15 @@ F64Choice choose_f64() {
   if (ceiling == "none") return {F64Kernel::openblas, "the CPU has no AVX2 + FMA"};
   if (ceiling == "avx512" && openblas_core_is_avx2_only(core))
     return {own_kernel(ceiling), "OpenBLAS core " + core + " has AVX2 dgemm kernels, this CPU AVX-512"};
-  if (openblas_core_is_vector(core))
+  if (openblas_core_is_vector(core) && ceiling != "avx512")
     return {F64Kernel::openblas, "OpenBLAS core " + core + " has AVX2/AVX-512 dgemm kernels"};
+  if (openblas_core_is_vector(core)) {  // AVX-512 kernels on both sides: the faster one, measured
+    const detail::Calibration c = detail::calibrated("float64_gemm_xgrad_avx512", f64_measured_speedup);
+    const std::string how = "xgrad's kernel measured at " + ratio_text(c.value) + " OpenBLAS core " + core +
+                            "'s dgemm" + (c.cached ? detail::kReadFromCache : "");
+    g_f64_speedup = c.value;
+    return {c.value >= kF64MinSpeedup ? F64Kernel::xgrad_avx512 : F64Kernel::openblas, how};
+  }
   return {own_kernel(ceiling), "OpenBLAS core " + core + " has no AVX2 or AVX-512 dgemm kernels"};
 }
 
@@ -533,6 +553,31 @@ const F64Choice& f64_choice() {
   static const F64Choice choice = choose_f64();  // a throw leaves it unset: the next call throws again
   return choice;
 }
+
+}  // namespace
+
+double f64_measured_speedup() {
+  if (!f64::cpu_supported(f64::Isa::avx512)) return 0.0;
+  single_threaded();
+  constexpr std::size_t n = 256;
+  std::vector<double> a(n * n), b(n * n), c(n * n);
+  for (std::size_t i = 0; i < n * n; ++i) {
+    a[i] = 1.0 / double(1 + i % 13);
+    b[i] = 1.0 / double(1 + i % 7);
+  }
+  const auto openblas = [&] { raw(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n); };
+  const auto own = [&] {
+    f64::gemm_block(f64::Isa::avx512, false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+  };
+  return detail::measured_speedup(openblas, own, 3);
+}
+
+double f64_calibrated_speedup() {
+  f64_choice();  // the choice measures (or reads) the ratio where it needs one
+  return g_f64_speedup;
+}
+
+namespace {
 
 // One block of the own kernel (split_blocks' kernel argument).
 struct OwnF64Kernel {
@@ -852,12 +897,6 @@ std::uint64_t sgemv_calls(GemvKernel k) { return g_gemv_calls[static_cast<int>(k
 
 namespace {
 std::atomic<std::uint64_t> g_bf16_kernel_calls[2];
-
-std::string ratio_text(double r) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fx", r);
-  return buf;
-}
 }  // namespace
 
 Bf16Choice bf16_decision(bool amx, double onednn_speedup, double dot_speedup) {

@@ -28,7 +28,8 @@ std::string float32_gemm_kernels();
 /// What float64 matrix products run on: "xgrad avx512", "xgrad avx2" (xgrad's own kernel) or
 /// "OpenBLAS", and why, e.g. "xgrad avx512 (OpenBLAS core Prescott has no AVX2 or AVX-512
 /// dgemm kernels)". Chosen at the first float64 matmul: the own kernel where OpenBLAS runs a core
-/// without AVX2/AVX-512 dgemm kernels and the CPU has AVX2 + FMA, at the ISA ceiling above;
+/// without AVX2/AVX-512 dgemm kernels and the CPU has AVX2 + FMA, at the ISA ceiling above, and
+/// the faster of the two (measured once per CPU, the calibration cache) where both have AVX-512;
 /// XGRAD_FLOAT64_GEMM=xgrad|openblas|auto (or XGRAD_KERNELS=float64_gemm=...) forces it
 /// (docs/performance.md, "GEMM").
 std::string float64_gemm_kernels();

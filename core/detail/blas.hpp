@@ -11,8 +11,10 @@
 // or on OpenBLAS's dgemm, chosen once at the first float64 GEMM (dgemm_kernel()): the own
 // kernel where OpenBLAS runs a core without AVX2/AVX-512 dgemm kernels (openblas_corename():
 // anything but Haswell, Zen, SkylakeX, Cooperlake, SapphireRapids -- e.g. Prescott, its fallback
-// for a CPU model it does not know) and the CPU has AVX2 + FMA; OpenBLAS otherwise. The
-// environment variable XGRAD_FLOAT64_GEMM=xgrad|openblas|auto forces it.
+// for a CPU model it does not know) or only AVX2 ones on an AVX-512 CPU, and the CPU has AVX2 +
+// FMA; the faster of the two, measured, where both have AVX-512 kernels (f64_measured_speedup
+// below); OpenBLAS otherwise. The environment variable XGRAD_FLOAT64_GEMM=xgrad|openblas|auto
+// forces it.
 // Every library runs single-threaded inside xgrad's one pool (core/parallel.hpp);
 // bench/NOTES.md has the measurements behind the choice (docs/performance.md, "GEMM", the rule).
 #pragma once
@@ -124,6 +126,15 @@ F64Kernel dgemm_kernel();
 // Why dgemm_kernel() was chosen, one phrase (e.g. "OpenBLAS core Prescott has no AVX2 or
 // AVX-512 dgemm kernels").
 std::string dgemm_reason();
+// On an AVX-512 CPU whose OpenBLAS core has AVX-512 dgemm kernels (SkylakeX, Cooperlake,
+// SapphireRapids) the choice is measured: xgrad's AVX-512 kernel against OpenBLAS's dgemm on one
+// thread, a 256 x 256 x 256 product each (f64_measured_speedup: OpenBLAS's time over xgrad's),
+// once per CPU and build (the calibration cache, "float64_gemm_xgrad_avx512"); xgrad's kernel
+// where the ratio is at least kF64MinSpeedup. f64_calibrated_speedup() is the ratio the choice
+// used, 0 where the rule needed none.
+constexpr double kF64MinSpeedup = 1.0;
+double f64_measured_speedup();
+double f64_calibrated_speedup();
 const char* f64_kernel_name(F64Kernel k);  // "OpenBLAS", "xgrad avx2", "xgrad avx512"
 bool f64_kernel_available(F64Kernel k);    // the CPU has its instructions
 // Runs the float64 GEMM on `k`; throws Error if !f64_kernel_available(k).

@@ -1,5 +1,6 @@
 // Internal: the calibration cache (core/calibration.cpp). The kernel choices made by measured
-// speed (bfloat16 products, the fused attention's bfloat16 tiles) time two kernels against each
+// speed (bfloat16 products, the fused attention's bfloat16 tiles, the float64 GEMM between two
+// AVX-512 kernels) time two kernels against each
 // other; on a CPU whose ratio sits near a threshold two processes can decide differently, and a
 // run then differs in its bits from the same run repeated. So a ratio measured once is kept, per
 // CPU and per build of xgrad, in a text file the user can delete (docs/performance.md,

@@ -46,8 +46,12 @@ F64Kernel expected_kernel() {
   std::string core = blas::openblas_corename();
   for (char& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (ceiling == "avx512" && (core == "haswell" || core == "zen")) return own;  // an AVX2 core on an AVX-512 CPU
-  for (const char* v : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
-    if (core == v) return F64Kernel::openblas;
+  if (ceiling != "avx512" && (core == "haswell" || core == "zen")) return F64Kernel::openblas;
+  for (const char* v : {"skylakex", "cooperlake", "sapphirerapids"})  // AVX-512 on both sides: measured
+    if (core == v)
+      return ceiling != "avx512" ? F64Kernel::openblas
+             : blas::f64_calibrated_speedup() >= blas::kF64MinSpeedup ? own
+                                                                       : F64Kernel::openblas;
   return own;
 }
 
@@ -164,6 +168,28 @@ TEST_CASE("float64 GEMM kernels match a long double reference on odd shapes/tran
       }
     check_case(k, {200, 130, 260, false, true, 1.5, 0.5, 2}, rng);
     check_case(k, {9, 300, 129, true, false, -1.0, 0.0, 0}, rng);
+  }
+}
+
+// On an AVX-512 CPU whose OpenBLAS core has AVX-512 dgemm kernels, the choice is the faster of
+// the two, measured; elsewhere the rule needs no measurement.
+TEST_CASE("float64 GEMM: the choice between two AVX-512 kernels is measured and says so", "[gemm_f64]") {
+  const double measured = blas::f64_measured_speedup();
+  if (!blas::f64_kernel_available(F64Kernel::xgrad_avx512)) {
+    CHECK(measured == 0.0);  // nothing to measure without AVX-512
+    return;
+  }
+  INFO("OpenBLAS time over xgrad's on a 256 x 256 x 256 product: " << measured);
+  CHECK(std::isfinite(measured));
+  CHECK(measured > 0.0);
+  const double used = blas::f64_calibrated_speedup();
+  const std::string reason = blas::dgemm_reason();
+  INFO("chosen: " << float64_gemm_kernels() << ", ratio used " << used);
+  if (used > 0.0) {  // this CPU and its OpenBLAS core took the measured branch
+    CHECK(reason.rfind("xgrad's kernel measured at ", 0) == 0);
+    CHECK((blas::dgemm_kernel() == F64Kernel::xgrad_avx512) == (used >= blas::kF64MinSpeedup));
+  } else {
+    CHECK(reason.find("measured") == std::string::npos);
   }
 }
 
