@@ -49,10 +49,6 @@ std::string ratio_text(double r) {
   return buf;
 }
 
-}  // namespace
-
-namespace {
-
 // OpenBLAS starts its worker threads when the library loads, and each spins (sched_yield in a
 // loop) for about 2^28 cycles, a tenth of a second, before it first sleeps. xgrad runs OpenBLAS
 // on one thread (single_threaded below), so those workers never get work: at startup they only
