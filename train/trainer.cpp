@@ -229,6 +229,19 @@ void read_resume_state(Session& s) {
 // The run's options: the command line's, or on --resume the saved run's with this session's
 // flags (--threads, --stop-at, --dist-*), checked. A failure is every rank's at once.
 void resolve_options(Session& s) {
+  // Whether the run resumes decides the collectives that follow (rank 0 sends the state it
+  // reads): every rank must agree on it before any of them acts on it.
+  if (s.world > 1) {
+    const std::string mine = s.o.resume.empty() ? "without" : "with";
+    std::string root = mine;
+    s.comm.broadcast(root, 0);
+    dist::together(s.comm, [&] {
+      if (root != mine)
+        throw UsageError(op_message("train", "rank " + std::to_string(s.comm.rank()) + " was started " + mine +
+                                                 " --resume and rank 0 " + root +
+                                                 " it: start every rank with the same command line"));
+    });
+  }
   if (!s.o.resume.empty()) read_resume_state(s);
   dist::together(s.comm, [&] {
     TrainOptions& o = s.o;
