@@ -442,11 +442,11 @@ void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double 
 namespace {
 
 std::atomic<std::uint64_t> g_f64_calls[3];
-double g_f64_speedup = 0.0;  // written once, inside f64_choice()'s static initialisation
 
 struct F64Choice {
   F64Kernel kernel = F64Kernel::openblas;
   std::string reason;
+  double speedup = 0.0;  // the measured ratio where the choice took one (f64_calibrated_speedup)
 };
 
 // OpenBLAS's cores (openblas_get_corename, DYNAMIC_ARCH) whose dgemm kernels use AVX2 + FMA or
@@ -539,8 +539,7 @@ F64Choice choose_f64() {
     const detail::Calibration c = detail::calibrated("float64_gemm_xgrad_avx512", f64_measured_speedup);
     const std::string how = "xgrad's kernel measured at " + ratio_text(c.value) + " OpenBLAS core " + core +
                             "'s dgemm" + (c.cached ? detail::kReadFromCache : "");
-    g_f64_speedup = c.value;
-    return {c.value >= kF64MinSpeedup ? F64Kernel::xgrad_avx512 : F64Kernel::openblas, how};
+    return {c.value >= kF64MinSpeedup ? F64Kernel::xgrad_avx512 : F64Kernel::openblas, how, c.value};
   }
   return {own_kernel(ceiling), "OpenBLAS core " + core + " has no AVX2 or AVX-512 dgemm kernels"};
 }
@@ -568,10 +567,7 @@ double f64_measured_speedup() {
   return detail::measured_speedup(openblas, own, 3);
 }
 
-double f64_calibrated_speedup() {
-  f64_choice();  // the choice measures (or reads) the ratio where it needs one
-  return g_f64_speedup;
-}
+double f64_calibrated_speedup() { return f64_choice().speedup; }
 
 namespace {
 
