@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <xgrad/core/detail/aligned_vector.hpp>
 #include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/error.hpp>
@@ -219,14 +220,14 @@ template <class T> void dropout_row(const Problem<T>& P, std::size_t b, std::siz
 }
 
 // Thread-local scratch that keeps its memory between calls (no page faults per call).
-template <class T> T* scratch(std::vector<T>& v, std::size_t n) {
+template <class T> T* scratch(detail::AlignedVector<T>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
 
 template <class T>
 void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, T* O, T* row_max, T* log_z) {
-  thread_local std::vector<T> s_buf, d_buf;
+  thread_local detail::AlignedVector<T> s_buf, d_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   const Geometry& g = P.g;
@@ -276,7 +277,7 @@ void forward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_
 template <class T>
 void backward_block(const Problem<T>& P, std::size_t b, std::size_t h, std::size_t blk, const T* row_max,
                     const T* log_z, const T* dO, T* dQ, T* dK, std::size_t ldk, T* dV, std::size_t ldv) {
-  thread_local std::vector<T> p_buf, pd_buf, dp_buf;
+  thread_local detail::AlignedVector<T> p_buf, pd_buf, dp_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
@@ -346,7 +347,7 @@ std::size_t group_floats(std::size_t S, std::size_t d) { return panels(S) * d * 
 // X is laid out by `l` with Hkv heads; `out` keeps its memory between calls (a thread_local of the
 // caller): no page faults per call.
 void transpose_groups(const tile::Kernels& kz, const float* X, const Layout& l, std::size_t Hkv, std::size_t groups,
-                      std::size_t S, std::size_t d, std::vector<float>& out) {
+                      std::size_t S, std::size_t d, detail::AlignedVector<float>& out) {
   const std::size_t np = panels(S), gf = group_floats(S, d);
   if (out.size() < groups * gf) out.resize(groups * gf);
   detail::parallel_for(groups * np, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
@@ -536,7 +537,7 @@ struct F32Products : BlockOperands {
  private:
   // a tile's [d, kTile] B operand of the panels, packed once per tile
   const float* panel(const float* Xt, std::size_t d, std::size_t kb0, std::size_t& at, const float*& op,
-                     std::vector<float>& pack) {
+                     detail::AlignedVector<float>& pack) {
     if (at != kb0) {
       op = tile_operand(Xt, d, kb0, scratch(pack, d * kTile));
       at = kb0;
@@ -544,11 +545,11 @@ struct F32Products : BlockOperands {
     return op;
   }
   const float* Bk(std::size_t kb0) {
-    thread_local std::vector<float> pack;
+    thread_local detail::AlignedVector<float> pack;
     return panel(Kt, P.g.dk, kb0, k_at_, k_op_, pack);
   }
   const float* Bv(std::size_t kb0) {
-    thread_local std::vector<float> pack;
+    thread_local detail::AlignedVector<float> pack;
     return panel(Vt, P.g.dv, kb0, v_at_, v_op_, pack);
   }
   std::size_t k_at_ = std::size_t(-1), v_at_ = std::size_t(-1);
@@ -775,7 +776,7 @@ void tile_scores(const Problem<float>& P, const tile::Kernels& kz, Products& pro
 template <class MakeProducts>
 void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeProducts&& make, std::size_t b,
                          std::size_t h, std::size_t blk, float* O, float* row_max, float* log_z) {
-  thread_local std::vector<float> s_buf, o_buf;
+  thread_local detail::AlignedVector<float> s_buf, o_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
@@ -858,7 +859,7 @@ template <class MakeProducts>
 void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeProducts&& make, std::size_t b,
                           std::size_t h, std::size_t blk, const float* row_max, const float* log_z, const float* O,
                           const float* dO, float* dQ, float* dK, std::size_t ldk, float* dV, std::size_t ldv) {
-  thread_local std::vector<float> p_buf, pd_buf, dp_buf;
+  thread_local detail::AlignedVector<float> p_buf, pd_buf, dp_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
   if (R.U == R.L) return;
@@ -963,7 +964,7 @@ void run_forward(const Problem<T>& P0, T* O, T* row_max, T* log_z) {
       return;
     }
     if (tile_path(g, kz)) {
-      thread_local std::vector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
+      thread_local detail::AlignedVector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
       transpose_groups(*kz, P.K, P.lk, g.Hkv, g.B * g.Hkv, g.S, g.dk, Kt_buf);
       const float* Kt = Kt_buf.data();
       detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
@@ -1005,7 +1006,7 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
   const std::size_t threads = static_cast<std::size_t>(detail::pool_threads());
   const std::size_t kd = g.S * g.dk, vd = g.S * g.dv;
   const tile::Kernels* kz = nullptr;
-  thread_local std::vector<float> Kt_buf, Vt_buf;  // (the lambdas below run on other threads: use Kt, Vt, G)
+  thread_local detail::AlignedVector<float> Kt_buf, Vt_buf;  // (the lambdas below run on other threads: use Kt, Vt, G)
   thread_local GroupBf16 G_buf;
   GroupBf16& G = G_buf;
   bool bf16 = false;
@@ -1075,7 +1076,7 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
   // each, summed into the group's rows in chunk order).
   const std::size_t items = g.r * nb;
   const std::size_t chunks = detail::parallel_chunks(items, 1);
-  std::vector<T> part_k(dK ? chunks * kd : 0), part_v(dV ? chunks * vd : 0);
+  detail::AlignedVector<T> part_k(dK ? chunks * kd : 0), part_v(dV ? chunks * vd : 0);
   for (std::size_t bg = 0; bg < groups; ++bg) {
     const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
     std::fill(part_k.begin(), part_k.end(), T(0));
@@ -1630,7 +1631,7 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
     detail::parallel_for(items, flops < 131072.0 ? items : 1, [&](std::size_t begin, std::size_t end, std::size_t) {
       if constexpr (std::is_same<T, float>::value) {
         if (kz) {
-          thread_local std::vector<float> t_buf;
+          thread_local detail::AlignedVector<float> t_buf;
           float* S = scratch(t_buf, kTile + dk * kTile + dv);
           // The cache's keys transposed tile by tile, where the first key starts a tile.
           const float* kc = tiles > 0 && lo % kTile == 0 ? K_columns.data<float>() : nullptr;
@@ -1644,7 +1645,7 @@ Array attention_one_query(const Array& Q, const Array& K, const Array& V, std::s
           return;
         }
       }
-      thread_local std::vector<T> s_buf;
+      thread_local detail::AlignedVector<T> s_buf;
       T* row = scratch(s_buf, n);
       for (std::size_t it = begin; it < end; ++it) {
         const std::size_t b = it / Hq, h = it % Hq, g = b * Hkv + h / r;
