@@ -1038,11 +1038,20 @@ Tape::~Tape() {
 std::size_t Tape::size() const { return impl_->size(); }
 std::uint64_t Tape::generation() const { return impl_->generation; }
 void Tape::clear() { impl_->clear(); }
-std::string Tape::op_at(std::size_t p) const {
-  if (p >= impl_->size())
+namespace {
+void check_position(const detail::TapeImpl& t, std::size_t p) {
+  if (p >= t.size())
     throw ValueError(op_message("tape", "position " + std::to_string(p) + " is past the end (" +
-                                            std::to_string(impl_->size()) + " nodes)"));
+                                            std::to_string(t.size()) + " nodes)"));
+}
+}  // namespace
+std::string Tape::op_at(std::size_t p) const {
+  check_position(*impl_, p);
   return (*impl_)[p].op;
+}
+std::size_t Tape::inputs_at(std::size_t p) const {
+  check_position(*impl_, p);
+  return (*impl_)[p].edges.size();
 }
 std::size_t Tape::current_size() { return current_tape()->size(); }
 

@@ -159,6 +159,8 @@ class Tape {
 
   /// Name of the op at tape position `position`, for diagnostics.
   std::string op_at(std::size_t position) const;
+  /// Number of recorded inputs of the op at tape position `position`, for diagnostics.
+  std::size_t inputs_at(std::size_t position) const;
 
   static std::size_t current_size();  ///< Nodes on this thread's current tape.
 

@@ -205,6 +205,11 @@ TEST_CASE("tape: a scoped tape is current and the tape is empty after backward",
   Tensor loss = ops::sum(ops::tanh(w) * 3.0);
   CHECK(tape.size() == 3);
   CHECK(tape.op_at(0) == "tanh");
+  CHECK(tape.inputs_at(0) == 1);
+  CHECK(tape.op_at(1) == "mul");  // a tensor and a number: one input
+  CHECK(tape.inputs_at(1) == 1);
+  CHECK_THROWS_WITH(tape.inputs_at(3), Catch::Contains("[tape] position 3 is past the end (3 nodes)"));
+  CHECK_THROWS_WITH(tape.op_at(3), Catch::Contains("[tape] position 3 is past the end (3 nodes)"));
   const auto gen = tape.generation();
   loss.backward();
   CHECK(tape.size() == 0);

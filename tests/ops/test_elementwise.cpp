@@ -79,14 +79,17 @@ TEST_CASE("a tensor and a number: the values and gradients of the binary op agai
           INFO(c.name << " with s = " << s << ", " << dtype_name(dt) << ", shape " << shape_str(shape));
           const Array xv = rnd(shape, gen).astype(dt);
           const Array wv = rnd(shape, gen).astype(dt);
+          Tape tape;
           Tensor x1(xv, true), x2(xv, true);
           const Tensor w(wv);
-          const std::size_t before = Tape::current_size();
           const Tensor y1 = c.with_number(x1, s);
-          CHECK(Tape::current_size() == before + 1);  // one op
+          REQUIRE(tape.size() == 1);  // one op, of one input
+          CHECK(tape.inputs_at(0) == 1);
           const Tensor k = ops::scalar_like(x2, s);
           const Tensor y2 = c.number_first ? c.binary(k, x2) : c.binary(x2, k);
-          CHECK(Tape::current_size() == before + 2);
+          REQUIRE(tape.size() == 2);  // the binary op, of two inputs (the constant one of them)
+          CHECK(tape.inputs_at(1) == 2);
+          CHECK(tape.op_at(0) == tape.op_at(1));
           CHECK(y1.dtype() == dt);
           CHECK(y1.shape() == shape);
           CHECK(first_bit_difference(y1.value(), y2.value()) == "");
