@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <xgrad/core/detail/aligned_vector.hpp>
 #include <xgrad/core/detail/bf16_gemm.hpp>
 #include <xgrad/core/detail/calibrate.hpp>
 #include <xgrad/core/detail/calibration.hpp>
@@ -191,7 +192,7 @@ template <class T, class Kernel>
 void split_k(const Kernel& kernel, std::size_t chunks, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K,
              T alpha, const T* A, std::size_t lda, const T* B, std::size_t ldb, T beta, T* C, std::size_t ldc) {
   g_k_split_calls.fetch_add(1, std::memory_order_relaxed);
-  thread_local std::vector<T> part_buf;  // reused: a fresh block per call would fault its pages every step
+  thread_local detail::AlignedVector<T> part_buf;  // reused: a fresh block per call would fault its pages every step
   part_buf.resize((chunks - 1) * M * N);
   T* part = part_buf.data();
   detail::run_chunks(chunks, [&](std::size_t c) {
@@ -687,7 +688,7 @@ constexpr double kSplitOwnGemvFlops = 1 << 16;
 constexpr std::size_t kAlignOwnGemv = 16;
 
 // x as a contiguous vector: x itself when incx is 1, else a copy into `buf`.
-const float* contiguous(const float* x, std::size_t K, std::size_t incx, std::vector<float>& buf) {
+const float* contiguous(const float* x, std::size_t K, std::size_t incx, detail::AlignedVector<float>& buf) {
   if (incx == 1) return x;
   buf.resize(K);
   for (std::size_t k = 0; k < K; ++k) buf[k] = x[k * incx];
@@ -735,7 +736,7 @@ std::atomic<std::uint64_t> g_gemv_rows_halves{0};
 
 void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, std::size_t chunks) {
   g_gemv_rows_halves.fetch_add(1, std::memory_order_relaxed);
-  thread_local std::vector<float> part;
+  thread_local detail::AlignedVector<float> part;
   std::vector<std::size_t> offset(count + 1, 0);
   std::size_t blocks = 0;
   for (std::size_t i = 0; i < count; ++i) {
@@ -831,7 +832,7 @@ void sgemv_on(GemvKernel k, bool ta, bool tb, std::size_t M, std::size_t N, std:
     sgemm_on(Backend::openblas, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  thread_local std::vector<float> xbuf;
+  thread_local detail::AlignedVector<float> xbuf;
   OwnGemv p{};
   p.K = K;
   p.alpha = alpha;
@@ -1002,7 +1003,7 @@ bool bf16_k_halves_apply(std::size_t M, std::size_t N, std::size_t K) {
 void bf16_k_halves(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
                    std::size_t lda, const float* B, std::size_t ldb, float beta, float* C, std::size_t ldc) {
   g_bf16_k_halves.fetch_add(1, std::memory_order_relaxed);
-  thread_local std::vector<float> part_buf;  // reused, as split_k's
+  thread_local detail::AlignedVector<float> part_buf;  // reused, as split_k's
   part_buf.resize(M * N);
   float* part = part_buf.data();
   const std::size_t half = (K / 2) & ~std::size_t(1);  // the second half starts on a pair
