@@ -1,6 +1,7 @@
-// core/detail/aligned_vector.hpp: the scratch buffers of the fused attention (nn/flash_attention.cpp)
-// start on a cache line whatever their size, above malloc's mmap threshold too (where a plain
-// std::vector's block starts 16 bytes past a page), and keep their values as they grow.
+// core/detail/aligned_vector.hpp: the scratch buffers of the fused attention and of the GEMM
+// doorway's partial sums start on a cache line whatever their size, above malloc's mmap threshold
+// too (where a plain std::vector's block starts 16 bytes past a page), and keep their values as
+// they grow.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
