@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <cstdio>
 
 #include <xgrad/core/detail/aligned_vector.hpp>
 
@@ -19,7 +18,8 @@ template <class T> std::uintptr_t offset_in_line(const AlignedVector<T>& v) {
 
 TEMPLATE_TEST_CASE("AlignedVector data starts on a cache line at every size", "[aligned_vector]", float, double,
                    std::uint16_t) {
-  // 1 element, odd sizes, one just past a line, and blocks of 160 KiB and 4 MiB (mmap'd by malloc)
+  // 1 element, odd sizes, one just past a line, and (for float) blocks of 160 KiB and 4 MiB, which
+  // malloc maps on their own
   for (const std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(17), std::size_t(1000),
                               std::size_t(40961), std::size_t(1) << 20}) {
     AlignedVector<TestType> v(n, TestType(1));
@@ -31,7 +31,7 @@ TEMPLATE_TEST_CASE("AlignedVector data starts on a cache line at every size", "[
 TEST_CASE("AlignedVector keeps its values and its alignment as it grows", "[aligned_vector]") {
   AlignedVector<float> v;
   std::size_t n = 5;
-  for (int round = 0; round < 12; ++round, n = n * 3 + 1) {  // 5, 16, 49, ... 1.3 M elements
+  for (int round = 0; round < 12; ++round, n = n * 3 + 1) {  // 5, 16, 49, ... 974,308 elements
     const std::size_t old = v.size();
     v.resize(n);
     for (std::size_t i = old; i < n; ++i) v[i] = static_cast<float>(i % 1021);
