@@ -4,10 +4,9 @@
 #include <xgrad/core/detail/dgemm.hpp>
 
 #include <algorithm>
-#include <cstdint>
 #include <string>
-#include <vector>
 
+#include <xgrad/core/detail/aligned_vector.hpp>
 #include <xgrad/core/error.hpp>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
