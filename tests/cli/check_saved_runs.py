@@ -74,13 +74,24 @@ for name in ("sort", "reverse", "charlm"):
              "--max-new", "2"], WORK)
     check(g.returncode == 0, f"{name}: generate loads the resumed model ({g.stderr.strip()})")
 
-# The default job's checkpoint, byte for byte but the run id.
+# The default job's checkpoint, byte for byte but the run id and the version that wrote it
+# (xgrad_version, which every safetensors file records: 0.2.0 in the fixtures).
 out = WORK / "default_now"
 r = run(["train", "--steps", "3", "--no-plot", "--no-progress", "--out", str(out)], WORK)
 check(r.returncode == 0, f"default job --steps 3 runs ({r.stderr.strip()})")
 saved_model_header, saved_model_data = header(FIXTURES / "default_steps3" / "model.safetensors")
 model_header, model_data = header(out / "model.safetensors")
-check(model_header == saved_model_header, "default job: model.safetensors header identical")
+
+
+def as_version(h, version):
+    """h with its xgrad_version entry's value set to `version`."""
+    return re.sub(rb'"xgrad_version":"[^"]*"', b'"xgrad_version":"%s"' % version, h)
+
+
+check(json.loads(saved_model_header)["__metadata__"]["xgrad_version"] == "0.2.0"
+      and as_version(model_header, b"0.2.0") != model_header, "default job: the new model names another version")
+check(as_version(model_header, b"0.2.0") == saved_model_header,
+      "default job: model.safetensors header identical but for the version")
 check(len(model_data) == len(saved_model_data), "default job: model.safetensors data the same size")
 a, b = float32s(model_data), float32s(saved_model_data)
 # Entries that stay below 1e-6 on both sides are left out: the key part of each attention's QKV
@@ -112,10 +123,17 @@ check(log_digest == hashlib.sha256((out / "log.csv").read_bytes()).hexdigest(),
       "default job: the state records the sha256 of its log.csv")
 entry = b'"threads":"%d",' % threads if threads != 1 else b""
 log_entry = b'"log_sha256":"%s",' % log_digest.encode()
+# and the version that wrote it (xgrad_version: 0.2.0 then; the build's own now, as every
+# safetensors file records it)
+version_now = b'"xgrad_version":"%s"' % mine["__metadata__"]["xgrad_version"].encode()
+version_then = b'"xgrad_version":"%s"' % theirs["__metadata__"]["xgrad_version"].encode()
+check(theirs["__metadata__"]["xgrad_version"] == "0.2.0" and version_now in state_header,
+      "default job: the fixture's state says 0.2.0, the new one names its version")
 check(state_header.replace(run_id.encode(), theirs["__metadata__"]["run_id"].encode()).replace(entry, b"")
-      .replace(log_entry, b"").rstrip(b" ")
+      .replace(log_entry, b"").replace(version_now, version_then).rstrip(b" ")
       == saved_state_header.rstrip(b" "),
-      "default job: train_state.safetensors header identical but for the run id, thread count and log digest")
+      "default job: train_state.safetensors header identical but for the run id, thread count, log digest "
+      "and version")
 log_now = (out / "log.csv").read_text().splitlines()
 log_then = (FIXTURES / "default_steps3" / "log.csv").read_text().splitlines()
 check(log_now[0] == log_then[0], "default job: log.csv header identical")
