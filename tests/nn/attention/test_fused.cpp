@@ -202,44 +202,46 @@ TEST_CASE("fused attention tile kernels: gemm_exp and gemm_dsoft equal the produ
   Generator g(5);
   // M 128 and 13 (a partial micro-tile of rows), N 64, 2 * width and width (one vector: micro-tiles
   // of 12 rows), K 64 and 7; A read by rows and transposed (a_cs = M).
+  // alpha 1/8 (exact products) and 1/sqrt(32), the score scale of a 32-wide head: a product
+  // that the compiler fused with the subtraction of m (an FMA, one rounding) gave other bits.
   for (const std::size_t M : {std::size_t(128), std::size_t(13)})
     for (const std::size_t N : {std::size_t(64), 2 * kz->width, kz->width})
       for (const std::size_t K : {std::size_t(64), std::size_t(7)})
-        for (const bool trans : {false, true}) {
-          INFO("M " << M << ", N " << N << ", K " << K << ", A transposed " << trans);
-          std::vector<float> A(M * K), B(K * N), P(M * N), m(M), lz(M), D(M);
-          for (float& v : A) v = static_cast<float>(g.normal());
-          for (float& v : B) v = static_cast<float>(g.normal());
-          for (float& v : P) v = static_cast<float>(g.uniform());
-          for (std::size_t i = 0; i < M; ++i) {
-            m[i] = static_cast<float>(2 * g.normal());
-            lz[i] = static_cast<float>(g.uniform());
-            D[i] = static_cast<float>(g.normal());
+        for (const bool trans : {false, true})
+          for (const float alpha : {0.125f, static_cast<float>(1 / std::sqrt(32.0))}) {
+            INFO("M " << M << ", N " << N << ", K " << K << ", A transposed " << trans << ", alpha " << alpha);
+            std::vector<float> A(M * K), B(K * N), P(M * N), m(M), lz(M), D(M);
+            for (float& v : A) v = static_cast<float>(g.normal());
+            for (float& v : B) v = static_cast<float>(g.normal());
+            for (float& v : P) v = static_cast<float>(g.uniform());
+            for (std::size_t i = 0; i < M; ++i) {
+              m[i] = static_cast<float>(2 * g.normal());
+              lz[i] = static_cast<float>(g.uniform());
+              D[i] = static_cast<float>(g.normal());
+            }
+            const std::size_t ars = trans ? 1 : K, acs = trans ? M : 1;
+            std::vector<float> ref(M * N), got(M * N, -1.0f);
+            kz->gemm(M, N, K, alpha, A.data(), ars, acs, B.data(), N, ref.data(), N, false);
+            for (std::size_t i = 0; i < M; ++i) kz->exp_shift(ref.data() + i * N, N, m[i], lz[i]);
+            kz->gemm_exp(M, N, K, alpha, A.data(), ars, acs, B.data(), N, got.data(), N, m.data(), lz.data());
+            std::size_t differ = 0;
+            for (std::size_t j = 0; j < M * N; ++j)
+              if (std::memcmp(&ref[j], &got[j], sizeof(float)) != 0 && differ++ == 0)
+                UNSCOPED_INFO("gemm_exp first differs at " << j << ": " << std::setprecision(9) << got[j] << " against "
+                                                          << ref[j]);
+            CHECK(differ == 0);
+            kz->gemm(M, N, K, 1.0f, A.data(), ars, acs, B.data(), N, ref.data(), N, false);
+            for (std::size_t i = 0; i < M; ++i)
+              for (std::size_t j = 0; j < N; ++j) ref[i * N + j] = P[i * N + j] * (ref[i * N + j] - D[i]);
+            std::fill(got.begin(), got.end(), -1.0f);
+            kz->gemm_dsoft(M, N, K, A.data(), ars, acs, B.data(), N, got.data(), N, P.data(), N, D.data());
+            differ = 0;
+            for (std::size_t j = 0; j < M * N; ++j)
+              if (std::memcmp(&ref[j], &got[j], sizeof(float)) != 0 && differ++ == 0)
+                UNSCOPED_INFO("gemm_dsoft first differs at " << j << ": " << std::setprecision(9) << got[j] << " against "
+                                                          << ref[j]);
+            CHECK(differ == 0);
           }
-          const std::size_t ars = trans ? 1 : K, acs = trans ? M : 1;
-          const float alpha = 0.125f;
-          std::vector<float> ref(M * N), got(M * N, -1.0f);
-          kz->gemm(M, N, K, alpha, A.data(), ars, acs, B.data(), N, ref.data(), N, false);
-          for (std::size_t i = 0; i < M; ++i) kz->exp_shift(ref.data() + i * N, N, m[i], lz[i]);
-          kz->gemm_exp(M, N, K, alpha, A.data(), ars, acs, B.data(), N, got.data(), N, m.data(), lz.data());
-          std::size_t differ = 0;
-          for (std::size_t j = 0; j < M * N; ++j)
-            if (std::memcmp(&ref[j], &got[j], sizeof(float)) != 0 && differ++ == 0)
-              UNSCOPED_INFO("gemm_exp first differs at " << j << ": " << std::setprecision(9) << got[j] << " against "
-                                                        << ref[j]);
-          CHECK(differ == 0);
-          kz->gemm(M, N, K, 1.0f, A.data(), ars, acs, B.data(), N, ref.data(), N, false);
-          for (std::size_t i = 0; i < M; ++i)
-            for (std::size_t j = 0; j < N; ++j) ref[i * N + j] = P[i * N + j] * (ref[i * N + j] - D[i]);
-          std::fill(got.begin(), got.end(), -1.0f);
-          kz->gemm_dsoft(M, N, K, A.data(), ars, acs, B.data(), N, got.data(), N, P.data(), N, D.data());
-          differ = 0;
-          for (std::size_t j = 0; j < M * N; ++j)
-            if (std::memcmp(&ref[j], &got[j], sizeof(float)) != 0 && differ++ == 0)
-              UNSCOPED_INFO("gemm_dsoft first differs at " << j << ": " << std::setprecision(9) << got[j] << " against "
-                                                        << ref[j]);
-          CHECK(differ == 0);
-        }
 }
 
 // The tile kernels' e^x (exp_shift, and so gemm_exp, which gives its bits): within 1 ulp of
