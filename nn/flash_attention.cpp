@@ -441,27 +441,66 @@ bool tile_rows(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t& 
   return full && r0 < r1;
 }
 
-// A tile whose rows see different parts of it (the causal diagonal, a window's edges): rows
-// [r0, r1) in chunks of kChunk rows, f(a, e, need) for rows [a, e) with need the end of their
+std::atomic<std::uint64_t> g_partial_tiles[2];  // by PartialTilePath
+std::atomic<bool> g_exact_parts{true};           // set_exact_parts
+void count_partial_tile(PartialTilePath path) {
+  g_partial_tiles[static_cast<int>(path)].fetch_add(1, std::memory_order_relaxed);
+}
+
+// A tile whose rows see different parts of it (the causal diagonal, a window's edges): the parts
+// that rows [r0, r1) of block R see (tile_span), planned once per tile for the passes over it.
+// By rows (rows()): chunks [a, e) of `chunk` rows, f(a, e, need) with need the end of their
 // visible parts (the largest je; 0: none sees a key). A chunk's products stop there: the QK^T
 // and dO V^T columns at need rounded up to the vector width, the PV and dS K sums after need
 // keys. What they skip are zero weights and zero dS (the callers zero them), so each computed
 // entry keeps its value: a sum of the same terms in the same order, less trailing zero terms
 // (which change nothing but the sign of an exactly zero sum).
+// By keys (keys(), for dV and dK, the sums over rows): chunks [j0, j1) of kChunk keys, f(j0, j1,
+// lo, hi) with [lo, hi) the rows from the first to the last whose visible part meets the chunk
+// (none: no call). The rows outside hold zero weights and zero dS at those keys: a sum that skips
+// them is the same sum less leading and trailing zero terms (an FMA chain from +0 stays +0
+// through the leading ones), so again each entry keeps its value.
 constexpr std::size_t kChunk = 12;  // two micro-tiles of rows (the float32 kernels)
-template <class F>
-void row_chunks(const BlockRows& R, std::size_t kb0, std::size_t n, std::size_t r0, std::size_t r1, std::size_t chunk,
-                F&& f) {
-  for (std::size_t a = r0; a < r1; a += chunk) {
-    const std::size_t e = std::min(r1, a + chunk);
-    std::size_t need = 0;
-    for (std::size_t k = a; k < e; ++k) {
-      std::size_t ja, je;
-      tile_span(R, k, kb0, n, ja, je);
-      need = std::max(need, je);
-    }
-    f(a, e, need);
+struct TileParts {
+  static constexpr std::size_t kKeyChunks = (kTile + kChunk - 1) / kChunk;
+  std::size_t r0 = 0, r1 = 0, n = 0;
+  std::size_t ja[kBlock], je[kBlock];          // row k's part [ja[k], je[k]) of the tile, r0 <= k < r1
+  std::size_t lo[kKeyChunks], hi[kKeyChunks];  // the rows that meet each chunk of keys
+
+  // with_keys: the rows of each chunk of keys too (keys() needs them)
+  void plan(const BlockRows& R, std::size_t kb0, std::size_t n_, std::size_t r0_, std::size_t r1_, bool with_keys) {
+    r0 = r0_;
+    r1 = r1_;
+    n = n_;
+    for (std::size_t k = r0; k < r1; ++k) tile_span(R, k, kb0, n, ja[k], je[k]);
+    if (!with_keys) return;
+    std::fill(lo, lo + kKeyChunks, r1);
+    std::fill(hi, hi + kKeyChunks, r0);
+    for (std::size_t k = r0; k < r1; ++k)
+      for (std::size_t c = ja[k] / kChunk; ja[k] < je[k] && c * kChunk < je[k]; ++c) {
+        lo[c] = std::min(lo[c], k);
+        hi[c] = k + 1;
+      }
   }
+  template <class F> void rows(std::size_t chunk, F&& f) const {
+    for (std::size_t a = r0; a < r1; a += chunk) {
+      const std::size_t e = std::min(r1, a + chunk);
+      std::size_t need = 0;
+      for (std::size_t k = a; k < e; ++k) need = std::max(need, je[k]);
+      f(a, e, need);
+    }
+  }
+  template <class F> void keys(F&& f) const {
+    for (std::size_t c = 0; c * kChunk < n; ++c)
+      if (lo[c] < hi[c]) f(c * kChunk, std::min(n, (c + 1) * kChunk), lo[c], hi[c]);
+  }
+};
+
+// Whether every row of [r0, r1) is used and exact (a visible part with nothing to apply in it).
+bool exact_rows(const BlockRows& R, std::size_t r0, std::size_t r1) {
+  for (std::size_t k = r0; k < r1; ++k)
+    if (!R.use[k] || !R.exact[k]) return false;
+  return true;
 }
 std::size_t round_up(std::size_t x, std::size_t w) { return (x + w - 1) / w * w; }
 
@@ -502,9 +541,10 @@ struct F32Products : BlockOperands {
   void scores(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* S) {
     kz.gemm(e - a, cols, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile, false);
   }
-  // the same for a whole tile, then S = e^((S - m) - lz) row by row
-  void scores_exp(std::size_t a, std::size_t e, std::size_t kb0, float* S, const float* m, const float* lz) {
-    kz.gemm_exp(e - a, kTile, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile, m + a,
+  // the same, then S = e^((S - m) - lz) row by row (from the product's registers)
+  void scores_exp(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* S, const float* m,
+                  const float* lz) {
+    kz.gemm_exp(e - a, cols, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile, m + a,
                 lz + a);
   }
   // acc[a..e] += S[a..e, 0..need) V[kb0 .. kb0 + need)
@@ -513,7 +553,14 @@ struct F32Products : BlockOperands {
   }
   // dV[kb0 .. kb0 + n] (rows ld apart) += Sd[r0..r1, 0..n)^T dO[r0..r1]
   void dv(std::size_t r0, std::size_t r1, std::size_t n, std::size_t kb0, const float* Sd, float* dV, std::size_t ld) {
-    kz.gemm(n, P.g.dv, r1 - r0, 1.0f, Sd + r0 * kTile, 1, kTile, dOb + r0 * ldo, ldo, dV + kb0 * ld, ld, true);
+    dv_keys(0, n, r0, r1, kb0, Sd, dV, ld);
+  }
+  // the same for the tile's keys [j0, j1) only (TileParts::keys)
+  static constexpr bool by_keys = true;
+  void dv_keys(std::size_t j0, std::size_t j1, std::size_t r0, std::size_t r1, std::size_t kb0, const float* Sd,
+               float* dV, std::size_t ld) {
+    kz.gemm(j1 - j0, P.g.dv, r1 - r0, 1.0f, Sd + r0 * kTile + j0, 1, kTile, dOb + r0 * ldo, ldo, dV + (kb0 + j0) * ld,
+            ld, true);
   }
   // dS[a..e, 0..cols) = dO[a..e] V[kb0 .. kb0 + cols)^T
   void dp(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* dS) {
@@ -531,7 +578,13 @@ struct F32Products : BlockOperands {
   }
   // dK[kb0 .. kb0 + n] (rows ld apart) += scale dS[r0..r1, 0..n)^T Q[r0..r1]
   void dk(std::size_t r0, std::size_t r1, std::size_t n, std::size_t kb0, const float* dS, float* dK, std::size_t ld) {
-    kz.gemm(n, P.g.dk, r1 - r0, P.scale, dS + r0 * kTile, 1, kTile, Qb + r0 * ldq, ldq, dK + kb0 * ld, ld, true);
+    dk_keys(0, n, r0, r1, kb0, dS, dK, ld);
+  }
+  // the same for the tile's keys [j0, j1) only (TileParts::keys)
+  void dk_keys(std::size_t j0, std::size_t j1, std::size_t r0, std::size_t r1, std::size_t kb0, const float* dS,
+               float* dK, std::size_t ld) {
+    kz.gemm(j1 - j0, P.g.dk, r1 - r0, P.scale, dS + r0 * kTile + j0, 1, kTile, Qb + r0 * ldq, ldq,
+            dK + (kb0 + j0) * ld, ld, true);
   }
 
  private:
@@ -661,14 +714,16 @@ struct Bf16Products : BlockOperands {
     const std::size_t w = P.g.dk / 2;
     tiles_(e - a, cols, w, qa_.data() + a * w, w, kd + kb0, sp, S + a * kTile, kTile, false);
   }
-  void scores_exp(std::size_t a, std::size_t e, std::size_t kb0, float* S, const float* m, const float* lz) {
-    scores(a, e, kTile, kb0, S);
-    for (std::size_t k = a; k < e; ++k) kz.exp_shift(S + k * kTile, kTile, m[k], lz[k]);
+  void scores_exp(std::size_t a, std::size_t e, std::size_t cols, std::size_t kb0, float* S, const float* m,
+                  const float* lz) {
+    scores(a, e, cols, kb0, S);
+    for (std::size_t k = a; k < e; ++k) kz.exp_shift(S + k * kTile, cols, m[k], lz[k]);
   }
   void pv(std::size_t a, std::size_t e, std::size_t need, std::size_t kb0, const float* S, float* acc) {
     const std::size_t w = round_a(e - a, need, 1.0f, S + a * kTile, kTile, 1);
     keys_b(e - a, P.g.dv, need, w, vk, Vg, ldv, kb0, acc + a * P.g.dv, P.g.dv);
   }
+  static constexpr bool by_keys = false;  // dv and dk over the whole tile (rows_b pairs the rows)
   void dv(std::size_t r0, std::size_t r1, std::size_t n, std::size_t kb0, const float* Sd, float* dV, std::size_t ld) {
     rows_b(r0, r1, n, 1.0f, Sd, or_, P.g.dv, dV + kb0 * ld, ld);
   }
@@ -749,22 +804,18 @@ struct Bf16Products : BlockOperands {
 };
 
 // S[rows, kTile] = scale Q_blk Kt[:, kb0 .. kb0 + kTile) with the visibility applied to each
-// row's visible part (forward: scores checked first, as block_scores does). Only rows [r0, r1)
-// of the block see a key of the tile (r0 == r1: none); the others are left as they were (the
-// callers zero them, and the products skip them: on the causal diagonal that halves the tile).
+// row's visible part (forward: scores checked first, as block_scores does), for the rows
+// parts.r0 .. parts.r1 that see a key of the tile; the others are left as they were (the callers
+// zero them, and the products skip them: on the causal diagonal that halves the tile).
 template <class Products>
 void tile_scores(const Problem<float>& P, const tile::Kernels& kz, Products& prod, std::size_t b, std::size_t h,
-                 const BlockRows& R, std::size_t kb0, std::size_t n, bool check, float* S, std::size_t& r0,
-                 std::size_t& r1) {
-  tile_rows(R, kb0, n, r0, r1);
-  if (r0 == r1) return;
-  row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+                 const BlockRows& R, const TileParts& parts, std::size_t kb0, bool check, float* S) {
+  parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
     const std::size_t cols = round_up(need, kz.width);
     if (cols) prod.scores(a, e, cols, kb0, S);
   });
-  for (std::size_t k = r0; k < r1; ++k) {
-    std::size_t ja, je;
-    tile_span(R, k, kb0, n, ja, je);
+  for (std::size_t k = parts.r0; k < parts.r1; ++k) {
+    const std::size_t ja = parts.ja[k], je = parts.je[k];
     if (ja == je) continue;
     float* s = S + k * kTile;
     if (check && P.check_finite && !kz.finite(s + ja, je - ja)) check_tile_scores(P, b, h, R, k, kb0, ja, je, s);
@@ -791,10 +842,14 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeP
   float m[kBlock], l[kBlock];
   std::fill(m, m + R.rows, kNegInf);
   std::fill(l, l + R.rows, 0.0f);
+  TileParts parts;
+  const bool exact_parts = g_exact_parts.load(std::memory_order_relaxed) && !P.dropout;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1, k0;
     const bool full = tile_rows(R, kb0, n, r0, r1) && !P.dropout;
+    if (!full && r0 == r1) continue;  // no row sees a key of the tile
+    if (!full) parts.plan(R, kb0, n, r0, r1, false);
     if (full) {
       // Every row sees the whole tile: no visibility to apply; the scores' check, max, e^x and
       // sum in one kernel call (the loop below, from the first row with a non-finite score).
@@ -802,8 +857,22 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeP
       k0 = r0 + kz.softmax_rows(S + r0 * kTile, kTile, r1 - r0, kTile, m + r0, l + r0, acc + r0 * g.dv, g.dv, g.dv);
       if (k0 < r1 && P.check_finite)  // throws at the first non-finite score, as tile_scores does
         check_tile_scores(P, b, h, R, k0, kb0, 0, kTile, S + k0 * kTile);
+    } else if (exact_parts && exact_rows(R, r0, r1)) {
+      // Rows that see parts of the tile with nothing to apply in them (the causal diagonal, a
+      // window's edges): tile_scores' products, then its check and the loop below on each row's
+      // part in one kernel call (the loop below from the first row with a non-finite score).
+      count_partial_tile(PartialTilePath::exact_parts);
+      parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+        const std::size_t cols = round_up(need, kz.width);
+        if (cols) prod.scores(a, e, cols, kb0, S);
+      });
+      k0 = r0 + kz.softmax_parts(S + r0 * kTile, kTile, r1 - r0, parts.ja + r0, parts.je + r0, kTile, m + r0, l + r0,
+                                 acc + r0 * g.dv, g.dv, g.dv);
+      if (k0 < r1 && P.check_finite)  // throws at the first non-finite visible score, as tile_scores does
+        check_tile_scores(P, b, h, R, k0, kb0, parts.ja[k0], parts.je[k0], S + k0 * kTile);
     } else {
-      tile_scores(P, kz, prod, b, h, R, kb0, n, true, S, r0, r1);
+      count_partial_tile(PartialTilePath::general);
+      tile_scores(P, kz, prod, b, h, R, parts, kb0, true, S);
       k0 = r0;
     }
     for (std::size_t k = k0; k < r1; ++k) {
@@ -835,7 +904,7 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeP
     if (full)
       prod.pv(r0, r1, n, kb0, S, acc);
     else
-      row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+      parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
         if (need) prod.pv(a, e, need, kb0, S, acc);
       });
   }
@@ -875,33 +944,64 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, Make
   const float* Ob = O + P.lo.at(b, h, R.i0);
   float D[kBlock];  // delta_i = dO_i . O_i = sum_j A_ij dA_ij (dropout included)
   for (std::size_t k = 0; k < R.rows; ++k) D[k] = R.use[k] ? kz.dot(dOb + k * ldo, Ob + k * ldo, g.dv) : 0.0f;
+  TileParts parts;
+  const bool by_keys = Products::by_keys && g_exact_parts.load(std::memory_order_relaxed);
+  const bool exact_parts = by_keys && !P.dropout;
   for (std::size_t kb0 = R.L; kb0 < R.U; kb0 += kTile) {
     const std::size_t n = std::min(kTile, R.U - kb0);
     std::size_t r0, r1;
     const bool full = tile_rows(R, kb0, n, r0, r1) && !P.dropout;
+    if (!full && r0 == r1) continue;  // no row sees a key of the tile
+    if (!full) parts.plan(R, kb0, n, r0, r1, by_keys);
     if (full) {
       // Every row sees the whole tile: the weights A = e^((S - m) - log l) straight from the
       // product's registers (the same bits as tile_scores, then exp_shift below).
-      prod.scores_exp(r0, r1, kb0, S, row_max + row0, log_z + row0);
+      prod.scores_exp(r0, r1, kTile, kb0, S, row_max + row0, log_z + row0);
+    } else if (exact_parts && exact_rows(R, r0, r1)) {
+      // Rows that see parts of the tile with nothing to apply in them (the causal diagonal, a
+      // window's edges): the same from the product's registers by row chunks, each up to its
+      // rows' parts, then each row zero outside its part (what the product wrote there is
+      // overwritten).
+      count_partial_tile(PartialTilePath::exact_parts);
+      parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+        const std::size_t cols = round_up(need, kz.width);
+        if (cols) prod.scores_exp(a, e, cols, kb0, S, row_max + row0, log_z + row0);
+        for (std::size_t k = a; k < e; ++k) {
+          float* s = S + k * kTile;
+          std::fill(s, s + parts.ja[k], 0.0f);
+          std::fill(s + parts.je[k], s + kTile, 0.0f);
+        }
+      });
     } else {
-      tile_scores(P, kz, prod, b, h, R, kb0, n, false, S, r0, r1);
-      if (r0 == r1) continue;
+      count_partial_tile(PartialTilePath::general);
+      tile_scores(P, kz, prod, b, h, R, parts, kb0, false, S);
       for (std::size_t k = r0; k < r1; ++k) {
         float* s = S + k * kTile;
-        std::size_t ja, je;
-        tile_span(R, k, kb0, n, ja, je);
+        const std::size_t ja = parts.ja[k], je = parts.je[k];
         std::fill(s, s + ja, 0.0f);
         if (ja < je) kz.exp_shift(s + ja, je - ja, row_max[row0 + k], log_z[row0 + k]);
         std::fill(s + je, s + kTile, 0.0f);
         if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
       }
     }
-    if (dV) prod.dv(r0, r1, n, kb0, Sd, dV, ldv);  // dV += A_d^T dO
+    // dV += A_d^T dO (a tile that rows see in part: by key chunks, each over its rows)
+    if (dV) {
+      if constexpr (Products::by_keys) {
+        if (!full && by_keys)
+          parts.keys([&](std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) {
+            prod.dv_keys(j0, j1, lo, hi, kb0, Sd, dV, ldv);
+          });
+        else
+          prod.dv(r0, r1, n, kb0, Sd, dV, ldv);
+      } else {
+        prod.dv(r0, r1, n, kb0, Sd, dV, ldv);
+      }
+    }
     if (!dQ && !dK) continue;
     if (full) {  // dU = A (dO V^T - delta) (float32: from the product's registers; zero where A is)
       prod.dp_dsoft(r0, r1, kTile, kb0, dS, S, D);
-    } else if (!P.dropout) {  // the same by row chunks, each up to its visible part; zero after it
-      row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+    } else if (!P.dropout) {  // the same by row chunks, each up to its rows' parts; zero after them
+      parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
         const std::size_t cols = round_up(need, kz.width);
         if (cols) prod.dp_dsoft(a, e, cols, kb0, dS, S, D);
         for (std::size_t k = a; k < e; ++k) std::fill(dS + k * kTile + cols, dS + (k + 1) * kTile, 0.0f);
@@ -919,10 +1019,21 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, Make
     if (dQ && (full || P.dropout))
       prod.dq(r0, r1, n, kb0, dS, dQ + P.lq.at(b, h, R.i0 + r0));
     else if (dQ)
-      row_chunks(R, kb0, n, r0, r1, Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
+      parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
         if (need) prod.dq(a, e, need, kb0, dS, dQ + P.lq.at(b, h, R.i0 + a));
       });
-    if (dK) prod.dk(r0, r1, n, kb0, dS, dK, ldk);
+    if (dK) {  // dK += scale dU^T Q (as dV)
+      if constexpr (Products::by_keys) {
+        if (!full && by_keys)
+          parts.keys([&](std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) {
+            prod.dk_keys(j0, j1, lo, hi, kb0, dS, dK, ldk);
+          });
+        else
+          prod.dk(r0, r1, n, kb0, dS, dK, ldk);
+      } else {
+        prod.dk(r0, r1, n, kb0, dS, dK, ldk);
+      }
+    }
   }
 }
 
@@ -1446,6 +1557,11 @@ bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p) {
 Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype, std::size_t row_offset) {
   return ops::dropout_mask_from_seed(kOp, "dropout_p", BHTS, p, seed, dtype, row_offset);
 }
+
+std::uint64_t partial_tile_calls(PartialTilePath path) {
+  return g_partial_tiles[static_cast<int>(path)].load(std::memory_order_relaxed);
+}
+void set_exact_parts(bool on) { g_exact_parts.store(on, std::memory_order_relaxed); }
 
 Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const VisibilityPlan& plan,
                        const FlashOptions& opts) {

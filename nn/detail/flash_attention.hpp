@@ -115,4 +115,19 @@ bool attention_dropout_keep(std::uint64_t seed, std::uint64_t flat, double p);
 Array attention_dropout_mask(const Shape& BHTS, double p, std::uint64_t seed, DType dtype,
                              std::size_t row_offset = 0);
 
+/// How the float32 tile path computed a tile that its block's rows see in part (the causal
+/// diagonal, a window's or a document's edges), for tests. exact_parts: every row of the tile is
+/// used and exact (a range of visible keys, no bias) and there is no dropout, so the scores' pass
+/// is fused (the forward's Kernels::softmax_parts, the backward's weights from the product's
+/// registers); general: the visibility applied row by row. On either, the float32 products sum
+/// dV and dK by chunks of keys, each over the rows from the first to the last that see it. The
+/// two paths give the same bits on the same visible ranges. Counted once per tile and pass,
+/// process-wide.
+enum class PartialTilePath { exact_parts, general };
+std::uint64_t partial_tile_calls(PartialTilePath path);
+/// For tests: false sends every such tile down the general path with dV and dK summed over all
+/// the tile's rows (the tile path as it was before both), to compare them bit for bit.
+/// Process-wide; true (the default) restores them.
+void set_exact_parts(bool on);
+
 }  // namespace xg::nn

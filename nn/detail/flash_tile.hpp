@@ -39,6 +39,14 @@ struct Kernels {
   /// n, m[k], 0). Returns rows. The operations of the per-row loop it replaces, in its order.
   std::size_t (*softmax_rows)(float* S, std::size_t ld, std::size_t rows, std::size_t n, float* m, float* l,
                               float* acc, std::size_t ldacc, std::size_t dv);
+  /// softmax_rows on `rows` rows that each see the part [ja[k], je[k]) of a tile n wide, with
+  /// nothing to apply in it (the causal diagonal, a window's edges): an empty part sets the row
+  /// to zero; else if the part has a non-finite score, returns k; else the step of softmax_rows
+  /// on the part (max, rescale, l[k] += exp_shift of the part), the row zero outside it. The
+  /// operations of the per-row loop it replaces, in its order.
+  std::size_t (*softmax_parts)(float* S, std::size_t ld, std::size_t rows, const std::size_t* ja,
+                               const std::size_t* je, std::size_t n, float* m, float* l, float* acc,
+                               std::size_t ldacc, std::size_t dv);
   float (*max)(const float* x, std::size_t n);                   ///< max of x[0..n), -inf for n = 0
   float (*sum)(const float* x, std::size_t n);                   ///< sum of x[0..n)
   float (*dot)(const float* x, const float* y, std::size_t n);   ///< sum of x[j] y[j]

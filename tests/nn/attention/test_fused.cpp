@@ -7,6 +7,8 @@
 #include <cstring>
 #include <iomanip>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <xgrad/checks/detail/common.hpp>
 #include "tests/support/helpers.hpp"
@@ -369,6 +371,124 @@ TEST_CASE("fused attention tile kernels: max finite and exp_shift on every row l
       if (x[j] != kGuard) FAIL_CHECK("exp_shift wrote past the row at " << j << ": " << x[j]);
     CHECK(std::fabs(sum - total) <= 1e-6 * (total + 1e-30));
   }
+}
+
+// The forward pass's online-softmax step on rows that see parts of a tile (softmax_parts): the
+// per-row loop it replaces (finite, max, the rescale, exp_shift, the zeros outside the part),
+// bit for bit, on parts that are empty, whole, at the start, at the end and inside, with rows
+// that have accumulated nothing yet and rows whose max grows or stays; and its stop at the first
+// row with a non-finite score in its part, a non-finite score outside the part ignored.
+// [gemm_paths]: ctest runs it under XGRAD_ISA=avx2 too.
+TEST_CASE("fused attention tile kernels: softmax_parts equals the per-row loop bit for bit",
+          "[attention][fused][gemm_paths]") {
+  const tile::Kernels* kz = tile::kernels();
+  if (!kz) return;  // no AVX2 + FMA: the tile path is not used
+  INFO("float32 tile kernels: " << kz->isa);
+  constexpr std::size_t n = 64, rows = 14, dv = 2 * 16;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const std::size_t ja[rows] = {0, 0, 0, 5, 17, 33, 63, 0, 10, 40, 1, 0, 20, 7};
+  const std::size_t je[rows] = {0, 64, 1, 6, 49, 64, 64, 31, 10, 41, 63, 16, 64, 8};
+  Generator g(41);
+  std::vector<float> S0(rows * n), acc0(rows * dv), m0(rows), l0(rows);
+  for (float& v : S0) v = static_cast<float>(3 * g.normal());
+  for (float& v : acc0) v = static_cast<float>(g.normal());
+  for (std::size_t k = 0; k < rows; ++k) {
+    m0[k] = k % 3 == 0 ? kNegInf : static_cast<float>(k % 3 == 1 ? -10 : 10);  // none yet / grows / stays
+    l0[k] = m0[k] == kNegInf ? 0.0f : static_cast<float>(1 + g.uniform());
+  }
+  // The reference: forward_block_tiles' per-row loop on the same rows.
+  std::vector<float> S1 = S0, acc1 = acc0, m1 = m0, l1 = l0;
+  for (std::size_t k = 0; k < rows; ++k) {
+    float* s = S1.data() + k * n;
+    if (ja[k] == je[k]) {
+      std::fill(s, s + n, 0.0f);
+      continue;
+    }
+    REQUIRE(kz->finite(s + ja[k], je[k] - ja[k]));
+    const float mx = kz->max(s + ja[k], je[k] - ja[k]);
+    if (mx > m1[k]) {
+      if (m1[k] != kNegInf) {
+        const float f = std::exp(m1[k] - mx);
+        l1[k] *= f;
+        for (std::size_t c = 0; c < dv; ++c) acc1[k * dv + c] *= f;
+      }
+      m1[k] = mx;
+    }
+    std::fill(s, s + ja[k], 0.0f);
+    l1[k] += kz->exp_shift(s + ja[k], je[k] - ja[k], m1[k], 0.0f);
+    std::fill(s + je[k], s + n, 0.0f);
+  }
+  std::vector<float> S2 = S0, acc2 = acc0, m2 = m0, l2 = l0;
+  CHECK(kz->softmax_parts(S2.data(), n, rows, ja, je, n, m2.data(), l2.data(), acc2.data(), dv, dv) == rows);
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && differ++ == 0)
+        UNSCOPED_INFO(what << " first differs at " << i << ": " << std::setprecision(9) << a[i] << " against " << b[i]);
+    return differ;
+  };
+  CHECK(same(S2, S1, "S") == 0);
+  CHECK(same(acc2, acc1, "acc") == 0);
+  CHECK(same(m2, m1, "m") == 0);
+  CHECK(same(l2, l1, "l") == 0);
+  // A non-finite score inside row 4's part stops the call there (rows 0-3 done, row 4 untouched);
+  // one outside row 3's part (key 20, the part is [5, 6)) is not looked at.
+  std::vector<float> S3 = S0, acc3 = acc0, m3 = m0, l3 = l0;
+  S3[3 * n + 20] = std::numeric_limits<float>::quiet_NaN();
+  S3[4 * n + 30] = std::numeric_limits<float>::infinity();
+  CHECK(kz->softmax_parts(S3.data(), n, rows, ja, je, n, m3.data(), l3.data(), acc3.data(), dv, dv) == 4);
+  CHECK(std::memcmp(S3.data(), S1.data(), 4 * n * sizeof(float)) == 0);  // rows 0-3, the NaN zeroed
+  CHECK(std::memcmp(S3.data() + 4 * n, S0.data() + 4 * n, 30 * sizeof(float)) == 0);
+  CHECK(std::memcmp(m3.data(), m1.data(), 4 * sizeof(float)) == 0);
+  CHECK(m3[4] == m0[4]);
+}
+
+// Tiles that rows see in part (the causal diagonal, windows' and documents' edges) take the exact
+// path when every row of the tile is valid with nothing to apply in its part (the fused passes,
+// and on either path dV and dK summed by key chunks over the rows that see each), the general
+// path otherwise. set_exact_parts(false) is the tile path as it was before both: the two must give
+// the same bits, on every visibility kind of cases() with the float32 tile kernels (head widths
+// 16 and 64: one vector of the AVX-512 kernels, micro-tiles of 12 rows, and four), with dropout
+// too. The counters show which path each run took.
+// [gemm_paths]: ctest runs it under XGRAD_ISA=avx2 too.
+TEST_CASE("fused attention: partial tiles give the same bits on the exact and the general path",
+          "[attention][fused][gemm_paths]") {
+  if (!tile::kernels()) return;  // no AVX2 + FMA: the tile path is not used
+  INFO("float32 tile kernels: " << tile::kernels()->isa);
+  struct Restore {
+    ~Restore() { set_exact_parts(true); }
+  } restore;
+  const auto calls = [] {
+    return std::make_pair(partial_tile_calls(PartialTilePath::exact_parts),
+                          partial_tile_calls(PartialTilePath::general));
+  };
+  std::uint64_t exact_total = 0;
+  for (const auto& dims : {std::make_pair(std::size_t(16), std::size_t(16)), std::make_pair(std::size_t(32), std::size_t(32)), std::make_pair(std::size_t(64), std::size_t(32))})
+    for (const Case& c : cases(dims.first, dims.second))
+      for (const double p : {0.0, 0.2}) {
+        INFO(c.name << ", d_k " << c.d_k << ", d_v " << c.d_v << ", dropout " << p);
+        set_exact_parts(false);
+        const auto before = calls();
+        const Run a = run(c, SdpaImpl::fused, DType::float32, p, 13, 5);
+        const auto mid = calls();
+        set_exact_parts(true);
+        const Run b = run(c, SdpaImpl::fused, DType::float32, p, 13, 5);
+        const auto after = calls();
+        CHECK(mid.first == before.first);  // the general path only
+        if (c.name.rfind("causal square", 0) == 0) CHECK(mid.second > before.second);
+        exact_total += after.first - mid.first;
+        if (p > 0) CHECK(after.first == mid.first);  // dropout: the general path (dV, dK by key chunks)
+        // The exact path where the tiles' rows are exact: the causal and window-like kinds.
+        if (p == 0 && (c.name.rfind("causal square", 0) == 0 || c.name.rfind("documents", 0) == 0))
+          CHECK(after.first > mid.first);
+        if (c.name.rfind("soft bias", 0) == 0) CHECK(after.first == mid.first);  // a bias: never exact
+        // Same arithmetic on the same visible ranges, less leading and trailing zero terms.
+        XGT_CHECK_SAME(b.O, a.O);
+        XGT_CHECK_SAME(b.dQ, a.dQ);
+        XGT_CHECK_SAME(b.dK, a.dK);
+        XGT_CHECK_SAME(b.dV, a.dV);
+      }
+  CHECK(exact_total > 0);
 }
 
 TEST_CASE("fused attention in float32 on odd lengths 1 7 13 127 129 with dropout matches float64",

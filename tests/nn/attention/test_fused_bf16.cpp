@@ -21,6 +21,7 @@
 #include <xgrad/core/detail/calibration.hpp>
 #include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/core/runtime.hpp>
+#include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/nn/detail/flash_tile.hpp>
 #include <xgrad/nn/sdpa.hpp>
 
@@ -195,6 +196,37 @@ TEST_CASE("bfloat16 attention: the bits do not depend on the thread count", "[at
   CHECK(differing_bits(one.dQ, two.dQ) == 0);
   CHECK(differing_bits(one.dK, two.dK) == 0);
   CHECK(differing_bits(one.dV, two.dV) == 0);
+}
+
+// The exact path of the tiles that rows see in part (nn/detail/flash_attention.hpp,
+// PartialTilePath) with the bfloat16 products: the scores' pass fused, the weights of the
+// backward pass from one rounding and e^x per chunk of rows up to its rows' parts. The same bits
+// as the general path (set_exact_parts(false)), on the causal, documents and window shapes; the
+// counters show both paths ran. Where the choice keeps float32, this is the float32 tile path.
+TEST_CASE("bfloat16 attention: partial tiles give the same bits on the exact and the general path",
+          "[attention_bf16]") {
+  struct Restore {
+    ~Restore() { set_exact_parts(true); }
+  } restore;
+  const auto exact = [] { return partial_tile_calls(PartialTilePath::exact_parts); };
+  const auto general = [] { return partial_tile_calls(PartialTilePath::general); };
+  for (const Shape4& s : shapes()) {
+    if (s.name.rfind("no mask", 0) == 0) continue;  // no partial tiles
+    INFO(s.name << "; " << bfloat16_attention_kernels());
+    set_exact_parts(false);
+    const std::uint64_t e0 = exact(), g0 = general();
+    const Outputs a = fused(s, DType::float32, MatmulDtype::bfloat16);
+    const std::uint64_t e1 = exact(), g1 = general();
+    set_exact_parts(true);
+    const Outputs b = fused(s, DType::float32, MatmulDtype::bfloat16);
+    CHECK(e1 == e0);
+    CHECK(g1 > g0);
+    CHECK(exact() > e1);
+    CHECK(differing_bits(b.O, a.O) == 0);
+    CHECK(differing_bits(b.dQ, a.dQ) == 0);
+    CHECK(differing_bits(b.dK, a.dK) == 0);
+    CHECK(differing_bits(b.dV, a.dV) == 0);
+  }
 }
 
 TEST_CASE("bfloat16 attention: a score that overflows is the error float32 gives (Algorithm 5.1 step 3)",
