@@ -726,12 +726,24 @@ template <class F> void for_each_block(const OwnGemv* ps, std::size_t count, std
   }
 }
 
-// Rows products (all of ps) on `chunks` >= 2 pool threads: chunk c computes the half c % 2 of K
-// (f32v::rows_part) for group c / 2's blocks of kAlignOwnGemv outputs, across all products, into
-// partial sums; the caller then adds the halves and finishes y. The halves are those of
-// f32v::rows, so the bits do not depend on the thread count. Split by columns instead, each
-// thread reads a part of every row of W, and two threads stream W no faster than one on AMD
-// Zen 1; split by halves, each reads a contiguous half (docs/performance.md, "Generation").
+// Chunks per pool thread of the own AVX-512 kernel's split products, claimed one at a time
+// (detail::run_chunks_balanced): with one chunk per thread, the two halves of a decoding step's
+// products finished apart (a thread descheduled, or slowed by the other's memory traffic) and the
+// other thread waited; with eight, the thread ahead takes more of them. stories15M decoding at 2
+// threads on the Xeon model 167: 1.08-1.10x (4 a thread 1.04x, 16 a thread 1.03x;
+// bench/NOTES.md). Each output is still computed by one chunk from the same inputs in the same
+// order, so the bits do not change. The AVX2 kernel keeps one chunk a thread, as measured on AMD
+// Zen 1 (below).
+constexpr std::size_t kBalanceGemv = 8;
+std::size_t chunks_per_thread(f32v::Isa isa) { return isa == f32v::Isa::avx512 ? kBalanceGemv : 1; }
+
+// Rows products (all of ps) on `chunks` >= 2 pool threads, chunks_per_thread(isa) chunks a thread
+// (at most two a block): chunk c computes the half c % 2 of K (f32v::rows_part) for group c / 2's
+// blocks of kAlignOwnGemv outputs, across all products, into partial sums; the caller then adds
+// the halves and finishes y. The halves are those of f32v::rows, so the bits do not depend on the
+// thread count. Split by columns instead, each thread reads a part of every row of W, and two
+// threads stream W no faster than one on AMD Zen 1; split by halves, each reads a contiguous half
+// (docs/performance.md, "Generation").
 std::atomic<std::uint64_t> g_gemv_rows_halves{0};
 
 void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, std::size_t chunks) {
@@ -745,8 +757,8 @@ void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, st
   }
   part.resize(offset[count]);
   float* const sums = part.data();
-  const std::size_t groups = std::min(chunks / 2, blocks);
-  detail::run_chunks(2 * groups, [&](std::size_t c) {
+  const std::size_t groups = std::min(chunks_per_thread(isa) * chunks / 2, blocks);
+  detail::run_chunks_balanced(2 * groups, [&](std::size_t c) {
     const std::size_t half = c % 2, g = c / 2;
     for_each_block(ps, count, blocks * g / groups, blocks * (g + 1) / groups,
                    [&](std::size_t i, std::size_t j0, std::size_t j1) {
@@ -770,7 +782,8 @@ void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, st
 
 // Runs `count` products sharing a pool hand-off: rows products as two halves of K
 // (run_own_rows_halves); otherwise their outputs are cut into blocks of kAlignOwnGemv, the
-// blocks of all products dealt to the chunks in one run_chunks.
+// blocks of all products dealt to chunks_per_thread(isa) chunks a thread in one
+// run_chunks_balanced.
 void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
   double flops = 0;
   std::size_t blocks = 0;
@@ -785,12 +798,12 @@ void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
     run_own_rows_halves(isa, ps, count, threads);
     return;
   }
-  const std::size_t chunks = std::min(threads, blocks);
+  const std::size_t chunks = threads <= 1 ? 1 : std::min(chunks_per_thread(isa) * threads, blocks);
   if (chunks <= 1) {
     for (std::size_t i = 0; i < count; ++i) ps[i].run(isa, 0, ps[i].n);
     return;
   }
-  detail::run_chunks(chunks, [&](std::size_t c) {
+  detail::run_chunks_balanced(chunks, [&](std::size_t c) {
     for_each_block(ps, count, blocks * c / chunks, blocks * (c + 1) / chunks,
                    [&](std::size_t i, std::size_t j0, std::size_t j1) { ps[i].run(isa, j0, j1); });
   });

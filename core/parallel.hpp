@@ -34,6 +34,11 @@ std::size_t parallel_chunks(std::size_t n, std::size_t grain);
 /// exception thrown by a chunk is rethrown on the caller (the lowest chunk's).
 void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job);
 
+/// run_chunks with any number of chunks (more than the threads: the threads claim them one at a
+/// time, so a thread that runs faster, or starts sooner, takes more of them). For work whose
+/// chunks are independent and whose results do not depend on which thread runs a chunk.
+void run_chunks_balanced(std::size_t chunks, const std::function<void(std::size_t)>& job);
+
 /// f(begin, end, chunk) for each chunk of [0, n); chunks run in parallel.
 template <class F> void parallel_for(std::size_t n, std::size_t grain, F&& f) {
   // A range under two grains is one chunk: decided here, without a call (tiny ops stay cheap).
