@@ -984,19 +984,23 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, Make
         if (P.dropout) dropout_row(P, b, h, R.i0 + k, kb0, s, Sd + k * kTile, n);
       }
     }
-    // dV += A_d^T dO (a tile that rows see in part: by key chunks, each over its rows)
-    if (dV) {
+    // dV and dK, the sums over the rows: of a tile that rows see in part, by key chunks, each over
+    // its rows (part(prod, j0, j1, lo, hi), generic in prod: Bf16Products has no such products);
+    // else whole().
+    const auto sum_over_rows = [&](auto&& whole, auto&& part) {
       if constexpr (Products::by_keys) {
-        if (!full && by_keys)
-          parts.keys([&](std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) {
-            prod.dv_keys(j0, j1, lo, hi, kb0, Sd, dV, ldv);
-          });
-        else
-          prod.dv(r0, r1, n, kb0, Sd, dV, ldv);
-      } else {
-        prod.dv(r0, r1, n, kb0, Sd, dV, ldv);
+        if (!full && by_keys) {
+          parts.keys([&](std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) { part(prod, j0, j1, lo, hi); });
+          return;
+        }
       }
-    }
+      whole();
+    };
+    if (dV)  // dV += A_d^T dO
+      sum_over_rows([&] { prod.dv(r0, r1, n, kb0, Sd, dV, ldv); },
+                    [&](auto& p, std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) {
+                      p.dv_keys(j0, j1, lo, hi, kb0, Sd, dV, ldv);
+                    });
     if (!dQ && !dK) continue;
     if (full) {  // dU = A (dO V^T - delta) (float32: from the product's registers; zero where A is)
       prod.dp_dsoft(r0, r1, kTile, kb0, dS, S, D);
@@ -1022,18 +1026,11 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, Make
       parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
         if (need) prod.dq(a, e, need, kb0, dS, dQ + P.lq.at(b, h, R.i0 + a));
       });
-    if (dK) {  // dK += scale dU^T Q (as dV)
-      if constexpr (Products::by_keys) {
-        if (!full && by_keys)
-          parts.keys([&](std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) {
-            prod.dk_keys(j0, j1, lo, hi, kb0, dS, dK, ldk);
-          });
-        else
-          prod.dk(r0, r1, n, kb0, dS, dK, ldk);
-      } else {
-        prod.dk(r0, r1, n, kb0, dS, dK, ldk);
-      }
-    }
+    if (dK)  // dK += scale dU^T Q
+      sum_over_rows([&] { prod.dk(r0, r1, n, kb0, dS, dK, ldk); },
+                    [&](auto& p, std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) {
+                      p.dk_keys(j0, j1, lo, hi, kb0, dS, dK, ldk);
+                    });
   }
 }
 
