@@ -730,8 +730,8 @@ template <class F> void for_each_block(const OwnGemv* ps, std::size_t count, std
 // (detail::run_chunks_balanced): with one chunk per thread, the two halves of a decoding step's
 // products finished apart (a thread descheduled, or slowed by the other's memory traffic) and the
 // other thread waited; with eight, the thread ahead takes more of them. stories15M decoding at 2
-// threads on the Xeon model 167: 1.08-1.10x (4 a thread 1.04x, 16 a thread 1.03x;
-// bench/NOTES.md). Each output is still computed by one chunk from the same inputs in the same
+// threads on the Xeon model 167: 1.04-1.10x in four alternating runs, 1.00-1.04x on a busier host
+// (4 a thread 1.04x, 16 a thread 1.03x; bench/NOTES.md). Each output is still computed by one chunk from the same inputs in the same
 // order, so the bits do not change. The AVX2 kernel keeps one chunk a thread, as measured on AMD
 // Zen 1 (below).
 constexpr std::size_t kBalanceGemv = 8;

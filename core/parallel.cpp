@@ -207,7 +207,10 @@ void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job)
 }
 
 void run_chunks_balanced(std::size_t chunks, const std::function<void(std::size_t)>& job) {
-  if (chunks > 1 && !tl_in_pool && pool()->threads() > 1 && pool()->try_run(chunks, job)) return;
+  if (chunks > 1 && !tl_in_pool) {
+    const auto p = pool();
+    if (p->threads() > 1 && p->try_run(chunks, job)) return;
+  }
   for (std::size_t c = 0; c < chunks; ++c) job(c);  // serial fallback, same partition
 }
 

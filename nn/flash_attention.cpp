@@ -990,7 +990,9 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, Make
     const auto sum_over_rows = [&](auto&& whole, auto&& part) {
       if constexpr (Products::by_keys) {
         if (!full && by_keys) {
-          parts.keys([&](std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) { part(prod, j0, j1, lo, hi); });
+          parts.keys([&](std::size_t j0, std::size_t j1, std::size_t lo, std::size_t hi) {
+            part(prod, j0, j1, lo, hi);
+          });
           return;
         }
       }
