@@ -807,13 +807,19 @@ struct Bf16Products : BlockOperands {
 // row's visible part (forward: scores checked first, as block_scores does), for the rows
 // parts.r0 .. parts.r1 that see a key of the tile; the others are left as they were (the callers
 // zero them, and the products skip them: on the causal diagonal that halves the tile).
+// The products of tile_scores alone: S = scale Q K^T by row chunks, each up to its rows' parts.
 template <class Products>
-void tile_scores(const Problem<float>& P, const tile::Kernels& kz, Products& prod, std::size_t b, std::size_t h,
-                 const BlockRows& R, const TileParts& parts, std::size_t kb0, bool check, float* S) {
+void part_scores(const tile::Kernels& kz, Products& prod, const TileParts& parts, std::size_t kb0, float* S) {
   parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
     const std::size_t cols = round_up(need, kz.width);
     if (cols) prod.scores(a, e, cols, kb0, S);
   });
+}
+
+template <class Products>
+void tile_scores(const Problem<float>& P, const tile::Kernels& kz, Products& prod, std::size_t b, std::size_t h,
+                 const BlockRows& R, const TileParts& parts, std::size_t kb0, bool check, float* S) {
+  part_scores(kz, prod, parts, kb0, S);
   for (std::size_t k = parts.r0; k < parts.r1; ++k) {
     const std::size_t ja = parts.ja[k], je = parts.je[k];
     if (ja == je) continue;
@@ -862,10 +868,7 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeP
       // window's edges): tile_scores' products, then its check and the loop below on each row's
       // part in one kernel call (the loop below from the first row with a non-finite score).
       count_partial_tile(PartialTilePath::exact_parts);
-      parts.rows(Products::chunk, [&](std::size_t a, std::size_t e, std::size_t need) {
-        const std::size_t cols = round_up(need, kz.width);
-        if (cols) prod.scores(a, e, cols, kb0, S);
-      });
+      part_scores(kz, prod, parts, kb0, S);
       k0 = r0 + kz.softmax_parts(S + r0 * kTile, kTile, r1 - r0, parts.ja + r0, parts.je + r0, kTile, m + r0, l + r0,
                                  acc + r0 * g.dv, g.dv, g.dv);
       if (k0 < r1 && P.check_finite)  // throws at the first non-finite visible score, as tile_scores does
