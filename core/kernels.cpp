@@ -188,9 +188,12 @@ Array sum_to_shape(const Array& g, const Shape& target) {
       }
       const std::size_t width = k == Bcast::scalar ? 1 : inner, rows = n / width;
       // Partial sums per chunk of rows, added in chunk order: deterministic for a thread count.
-      const std::size_t chunks = detail::parallel_chunks(rows, std::max<std::size_t>(1, kGrain / width));
+      // Rows as wide as a grain: one chunk a thread (the serial sum of the parts grows with them).
+      const std::size_t grain = std::max<std::size_t>(1, kGrain / width);
+      const std::size_t per_thread = width >= kGrain ? 1 : detail::kChunksPerThread;
+      const std::size_t chunks = detail::parallel_chunks(rows, grain, per_thread);
       std::vector<T> part(chunks * width, T(0));
-      detail::parallel_for(rows, std::max<std::size_t>(1, kGrain / width), [&](std::size_t lo, std::size_t hi, std::size_t c) {
+      detail::parallel_for(rows, grain, [&](std::size_t lo, std::size_t hi, std::size_t c) {
         // acc does not alias pg (__restrict): a scalar sum stays in a register and the rows'
         // sums vectorise across j. Each acc[j] still adds its rows in order: the same bits.
         T* __restrict acc = part.data() + c * width;
@@ -203,7 +206,7 @@ Array sum_to_shape(const Array& g, const Shape& target) {
         }
         for (std::size_t r = lo; r < hi; ++r)
           for (std::size_t j = 0; j < width; ++j) acc[j] += in[r * width + j];
-      });
+      }, per_thread);
       for (std::size_t j = 0; j < width; ++j) {
         T acc = 0;
         for (std::size_t c = 0; c < chunks; ++c) acc += part[c * width + j];

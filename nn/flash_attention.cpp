@@ -1185,20 +1185,23 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
     });
     return;
   }
-  // Fewer groups than threads: split each group's (head, block) items; per-chunk dK/dV ([S, d]
-  // each, summed into the group's rows in chunk order).
+  // Fewer groups than threads: split each group's (head, block) items, one chunk a thread;
+  // per-chunk dK/dV ([S, d] each, summed into the group's rows in chunk order).
   const std::size_t items = g.r * nb;
-  const std::size_t chunks = detail::parallel_chunks(items, 1);
+  const std::size_t chunks = detail::parallel_chunks(items, 1, 1);
   detail::AlignedVector<T> part_k(dK ? chunks * kd : 0), part_v(dV ? chunks * vd : 0);
   for (std::size_t bg = 0; bg < groups; ++bg) {
     const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
     std::fill(part_k.begin(), part_k.end(), T(0));
     std::fill(part_v.begin(), part_v.end(), T(0));
-    detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t c) {
-      for (std::size_t it = begin; it < end; ++it)
-        block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr, g.dk,
-              dV ? part_v.data() + c * vd : nullptr, g.dv);
-    });
+    detail::parallel_for(
+        items, 1,
+        [&](std::size_t begin, std::size_t end, std::size_t c) {
+          for (std::size_t it = begin; it < end; ++it)
+            block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr, g.dk,
+                  dV ? part_v.data() + c * vd : nullptr, g.dv);
+        },
+        1);
     zero_group(b, kvh);
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
       if (dK) add_rows(part_k.data() + c * kd, g.S, g.dk, group_dK(b, kvh), P.lk.st);

@@ -312,6 +312,9 @@ constexpr std::size_t kBiasTile = 256;
 
 // Rows per parallel chunk: about 8K elements.
 std::size_t bias_gelu_grain(std::size_t C) { return std::max<std::size_t>(1, (std::size_t{1} << 13) / std::max<std::size_t>(C, 1)); }
+// Chunks a thread for a pass that keeps per-chunk column sums (the bias's gradient): one when a
+// chunk may be a few rows (C over 1024), so the serial sum of the parts stays small beside the rows.
+std::size_t bias_gelu_per_thread(std::size_t C) { return bias_gelu_grain(C) >= 8 ? detail::kChunksPerThread : 1; }
 
 }  // namespace
 
@@ -343,7 +346,7 @@ void gelu_tiles(const T* x, const T* b, std::size_t N, std::size_t C, F&& f) {
         for (std::size_t i = 0; i < m; ++i) phi[i] *= static_cast<T>(kInvSqrt2Pi);
         f(i0, c0, m, z, Phi, phi, ch);
       }
-  });
+  }, bias_gelu_per_thread(C));
 }
 
 struct GeluBackwardVjp {
@@ -366,7 +369,7 @@ struct GeluBackwardVjp {
       T* pdx = want_x ? dx.data<T>() : nullptr;
       T* pdg = want_g ? dg.data<T>() : nullptr;
       const bool want_b = has_b && c.needs(1);
-      const std::size_t chunks = detail::parallel_chunks(N, bias_gelu_grain(C));
+      const std::size_t chunks = detail::parallel_chunks(N, bias_gelu_grain(C), bias_gelu_per_thread(C));
       std::vector<T> part(want_b ? chunks * C : 0, T(0));
       gelu_tiles(px, pb, N, C, [&](std::size_t i0, std::size_t c0, std::size_t m, const T* z, const T* Phi,
                                    const T* phi, std::size_t ch) {
@@ -472,7 +475,7 @@ Tensor bias_gelu(const Tensor& x, const Tensor& b) {
       Array dx = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
       T* pdx = dx.data<T>();
       const bool want_b = c.needs(1);
-      const std::size_t chunks = detail::parallel_chunks(N, bias_gelu_grain(C));
+      const std::size_t chunks = detail::parallel_chunks(N, bias_gelu_grain(C), bias_gelu_per_thread(C));
       std::vector<T> part(want_b ? chunks * C : 0, T(0));
       detail::parallel_for(N, bias_gelu_grain(C), [&](std::size_t lo, std::size_t hi, std::size_t ch) {
         T e[kBiasTile];
@@ -496,7 +499,7 @@ Tensor bias_gelu(const Tensor& x, const Tensor& b) {
             if (db)
               for (std::size_t i = 0; i < m; ++i) db[c0 + i] += dr[i];
           }
-      });
+      }, bias_gelu_per_thread(C));
       if (c.needs(0)) cot[0] = dx;
       if (want_b) {
         Array gb = Array::zeros({C}, c.output.dtype());

@@ -3,9 +3,12 @@
 // thread count and agree across thread counts to rounding, and freed blocks are reused.
 #include <pthread.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -115,6 +118,73 @@ TEST_CASE("pool: run_chunks_balanced runs more chunks than threads once each and
     order.push_back(k);
   });
   CHECK(order == std::vector<std::size_t>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("pool: each thread runs its own range of chunks first and then the last ones of the others",
+          "[core][parallel]") {
+  // 8 chunks on 2 threads: the caller owns 0-3, the worker 4-7. The caller's chunk 0 waits until
+  // every other chunk has run, so the worker runs its own range from the front (4 5 6 7: the rows
+  // it wrote in a job with the same partition) and then the caller's from the back (3 2 1). Before,
+  // the threads claimed one counter in order: the worker began at chunk 1.
+  Threads t(2);
+  constexpr std::size_t kChunks = 8;
+  std::vector<std::atomic<int>> done(kChunks);
+  std::mutex m;
+  std::vector<std::size_t> on_worker;
+  const std::thread::id caller = std::this_thread::get_id();
+  detail::run_chunks(kChunks, [&](std::size_t c) {
+    if (c == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      const auto others_done = [&] {
+        for (std::size_t k = 1; k < kChunks; ++k)
+          if (done[k].load() == 0) return false;
+        return true;
+      };
+      while (!others_done() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    } else if (std::this_thread::get_id() != caller) {
+      std::lock_guard<std::mutex> lk(m);
+      on_worker.push_back(c);
+    }
+    done[c].store(1);
+  });
+  for (std::size_t c = 0; c < kChunks; ++c) CHECK(done[c].load() == 1);
+  CHECK(on_worker == std::vector<std::size_t>{4, 5, 6, 7, 3, 2, 1});  // and so none but chunk 0 on the caller
+}
+
+TEST_CASE("parallel_for: up to kChunksPerThread contiguous chunks a thread in order and one a thread on request",
+          "[core][parallel]") {
+  Threads t(2);
+  CHECK(detail::kChunksPerThread == 4);
+  CHECK(detail::parallel_chunks(1000, 10) == 8);     // 4 a thread
+  CHECK(detail::parallel_chunks(1000, 10, 1) == 2);  // one a thread
+  CHECK(detail::parallel_chunks(30, 10) == 3);       // each at least a grain
+  CHECK(detail::parallel_chunks(19, 10) == 1);       // under two grains: one
+  CHECK(detail::parallel_chunks(1000, 0) == 1);
+  for (const std::size_t per_thread : {detail::kChunksPerThread, std::size_t{1}}) {
+    INFO("per thread " << per_thread);
+    std::vector<std::array<std::size_t, 3>> seen;
+    std::mutex m;
+    detail::parallel_for(
+        1003, 10,
+        [&](std::size_t lo, std::size_t hi, std::size_t c) {
+          std::lock_guard<std::mutex> lk(m);
+          seen.push_back({c, lo, hi});
+        },
+        per_thread);
+    std::sort(seen.begin(), seen.end());
+    REQUIRE(seen.size() == 2 * per_thread);
+    std::size_t next = 0;
+    for (std::size_t c = 0; c < seen.size(); ++c) {
+      INFO("chunk " << c);
+      CHECK(seen[c][0] == c);
+      CHECK(seen[c][1] == next);  // contiguous, in chunk order
+      CHECK(seen[c][2] > seen[c][1]);
+      next = seen[c][2];
+    }
+    CHECK(next == 1003);
+  }
+  Threads one(1);
+  CHECK(detail::parallel_chunks(1000, 10) == 1);
 }
 
 TEST_CASE("pool: workers block asynchronous signals and keep faults deliverable", "[core][parallel]") {
