@@ -344,22 +344,52 @@ constexpr std::size_t kTile = 64;  // keys per tile
 // (on this Intel Xeon the d rows of a long sequence's [d, S] layout each sat on their own page).
 std::size_t panels(std::size_t S) { return (S + kTile - 1) / kTile + 1; }
 std::size_t group_floats(std::size_t S, std::size_t d) { return panels(S) * d * kTile; }
-// X is laid out by `l` with Hkv heads; `out` keeps its memory between calls (a thread_local of the
+// Group gi's panels of X (laid out by `l` with Hkv heads) into t (group_floats(S, d) floats);
+// the zeros beyond S and the closing panel only when `zeros` (t does not hold them already).
+void transpose_group(const tile::Kernels& kz, const float* X, const Layout& l, std::size_t Hkv, std::size_t gi,
+                     std::size_t S, std::size_t d, float* t, bool zeros) {
+  for (std::size_t p = 0, np = panels(S); p < np; ++p) {
+    const std::size_t k0 = p * kTile, nk = k0 < S ? std::min(kTile, S - k0) : 0;
+    float* tp = t + p * d * kTile;
+    if (nk) kz.transpose(X + l.at(gi / Hkv, gi % Hkv, k0), l.st, nk, d, tp, kTile);
+    if (zeros && nk < kTile)
+      for (std::size_t c = 0; c < d; ++c) std::fill(tp + c * kTile + nk, tp + (c + 1) * kTile, 0.0f);
+  }
+}
+
+// Every group's panels, in parallel. `out` keeps its memory between calls (a thread_local of the
 // caller): no page faults per call.
 void transpose_groups(const tile::Kernels& kz, const float* X, const Layout& l, std::size_t Hkv, std::size_t groups,
                       std::size_t S, std::size_t d, detail::AlignedVector<float>& out) {
-  const std::size_t np = panels(S), gf = group_floats(S, d);
+  const std::size_t gf = group_floats(S, d);
   if (out.size() < groups * gf) out.resize(groups * gf);
-  detail::parallel_for(groups * np, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
-    for (std::size_t it = begin; it < end; ++it) {
-      const std::size_t gi = it / np, p = it % np, k0 = p * kTile, nk = k0 < S ? std::min(kTile, S - k0) : 0;
-      float* t = out.data() + gi * gf + p * d * kTile;
-      if (nk) kz.transpose(X + l.at(gi / Hkv, gi % Hkv, k0), l.st, nk, d, t, kTile);
-      if (nk < kTile)
-        for (std::size_t c = 0; c < d; ++c) std::fill(t + c * kTile + nk, t + (c + 1) * kTile, 0.0f);
-    }
+  detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+    for (std::size_t gi = begin; gi < end; ++gi) transpose_group(kz, X, l, Hkv, gi, S, d, out.data() + gi * gf, true);
   });
 }
+
+// One group's panels at a time, for a chunk that runs whole groups: transposed by the thread that
+// then reads them (from its own cache, with no pass over every group and no wait for one before
+// the blocks start). A thread's buffer keeps its memory and its zeros between groups and calls;
+// they are written again only when the shape (S, d) changes.
+class GroupPanels {
+ public:
+  const float* fill(const tile::Kernels& kz, const float* X, const Layout& l, std::size_t Hkv, std::size_t gi,
+                    std::size_t S, std::size_t d) {
+    const bool zeros = S != S_ || d != d_;
+    if (zeros) {
+      buf_.resize(group_floats(S, d));
+      S_ = S;
+      d_ = d;
+    }
+    transpose_group(kz, X, l, Hkv, gi, S, d, buf_.data(), zeros);
+    return buf_.data();
+  }
+
+ private:
+  detail::AlignedVector<float> buf_;
+  std::size_t S_ = SIZE_MAX, d_ = SIZE_MAX;  // the shape whose zeros buf_ holds (none yet)
+};
 
 // The [d, kTile] B operand of keys kb0 .. kb0 + kTile of a group's panels Xt: the panel itself
 // when kb0 is a multiple of kTile (always so when a block's key range starts at 0, as causal and
@@ -1077,14 +1107,19 @@ void run_forward(const Problem<T>& P0, T* O, T* row_max, T* log_z) {
       return;
     }
     if (tile_path(g, kz)) {
-      thread_local detail::AlignedVector<float> Kt_buf;  // (the lambda below runs on other threads: use Kt)
-      transpose_groups(*kz, P.K, P.lk, g.Hkv, g.B * g.Hkv, g.S, g.dk, Kt_buf);
-      const float* Kt = Kt_buf.data();
+      // A (b, kv head) group's items are consecutive: a chunk transposes each group it meets once
+      // (a group split between two chunks: once in each).
       detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+        thread_local GroupPanels panels_K;
+        std::size_t held = SIZE_MAX;  // the group whose panels Ktg holds
+        const float* Ktg = nullptr;
         for (std::size_t it = begin; it < end; ++it) {
           const std::size_t blk = it % nb, bh = it / nb;
-          const float* Ktg = Kt + (bh / g.Hq * g.Hkv + bh % g.Hq / g.r) * group_floats(g.S, g.dk);
-          const std::size_t b = bh / g.Hq, h = bh % g.Hq;
+          const std::size_t b = bh / g.Hq, h = bh % g.Hq, grp = b * g.Hkv + h / g.r;
+          if (grp != held) {
+            Ktg = panels_K.fill(*kz, P.K, P.lk, g.Hkv, grp, g.S, g.dk);
+            held = grp;
+          }
           zero_block(g, P.lo, g.dv, b, h, blk, O);
           forward_block_tiles(
               P, *kz, [&](const BlockRows& R) { return F32Products(P, *kz, Ktg, nullptr, b, h, R, nullptr); }, b, h,
@@ -1131,20 +1166,23 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
       bf16 = true;
       round_groups(P, {true, dQ != nullptr, dQ || dK, false}, G);
     } else if (tile_path(g, kz)) {
-      transpose_groups(*kz, P.K, P.lk, g.Hkv, groups, g.S, g.dk, Kt_buf);
-      Kt = Kt_buf.data();
-      if (dQ || dK) {
-        transpose_groups(*kz, P.V, P.lv, g.Hkv, groups, g.S, g.dv, Vt_buf);
-        Vt = Vt_buf.data();
+      if (groups < threads) {  // (with whole groups per chunk, each chunk transposes its own: GroupPanels)
+        transpose_groups(*kz, P.K, P.lk, g.Hkv, groups, g.S, g.dk, Kt_buf);
+        Kt = Kt_buf.data();
+        if (dQ || dK) {
+          transpose_groups(*kz, P.V, P.lv, g.Hkv, groups, g.S, g.dv, Vt_buf);
+          Vt = Vt_buf.data();
+        }
       }
     } else {
       kz = nullptr;
     }
   }
   // Block blk of query head h (batch b) into the given dK, dV (a group's or a chunk's part), rows
-  // ldk, ldv apart.
+  // ldk, ldv apart; Ktg, Vtg: the group's panels (float32 tiles; Vtg null when dQ and dK are not
+  // wanted).
   const auto block = [&](std::size_t b, std::size_t h, std::size_t blk, T* dKp, std::size_t ldk, T* dVp,
-                         std::size_t ldv) {
+                         std::size_t ldv, const float* Ktg, const float* Vtg) {
     if (dQ) zero_block(g, P.lq, g.dk, b, h, blk, dQ);
     if constexpr (std::is_same<T, float>::value) {
       if (kz && bf16) {
@@ -1154,9 +1192,6 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
         return;
       }
       if (kz) {
-        const std::size_t grp = b * g.Hkv + h / g.r;
-        const float* Ktg = Kt + grp * group_floats(g.S, g.dk);
-        const float* Vtg = Vt ? Vt + grp * group_floats(g.S, g.dv) : nullptr;
         backward_block_tiles(
             P, *kz, [&](const BlockRows& R) { return F32Products(P, *kz, Ktg, Vtg, b, h, R, dO); }, b, h, blk,
             row_max, log_z, O, dO, dQ, dKp, ldk, dVp, ldv);
@@ -1164,6 +1199,8 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
       }
     }
     (void)O;
+    (void)Ktg;
+    (void)Vtg;
     backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dKp, ldk, dVp, ldv);
   };
   // The (b, kv head) group's dK and dV rows (null when not needed), zeroed by zero_group.
@@ -1173,14 +1210,22 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
     if (dK) zero_rows(group_dK(b, kvh), g.S, g.dk, P.lk.st);
     if (dV) zero_rows(group_dV(b, kvh), g.S, g.dv, P.lv.st);
   };
-  if (groups >= threads) {  // each chunk owns whole (b, kv head) groups
+  if (groups >= threads) {  // each chunk owns whole (b, kv head) groups: any split gives the same bits
     detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
+      thread_local GroupPanels panels_K, panels_V;
       for (std::size_t bg = begin; bg < end; ++bg) {
         const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
+        const float* Ktg = nullptr;
+        const float* Vtg = nullptr;
+        if constexpr (std::is_same<T, float>::value)
+          if (kz && !bf16) {
+            Ktg = panels_K.fill(*kz, P.K, P.lk, g.Hkv, bg, g.S, g.dk);
+            if (dQ || dK) Vtg = panels_V.fill(*kz, P.V, P.lv, g.Hkv, bg, g.S, g.dv);
+          }
         zero_group(b, kvh);
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
-            block(b, h, blk, group_dK(b, kvh), P.lk.st, group_dV(b, kvh), P.lv.st);
+            block(b, h, blk, group_dK(b, kvh), P.lk.st, group_dV(b, kvh), P.lv.st, Ktg, Vtg);
       }
     });
     return;
@@ -1194,12 +1239,14 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
     const std::size_t b = bg / g.Hkv, kvh = bg % g.Hkv;
     std::fill(part_k.begin(), part_k.end(), T(0));
     std::fill(part_v.begin(), part_v.end(), T(0));
+    const float* Ktg = Kt ? Kt + bg * group_floats(g.S, g.dk) : nullptr;
+    const float* Vtg = Vt ? Vt + bg * group_floats(g.S, g.dv) : nullptr;
     detail::parallel_for(
         items, 1,
         [&](std::size_t begin, std::size_t end, std::size_t c) {
           for (std::size_t it = begin; it < end; ++it)
             block(b, kvh * g.r + it / nb, it % nb, dK ? part_k.data() + c * kd : nullptr, g.dk,
-                  dV ? part_v.data() + c * vd : nullptr, g.dv);
+                  dV ? part_v.data() + c * vd : nullptr, g.dv, Ktg, Vtg);
         },
         1);
     zero_group(b, kvh);

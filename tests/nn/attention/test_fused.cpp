@@ -192,6 +192,44 @@ TEST_CASE("fused attention in float32 stays within float32 rounding of the float
     }
 }
 
+// A chunk of the float32 tile path's passes can run several (batch, kv head) groups (always on one
+// thread): it transposes each group's K (and V) panels as it reaches the group. At 2 threads the
+// cases' chunks hold one group each, so the thread counts 1 and 3 run them here. With at least as
+// many groups as threads, no result depends on the thread count: the same bits at 1, 2 and 3.
+TEST_CASE("fused attention in float32: a chunk that runs several kv groups reads each group's own panels",
+          "[attention][fused][gemm_paths]") {
+  if (!tile::kernels()) return;  // no AVX2 + FMA: the tile path is not used
+  struct Restore {
+    int n = num_threads();
+    ~Restore() { set_num_threads(n); }
+  } restore;
+  std::vector<Case> cs;
+  for (const Case& c : cases(16, 16))
+    if (c.B * c.H_kv >= 3) cs.push_back(c);  // at least as many groups as threads
+  REQUIRE(cs.size() >= 3);
+  for (const Case& c : cs) {
+    INFO(c.name);
+    const Run ref = run(c, SdpaImpl::fused, DType::float64, 0.0, 8, 1);
+    std::vector<Run> by_threads;
+    for (int threads : {1, 2, 3}) {
+      INFO("threads " << threads);
+      set_num_threads(threads);
+      by_threads.push_back(run(c, SdpaImpl::fused, DType::float32, 0.0, 8, 1));
+      const Run& b = by_threads.back();
+      require_close(b.O.astype(DType::float64), ref.O, 2e-5);
+      require_close(b.dQ.astype(DType::float64), ref.dQ, 1e-4);
+      require_close(b.dK.astype(DType::float64), ref.dK, 1e-4);
+      require_close(b.dV.astype(DType::float64), ref.dV, 1e-4);
+    }
+    for (std::size_t k = 1; k < by_threads.size(); ++k) {
+      XGT_CHECK_SAME(by_threads[k].O, by_threads[0].O);
+      XGT_CHECK_SAME(by_threads[k].dQ, by_threads[0].dQ);
+      XGT_CHECK_SAME(by_threads[k].dK, by_threads[0].dK);
+      XGT_CHECK_SAME(by_threads[k].dV, by_threads[0].dV);
+    }
+  }
+}
+
 // The backward pass computes the softmax weights and the softmax VJP in the products' registers
 // (gemm_exp, gemm_dsoft); they must give the bits of the product stored, then the row pass
 // (exp_shift, and dU = A (dA - delta)), which the rest of the tile path and the docs rely on.
