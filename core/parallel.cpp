@@ -46,9 +46,10 @@ class Pool {
 
   // false if the pool is busy (another user thread holds it): the caller runs serially.
   //
-  // The chunks are cut into one contiguous range per thread: the caller owns the first, worker w
-  // the (w + 1)-th. Each thread runs its own range from the front, then takes chunks not yet
-  // started from the back of the others' ranges. So with the same partition from one job to the
+  // The chunks are cut into one contiguous range per thread: the caller owns the first (never
+  // empty: chunk 0 runs on the caller, always first), worker w the (w + 1)-th. Each thread runs
+  // its own range from the front, then takes chunks not yet started from the back of the others'
+  // ranges (chunk 0 is never taken). So with the same partition from one job to the
   // next, a thread meets the data it wrote itself in the job before (both halves of a product
   // and the elementwise pass after it), and a worker that is slow to start (asleep after kSpin
   // idle, or descheduled on a busy host) or slow to finish never makes the caller wait for work it
@@ -63,13 +64,17 @@ class Pool {
     remaining_.store(chunks, std::memory_order_relaxed);
     const std::uint64_t gen = (gen_.load(std::memory_order_relaxed) + 1) & kGenMask;  // wraps
     const std::size_t nt = ranges_.size();
+    // Range r is [bound(r), bound(r + 1)); the caller's holds chunk 0, which it runs itself first.
+    const auto bound = [&](std::size_t r) { return r == 0 ? 0 : std::max<std::size_t>(1, chunks * r / nt); };
     for (std::size_t r = 0; r < nt; ++r)
-      ranges_[r].word.store(pack(gen, chunks * r / nt, chunks * (r + 1) / nt), std::memory_order_relaxed);
+      ranges_[r].word.store(pack(gen, std::max<std::size_t>(bound(r), 1), bound(r + 1)), std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lk(m_);
       gen_.store(gen, std::memory_order_release);  // publishes the ranges (stored before it)
     }
     cv_work_.notify_all();
+    run_one(0);
+    remaining_.fetch_sub(1, std::memory_order_acq_rel);
     run_all(gen, 0);
     const auto until = std::chrono::steady_clock::now() + kSpin;
     for (unsigned k = 0; remaining_.load(std::memory_order_acquire) != 0; ++k) {
