@@ -49,13 +49,12 @@ class Pool {
   // The chunks are cut into one contiguous range per thread: the caller owns the first (never
   // empty: chunk 0 runs on the caller, always first), worker w the (w + 1)-th. Each thread runs
   // its own range from the front, then takes chunks not yet started from the back of the others'
-  // ranges (chunk 0 is never taken). So with the same partition from one job to the
-  // next, a thread meets the data it wrote itself in the job before (both halves of a product
-  // and the elementwise pass after it), and a worker that is slow to start (asleep after kSpin
-  // idle, or descheduled on a busy host) or slow to finish never makes the caller wait for work it
-  // could do itself. Which thread runs a chunk does not change what the chunk computes (the
-  // partition depends only on n, grain and the thread count): results stay bit-identical run to
-  // run.
+  // ranges (chunk 0 is never taken). So with the same partition from one job to the next, a
+  // thread meets the data it wrote itself in the job before (both halves of a product and the
+  // elementwise pass after it), and a worker that is slow to start (asleep after kSpin idle, or
+  // descheduled on a busy host) or slow to finish never makes the caller wait for work it could
+  // do itself. Which thread runs a chunk does not change what the chunk computes (the partition
+  // depends only on n, grain and the thread count): results stay bit-identical run to run.
   bool try_run(std::size_t chunks, const std::function<void(std::size_t)>& job) {
     std::unique_lock<std::mutex> busy(run_mutex_, std::try_to_lock);
     if (!busy.owns_lock() || chunks > kIndexMask) return false;
