@@ -727,7 +727,7 @@ template <class F> void for_each_block(const OwnGemv* ps, std::size_t count, std
 }
 
 // Chunks per pool thread of the own AVX-512 kernel's split products, claimed one at a time
-// (detail::run_chunks_balanced): with one chunk per thread, the two halves of a decoding step's
+// (detail::run_chunks): with one chunk per thread, the two halves of a decoding step's
 // products finished apart (a thread descheduled, or slowed by the other's memory traffic) and the
 // other thread waited; with eight, the thread ahead takes more of them. stories15M decoding at 2
 // threads on the Xeon model 167: 1.04-1.10x in four alternating runs, 1.00-1.04x on a busier host
@@ -758,7 +758,7 @@ void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, st
   part.resize(offset[count]);
   float* const sums = part.data();
   const std::size_t groups = std::min(chunks_per_thread(isa) * chunks / 2, blocks);
-  detail::run_chunks_balanced(2 * groups, [&](std::size_t c) {
+  detail::run_chunks(2 * groups, [&](std::size_t c) {
     const std::size_t half = c % 2, g = c / 2;
     for_each_block(ps, count, blocks * g / groups, blocks * (g + 1) / groups,
                    [&](std::size_t i, std::size_t j0, std::size_t j1) {
@@ -783,7 +783,7 @@ void run_own_rows_halves(f32v::Isa isa, const OwnGemv* ps, std::size_t count, st
 // Runs `count` products sharing a pool hand-off: rows products as two halves of K
 // (run_own_rows_halves); otherwise their outputs are cut into blocks of kAlignOwnGemv, the
 // blocks of all products dealt to chunks_per_thread(isa) chunks a thread in one
-// run_chunks_balanced.
+// run_chunks.
 void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
   double flops = 0;
   std::size_t blocks = 0;
@@ -803,7 +803,7 @@ void run_own(f32v::Isa isa, const OwnGemv* ps, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) ps[i].run(isa, 0, ps[i].n);
     return;
   }
-  detail::run_chunks_balanced(chunks, [&](std::size_t c) {
+  detail::run_chunks(chunks, [&](std::size_t c) {
     for_each_block(ps, count, blocks * c / chunks, blocks * (c + 1) / chunks,
                    [&](std::size_t i, std::size_t j0, std::size_t j1) { ps[i].run(isa, j0, j1); });
   });

@@ -63,10 +63,11 @@ class Pool {
     remaining_.store(chunks, std::memory_order_relaxed);
     const std::uint64_t gen = (gen_.load(std::memory_order_relaxed) + 1) & kGenMask;  // wraps
     const std::size_t nt = ranges_.size();
-    // Range r is [bound(r), bound(r + 1)); the caller's holds chunk 0, which it runs itself first.
-    const auto bound = [&](std::size_t r) { return r == 0 ? 0 : std::max<std::size_t>(1, chunks * r / nt); };
+    // Range r is [bound(r), bound(r + 1)), range 0 [0, bound(1)): the caller's, never empty. Its
+    // chunk 0 the caller runs itself first, so its word starts at 1.
+    const auto bound = [&](std::size_t r) { return std::max<std::size_t>(1, chunks * r / nt); };  // r >= 1
     for (std::size_t r = 0; r < nt; ++r)
-      ranges_[r].word.store(pack(gen, std::max<std::size_t>(bound(r), 1), bound(r + 1)), std::memory_order_relaxed);
+      ranges_[r].word.store(pack(gen, r == 0 ? 1 : bound(r), bound(r + 1)), std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lk(m_);
       gen_.store(gen, std::memory_order_release);  // publishes the ranges (stored before it)
@@ -233,6 +234,5 @@ void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job)
   for (std::size_t c = 0; c < chunks; ++c) job(c);  // serial fallback, same partition
 }
 
-void run_chunks_balanced(std::size_t chunks, const std::function<void(std::size_t)>& job) { run_chunks(chunks, job); }
 
 }  // namespace xg::detail

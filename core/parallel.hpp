@@ -42,12 +42,8 @@ std::size_t parallel_chunks(std::size_t n, std::size_t grain, std::size_t per_th
 /// Runs job(c) for c in [0, chunks) on the pool (chunk 0 first, on the calling thread; see the
 /// file comment for who runs the others) and waits. An exception thrown by a chunk is rethrown
 /// on the caller (the lowest chunk's). Inside a chunk, or on one thread, the chunks run in order
-/// on the caller.
+/// on the caller. Any number of chunks: with more than the threads, the thread ahead takes more.
 void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job);
-
-/// run_chunks, for work whose chunks are many more than the threads (each thread starts on its
-/// own range and takes the rest of the others' when it is done: the one ahead takes more).
-void run_chunks_balanced(std::size_t chunks, const std::function<void(std::size_t)>& job);
 
 /// f(begin, end, chunk) for each chunk of [0, n) (parallel_chunks(n, grain, per_thread) of
 /// them); chunks run in parallel. per_thread 1 where each chunk keeps a large partial result

@@ -117,18 +117,18 @@ TEST_CASE("pool: chunk 0 runs on the calling thread even when the pool's threads
   CHECK(off_caller == 0);
 }
 
-TEST_CASE("pool: run_chunks_balanced runs more chunks than threads once each and the thread ahead takes more",
+TEST_CASE("pool: run_chunks runs more chunks than threads once each and the thread ahead takes more",
           "[core][parallel]") {
   Threads t(2);
   constexpr std::size_t kChunks = 37;
   std::vector<std::atomic<int>> runs(kChunks);
-  detail::run_chunks_balanced(kChunks, [&](std::size_t c) { runs[c].fetch_add(1); });
+  detail::run_chunks(kChunks, [&](std::size_t c) { runs[c].fetch_add(1); });
   for (std::size_t c = 0; c < kChunks; ++c) CHECK(runs[c].load() == 1);
   // A worker's chunks take 5 ms, the caller's none: the caller claims the rest meanwhile (with one
   // chunk a thread, it would wait for the worker's).
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<int> on_caller{0};
-  detail::run_chunks_balanced(kChunks, [&](std::size_t) {
+  detail::run_chunks(kChunks, [&](std::size_t) {
     if (std::this_thread::get_id() == caller)
       on_caller.fetch_add(1);
     else
@@ -137,18 +137,18 @@ TEST_CASE("pool: run_chunks_balanced runs more chunks than threads once each and
   INFO("chunks on the caller: " << on_caller.load() << " of " << kChunks);
   CHECK(on_caller.load() > static_cast<int>(kChunks / 2));
   // Errors reach the caller; inside a chunk, and on one thread, the chunks run in order on the caller.
-  CHECK_THROWS_WITH(detail::run_chunks_balanced(kChunks, [](std::size_t c) {
+  CHECK_THROWS_WITH(detail::run_chunks(kChunks, [](std::size_t c) {
                       if (c == 20) throw std::runtime_error("chunk twenty failed");
                     }),
                     Catch::Contains("chunk twenty failed"));
   std::vector<std::size_t> order;
   detail::run_chunks(2, [&](std::size_t c) {
-    if (c == 0) detail::run_chunks_balanced(5, [&](std::size_t k) { order.push_back(k); });
+    if (c == 0) detail::run_chunks(5, [&](std::size_t k) { order.push_back(k); });
   });
   CHECK(order == std::vector<std::size_t>{0, 1, 2, 3, 4});
   Threads one(1);
   order.clear();
-  detail::run_chunks_balanced(5, [&](std::size_t k) {
+  detail::run_chunks(5, [&](std::size_t k) {
     CHECK(std::this_thread::get_id() == caller);
     order.push_back(k);
   });
