@@ -577,6 +577,12 @@ struct F32Products : BlockOperands {
     kz.gemm_exp(e - a, cols, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile, m + a,
                 lz + a);
   }
+  // scores(a, e, kTile, kb0, S), then the online-softmax step of rows a..e that see the whole
+  // tile (Kernels::softmax_rows, with m, l, acc at row a): returns the rows it did
+  std::size_t scores_softmax(std::size_t a, std::size_t e, std::size_t kb0, float* S, float* m, float* l, float* acc) {
+    return kz.gemm_softmax(e - a, kTile, P.g.dk, P.scale, Qb + a * ldq, ldq, 1, Bk(kb0), kTile, S + a * kTile, kTile,
+                           m, l, acc, P.g.dv, P.g.dv);
+  }
   // acc[a..e] += S[a..e, 0..need) V[kb0 .. kb0 + need)
   void pv(std::size_t a, std::size_t e, std::size_t need, std::size_t kb0, const float* S, float* acc) {
     kz.gemm(e - a, P.g.dv, need, 1.0f, S + a * kTile, kTile, 1, Vg + kb0 * ldv, ldv, acc + a * P.g.dv, P.g.dv, true);
@@ -749,6 +755,10 @@ struct Bf16Products : BlockOperands {
     scores(a, e, cols, kb0, S);
     for (std::size_t k = a; k < e; ++k) kz.exp_shift(S + k * kTile, cols, m[k], lz[k]);
   }
+  std::size_t scores_softmax(std::size_t a, std::size_t e, std::size_t kb0, float* S, float* m, float* l, float* acc) {
+    scores(a, e, kTile, kb0, S);
+    return kz.softmax_rows(S + a * kTile, kTile, e - a, kTile, m, l, acc, P.g.dv, P.g.dv);
+  }
   void pv(std::size_t a, std::size_t e, std::size_t need, std::size_t kb0, const float* S, float* acc) {
     const std::size_t w = round_a(e - a, need, 1.0f, S + a * kTile, kTile, 1);
     keys_b(e - a, P.g.dv, need, w, vk, Vg, ldv, kb0, acc + a * P.g.dv, P.g.dv);
@@ -889,8 +899,7 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeP
     if (full) {
       // Every row sees the whole tile: no visibility to apply; the scores' check, max, e^x and
       // sum in one kernel call (the loop below, from the first row with a non-finite score).
-      prod.scores(r0, r1, kTile, kb0, S);
-      k0 = r0 + kz.softmax_rows(S + r0 * kTile, kTile, r1 - r0, kTile, m + r0, l + r0, acc + r0 * g.dv, g.dv, g.dv);
+      k0 = r0 + prod.scores_softmax(r0, r1, kb0, S, m + r0, l + r0, acc + r0 * g.dv);
       if (k0 < r1 && P.check_finite)  // throws at the first non-finite score, as tile_scores does
         check_tile_scores(P, b, h, R, k0, kb0, 0, kTile, S + k0 * kTile);
     } else if (exact_parts && exact_rows(R, r0, r1)) {

@@ -32,6 +32,13 @@ struct Kernels {
   void (*gemm_dsoft)(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t a_rs, std::size_t a_cs,
                      const float* B, std::size_t ldb, float* C, std::size_t ldc, const float* P, std::size_t ldp,
                      const float* D);
+  /// gemm with alpha, accumulate = false, then softmax_rows(C, ldc, M, N, m, l, acc, ldacc, dv):
+  /// the same bits, the same return and the same rows left as stored scores. With AVX-512 and
+  /// N = 64 (a row of the tile in one micro-tile's registers) each micro-tile's step runs on its
+  /// registers, with no pass over the stored scores.
+  std::size_t (*gemm_softmax)(std::size_t M, std::size_t N, std::size_t K, float alpha, const float* A,
+                              std::size_t a_rs, std::size_t a_cs, const float* B, std::size_t ldb, float* C,
+                              std::size_t ldc, float* m, float* l, float* acc, std::size_t ldacc, std::size_t dv);
   /// The forward pass's online-softmax step on `rows` rows of a tile that see all n keys (n a
   /// multiple of `width`; row k at S + k ld): if row k has a non-finite score, returns k, rows
   /// before it done. Else mx = max of the row; when mx > m[k]: if m[k] is finite, f = e^(m[k] - mx),

@@ -284,6 +284,62 @@ TEST_CASE("fused attention tile kernels: gemm_exp and gemm_dsoft equal the produ
           }
 }
 
+// The forward pass's whole tiles take the scores' product and the online-softmax step in one call
+// (gemm_softmax; with AVX-512 and N 64 from the product's registers): the bits, the return and the
+// state of gemm then softmax_rows, on rows with nothing accumulated yet, rows whose max grows and
+// rows whose max stays, partial micro-tiles of rows, and a non-finite score in the first, a middle
+// and the last micro-tile (the call stops at that row as softmax_rows does, the rows from it left
+// as the product's scores).
+// [gemm_paths]: ctest runs it under XGRAD_ISA=avx2 too (there every N takes gemm and softmax_rows).
+TEST_CASE("fused attention tile kernels: gemm_softmax equals the product then softmax_rows bit for bit",
+          "[attention][fused][gemm_paths]") {
+  const tile::Kernels* kz = tile::kernels();
+  if (!kz) return;  // no AVX2 + FMA: the tile path is not used
+  INFO("float32 tile kernels: " << kz->isa);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const std::size_t dv = 3 * kz->width;
+  Generator g(29);
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && differ++ == 0)
+        UNSCOPED_INFO(what << " first differs at " << i << ": " << std::setprecision(9) << a[i] << " against " << b[i]);
+    return differ;
+  };
+  for (const std::size_t M : {std::size_t(128), std::size_t(13), std::size_t(6), std::size_t(2)})
+    for (const std::size_t N : {std::size_t(64), 2 * kz->width})
+      for (const std::size_t K : {std::size_t(64), std::size_t(7)})
+        for (const float alpha : {1.0f, 0.125f, static_cast<float>(1 / std::sqrt(32.0))})
+          for (const std::size_t bad_row : {M, std::size_t(0), M / 2, M - 1}) {  // M: none
+            const float bad = bad_row % 2 ? std::numeric_limits<float>::quiet_NaN()
+                                          : std::numeric_limits<float>::infinity();
+            INFO("M " << M << ", N " << N << ", K " << K << ", alpha " << alpha << ", non-finite score in row "
+                      << bad_row << " (M: none)");
+            std::vector<float> A(M * K), B(K * N), acc0(M * dv), m0(M), l0(M);
+            for (float& v : A) v = static_cast<float>(2 * g.normal());
+            for (float& v : B) v = static_cast<float>(g.normal());
+            for (float& v : acc0) v = static_cast<float>(g.normal());
+            for (std::size_t i = 0; i < M; ++i) {  // none yet / a max far below (it grows) / far above (it stays)
+              m0[i] = i % 3 == 0 ? kNegInf : static_cast<float>(i % 3 == 1 ? -40 : 40);
+              l0[i] = m0[i] == kNegInf ? 0.0f : static_cast<float>(1 + g.uniform());
+            }
+            if (bad_row < M) A[bad_row * K + K / 2] = bad;  // a whole row of non-finite scores
+            std::vector<float> C1(M * N), acc1 = acc0, m1 = m0, l1 = l0;
+            kz->gemm(M, N, K, alpha, A.data(), K, 1, B.data(), N, C1.data(), N, false);
+            const std::size_t done1 =
+                kz->softmax_rows(C1.data(), N, M, N, m1.data(), l1.data(), acc1.data(), dv, dv);
+            REQUIRE(done1 == bad_row);  // (the reference stops where the scores are not finite)
+            std::vector<float> C2(M * N, -1.0f), acc2 = acc0, m2 = m0, l2 = l0;
+            const std::size_t done2 = kz->gemm_softmax(M, N, K, alpha, A.data(), K, 1, B.data(), N, C2.data(), N,
+                                                       m2.data(), l2.data(), acc2.data(), dv, dv);
+            CHECK(done2 == done1);
+            CHECK(same(C2, C1, "C") == 0);
+            CHECK(same(acc2, acc1, "acc") == 0);
+            CHECK(same(m2, m1, "m") == 0);
+            CHECK(same(l2, l1, "l") == 0);
+          }
+}
+
 // The tile kernels' e^x (exp_shift, and so gemm_exp, which gives its bits): within 1 ulp of
 // double-precision exp over float32's whole normal range of results (every 997th bit pattern of
 // [-87.33, 88.37], about 4.5 million values, and their edges), 0 below -87.34 and for -inf
