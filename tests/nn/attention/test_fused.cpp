@@ -284,6 +284,66 @@ TEST_CASE("fused attention tile kernels: gemm_exp and gemm_dsoft equal the produ
           }
 }
 
+// The tile kernels compile A's strides in where they are a tile's (rows 64 floats apart, or
+// columns: the scores and dU, read by rows or transposed) and read them from the call otherwise.
+// The same A at stride 64 and at stride 67 must give the same bits in every product, each epilogue,
+// every width of C (one, two, three and four vectors) and partial micro-tiles of rows.
+// [gemm_paths]: ctest runs it under XGRAD_ISA=avx2 too.
+TEST_CASE("fused attention tile kernels: A at a tile's stride and at another stride give the same bits",
+          "[attention][fused][gemm_paths]") {
+  const tile::Kernels* kz = tile::kernels();
+  if (!kz) return;  // no AVX2 + FMA: the tile path is not used
+  INFO("float32 tile kernels: " << kz->isa);
+  Generator g(31);
+  const auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && n++ == 0)
+        UNSCOPED_INFO("first differs at " << i << ": " << std::setprecision(9) << a[i] << " against " << b[i]);
+    return n;
+  };
+  constexpr std::size_t kTileStride = 64, kOther = 67;
+  for (const bool trans : {false, true})
+    for (const std::size_t M : {std::size_t(64), std::size_t(13)})
+      for (std::size_t nv = 1; nv <= 4; ++nv) {
+        const std::size_t N = nv * kz->width, K = trans ? 40 : 64;  // A(i, k): K <= 64 columns of a tile row
+        INFO("A transposed " << trans << ", M " << M << ", N " << N << ", K " << K);
+        // A(i, k) at i * rs + k * cs: by rows rs = stride, cs = 1; transposed rs = 1, cs = stride
+        const auto fill = [&](std::size_t stride, const std::vector<float>& vals) {
+          std::vector<float> a(stride * 64 + 64, std::numeric_limits<float>::quiet_NaN());
+          for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t k = 0; k < K; ++k) a[trans ? k * stride + i : i * stride + k] = vals[i * K + k];
+          return a;
+        };
+        std::vector<float> vals(M * K), B(K * N), P(M * N), m(M), lz(M), D(M);
+        for (float& v : vals) v = static_cast<float>(g.normal());
+        for (float& v : B) v = static_cast<float>(g.normal());
+        for (float& v : P) v = static_cast<float>(g.uniform());
+        for (std::size_t i = 0; i < M; ++i) {
+          m[i] = static_cast<float>(g.normal());
+          lz[i] = static_cast<float>(g.uniform());
+          D[i] = static_cast<float>(g.normal());
+        }
+        const std::vector<float> a64 = fill(kTileStride, vals), a67 = fill(kOther, vals);
+        const std::size_t rs64 = trans ? 1 : kTileStride, cs64 = trans ? kTileStride : 1;
+        const std::size_t rs67 = trans ? 1 : kOther, cs67 = trans ? kOther : 1;
+        const float alpha = static_cast<float>(1 / std::sqrt(32.0));
+        std::vector<float> c64(M * N), c67(M * N);
+        for (const bool acc : {false, true}) {
+          for (std::size_t i = 0; i < M * N; ++i) c64[i] = c67[i] = static_cast<float>(i % 7);
+          kz->gemm(M, N, K, alpha, a64.data(), rs64, cs64, B.data(), N, c64.data(), N, acc);
+          kz->gemm(M, N, K, alpha, a67.data(), rs67, cs67, B.data(), N, c67.data(), N, acc);
+          CHECK(differ(c64, c67) == 0);
+        }
+        kz->gemm_exp(M, N, K, alpha, a64.data(), rs64, cs64, B.data(), N, c64.data(), N, m.data(), lz.data());
+        kz->gemm_exp(M, N, K, alpha, a67.data(), rs67, cs67, B.data(), N, c67.data(), N, m.data(), lz.data());
+        CHECK(differ(c64, c67) == 0);
+        kz->gemm_dsoft(M, N, K, a64.data(), rs64, cs64, B.data(), N, c64.data(), N, P.data(), N, D.data());
+        kz->gemm_dsoft(M, N, K, a67.data(), rs67, cs67, B.data(), N, c67.data(), N, P.data(), N, D.data());
+        CHECK(differ(c64, c67) == 0);
+      }
+}
+
 // The forward pass's whole tiles take the scores' product and the online-softmax step in one call
 // (gemm_softmax; with AVX-512 and N 64 from the product's registers): the bits, the return and the
 // state of gemm then softmax_rows, on rows with nothing accumulated yet, rows whose max grows and
