@@ -7,11 +7,13 @@
 #include <ostream>
 #include <sstream>
 #include <type_traits>
+#include <vector>
 
 #include <xgrad/core/allocator.hpp>
 #include <xgrad/core/detail/sanitizer.hpp>
 #include <xgrad/core/detail/storage.hpp>
 #include <xgrad/core/error.hpp>
+#include <xgrad/core/parallel.hpp>
 
 namespace xg {
 namespace detail {
@@ -358,27 +360,40 @@ Array Array::view(const Shape& s) const {
 std::size_t Array::first_nonfinite() const {
   return detail::dispatch(dtype(), [&](auto t) {
     using T = decltype(t);
-    // A value is inf or NaN exactly when its exponent bits are all ones. Each chunk is tested
-    // branch-free (an OR over the chunk, which vectorises); only a chunk that has one is
+    // A value is inf or NaN exactly when its exponent bits are all ones. Each block is tested
+    // branch-free (an OR over the block, which vectorises); only a block that has one is
     // searched for the first index.
     using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
     constexpr U kExp = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
-    constexpr std::size_t kChunk = 1024;
+    constexpr std::size_t kBlock = 1024;
     const T* p = data<T>();
     const std::size_t n = size();
-    for (std::size_t i0 = 0; i0 < n; i0 += kChunk) {
-      const std::size_t e = std::min(n, i0 + kChunk);
-      U bad = 0;
-      for (std::size_t i = i0; i < e; ++i) {
-        U bits;
-        std::memcpy(&bits, p + i, sizeof bits);
-        bad |= static_cast<U>((bits & kExp) == kExp);
+    const auto scan = [p](std::size_t lo, std::size_t hi) {  // the first in [lo, hi), or hi
+      for (std::size_t i0 = lo; i0 < hi; i0 += kBlock) {
+        const std::size_t e = std::min(hi, i0 + kBlock);
+        U bad = 0;
+        for (std::size_t i = i0; i < e; ++i) {
+          U bits;
+          std::memcpy(&bits, p + i, sizeof bits);
+          bad |= static_cast<U>((bits & kExp) == kExp);
+        }
+        if (bad)
+          for (std::size_t i = i0; i < e; ++i)
+            if (!std::isfinite(p[i])) return i;
       }
-      if (bad)
-        for (std::size_t i = i0; i < e; ++i)
-          if (!std::isfinite(p[i])) return i;
-    }
-    return n;
+      return hi;
+    };
+    // Large arrays (the attention's inputs, checked before every pass) over the pool, in
+    // contiguous ranges: the first non-finite one of the first range that has one.
+    constexpr std::size_t kGrainElems = std::size_t(1) << 16;
+    const std::size_t chunks = n < 2 * kGrainElems ? 1 : detail::parallel_chunks(n, kGrainElems);
+    if (chunks <= 1) return scan(0, n);
+    std::vector<std::size_t> first(chunks, n);
+    detail::parallel_for(n, kGrainElems, [&](std::size_t lo, std::size_t hi, std::size_t c) {
+      const std::size_t i = scan(lo, hi);
+      if (i < hi) first[c] = i;
+    });
+    return *std::min_element(first.begin(), first.end());
   });
 }
 

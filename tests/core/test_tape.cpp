@@ -82,6 +82,36 @@ TEST_CASE("array: first_nonfinite finds the first inf or NaN at any position in 
   }
 }
 
+// Arrays from 2^17 values are searched over the pool in contiguous ranges (the attention checks
+// its inputs before every pass): the first non-finite value wins whichever range (and thread)
+// finds one, at 1, 2 and 3 threads, with bad values in the first, a middle and the last range.
+TEST_CASE("array: first_nonfinite of a large array searched over the pool finds the first bad value", "[core]") {
+  struct Threads {
+    explicit Threads(int n) { set_num_threads(n); }
+    ~Threads() { set_num_threads(default_threads); }
+    int default_threads = num_threads();
+  };
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::size_t n = (std::size_t(1) << 19) + 5;  // 8 ranges at 2 threads (4 a thread), an odd tail
+  for (const int threads : {1, 2, 3}) {
+    const Threads scope(threads);
+    for (const DType dt : {DType::float32, DType::float64}) {
+      Array a = Array::full({n}, -2.5, dt);
+      CHECK(a.first_nonfinite() == n);
+      for (const std::size_t at : {std::size_t(0), n / 8 - 1, n / 8, n / 2 + 3, n - 1}) {
+        INFO(threads << " threads, " << dtype_name(dt) << ", first bad value at " << at);
+        Array b = a.clone();
+        b.set_flat(at, nan);
+        CHECK(b.first_nonfinite() == at);
+        // more further on, in later ranges: the first still counts
+        for (const std::size_t later : {at + 1, at + n / 4, n - 1})
+          if (later > at && later < n) b.set_flat(later, later % 2 ? inf : -inf);
+        CHECK(b.first_nonfinite() == at);
+      }
+    }
+  }
+}
+
 TEST_CASE("tape: backward of a scalar gives the derivative", "[core][tape]") {
   Tensor x(Array::of({1.0, -2.0, 3.0}), true);
   Tensor y = ops::sum(x * x * x);  // dy/dx = 3 x^2
