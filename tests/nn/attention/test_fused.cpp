@@ -55,6 +55,15 @@ Run run(const Case& c, SdpaImpl impl, DType dtype, double dropout, std::uint64_t
   return {r.output.value(), grads[0], grads[1], grads[2], r.dropout_seed};
 }
 
+// How many floats of a and b differ in their bits; the first one is reported (full precision).
+std::size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && differ++ == 0)
+      UNSCOPED_INFO(what << " first differs at " << i << ": " << std::setprecision(9) << a[i] << " against " << b[i]);
+  return differ;
+}
+
 std::vector<std::int64_t> iota(std::size_t n, std::int64_t start = 0) {
   std::vector<std::int64_t> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = start + static_cast<std::int64_t>(i);
@@ -295,13 +304,6 @@ TEST_CASE("fused attention tile kernels: A at a tile's stride and at another str
   if (!kz) return;  // no AVX2 + FMA: the tile path is not used
   INFO("float32 tile kernels: " << kz->isa);
   Generator g(31);
-  const auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && n++ == 0)
-        UNSCOPED_INFO("first differs at " << i << ": " << std::setprecision(9) << a[i] << " against " << b[i]);
-    return n;
-  };
   constexpr std::size_t kTileStride = 64, kOther = 67;
   for (const bool trans : {false, true})
     for (const std::size_t M : {std::size_t(64), std::size_t(13)})
@@ -333,14 +335,14 @@ TEST_CASE("fused attention tile kernels: A at a tile's stride and at another str
           for (std::size_t i = 0; i < M * N; ++i) c64[i] = c67[i] = static_cast<float>(i % 7);
           kz->gemm(M, N, K, alpha, a64.data(), rs64, cs64, B.data(), N, c64.data(), N, acc);
           kz->gemm(M, N, K, alpha, a67.data(), rs67, cs67, B.data(), N, c67.data(), N, acc);
-          CHECK(differ(c64, c67) == 0);
+          CHECK(bit_differences(c64, c67, "C") == 0);
         }
         kz->gemm_exp(M, N, K, alpha, a64.data(), rs64, cs64, B.data(), N, c64.data(), N, m.data(), lz.data());
         kz->gemm_exp(M, N, K, alpha, a67.data(), rs67, cs67, B.data(), N, c67.data(), N, m.data(), lz.data());
-        CHECK(differ(c64, c67) == 0);
+        CHECK(bit_differences(c64, c67, "C") == 0);
         kz->gemm_dsoft(M, N, K, a64.data(), rs64, cs64, B.data(), N, c64.data(), N, P.data(), N, D.data());
         kz->gemm_dsoft(M, N, K, a67.data(), rs67, cs67, B.data(), N, c67.data(), N, P.data(), N, D.data());
-        CHECK(differ(c64, c67) == 0);
+        CHECK(bit_differences(c64, c67, "C") == 0);
       }
 }
 
@@ -359,13 +361,6 @@ TEST_CASE("fused attention tile kernels: gemm_softmax equals the product then so
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const std::size_t dv = 3 * kz->width;
   Generator g(29);
-  const auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && differ++ == 0)
-        UNSCOPED_INFO(what << " first differs at " << i << ": " << std::setprecision(9) << a[i] << " against " << b[i]);
-    return differ;
-  };
   for (const std::size_t M : {std::size_t(128), std::size_t(13), std::size_t(6), std::size_t(2)})
     for (const std::size_t N : {std::size_t(64), 2 * kz->width})
       for (const std::size_t K : {std::size_t(64), std::size_t(7)})
@@ -393,10 +388,10 @@ TEST_CASE("fused attention tile kernels: gemm_softmax equals the product then so
             const std::size_t done2 = kz->gemm_softmax(M, N, K, alpha, A.data(), K, 1, B.data(), N, C2.data(), N,
                                                        m2.data(), l2.data(), acc2.data(), dv, dv);
             CHECK(done2 == done1);
-            CHECK(same(C2, C1, "C") == 0);
-            CHECK(same(acc2, acc1, "acc") == 0);
-            CHECK(same(m2, m1, "m") == 0);
-            CHECK(same(l2, l1, "l") == 0);
+            CHECK(bit_differences(C2, C1, "C") == 0);
+            CHECK(bit_differences(acc2, acc1, "acc") == 0);
+            CHECK(bit_differences(m2, m1, "m") == 0);
+            CHECK(bit_differences(l2, l1, "l") == 0);
           }
 }
 
@@ -574,17 +569,10 @@ TEST_CASE("fused attention tile kernels: softmax_parts equals the per-row loop b
   }
   std::vector<float> S2 = S0, acc2 = acc0, m2 = m0, l2 = l0;
   CHECK(kz->softmax_parts(S2.data(), n, rows, ja, je, n, m2.data(), l2.data(), acc2.data(), dv, dv) == rows);
-  const auto same = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && differ++ == 0)
-        UNSCOPED_INFO(what << " first differs at " << i << ": " << std::setprecision(9) << a[i] << " against " << b[i]);
-    return differ;
-  };
-  CHECK(same(S2, S1, "S") == 0);
-  CHECK(same(acc2, acc1, "acc") == 0);
-  CHECK(same(m2, m1, "m") == 0);
-  CHECK(same(l2, l1, "l") == 0);
+  CHECK(bit_differences(S2, S1, "S") == 0);
+  CHECK(bit_differences(acc2, acc1, "acc") == 0);
+  CHECK(bit_differences(m2, m1, "m") == 0);
+  CHECK(bit_differences(l2, l1, "l") == 0);
   // A non-finite score inside row 4's part stops the call there (rows 0-3 done, row 4 untouched);
   // one outside row 3's part (key 20, the part is [5, 6)) is not looked at.
   std::vector<float> S3 = S0, acc3 = acc0, m3 = m0, l3 = l0;
