@@ -189,7 +189,17 @@ Array Array::full(const Shape& shape, double value, DType dtype) {
   Array a = empty(shape, dtype);
   detail::dispatch(dtype, [&](auto t) {
     using T = decltype(t);
-    std::fill(a.data<T>(), a.data<T>() + a.size(), static_cast<T>(value));
+    T* p = a.data<T>();
+    const T v = static_cast<T>(value);
+    // Large arrays (gradients the fused attention adds into) filled over the pool in contiguous
+    // ranges, as first_nonfinite scans them.
+    constexpr std::size_t kGrainElems = std::size_t(1) << 16;
+    const std::size_t n = a.size();
+    if (n < 2 * kGrainElems) {
+      std::fill(p, p + n, v);
+      return;
+    }
+    detail::parallel_for(n, kGrainElems, [&](std::size_t lo, std::size_t hi, std::size_t) { std::fill(p + lo, p + hi, v); });
   });
   return a;
 }

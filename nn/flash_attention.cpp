@@ -876,7 +876,14 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeP
   thread_local detail::AlignedVector<float> s_buf, o_buf;
   BlockRows R;
   plan_block(P, b, h, blk, R);
-  if (R.U == R.L) return;
+  const auto zero_row = [&](std::size_t k) {  // a row that sees no key (an invalid query): O's row is zero
+    float* o = O + P.lo.at(b, h, R.i0 + k);
+    std::fill(o, o + P.g.dv, 0.0f);
+  };
+  if (R.U == R.L) {
+    for (std::size_t k = 0; k < R.rows; ++k) zero_row(k);
+    return;
+  }
   auto prod = make(R);
   using Products = decltype(prod);
   const Geometry& g = P.g;
@@ -951,7 +958,10 @@ void forward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, MakeP
       });
   }
   for (std::size_t k = 0; k < R.rows; ++k) {
-    if (!R.use[k]) continue;
+    if (!R.use[k]) {
+      zero_row(k);
+      continue;
+    }
     if (m[k] == kNegInf)
       throw VisibilityError(op_message(kOp, where(b, h, R.i0 + k) + " is valid but sees no key; check mask polarity "
                                                                       "and causal offset, or mark the query invalid"));
@@ -1078,8 +1088,10 @@ void backward_block_tiles(const Problem<float>& P, const tile::Kernels& kz, Make
   }
 }
 
-// p[r * ld + c] = 0 for r < rows, c < cols. The outputs and gradients are allocated uninitialised
-// and zeroed here, part by part, by the thread that then fills that part (no serial memset).
+// p[r * ld + c] = 0 for r < rows, c < cols: a block's rows of O on the generic path (forward_block
+// writes only the rows that see a key) and the double backward's outputs, by the thread that then
+// fills that part. The tile path writes every row of O itself; run_backward's gradients arrive
+// zeroed.
 template <class T> void zero_rows(T* p, std::size_t rows, std::size_t cols, std::size_t ld) {
   for (std::size_t r = 0; r < rows; ++r) std::fill(p + r * ld, p + r * ld + cols, T(0));
 }
@@ -1107,8 +1119,7 @@ void run_forward(const Problem<T>& P0, T* O, T* row_max, T* log_z) {
       detail::parallel_for(items, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
         for (std::size_t it = begin; it < end; ++it) {
           const std::size_t blk = it % nb, b = it / nb / g.Hq, h = it / nb % g.Hq;
-          zero_block(g, P.lo, g.dv, b, h, blk, O);
-          forward_block_tiles(
+          forward_block_tiles(  // (writes every row of O's block: no zeroing first)
               P, *kz, [&](const BlockRows& R) { return Bf16Products(P, *kz, G, b, h, R, nullptr); }, b, h, blk, O,
               row_max, log_z);
         }
@@ -1129,7 +1140,6 @@ void run_forward(const Problem<T>& P0, T* O, T* row_max, T* log_z) {
             Ktg = panels_K.fill(*kz, P.K, P.lk, g.Hkv, grp, g.S, g.dk);
             held = grp;
           }
-          zero_block(g, P.lo, g.dv, b, h, blk, O);
           forward_block_tiles(
               P, *kz, [&](const BlockRows& R) { return F32Products(P, *kz, Ktg, nullptr, b, h, R, nullptr); }, b, h,
               blk, O, row_max, log_z);
@@ -1153,6 +1163,10 @@ template <class T> void add_rows(const T* x, std::size_t S, std::size_t d, T* y,
     for (std::size_t c = 0; c < d; ++c) y[s * ldy + c] += x[s * d + c];
 }
 
+// dQ, dK and dV (each null when not wanted) must arrive zeroed: the blocks add into them. Callers
+// allocate them with Array::zeros, one contiguous clear over the pool; zeroing a head's rows
+// inside the blocks (128 bytes a row at 32-wide heads, rows a packed projection's width apart)
+// took a tenth of the packed backward at step M's shape.
 template <class T>
 void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const T* O, const T* dO, T* dQ, T* dK,
                   T* dV) {
@@ -1192,7 +1206,6 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
   // wanted).
   const auto block = [&](std::size_t b, std::size_t h, std::size_t blk, T* dKp, std::size_t ldk, T* dVp,
                          std::size_t ldv, const float* Ktg, const float* Vtg) {
-    if (dQ) zero_block(g, P.lq, g.dk, b, h, blk, dQ);
     if constexpr (std::is_same<T, float>::value) {
       if (kz && bf16) {
         backward_block_tiles(
@@ -1212,13 +1225,9 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
     (void)Vtg;
     backward_block(P, b, h, blk, row_max, log_z, dO, dQ, dKp, ldk, dVp, ldv);
   };
-  // The (b, kv head) group's dK and dV rows (null when not needed), zeroed by zero_group.
+  // The (b, kv head) group's dK and dV rows (null when not needed).
   const auto group_dK = [&](std::size_t b, std::size_t kvh) { return dK ? dK + P.lk.at(b, kvh, 0) : nullptr; };
   const auto group_dV = [&](std::size_t b, std::size_t kvh) { return dV ? dV + P.lv.at(b, kvh, 0) : nullptr; };
-  const auto zero_group = [&](std::size_t b, std::size_t kvh) {
-    if (dK) zero_rows(group_dK(b, kvh), g.S, g.dk, P.lk.st);
-    if (dV) zero_rows(group_dV(b, kvh), g.S, g.dv, P.lv.st);
-  };
   if (groups >= threads) {  // each chunk owns whole (b, kv head) groups: any split gives the same bits
     detail::parallel_for(groups, 1, [&](std::size_t begin, std::size_t end, std::size_t) {
       thread_local GroupPanels panels_K, panels_V;
@@ -1231,7 +1240,6 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
             Ktg = panels_K.fill(*kz, P.K, P.lk, g.Hkv, bg, g.S, g.dk);
             if (dQ || dK) Vtg = panels_V.fill(*kz, P.V, P.lv, g.Hkv, bg, g.S, g.dv);
           }
-        zero_group(b, kvh);
         for (std::size_t h = kvh * g.r; h < (kvh + 1) * g.r; ++h)
           for (std::size_t blk = 0; blk < nb; ++blk)
             block(b, h, blk, group_dK(b, kvh), P.lk.st, group_dV(b, kvh), P.lv.st, Ktg, Vtg);
@@ -1258,7 +1266,6 @@ void run_backward(const Problem<T>& P0, const T* row_max, const T* log_z, const 
                   dV ? part_v.data() + c * vd : nullptr, g.dv, Ktg, Vtg);
         },
         1);
-    zero_group(b, kvh);
     for (std::size_t c = 0; c < chunks; ++c) {  // in chunk order: deterministic
       if (dK) add_rows(part_k.data() + c * kd, g.S, g.dk, group_dK(b, kvh), P.lk.st);
       if (dV) add_rows(part_v.data() + c * vd, g.S, g.dv, group_dV(b, kvh), P.lv.st);
@@ -1574,7 +1581,7 @@ DiffVjpFn backward_op_rule() {
 DiffCotangents fused_rule(const DiffVjpContext& c, const std::shared_ptr<Saved>& saved) {
   const Tensor &Q = c.inputs[0], &K = c.inputs[1], &V = c.inputs[2];
   const std::size_t nQ = Q.size(), nK = K.size(), nV = V.size();
-  Array flat = Array::empty({nQ + nK + nV}, Q.dtype());
+  Array flat = Array::zeros({nQ + nK + nV}, Q.dtype());  // run_backward adds into it
   detail::dispatch(Q.dtype(), [&](auto t) {
     using T = decltype(t);
     const Problem<T> P = problem<T>(*saved, Q.value(), K.value(), V.value());
@@ -1642,7 +1649,7 @@ Tensor flash_attention(const Tensor& Q, const Tensor& K, const Tensor& V, const 
   saved->lo = contiguous(g.Hq, g.T, g.dv);
   saved->plan = plan;
   saved->opts = opts;
-  Array O = Array::empty({g.B, g.Hq, g.T, g.dv}, Q.dtype());  // zeroed block by block (run_forward)
+  Array O = Array::empty({g.B, g.Hq, g.T, g.dv}, Q.dtype());  // every row written by run_forward
   forward(*saved, Q.value(), K.value(), V.value(), O);
   return record("flash_attention", std::move(O), {Q, K, V}, FlashVjp{saved}, second_order([](const DiffVjpContext& c) {
                   const std::shared_ptr<Saved>& saved = c.first_order_as<FlashVjp>().saved;
@@ -1660,10 +1667,10 @@ Cotangents FlashVjp::operator()(const VjpContext& c) const {
     using T = decltype(t);
     const Problem<T> P = problem<T>(*saved, c.inputs[0], c.inputs[1], c.inputs[2]);
     Array dQ, dK, dV;
-    // zeroed part by part by run_backward
-    if (c.needs(0)) dQ = Array::empty(c.inputs[0].shape(), c.inputs[0].dtype());
-    if (c.needs(1)) dK = Array::empty(c.inputs[1].shape(), c.inputs[1].dtype());
-    if (c.needs(2)) dV = Array::empty(c.inputs[2].shape(), c.inputs[2].dtype());
+    // run_backward adds into them
+    if (c.needs(0)) dQ = Array::zeros(c.inputs[0].shape(), c.inputs[0].dtype());
+    if (c.needs(1)) dK = Array::zeros(c.inputs[1].shape(), c.inputs[1].dtype());
+    if (c.needs(2)) dV = Array::zeros(c.inputs[2].shape(), c.inputs[2].dtype());
     run_backward(P, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
                  dQ.defined() ? dQ.data<T>() : nullptr, dK.defined() ? dK.data<T>() : nullptr,
                  dV.defined() ? dV.data<T>() : nullptr);
@@ -1691,7 +1698,7 @@ Tensor flash_attention_packed(const Tensor& P, std::size_t H_q, std::size_t H_kv
   saved->lo = Layout{g.T * H_q * d, d, H_q * d};  // O [B, T, H_q d]: the heads merged
   saved->plan = plan;
   saved->opts = opts;
-  Array O = Array::empty({g.B, g.T, H_q * d}, P.dtype());  // zeroed block by block (run_forward)
+  Array O = Array::empty({g.B, g.T, H_q * d}, P.dtype());  // every row written by run_forward
   forward(*saved, P.value(), P.value(), P.value(), O);
   return record("flash_attention_packed", std::move(O), {P}, FlashPackedVjp{saved},
                 second_order([](const DiffVjpContext& c) {
@@ -1714,8 +1721,8 @@ Cotangents FlashPackedVjp::operator()(const VjpContext& c) const {
     using T = decltype(t);
     const Array& in = c.inputs[0];
     const Problem<T> Pr = problem<T>(*saved, in, in, in);
-    // Every column is Q's, K's or V's: run_backward zeroes and fills all of them.
-    Array dP = Array::empty(in.shape(), in.dtype());
+    // Every column is Q's, K's or V's: run_backward adds into all of them.
+    Array dP = Array::zeros(in.shape(), in.dtype());
     T* base = dP.data<T>();
     run_backward(Pr, saved->row_max.data<T>(), saved->log_z.data<T>(), c.output.data<T>(), c.grad_output.data<T>(),
                  base + saved->oq, base + saved->ok, base + saved->ov);

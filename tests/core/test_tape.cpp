@@ -112,6 +112,35 @@ TEST_CASE("array: first_nonfinite of a large array searched over the pool finds 
   }
 }
 
+TEST_CASE("array: full and zeros of a large array filled over the pool set every element", "[core]") {
+  struct Threads {
+    explicit Threads(int n) { set_num_threads(n); }
+    ~Threads() { set_num_threads(default_threads); }
+    int default_threads = num_threads();
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Below the split (one fill), just above it, and 8 ranges at 2 threads with an odd tail.
+  for (const std::size_t n : {(std::size_t(1) << 17) - 1, std::size_t(1) << 17, (std::size_t(1) << 19) + 5})
+    for (const int threads : {1, 2, 3}) {
+      const Threads scope(threads);
+      for (const DType dt : {DType::float32, DType::float64})
+        for (const double value : {0.0, -1.25}) {
+          INFO(n << " elements, " << threads << " threads, " << dtype_name(dt) << ", value " << value);
+          { const Array dirty = Array::full({n}, nan, dt); }  // its block goes back to the cache...
+          const Array a = value == 0.0 ? Array::zeros({n}, dt) : Array::full({n}, value, dt);  // ...and comes back
+          const std::vector<double> v = a.to_vector();
+          std::size_t wrong = 0, first = n;
+          for (std::size_t i = 0; i < n; ++i)
+            if (!(v[i] == value) || std::signbit(v[i]) != std::signbit(value)) {
+              if (!wrong) first = i;
+              ++wrong;
+            }
+          INFO("first wrong element " << first);
+          CHECK(wrong == 0);
+        }
+    }
+}
+
 TEST_CASE("tape: backward of a scalar gives the derivative", "[core][tape]") {
   Tensor x(Array::of({1.0, -2.0, 3.0}), true);
   Tensor y = ops::sum(x * x * x);  // dy/dx = 3 x^2

@@ -160,6 +160,84 @@ TEST_CASE("fused attention: invalid queries give exact zero rows and exact zero 
     }
 }
 
+TEST_CASE("fused attention in float32 tiles: invalid queries give zero rows in reused memory split and packed",
+          "[attention][fused][gemm_paths]") {
+  // The tile path writes every row of O itself (zeros where a query sees no key) and the
+  // gradients it adds into are cleared by their allocation. Memory the caching allocator hands
+  // back still holds what it held: here NaN, so a row left unwritten shows.
+  const tile::Kernels* kz = tile::kernels();
+  if (!kz) return;  // no AVX2 + FMA: the tile path is not used
+  const std::size_t B = 2, Hq = 2, Hkv = 1, T = 200;
+  BoolArray valid = BoolArray::filled({B, T}, true);
+  for (std::size_t i = 0; i < T; i += 7) valid.data[i] = 0;       // holes in sample 0
+  for (std::size_t i = 0; i < 128; ++i) valid.data[T + i] = 0;    // sample 1: a whole query block sees nothing
+  const Visibility vis = Visibility::causal(T, T);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto dirty = [&](const std::vector<Shape>& shapes) {  // NaN blocks back into the cache
+    std::vector<Array> held;
+    for (int rep = 0; rep < 4; ++rep)
+      for (const Shape& s : shapes) held.push_back(Array::full(s, nan, DType::float32));
+  };
+  const auto tiles = [] {
+    return partial_tile_calls(PartialTilePath::exact_parts) + partial_tile_calls(PartialTilePath::general);
+  };
+  for (const std::size_t d : {std::size_t(16), std::size_t(32)}) {
+    if (d % kz->width) continue;
+    INFO("d " << d << ", float32 tile kernels: " << kz->isa);
+    const std::size_t W = (Hq + 2 * Hkv) * d;
+    Generator g(d);
+    const Array Pv = rnd({B, T, W}, g, -2, 2).astype(DType::float32);
+    const Array Gm = rnd({B, T, Hq * d}, g).astype(DType::float32);
+    SdpaOptions o{std::nullopt, valid};
+    o.impl = SdpaImpl::fused;
+    // Rows i of sample b of a [B, T, H d] (merged) or [B, H, T, d] (split) array are zero for
+    // invalid queries; every value is finite.
+    const auto check_rows = [&](const Array& X, bool merged, std::size_t cols, std::size_t width, const char* what) {
+      INFO(what);
+      std::size_t nonzero = 0, nonfinite = 0;
+      const std::vector<double> v = X.to_vector();
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < Hq; ++h)
+          for (std::size_t i = 0; i < T; ++i)
+            for (std::size_t e = 0; e < cols; ++e) {
+              const double x = merged ? v[(b * T + i) * width + h * cols + e] : v[((b * Hq + h) * T + i) * cols + e];
+              if (!std::isfinite(x)) ++nonfinite;
+              if (!valid.data[b * T + i] && x != 0.0) ++nonzero;
+            }
+      CHECK(nonzero == 0);
+      CHECK(nonfinite == 0);
+    };
+
+    const std::uint64_t before = tiles();
+    dirty({{B, Hq, T, d}, {B, Hkv, T, d}});
+    const auto parts = ops::split(Tensor(Pv), {Hq * d, Hkv * d, Hkv * d}, -1);
+    Tensor Q(split_heads(parts[0], Hq).value(), true), K(split_heads(parts[1], Hkv).value(), true),
+        V(split_heads(parts[2], Hkv).value(), true);
+    const SdpaResult split = scaled_dot_product_attention(Q, K, V, vis, o);
+    dirty({{B, Hq, T, d}, {B, Hkv, T, d}});
+    const auto gs = grad(split.output, {Q, K, V}, split_heads(Tensor(Gm), Hq).value());
+    CHECK(tiles() > before);  // the causal diagonal's tiles ran on the tile path
+    check_rows(split.output.value(), false, d, d, "split: O");
+    check_rows(gs[0], false, d, d, "split: dQ");
+    CHECK(gs[1].all_finite());
+    CHECK(gs[2].all_finite());
+
+    const std::uint64_t mid = tiles();
+    dirty({{B, T, Hq * d}, {B, T, W}});
+    const Tensor P(Pv, true);
+    SdpaResult packed;
+    REQUIRE(packed_self_attention(P, Hq, Hkv, vis, o, packed));
+    dirty({{B, T, Hq * d}, {B, T, W}});
+    const Array dP = grad(packed.output, {P}, Gm)[0];
+    CHECK(tiles() > mid);
+    check_rows(packed.output.value(), true, d, Hq * d, "packed: O");
+    check_rows(dP, true, d, W, "packed: dP's Q columns");
+    CHECK(dP.all_finite());
+    // The same values as the split heads (the tile kernels read any stride into the same chains).
+    XGT_CHECK_SAME(packed.output.value(), merge_heads(Tensor(split.output.value())).value());
+  }
+}
+
 TEST_CASE("fused attention agrees with the closed-form backward (5.24)-(5.31)", "[attention][fused][reference]") {
   Generator g(404);
   for (int n = 0; n < 40; ++n) {
