@@ -198,10 +198,17 @@ Array sum_to_shape(const Array& g, const Shape& target) {
         // sums vectorise across j. Each acc[j] still adds its rows in order: the same bits.
         T* __restrict acc = part.data() + c * width;
         const T* __restrict in = pg;
-        if (width == 1) {
-          T a = acc[0];
-          for (std::size_t r = lo; r < hi; ++r) a += in[r];
-          acc[0] = a;
+        if (width == 1) {  // a scalar sum: 16 partial sums, lane l taking elements lo + l + 16 i in order,
+                           // then added in a fixed tree; one add chain would wait on each add's latency
+          constexpr std::size_t kLanes = 16;
+          T lane[kLanes] = {};
+          std::size_t r = lo;
+          for (; r + kLanes <= hi; r += kLanes)
+            for (std::size_t l = 0; l < kLanes; ++l) lane[l] += in[r + l];
+          for (std::size_t l = 0; r < hi; ++r, ++l) lane[l] += in[r];
+          for (std::size_t w = kLanes / 2; w > 0; w /= 2)
+            for (std::size_t l = 0; l < w; ++l) lane[l] += lane[l + w];
+          acc[0] += lane[0];
           return;
         }
         for (std::size_t r = lo; r < hi; ++r)

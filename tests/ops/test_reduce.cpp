@@ -1,4 +1,8 @@
 // Reductions: values, keepdims, tie rule, and gradchecks over axis sets.
+#include <cmath>
+#include <cstdint>
+#include <iomanip>
+
 #include "tests/support/helpers.hpp"
 
 using namespace xg;
@@ -26,4 +30,42 @@ TEST_CASE("max: tie rule splits the gradient equally among maximal elements", "[
   CHECK(m.value().to_vector() == std::vector<double>{3, 2});
   m.backward(Array::of({1.0, 6.0}));
   CHECK(x.grad().to_vector() == std::vector<double>{0, 0.5, 0.5, 2, 2, 2});
+}
+
+TEST_CASE("sum: a whole large array adds every element at 1 2 and 3 threads", "[ops][reduce]") {
+  struct Threads {
+    explicit Threads(int n) { set_num_threads(n); }
+    ~Threads() { set_num_threads(default_threads); }
+    int default_threads = num_threads();
+  };
+  // Small integers: every partial sum is exact in float32 whatever the order of the additions, so
+  // the result must be the exact sum (each element counted once, the odd tails included).
+  for (const std::size_t n : {std::size_t(15), std::size_t(17), (std::size_t(1) << 20) + 7})
+    for (const int threads : {1, 2, 3}) {
+      const Threads scope(threads);
+      for (const DType dt : {DType::float32, DType::float64}) {
+        INFO(n << " elements, " << threads << " threads, " << dtype_name(dt));
+        Array a = Array::empty({n}, dt);
+        std::int64_t exact = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::int64_t v = static_cast<std::int64_t>((i * 7919) % 7) - 3 + (i + 1 == n ? 5 : 0);
+          a.set_flat(i, static_cast<double>(v));
+          exact += v;
+        }
+        const double got = ops::sum(Tensor(a)).item();
+        CHECK(got == static_cast<double>(exact));
+        CHECK(ops::sum(Tensor(a)).item() == got);  // run to run
+      }
+    }
+  // Values that round: within float32 rounding of the float64 sum (16 lanes a chunk).
+  Generator g(5);
+  const Array x = rnd({(std::size_t(1) << 20) + 3}, g).astype(DType::float32);
+  double ref = 0, abs_sum = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ref += x.flat(i);
+    abs_sum += std::fabs(x.flat(i));
+  }
+  const double got = ops::sum(Tensor(x)).item();
+  INFO("float32 sum " << std::setprecision(17) << got << ", float64 sum " << ref);
+  CHECK(std::fabs(got - ref) <= 1e-4 * abs_sum);
 }
