@@ -199,7 +199,8 @@ Array Array::full(const Shape& shape, double value, DType dtype) {
       std::fill(p, p + n, v);
       return;
     }
-    detail::parallel_for(n, kGrainElems, [&](std::size_t lo, std::size_t hi, std::size_t) { std::fill(p + lo, p + hi, v); });
+    detail::parallel_for(n, kGrainElems,
+                         [&](std::size_t lo, std::size_t hi, std::size_t) { std::fill(p + lo, p + hi, v); });
   });
   return a;
 }

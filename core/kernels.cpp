@@ -194,8 +194,8 @@ Array sum_to_shape(const Array& g, const Shape& target) {
       const std::size_t chunks = detail::parallel_chunks(rows, grain, per_thread);
       std::vector<T> part(chunks * width, T(0));
       detail::parallel_for(rows, grain, [&](std::size_t lo, std::size_t hi, std::size_t c) {
-        // acc does not alias pg (__restrict): a scalar sum stays in a register and the rows'
-        // sums vectorise across j. Each acc[j] still adds its rows in order: the same bits.
+        // acc does not alias pg (__restrict): the rows' sums vectorise across j, each acc[j]
+        // adding its rows in order.
         T* __restrict acc = part.data() + c * width;
         const T* __restrict in = pg;
         if (width == 1) {  // a scalar sum: 16 partial sums, lane l taking elements lo + l + 16 i in order,
