@@ -234,5 +234,4 @@ void run_chunks(std::size_t chunks, const std::function<void(std::size_t)>& job)
   for (std::size_t c = 0; c < chunks; ++c) job(c);  // serial fallback, same partition
 }
 
-
 }  // namespace xg::detail

@@ -13,8 +13,10 @@
 #include <xgrad/checks/detail/common.hpp>
 #include "tests/support/helpers.hpp"
 #include <xgrad/checks/attention_reference.hpp>
+#include <xgrad/core/detail/amx_gemm.hpp>
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/detail/profile.hpp>
+#include <xgrad/core/matmul_dtype.hpp>
 #include <xgrad/nn/detail/flash_attention.hpp>
 #include <xgrad/nn/detail/flash_tile.hpp>
 
@@ -160,11 +162,12 @@ TEST_CASE("fused attention: invalid queries give exact zero rows and exact zero 
     }
 }
 
-TEST_CASE("fused attention in float32 tiles: invalid queries give zero rows in reused memory split and packed",
+TEST_CASE("fused attention tiles: invalid queries give zero rows in reused memory split and packed",
           "[attention][fused][gemm_paths]") {
   // The tile path writes every row of O itself (zeros where a query sees no key) and the
   // gradients it adds into are cleared by their allocation. Memory the caching allocator hands
-  // back still holds what it held: here NaN, so a row left unwritten shows.
+  // back still holds what it held: here NaN, so a row left unwritten shows. In float32, and in
+  // bfloat16 mixed precision where this CPU runs the tiles' products in bfloat16.
   const tile::Kernels* kz = tile::kernels();
   if (!kz) return;  // no AVX2 + FMA: the tile path is not used
   const std::size_t B = 2, Hq = 2, Hkv = 1, T = 200;
@@ -181,9 +184,16 @@ TEST_CASE("fused attention in float32 tiles: invalid queries give zero rows in r
   const auto tiles = [] {
     return partial_tile_calls(PartialTilePath::exact_parts) + partial_tile_calls(PartialTilePath::general);
   };
+  for (const MatmulDtype mode : {MatmulDtype::float32, MatmulDtype::bfloat16})
   for (const std::size_t d : {std::size_t(16), std::size_t(32)}) {
     if (d % kz->width) continue;
-    INFO("d " << d << ", float32 tile kernels: " << kz->isa);
+    const MatmulDtypeScope scope(mode);
+    const bool bf16 = mode == MatmulDtype::bfloat16;
+    // (bfloat16 tiles take head widths that are multiples of 32; others run float32's)
+    if (bf16 && !(effective_matmul_dtype() == MatmulDtype::bfloat16 && tile::bf16_choice().use() && d % 32 == 0))
+      continue;
+    INFO("d " << d << ", " << (bf16 ? bfloat16_attention_kernels() : "float32 tile kernels: " + std::string(kz->isa)));
+    const std::uint64_t bf16_products = blas::amx::calls();
     const std::size_t W = (Hq + 2 * Hkv) * d;
     Generator g(d);
     const Array Pv = rnd({B, T, W}, g, -2, 2).astype(DType::float32);
@@ -233,6 +243,10 @@ TEST_CASE("fused attention in float32 tiles: invalid queries give zero rows in r
     check_rows(packed.output.value(), true, d, Hq * d, "packed: O");
     check_rows(dP, true, d, W, "packed: dP's Q columns");
     CHECK(dP.all_finite());
+    if (bf16) {
+      CHECK(blas::amx::calls() > bf16_products);  // the tiles' products ran in bfloat16
+      continue;
+    }
     // The same values as the split heads (the tile kernels read any stride into the same chains).
     XGT_CHECK_SAME(packed.output.value(), merge_heads(Tensor(split.output.value())).value());
   }
