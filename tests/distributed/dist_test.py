@@ -30,6 +30,7 @@ mpirun gets --oversubscribe, and --allow-run-as-root when running as root (CI); 
 environment pins Open MPI to shared memory on one machine (see ENV below).
 """
 import argparse
+import atexit
 import json
 import os
 import random
@@ -38,6 +39,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -60,6 +62,14 @@ MPI_ENV = dict(ENV, OMPI_MCA_mca_base_component_disable_dlclose="1", PMIX_MCA_mc
 # and mpirun then hangs in PMIx_server_finalize (7 of 40 such kills here); the hash store has no
 # shared lock (docs/distributed.md, Failures).
 MPI_ENV["PMIX_MCA_gds"] = "hash"
+# Each test process keeps Open MPI's session directories in a folder of its own. In the shared
+# /tmp/ompi.<host>.<uid>, two mpiexec starting at once under ctest -j2 raced: one removed the
+# folder as it finished while the other created its own inside ("A call to mkdir was unable to
+# create the desired directory ... File exists", 3 of 460 runs; a scratch loop of four concurrent
+# `mpiexec -np 1 true` failed 2 of 1,680 launches that way and none of 960 with this setting).
+SESSION_DIR = tempfile.mkdtemp(prefix="xg-ompi-")
+atexit.register(shutil.rmtree, SESSION_DIR, ignore_errors=True)
+MPI_ENV["OMPI_MCA_orte_tmpdir_base"] = SESSION_DIR
 MPI_ENV["ASAN_OPTIONS"] = ":".join(x for x in (os.environ.get("ASAN_OPTIONS"), "fast_unwind_on_malloc=0") if x)
 MPI_ENV["LSAN_OPTIONS"] = ":".join(
     x for x in (os.environ.get("LSAN_OPTIONS"),
