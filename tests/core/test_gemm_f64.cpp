@@ -22,6 +22,8 @@
 #include <xgrad/core/tensor.hpp>
 #include <xgrad/ops/matmul.hpp>
 
+#include "tests/support/helpers.hpp"
+
 using namespace xg;
 using blas::F64Kernel;
 
@@ -244,7 +246,7 @@ TEST_CASE("the own float64 kernel sums each entry in its documented order whatev
     for (std::size_t i = 0; i < M; ++i) At[i * K + k] = A[k * M + i];
     for (std::size_t j = 0; j < N; ++j) Bt[k * N + j] = B[j * K + k];
   }
-  const int threads_before = num_threads();
+  const xgt::ThreadCount restore;
   for (F64Kernel k : {F64Kernel::xgrad_avx2, F64Kernel::xgrad_avx512}) {
     if (!blas::f64_kernel_available(k)) continue;
     for (int threads : {1, 2})
@@ -266,7 +268,6 @@ TEST_CASE("the own float64 kernel sums each entry in its documented order whatev
         CHECK(differ == 0);
       }
   }
-  set_num_threads(threads_before);
 }
 
 TEST_CASE("float64 batched matmul through the op matches a long double reference", "[gemm_f64]") {

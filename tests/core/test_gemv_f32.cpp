@@ -24,6 +24,8 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 
+#include "tests/support/helpers.hpp"
+
 using namespace xg;
 using blas::GemvKernel;
 
@@ -193,11 +195,6 @@ std::vector<Case> cases() {
   return out;
 }
 
-struct Threads {
-  int saved = num_threads();
-  ~Threads() { set_num_threads(saved); }
-};
-
 }  // namespace
 
 TEST_CASE("float32 matrix-vector kernel: chosen by the rule and run for one-row products", "[gemv_f32]") {
@@ -222,7 +219,7 @@ TEST_CASE("float32 matrix-vector kernels: each against float64 and the documente
 }
 
 TEST_CASE("float32 matrix-vector kernel: the same bits on every ISA and thread count", "[gemv_f32]") {
-  const Threads keep;
+  const xgt::ThreadCount keep;
   std::vector<GemvKernel> own;
   for (GemvKernel k : available_kernels())
     if (k != GemvKernel::openblas) own.push_back(k);

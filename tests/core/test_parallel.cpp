@@ -46,16 +46,10 @@ std::vector<Array> step(std::uint64_t seed) {
   return out;
 }
 
-struct Threads {  // restores the default thread count
-  explicit Threads(int n) { set_num_threads(n); }
-  ~Threads() { set_num_threads(default_threads); }
-  static inline int default_threads = num_threads();
-};
-
 }  // namespace
 
 TEST_CASE("pool: an exception in any chunk reaches the caller and the pool keeps working", "[core][parallel]") {
-  Threads t(2);
+  ThreadCount t(2);
   CHECK_THROWS_WITH(detail::run_chunks(2, [](std::size_t c) {
                       if (c == 1) throw std::runtime_error("chunk one failed");
                     }),
@@ -70,7 +64,7 @@ TEST_CASE("pool: the calling thread runs a chunk no worker has started yet", "[c
   // The worker sleeps after 50 us idle; waking it takes far longer than the caller's empty chunk 0,
   // so the caller takes chunk 1 itself instead of waiting for the worker (before: chunk c always
   // ran on worker c, and the caller waited for a sleeping or descheduled worker to wake).
-  Threads t(2);
+  ThreadCount t(2);
   detail::run_chunks(2, [](std::size_t) {});  // the pool exists
   int on_caller = 0;
   for (int k = 0; k < 20; ++k) {
@@ -102,7 +96,7 @@ TEST_CASE("pool: chunk 0 runs on the calling thread even when the pool's threads
       cpu_set_t& set;
       ~RestoreAffinity() { sched_setaffinity(0, sizeof set, &set); }
     } restore{all};
-    Threads t(2);  // a new pool, started from this thread: its worker shares the CPU (t goes
+    ThreadCount t(2);  // a new pool, started from this thread: its worker shares the CPU (t goes
                    // first, then the affinity: the next pool starts on every CPU)
     for (int k = 0; k < 8000; ++k) {
       if (k % 2 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));  // the worker sleeps too
@@ -119,7 +113,7 @@ TEST_CASE("pool: chunk 0 runs on the calling thread even when the pool's threads
 
 TEST_CASE("pool: run_chunks runs more chunks than threads once each and the thread ahead takes more",
           "[core][parallel]") {
-  Threads t(2);
+  ThreadCount t(2);
   constexpr std::size_t kChunks = 37;
   std::vector<std::atomic<int>> runs(kChunks);
   detail::run_chunks(kChunks, [&](std::size_t c) { runs[c].fetch_add(1); });
@@ -146,7 +140,7 @@ TEST_CASE("pool: run_chunks runs more chunks than threads once each and the thre
     if (c == 0) detail::run_chunks(5, [&](std::size_t k) { order.push_back(k); });
   });
   CHECK(order == std::vector<std::size_t>{0, 1, 2, 3, 4});
-  Threads one(1);
+  ThreadCount one(1);
   order.clear();
   detail::run_chunks(5, [&](std::size_t k) {
     CHECK(std::this_thread::get_id() == caller);
@@ -161,7 +155,7 @@ TEST_CASE("pool: each thread runs its own range of chunks first and then the las
   // every other chunk has run, so the worker runs its own range from the front (4 5 6 7: the rows
   // it wrote in a job with the same partition) and then the caller's from the back (3 2 1). Before,
   // the threads claimed one counter in order: the worker began at chunk 1.
-  Threads t(2);
+  ThreadCount t(2);
   constexpr std::size_t kChunks = 8;
   std::vector<std::atomic<int>> done(kChunks);
   std::mutex m;
@@ -188,7 +182,7 @@ TEST_CASE("pool: each thread runs its own range of chunks first and then the las
 
 TEST_CASE("parallel_for: up to kChunksPerThread contiguous chunks a thread in order and one a thread on request",
           "[core][parallel]") {
-  Threads t(2);
+  ThreadCount t(2);
   CHECK(detail::kChunksPerThread == 4);
   CHECK(detail::parallel_chunks(1000, 10) == 8);     // 4 a thread
   CHECK(detail::parallel_chunks(1000, 10, 1) == 2);  // one a thread
@@ -218,7 +212,7 @@ TEST_CASE("parallel_for: up to kChunksPerThread contiguous chunks a thread in or
     }
     CHECK(next == 1003);
   }
-  Threads one(1);
+  ThreadCount one(1);
   CHECK(detail::parallel_chunks(1000, 10) == 1);
 }
 
@@ -226,7 +220,7 @@ TEST_CASE("pool: workers block asynchronous signals and keep faults deliverable"
   // A signal handled on a worker could interrupt oneDNN's float32 GEMM kernel, which runs with
   // the stack pointer on a heap workspace: the signal frame would be pushed onto the heap
   // (core/parallel.cpp). Chunk 0 (the caller's) waits until chunk 1 has run, so a worker runs it.
-  Threads t(2);
+  ThreadCount t(2);
   std::atomic<bool> done{false};
   std::thread::id ran_on;
   sigset_t worker_mask;
@@ -256,7 +250,7 @@ TEST_CASE("pool: workers block asynchronous signals and keep faults deliverable"
 TEST_CASE("pool: a training step is bit-identical run to run for a fixed thread count", "[core][parallel]") {
   for (int n : {1, 2, 3}) {
     INFO("threads " << n);
-    Threads t(n);
+    ThreadCount t(n);
     const auto a = step(5), b = step(5);
     for (std::size_t k = 0; k < a.size(); ++k) XGT_CHECK_SAME(a[k], b[k]);  // fixed partition
   }
@@ -265,11 +259,11 @@ TEST_CASE("pool: a training step is bit-identical run to run for a fixed thread 
 TEST_CASE("pool: thread counts change only the rounding of split reductions", "[core][parallel]") {
   std::vector<Array> one, two;
   {
-    Threads t(1);
+    ThreadCount t(1);
     one = step(9);
   }
   {
-    Threads t(2);
+    ThreadCount t(2);
     two = step(9);
   }
   for (std::size_t k = 0; k < one.size(); ++k) CHECK(max_abs_diff(one[k], two[k]) < 1e-5);
@@ -329,7 +323,7 @@ TEST_CASE("pool: decoding steps give the same logits for any thread count and th
     for (auto& t : prompt) t = static_cast<std::int64_t>(g.below(c.V_vocab));
     std::vector<nn::Generation> runs;
     for (int n : {1, 2, 3}) {
-      Threads t(n);
+      ThreadCount t(n);
       runs.push_back(nn::generate(model, {prompt}, 6));
     }
     for (std::size_t r = 1; r < runs.size(); ++r) {

@@ -86,15 +86,10 @@ TEST_CASE("array: first_nonfinite finds the first inf or NaN at any position in 
 // its inputs before every pass): the first non-finite value wins whichever range (and thread)
 // finds one, at 1, 2 and 3 threads, with bad values in the first, a middle and the last range.
 TEST_CASE("array: first_nonfinite of a large array searched over the pool finds the first bad value", "[core]") {
-  struct Threads {
-    explicit Threads(int n) { set_num_threads(n); }
-    ~Threads() { set_num_threads(default_threads); }
-    int default_threads = num_threads();
-  };
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   const std::size_t n = (std::size_t(1) << 19) + 5;  // 8 ranges at 2 threads (4 a thread), an odd tail
   for (const int threads : {1, 2, 3}) {
-    const Threads scope(threads);
+    const ThreadCount scope(threads);
     for (const DType dt : {DType::float32, DType::float64}) {
       Array a = Array::full({n}, -2.5, dt);
       CHECK(a.first_nonfinite() == n);
@@ -113,16 +108,11 @@ TEST_CASE("array: first_nonfinite of a large array searched over the pool finds 
 }
 
 TEST_CASE("array: full and zeros of a large array filled over the pool set every element", "[core]") {
-  struct Threads {
-    explicit Threads(int n) { set_num_threads(n); }
-    ~Threads() { set_num_threads(default_threads); }
-    int default_threads = num_threads();
-  };
   const double nan = std::numeric_limits<double>::quiet_NaN();
   // Below the split (one fill), just above it, and 8 ranges at 2 threads with an odd tail.
   for (const std::size_t n : {(std::size_t(1) << 17) - 1, std::size_t(1) << 17, (std::size_t(1) << 19) + 5})
     for (const int threads : {1, 2, 3}) {
-      const Threads scope(threads);
+      const ThreadCount scope(threads);
       for (const DType dt : {DType::float32, DType::float64})
         for (const double value : {0.0, -1.25}) {
           INFO(n << " elements, " << threads << " threads, " << dtype_name(dt) << ", value " << value);

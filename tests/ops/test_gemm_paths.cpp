@@ -17,6 +17,8 @@
 #include <xgrad/core/error.hpp>
 #include <xgrad/core/runtime.hpp>
 
+#include "tests/support/helpers.hpp"
+
 using namespace xg;
 
 namespace {
@@ -174,7 +176,7 @@ TEST_CASE("float32 GEMM with an empty dimension sets C to beta C on each backend
 // without it, and bit-identical run to run at 2 threads.
 TEST_CASE("float32 GEMM with a long K beside a small C splits K over the pool and stays within rounding",
           "[gemm_paths]") {
-  const int before = xg::num_threads();
+  const xgt::ThreadCount restore;
   std::mt19937 rng(4096);
   const Case cases[] = {{64, 256, 1024, true, false, 1.0f, 0.0f, 0},  {65, 64, 1024, true, false, -0.5f, 1.5f, 3},
                         {64, 64, 4099, false, true, 1.0f, 0.0f, 1},   {33, 17, 2777, true, true, 2.0f, 0.5f, 2},
@@ -200,5 +202,4 @@ TEST_CASE("float32 GEMM with a long K beside a small C splits K over the pool an
     blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C2.data(), N);
     CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
   }
-  xg::set_num_threads(before);
 }

@@ -92,11 +92,6 @@ TEST_CASE("matmul: one row or one column of output (matrix-vector products) in e
           "[ops][matmul]") {
   // Batch-1 decoding multiplies one row by every weight matrix: a GEMM with M = 1 (or N = 1)
   // runs as a matrix-vector product, split over the pool when large (core/blas.cpp).
-  struct Threads {
-    explicit Threads(int n) : prev(num_threads()) { set_num_threads(n); }
-    ~Threads() { set_num_threads(prev); }
-    int prev;
-  };
   Generator g(104);
   for (DType dt : {DType::float32, DType::float64}) {
     const double tol = dt == DType::float32 ? 1e-4 : 1e-12;
@@ -111,7 +106,7 @@ TEST_CASE("matmul: one row or one column of output (matrix-vector products) in e
           const Array b_in = (tb ? ops::transpose(Tensor(b), 0, 1).value().clone() : b).astype(dt);
           std::vector<Array> results;
           for (int threads : {1, 2}) {
-            Threads t(threads);
+            ThreadCount t(threads);
             // Leave a block of NaNs of the output's size in the allocator's cache: the product
             // must not read what its output held.
             { const Array junk = Array::full({M, N}, std::nan(""), dt); }

@@ -245,7 +245,7 @@ TEST_CASE("bf16 products split over the pool match float64 of the rounded inputs
 TEST_CASE("bf16 products with a long K run as two halves of K with the same bits for any thread count",
           "[ops][matmul_bf16]") {
   if (!blas::bf16::cpu_supported()) return;  // gemm_bf16 needs the instructions (callers check bf16_available)
-  const int threads_before = num_threads();
+  const xgt::ThreadCount restore;
   std::mt19937 rng(1208);
   const auto xgrad = [](auto&&... args) { blas::gemm_bf16_on(blas::Bf16Kernel::xgrad, args...); };
   // Against float64 of the rounded inputs: a weight gradient's shape (A transposed), column and
@@ -284,7 +284,6 @@ TEST_CASE("bf16 products with a long K run as two halves of K with the same bits
                               << first[i]);
     CHECK(differ == 0);
   }
-  set_num_threads(threads_before);
 }
 
 TEST_CASE("bf16 products count inside the GEMM doorway of the step profile", "[ops][matmul_bf16]") {

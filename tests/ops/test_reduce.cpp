@@ -33,16 +33,11 @@ TEST_CASE("max: tie rule splits the gradient equally among maximal elements", "[
 }
 
 TEST_CASE("sum: a whole large array adds every element at 1 2 and 3 threads", "[ops][reduce]") {
-  struct Threads {
-    explicit Threads(int n) { set_num_threads(n); }
-    ~Threads() { set_num_threads(default_threads); }
-    int default_threads = num_threads();
-  };
   // Small integers: every partial sum is exact in float32 whatever the order of the additions, so
   // the result must be the exact sum (each element counted once, the odd tails included).
   for (const std::size_t n : {std::size_t(15), std::size_t(17), (std::size_t(1) << 20) + 7})
     for (const int threads : {1, 2, 3}) {
-      const Threads scope(threads);
+      const ThreadCount scope(threads);
       for (const DType dt : {DType::float32, DType::float64}) {
         INFO(n << " elements, " << threads << " threads, " << dtype_name(dt));
         Array a = Array::empty({n}, dt);

@@ -134,4 +134,19 @@ class EnvScope {
   std::optional<std::string> old_;
 };
 
+// The pool's thread count for a scope: the count found at construction comes back when the scope
+// ends, also when a failed REQUIRE throws out of it (a later test case of the same program must
+// not run on a count some earlier case left behind).
+class ThreadCount {
+ public:
+  ThreadCount() : saved_(num_threads()) {}
+  explicit ThreadCount(int n) : ThreadCount() { set_num_threads(n); }
+  ~ThreadCount() { set_num_threads(saved_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace xgt

@@ -138,6 +138,7 @@ TEST_CASE("train: a resumed run takes the thread count its checkpoint saved and 
           "[train][checkpoint][threads]") {
   // 3 threads: not this machine's default (the cores) on the 1-, 2- and 4-core machines xgrad
   // is tested on, so the default would pick another count.
+  const ThreadCount restore;  // the runs set the pool's count
   const fs::path whole = temp_dir("threads_whole"), parts = temp_dir("threads_parts");
   std::ostringstream log;
   train::TrainOptions o = small_sort(whole, 30);
@@ -180,6 +181,7 @@ TEST_CASE("train: a resumed run takes the thread count its checkpoint saved and 
 TEST_CASE("train: a checkpoint without a thread count (1 thread or saved by xgrad 0.2.0) resumes with 1 thread",
           "[train][checkpoint][threads]") {
   const fs::path dir = temp_dir("threads_legacy");
+  const ThreadCount restore;
   set_num_threads(3);
   const Resumed r = stop_and_resume(dir, 10, 4, 1, /*resume_threads=*/0);
   INFO(r.record);

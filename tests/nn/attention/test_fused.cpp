@@ -300,10 +300,7 @@ TEST_CASE("fused attention in float32 stays within float32 rounding of the float
 TEST_CASE("fused attention in float32: a chunk that runs several kv groups reads each group's own panels",
           "[attention][fused][gemm_paths]") {
   if (!tile::kernels()) return;  // no AVX2 + FMA: the tile path is not used
-  struct Restore {
-    int n = num_threads();
-    ~Restore() { set_num_threads(n); }
-  } restore;
+  const ThreadCount restore;
   std::vector<Case> cs;
   for (const Case& c : cases(16, 16))
     if (c.B * c.H_kv >= 3) cs.push_back(c);  // at least as many groups as threads

@@ -185,12 +185,14 @@ TEST_CASE("bfloat16 attention: within bfloat16 rounding of float64 and the produ
 TEST_CASE("bfloat16 attention: the bits do not depend on the thread count", "[attention_bf16]") {
   Shape4 s = shapes()[2];  // odd starts: every path of the products
   s.H_kv = s.H_q = 2;
-  const int threads = num_threads();
-  set_num_threads(1);
-  const Outputs one = fused(s, DType::float32, MatmulDtype::bfloat16);
-  set_num_threads(2);
-  const Outputs two = fused(s, DType::float32, MatmulDtype::bfloat16);
-  set_num_threads(threads);
+  Outputs one, two;
+  {
+    const ThreadCount restore;
+    set_num_threads(1);
+    one = fused(s, DType::float32, MatmulDtype::bfloat16);
+    set_num_threads(2);
+    two = fused(s, DType::float32, MatmulDtype::bfloat16);
+  }
   INFO(bfloat16_attention_kernels());
   CHECK(differing_bits(one.O, two.O) == 0);
   CHECK(differing_bits(one.dQ, two.dQ) == 0);
