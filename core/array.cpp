@@ -176,6 +176,11 @@ static_assert(sizeof(detail::Storage) == 128, "a Storage's fields fill one cache
 detail::Storage* Array::st() const { return static_cast<detail::Storage*>(s_); }
 
 namespace {
+// Whole-array passes of Array itself (full, zeros, first_nonfinite) run over the pool in
+// contiguous ranges of at least this many elements, from twice this size: the fused attention's
+// large gradients it fills and the inputs it checks before every pass.
+constexpr std::size_t kGrainElems = std::size_t(1) << 16;
+
 void require_defined(const Array& a, const char* what) {
   if (!a.defined()) throw ValueError(op_message("array", std::string(what) + " of an undefined Array"));
 }
@@ -191,9 +196,7 @@ Array Array::full(const Shape& shape, double value, DType dtype) {
     using T = decltype(t);
     T* p = a.data<T>();
     const T v = static_cast<T>(value);
-    // Large arrays (gradients the fused attention adds into) filled over the pool in contiguous
-    // ranges, as first_nonfinite scans them.
-    constexpr std::size_t kGrainElems = std::size_t(1) << 16;
+    // Large arrays (gradients the fused attention adds into) over the pool (kGrainElems).
     const std::size_t n = a.size();
     if (n < 2 * kGrainElems) {
       std::fill(p, p + n, v);
@@ -394,9 +397,8 @@ std::size_t Array::first_nonfinite() const {
       }
       return hi;
     };
-    // Large arrays (the attention's inputs, checked before every pass) over the pool, in
-    // contiguous ranges: the first non-finite one of the first range that has one.
-    constexpr std::size_t kGrainElems = std::size_t(1) << 16;
+    // Large arrays (the attention's inputs, checked before every pass) over the pool
+    // (kGrainElems): the first non-finite one of the first range that has one.
     const std::size_t chunks = n < 2 * kGrainElems ? 1 : detail::parallel_chunks(n, kGrainElems);
     if (chunks <= 1) return scan(0, n);
     std::vector<std::size_t> first(chunks, n);
