@@ -251,10 +251,34 @@ Shape reduced_shape(const Shape& s, const std::vector<std::size_t>& axes, bool k
 Array broadcast_to(const Array& a, const Shape& shape) {
   if (a.shape() == shape) return a;
   Array out = Array::empty(shape, a.dtype());
+  std::size_t inner = 0;
+  const Bcast kind = classify(a.shape(), shape, inner);
   detail::dispatch(a.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* pa = a.data<T>();
     T* po = out.data<T>();
+    const std::size_t n = out.size();
+    // The plain cases (a sum's or a mean's gradient: one value, or the kept axes' values, spread
+    // over a large array) as copies over the pool; the order of the copies changes no bits.
+    if (kind == Bcast::scalar) {
+      const T v = pa[0];
+      detail::parallel_for(n, kGrain, [&](std::size_t lo, std::size_t hi, std::size_t) { std::fill(po + lo, po + hi, v); });
+      return;
+    }
+    if (kind == Bcast::rows || kind == Bcast::cols) {  // out's rows of `inner`: a's whole, or one value of a each
+      const std::size_t rows = inner ? n / inner : 0;
+      detail::parallel_for(rows, std::max<std::size_t>(1, kGrain / std::max<std::size_t>(inner, 1)),
+                           [&](std::size_t lo, std::size_t hi, std::size_t) {
+                             for (std::size_t r = lo; r < hi; ++r) {
+                               T* row = po + r * inner;
+                               if (kind == Bcast::rows)
+                                 std::copy(pa, pa + inner, row);
+                               else
+                                 std::fill(row, row + inner, pa[r]);
+                             }
+                           });
+      return;
+    }
     const auto st = broadcast_strides(a.shape(), shape);
     detail::for_each_strided(shape, st, st, [&](std::size_t i, std::ptrdiff_t ia, std::ptrdiff_t) {
       po[i] = pa[ia];
