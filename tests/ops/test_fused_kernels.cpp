@@ -3,6 +3,7 @@
 // Adam(W) update) on every ISA build this CPU runs against the float64 path, on odd shapes.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,6 +76,60 @@ TEST_CASE("bias_gelu equals gelu(x + b) in value and in the gradients of x and b
   CHECK_THROWS_AS(ops::bias_gelu(x, Tensor(Array::zeros({4}, DType::float32))), ShapeError);
   CHECK_THROWS_AS(ops::bias_gelu(x, Tensor(Array::zeros({3}, DType::float64))), DTypeError);
   CHECK_THROWS_AS(ops::bias_gelu(x, Tensor(Array::zeros({1, 3}, DType::float32))), ShapeError);
+}
+
+TEST_CASE("bias_gelu: large float32 inputs recompute the normal CDF in the backward with the kept one's bits",
+          "[ops][fused][bias_gelu]") {
+  // 1100 x 1000 float32 values (from 2^20 the backward computes Phi again instead of keeping
+  // it) against its two halves of 550 rows (kept): the same bits in y and in x's gradient, each
+  // element's arithmetic being the same; the bias gradient (column sums in another order) within
+  // rounding; both against the composed float64 GELU. Which path ran shows in the memory the
+  // forward keeps: y and Phi, or y alone.
+  const std::size_t R = 1100, C = 1000, H = R / 2;
+  Generator gen(23);
+  const std::vector<double> xv = rnd({R, C}, gen, -4, 4).to_vector(), gv = rnd({R, C}, gen).to_vector();
+  const Array b64 = rnd({C}, gen);
+  struct Run {
+    Array y, dx, db;
+    std::size_t kept;  // bytes the forward left in use
+  };
+  const auto run = [&](std::size_t r0, std::size_t rows) {
+    const auto part = [&](const std::vector<double>& v) {
+      return std::vector<double>(v.begin() + std::ptrdiff_t(r0 * C), v.begin() + std::ptrdiff_t((r0 + rows) * C));
+    };
+    const Tensor x(Array::from_vector({rows, C}, part(xv), DType::float32), true);
+    const Tensor b(b64.astype(DType::float32), true);
+    const std::size_t before = memory_stats().in_use;
+    const Tensor y = ops::bias_gelu(x, b);
+    const std::size_t kept = memory_stats().in_use - before;
+    const auto g = grad(y, {x, b}, Array::from_vector({rows, C}, part(gv), DType::float32));
+    return Run{y.value(), g[0], g[1], kept};
+  };
+  const Run whole = run(0, R), top = run(0, H), bottom = run(H, R - H);
+  const std::size_t bytes = R * C * sizeof(float), half = H * C * sizeof(float);
+  INFO("memory kept by the forward: " << whole.kept << " bytes for " << bytes << " of y; " << top.kept << " and "
+                                      << bottom.kept << " for " << half << " each");
+  CHECK(whole.kept < 2 * bytes);  // y alone: Phi is computed again
+  CHECK(top.kept >= 2 * half);    // y and Phi
+  CHECK(bottom.kept >= 2 * half);
+  const auto same_bits = [](const Array& a, const Array& top_half, const Array& bottom_half) {
+    std::vector<float> v(a.data<float>(), a.data<float>() + a.size()), w(top_half.data<float>(), top_half.data<float>() + top_half.size());
+    w.insert(w.end(), bottom_half.data<float>(), bottom_half.data<float>() + bottom_half.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) differ += std::memcmp(&v[i], &w[i], sizeof(float)) != 0;
+    return differ;
+  };
+  CHECK(same_bits(whole.y, top.y, bottom.y) == 0);
+  CHECK(same_bits(whole.dx, top.dx, bottom.dx) == 0);
+  const Tensor halves = Tensor(top.db.astype(DType::float64)) + Tensor(bottom.db.astype(DType::float64));
+  require_close(whole.db.astype(DType::float64), halves.value(), 1e-3);
+  // The composed float64 GELU.
+  const Tensor x64(Array::from_vector({R, C}, xv, DType::float64), true), bb64(b64, true);
+  const Tensor yc = ops::bias_gelu_composed(x64, bb64);
+  const auto gc = grad(yc, {x64, bb64}, Array::from_vector({R, C}, gv, DType::float64));
+  require_close(whole.y.astype(DType::float64), yc.value(), 2e-6);
+  require_close(whole.dx.astype(DType::float64), gc[0], 2e-6);
+  require_close(whole.db.astype(DType::float64), gc[1], 2e-6 * double(R));
 }
 
 TEST_CASE("cross_entropy as one op equals its composition with ignore_index and weights on odd shapes",
