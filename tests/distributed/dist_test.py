@@ -62,18 +62,26 @@ MPI_ENV = dict(ENV, OMPI_MCA_mca_base_component_disable_dlclose="1", PMIX_MCA_mc
 # and mpirun then hangs in PMIx_server_finalize (7 of 40 such kills here); the hash store has no
 # shared lock (docs/distributed.md, Failures).
 MPI_ENV["PMIX_MCA_gds"] = "hash"
-# Each test process keeps Open MPI's session directories in a folder of its own. In the shared
-# /tmp/ompi.<host>.<uid>, two mpiexec starting at once under ctest -j2 raced: one removed the
-# folder as it finished while the other created its own inside ("A call to mkdir was unable to
-# create the desired directory ... File exists", 3 of 460 runs; a scratch loop of four concurrent
-# `mpiexec -np 1 true` failed 2 of 1,680 launches that way and none of 960 with this setting).
+# Each mpiexec keeps Open MPI's session directories in a folder of its own (mpi_env()). In a
+# shared /tmp/ompi.<host>.<uid>, two mpiexec starting at once under ctest -j2 raced: one removed
+# the folder as it finished while the other created its own inside ("A call to mkdir was unable
+# to create the desired directory ... File exists", 3 of 460 runs; a scratch loop of four
+# concurrent `mpiexec -np 1 true` failed 2 of 1,680 launches that way and none of 960 with a
+# folder each). A folder per test process was not enough: usage_stress starts 4 jobs at once
+# from one process (1 of 1,680 such launches failed with one shared folder, "No such file or
+# directory"). The folders live in one per test process, removed at exit.
 SESSION_DIR = tempfile.mkdtemp(prefix="xg-ompi-")
 atexit.register(shutil.rmtree, SESSION_DIR, ignore_errors=True)
-MPI_ENV["OMPI_MCA_orte_tmpdir_base"] = SESSION_DIR
 MPI_ENV["ASAN_OPTIONS"] = ":".join(x for x in (os.environ.get("ASAN_OPTIONS"), "fast_unwind_on_malloc=0") if x)
 MPI_ENV["LSAN_OPTIONS"] = ":".join(
     x for x in (os.environ.get("LSAN_OPTIONS"),
                 "suppressions=" + os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan_openmpi.supp")) if x)
+
+
+def mpi_env():
+    """MPI_ENV with a session folder of this launch's own."""
+    return dict(MPI_ENV, OMPI_MCA_orte_tmpdir_base=tempfile.mkdtemp(prefix="job-", dir=SESSION_DIR))
+
 
 SMALL = ["--batch", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--threads", "1", "--no-progress",
          "--no-plot", "--seed", "3", "--dropout", "0.1"]
@@ -103,7 +111,7 @@ class Runner:
 
     def start(self, np_, args):
         """np_ 0: a plain process; N: mpirun -np N."""
-        return subprocess.Popen(self.command(np_, args), env=MPI_ENV if np_ else ENV, stdout=subprocess.PIPE,
+        return subprocess.Popen(self.command(np_, args), env=mpi_env() if np_ else ENV, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
 
     def run(self, np_, args, timeout=600, expect=0):
@@ -160,7 +168,8 @@ def compare_runs(a, b, tol, what):
 
 def selftest(r, a):
     for np_ in (2, 3):
-        p = subprocess.run(r.mpirun(np_) + [os.path.abspath(a.selftest)], env=MPI_ENV, capture_output=True, timeout=300)
+        p = subprocess.run(r.mpirun(np_) + [os.path.abspath(a.selftest)], env=mpi_env(), capture_output=True,
+                           timeout=300)
         out = p.stdout.decode() + p.stderr.decode()
         print(out[-2000:])
         if p.returncode != 0 or f"dist_selftest: {np_} ranks, all passed" not in out:
@@ -379,7 +388,7 @@ def refusals(r):
 
 def refuse_once(cmd, status, key):
     """None when the refusal is right: exit `status`, one 'xgrad:' line with `key`, nothing on stdout."""
-    p = subprocess.run(cmd, env=MPI_ENV, capture_output=True, timeout=120)
+    p = subprocess.run(cmd, env=mpi_env(), capture_output=True, timeout=120)
     err = p.stderr.decode()
     lines = [ln for ln in err.splitlines() if ln.startswith("xgrad:")]
     if p.returncode != status:
