@@ -149,44 +149,34 @@ void erf16(const float* x, float* y, std::size_t n) {
 }  // namespace
 
 #ifdef XG_LIBMVEC
+namespace {
 #ifdef XG_LIBMVEC_512
-void exp(const float* x, float* y, std::size_t n) { exp16(x, y, n); }
+constexpr int kLanes = 16;
 #else
-void exp(const float* x, float* y, std::size_t n) { apply8<_ZGVdN8v_expf, expf_>(x, y, n); }
+constexpr int kLanes = 8;
+constexpr void (*exp16)(const float*, float*, std::size_t) = nullptr;  // no 16-lane kernels
+constexpr void (*erf16)(const float*, float*, std::size_t) = nullptr;
 #endif
+// A float32 function on `lanes` lanes: 16 (K16, where built), 8 (libmvec's V8) or scalar libm (S).
+template <void (*K16)(const float*, float*, std::size_t), __m256 (*V8)(__m256), float (*S)(float)>
+void on_lanes(const float* x, float* y, std::size_t n, int lanes) {
+  if constexpr (K16 != nullptr)
+    if (lanes == 16) return K16(x, y, n);
+  if (lanes == 8) return apply8<V8, S>(x, y, n);
+  for (std::size_t i = 0; i < n; ++i) y[i] = S(x[i]);
+}
+}  // namespace
+
+void exp(const float* x, float* y, std::size_t n) { on_lanes<exp16, _ZGVdN8v_expf, expf_>(x, y, n, kLanes); }
 void exp_lanes(const float* x, float* y, std::size_t n, int lanes) {
-#ifdef XG_LIBMVEC_512
-  if (lanes == 16) return exp16(x, y, n);
-#endif
-  if (lanes == 8) return apply8<_ZGVdN8v_expf, expf_>(x, y, n);
-  for (std::size_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+  on_lanes<exp16, _ZGVdN8v_expf, expf_>(x, y, n, lanes);
 }
-int exp_lane_count() {
-#ifdef XG_LIBMVEC_512
-  return 16;
-#else
-  return 8;
-#endif
-}
-#ifdef XG_LIBMVEC_512
-void erf(const float* x, float* y, std::size_t n) { erf16(x, y, n); }
-#else
-void erf(const float* x, float* y, std::size_t n) { apply8<_ZGVdN8v_erff, erff_>(x, y, n); }
-#endif
+int exp_lane_count() { return kLanes; }
+void erf(const float* x, float* y, std::size_t n) { on_lanes<erf16, _ZGVdN8v_erff, erff_>(x, y, n, kLanes); }
 void erf_lanes(const float* x, float* y, std::size_t n, int lanes) {
-#ifdef XG_LIBMVEC_512
-  if (lanes == 16) return erf16(x, y, n);
-#endif
-  if (lanes == 8) return apply8<_ZGVdN8v_erff, erff_>(x, y, n);
-  for (std::size_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
+  on_lanes<erf16, _ZGVdN8v_erff, erff_>(x, y, n, lanes);
 }
-int erf_lane_count() {
-#ifdef XG_LIBMVEC_512
-  return 16;
-#else
-  return 8;
-#endif
-}
+int erf_lane_count() { return kLanes; }
 #else
 void exp(const float* x, float* y, std::size_t n) { apply1<expf_>(x, y, n); }
 void exp_lanes(const float* x, float* y, std::size_t n, int) { apply1<expf_>(x, y, n); }
