@@ -432,7 +432,7 @@ Tensor gelu_backward(const Tensor& x, const Tensor& b, const Tensor& g) {
 
 }  // namespace
 
-// Forward: per tile u = x + b, Phi = (1 + erf(u / sqrt 2)) / 2 (kept for the VJP), y = u Phi.
+// Forward: per tile u = x + b, Phi = (1 + erf(u / sqrt 2)) / 2 (kept for the VJP, see below), y = u Phi.
 // VJP: e = exp(-u^2 / 2), x_bar = g (Phi + u e / sqrt(2 pi)); b_bar = column sums of x_bar, per
 // chunk of rows, the chunks added in order (deterministic for a thread count). Phi is kept from
 // the forward, except for float32 inputs of kBiasGeluRecompute elements and more: there the

@@ -2,7 +2,6 @@
 // jvpcheck_leaves pass real layers, fail a module whose custom op has a wrong second-order
 // rule (naming the parameter), leave every leaf's value bit for bit as it was (also when f
 // throws) and refuse what they cannot check.
-#include <cstring>
 
 #include "tests/support/helpers.hpp"
 
@@ -49,13 +48,6 @@ class CubeLayer : public nn::Module {
   Tensor operator()(const Tensor& x, Rule rule) const { return cube(x * w, rule) + b; }
   Tensor w, b;
 };
-
-// Whether a and b hold the same bytes (same shape and dtype).
-bool same_bits(const Array& a, const Array& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  if (a.dtype() == DType::float64) return std::memcmp(a.data<double>(), b.data<double>(), a.size() * sizeof(double)) == 0;
-  return std::memcmp(a.data<float>(), b.data<float>(), a.size() * sizeof(float)) == 0;
-}
 
 // The leaves' values as copies, to compare bit for bit afterwards.
 std::vector<Array> snapshot(const Leaves& leaves) {

@@ -97,7 +97,7 @@ TEST_CASE("pool: chunk 0 runs on the calling thread even when the pool's threads
       ~RestoreAffinity() { sched_setaffinity(0, sizeof set, &set); }
     } restore{all};
     ThreadCount t(2);  // a new pool, started from this thread: its worker shares the CPU (t goes
-                   // first, then the affinity: the next pool starts on every CPU)
+                       // first, then the affinity: the next pool starts on every CPU)
     for (int k = 0; k < 8000; ++k) {
       if (k % 2 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));  // the worker sleeps too
       const std::size_t chunks = 2 + static_cast<std::size_t>(k) % 7;

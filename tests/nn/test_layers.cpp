@@ -6,17 +6,6 @@
 using namespace xg;
 using namespace xgt;
 
-namespace {
-
-bool same_bits(const Array& a, const Array& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a.flat(i) != b.flat(i)) return false;
-  return true;
-}
-
-}  // namespace
-
 TEST_CASE("linear with a residual equals residual plus matmul plus bias bit for bit", "[ops][matmul][linear]") {
   Generator g(229);
   for (DType dt : {DType::float32, DType::float64}) {

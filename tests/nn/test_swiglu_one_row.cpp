@@ -4,7 +4,6 @@
 // may (no gradient wanted, float32, one row, no adapter), the op-by-op path otherwise.
 #include <catch2/catch.hpp>
 
-#include <cstring>
 
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/random.hpp>
@@ -12,13 +11,10 @@
 #include <xgrad/nn/layers.hpp>
 #include <xgrad/ops/unary.hpp>
 
-using namespace xg;
+#include "tests/support/helpers.hpp"
 
-namespace {
-bool same_bits(const Array& a, const Array& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data<float>(), b.data<float>(), a.size() * sizeof(float)) == 0;
-}
-}  // namespace
+using namespace xg;
+using xgt::same_bits;
 
 TEST_CASE("SwiGLU feed-forward: one row without gradients runs gate and up as one product", "[swiglu_one_row]") {
   Generator gen(5);

@@ -123,16 +123,6 @@ TEST_CASE("matmul: one row or one column of output (matrix-vector products) in e
   }
 }
 
-namespace {
-
-bool same_bits(const Array& a, const Array& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a.flat(i) != b.flat(i)) return false;
-  return true;
-}
-
-}  // namespace
 
 TEST_CASE("linear: value and gradients equal matmul then add bit for bit", "[ops][matmul][linear]") {
   Generator g(211);

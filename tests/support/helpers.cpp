@@ -1,5 +1,7 @@
 #include "tests/support/helpers.hpp"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -128,6 +130,27 @@ double max_abs(const Array& a) {
   double m = 0;
   for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a.flat(i)));
   return m;
+}
+
+namespace {
+template <class T> std::size_t differing(const Array& a, const Array& b) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(pa + i, pb + i, sizeof(T)) != 0;
+  return n;
+}
+}  // namespace
+
+std::size_t differing_bits(const Array& a, const Array& b) {
+  REQUIRE(a.shape() == b.shape());
+  REQUIRE(a.dtype() == b.dtype());
+  return a.dtype() == DType::float64 ? differing<double>(a, b) : differing<float>(a, b);
+}
+
+bool same_bits(const Array& a, const Array& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         (a.dtype() == DType::float64 ? differing<double>(a, b) : differing<float>(a, b)) == 0;
 }
 
 double rounding_bound(std::size_t length, DType dtype, double scale, double ulps) {

@@ -59,6 +59,12 @@ std::string sci(double v);
 // The largest |x| over the elements (0 for an empty array).
 double max_abs(const Array& a);
 
+// How many elements of a and b differ in their bytes (NaN payloads and the sign of zero count);
+// a and b must have the same shape and dtype (REQUIREd).
+std::size_t differing_bits(const Array& a, const Array& b);
+// Whether a and b have the same shape, dtype and bytes.
+bool same_bits(const Array& a, const Array& b);
+
 // The rounding bound of a sum of `length` products in `dtype` whose terms are at most `scale` in
 // magnitude: `ulps` units of the dtype's epsilon per term (the textbook bound of a recursive or
 // blocked sum is length * eps * sum|terms|; two orders of the same sum differ by at most twice

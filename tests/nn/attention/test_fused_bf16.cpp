@@ -9,7 +9,6 @@
 // _dpbf16).
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <iomanip>
 #include <string>
 #include <utility>
@@ -70,15 +69,6 @@ double rel_error(const Array& a, const Array& ref) {
     den += ref.flat(i) * ref.flat(i);
   }
   return std::sqrt(num / den);
-}
-
-std::size_t differing_bits(const Array& a, const Array& b) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const float x = a.data<float>()[i], y = b.data<float>()[i];
-    if (std::memcmp(&x, &y, sizeof x) != 0) ++n;
-  }
-  return n;
 }
 
 std::vector<Shape4> shapes() {
