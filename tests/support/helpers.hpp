@@ -74,17 +74,22 @@ double rounding_bound(std::size_t length, DType dtype, double scale, double ulps
 
 }  // namespace xgt
 
-// Asserts max |a - b| == 0 (shapes equal): only where the code guarantees the bits (the same
-// shapes, strides and thread partition, a deterministic rewrite of the same arithmetic); say why
-// beside the call. On failure prints the difference in full precision.
-#define XGT_CHECK_SAME(a, b)                                                                     \
-  do {                                                                                           \
-    const ::xg::Array xgt_a_ = (a);                                                              \
-    const ::xg::Array xgt_b_ = (b);                                                              \
-    REQUIRE(xgt_a_.shape() == xgt_b_.shape());                                                   \
-    const double xgt_d_ = ::xg::max_abs_diff(xgt_a_, xgt_b_);                                    \
-    INFO("max |difference| = " << ::xgt::sci(xgt_d_) << " (the same bits are required)");       \
-    CHECK(xgt_d_ == 0.0);                                                                        \
+// Asserts that a and b have the same shape, dtype and bytes, element by element (so -0 differs
+// from +0, and NaN payloads count): only where the code guarantees the bits (the same shapes,
+// strides and thread partition, a deterministic rewrite of the same arithmetic); say why beside
+// the call. On failure prints how many elements differ and the largest difference in full
+// precision.
+#define XGT_CHECK_SAME(a, b)                                                                        \
+  do {                                                                                              \
+    const ::xg::Array xgt_a_ = (a);                                                                 \
+    const ::xg::Array xgt_b_ = (b);                                                                 \
+    REQUIRE(xgt_a_.shape() == xgt_b_.shape());                                                      \
+    REQUIRE(xgt_a_.dtype() == xgt_b_.dtype());                                                      \
+    const std::size_t xgt_n_ = ::xgt::differing_bits(xgt_a_, xgt_b_);                               \
+    const double xgt_d_ = xgt_n_ ? ::xg::max_abs_diff(xgt_a_, xgt_b_) : 0.0;                        \
+    INFO(xgt_n_ << " of " << xgt_a_.size() << " elements differ in their bits; max |difference| = " \
+                << ::xgt::sci(xgt_d_) << " (the same bits are required)");                          \
+    CHECK(xgt_n_ == 0);                                                                             \
   } while (false)
 
 // Asserts max |a - b| <= bound (shapes equal), printing both in full precision.
