@@ -6,7 +6,9 @@
 // panels of NR columns (k-major) and op(A), kMC rows at a time, into groups of MR rows
 // (k-major); a register-blocked micro-kernel keeps an MR x NR tile of C in vector registers:
 // AVX-512 8 x 24 (24 zmm accumulators), AVX2 + FMA 6 x 8 (12 ymm). Edges are zero-padded in
-// the packed copies; edge tiles of C go through a small buffer with the same arithmetic.
+// the packed copies; edge tiles of C go through a small buffer with the same arithmetic, except
+// a full row group's last panel of whole vectors one short of NR (16 columns on AVX-512, 4 on
+// AVX2), which the micro-kernel computes on C with one vector fewer.
 //
 // What is guaranteed about the bits: each entry of C is, for every K block b in increasing
 // order, s_b = the fused multiply-add chain over k in that block in increasing k (starting
