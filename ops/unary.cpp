@@ -316,6 +316,18 @@ std::size_t bias_gelu_grain(std::size_t C) { return std::max<std::size_t>(1, (st
 // chunk may be a few rows (C over 1024), so the serial sum of the parts stays small beside the rows.
 std::size_t bias_gelu_per_thread(std::size_t C) { return bias_gelu_grain(C) >= 8 ? detail::kChunksPerThread : 1; }
 
+// Phi[i] = (1 + erf(u_i / sqrt 2)) / 2 for u_i = x[i] + b[i] (u_i = x[i] when b is null), i < m:
+// the one arithmetic of the normal CDF for every fused GELU pass, so that a pass that computes it
+// again (bias_gelu's backward) gets the bits its forward got.
+template <class T> void normal_cdf_tile(const T* x, const T* b, std::size_t m, T* Phi) {
+  if (b)
+    for (std::size_t i = 0; i < m; ++i) Phi[i] = (x[i] + b[i]) * static_cast<T>(kInvSqrt2);
+  else
+    for (std::size_t i = 0; i < m; ++i) Phi[i] = x[i] * static_cast<T>(kInvSqrt2);
+  vmath::erf(Phi, Phi, m);
+  for (std::size_t i = 0; i < m; ++i) Phi[i] = T(0.5) * (T(1) + Phi[i]);
+}
+
 }  // namespace
 
 namespace {
@@ -338,9 +350,7 @@ void gelu_tiles(const T* x, const T* b, std::size_t N, std::size_t C, F&& f) {
       for (std::size_t c0 = 0; c0 < C; c0 += kBiasTile) {
         const std::size_t m = std::min(kBiasTile, C - c0), i0 = r * C + c0;
         for (std::size_t i = 0; i < m; ++i) z[i] = x[i0 + i] + (b ? b[c0 + i] : T(0));
-        for (std::size_t i = 0; i < m; ++i) Phi[i] = z[i] * static_cast<T>(kInvSqrt2);
-        vmath::erf(Phi, Phi, m);
-        for (std::size_t i = 0; i < m; ++i) Phi[i] = T(0.5) * (T(1) + Phi[i]);
+        normal_cdf_tile<T>(z, nullptr, m, Phi);
         for (std::size_t i = 0; i < m; ++i) phi[i] = T(-0.5) * z[i] * z[i];
         vmath::exp(phi, phi, m);
         for (std::size_t i = 0; i < m; ++i) phi[i] *= static_cast<T>(kInvSqrt2Pi);
@@ -461,10 +471,8 @@ Tensor bias_gelu(const Tensor& x, const Tensor& b) {
         for (std::size_t c0 = 0; c0 < C; c0 += kBiasTile) {
           const std::size_t m = std::min(kBiasTile, C - c0);
           const T* xr = px + r * C + c0;
-          for (std::size_t i = 0; i < m; ++i) t[i] = (xr[i] + pb[c0 + i]) * static_cast<T>(kInvSqrt2);
-          vmath::erf(t, t, m);
+          normal_cdf_tile(xr, pb + c0, m, t);  // Phi
           T* yr = py + r * C + c0;
-          for (std::size_t i = 0; i < m; ++i) t[i] = T(0.5) * (T(1) + t[i]);  // Phi
           if (pp) std::copy(t, t + m, pp + r * C + c0);
           for (std::size_t i = 0; i < m; ++i) yr[i] = (xr[i] + pb[c0 + i]) * t[i];
         }
@@ -496,11 +504,7 @@ Tensor bias_gelu(const Tensor& x, const Tensor& b) {
             }
             vmath::exp(e, e, m);
             const T* pr = pp ? pp + r * C + c0 : t;
-            if (!pp) {  // Phi again, as the forward computed it
-              for (std::size_t i = 0; i < m; ++i) t[i] = (xr[i] + pb[c0 + i]) * static_cast<T>(kInvSqrt2);
-              vmath::erf(t, t, m);
-              for (std::size_t i = 0; i < m; ++i) t[i] = T(0.5) * (T(1) + t[i]);
-            }
+            if (!pp) normal_cdf_tile(xr, pb + c0, m, t);  // Phi again, as the forward computed it
             const T* gr = pg + r * C + c0;
             T* dr = pdx + r * C + c0;
             for (std::size_t i = 0; i < m; ++i) {
