@@ -4,7 +4,6 @@
 // may (no gradient wanted, float32, one row, no adapter), the op-by-op path otherwise.
 #include <catch2/catch.hpp>
 
-
 #include <xgrad/core/detail/blas.hpp>
 #include <xgrad/core/random.hpp>
 #include <xgrad/core/tape.hpp>

@@ -140,17 +140,20 @@ template <class T> std::size_t differing(const Array& a, const Array& b) {
   for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(pa + i, pb + i, sizeof(T)) != 0;
   return n;
 }
+// a and b of one shape and dtype
+std::size_t differing(const Array& a, const Array& b) {
+  return a.dtype() == DType::float64 ? differing<double>(a, b) : differing<float>(a, b);
+}
 }  // namespace
 
 std::size_t differing_bits(const Array& a, const Array& b) {
   REQUIRE(a.shape() == b.shape());
   REQUIRE(a.dtype() == b.dtype());
-  return a.dtype() == DType::float64 ? differing<double>(a, b) : differing<float>(a, b);
+  return differing(a, b);
 }
 
 bool same_bits(const Array& a, const Array& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         (a.dtype() == DType::float64 ? differing<double>(a, b) : differing<float>(a, b)) == 0;
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && differing(a, b) == 0;
 }
 
 double rounding_bound(std::size_t length, DType dtype, double scale, double ulps) {
