@@ -19,14 +19,26 @@ Needs NumPy (never needed to build or use xgrad). Prints the C++ table, or with 
 it with the one in core/vmath.cpp (exit 1 when they differ; a ctest runs that):
 
     /usr/bin/python3 tools/fit_erf.py [--stride 13] [--check core/vmath.cpp]
+
+What --check compares is the polynomials, not the digits. The least squares go through NumPy's
+LAPACK and BLAS, whose kernels differ from CPU to CPU, and a degree-6 fit on an interval of
+width 1/4 is ill-conditioned: on an Intel Xeon whose OpenBLAS runs its Prescott core the fit
+gives 27 of the 112 float32 coefficients a few to 439 units in the last place away from a
+SkylakeX core's, yet the two tables' polynomials differ by at most 1e-5 ulp of erf. So the check
+passes when, on each interval, the source's polynomial and the fit's agree within POLY_TOL ulp of
+erf (0.001: a change of one unit in the last place of c0 to c3 moves them by 0.01-1 ulp), and
+the source's own table, through the kernel's float32 arithmetic, is within BOUND ulp of double
+erf on the evaluated inputs (1.08, the bound over all 2^32 inputs).
 """
 import argparse
 import math
+import re
 import sys
 
 import numpy as np
 
 WIDTH, INTERVALS, DEGREE = 0.25, 16, 6
+POLY_TOL, BOUND = 0.001, 1.08  # --check: ulp of erf
 f32 = np.float32
 erf = np.vectorize(math.erf)
 
@@ -75,6 +87,47 @@ def kernel(coef, x):
     return np.copysign(fma(p, t, base), x)
 
 
+def read_table(source):
+    """The kErfC table of a C++ source as [interval, coefficient] float32, or None."""
+    start = source.find("constexpr float kErfC[%d][%d]" % (DEGREE + 1, INTERVALS))
+    end = source.find("};", start) if start >= 0 else -1
+    if end < 0:
+        return None
+    body = source[source.find("=", start) + 1:end]
+    vals = re.findall(r"(-?[0-9]+\.[0-9]+e[-+][0-9]+)f", body)
+    if len(vals) != (DEGREE + 1) * INTERVALS:
+        return None
+    return np.array([float(v) for v in vals], dtype=f32).reshape(DEGREE + 1, INTERVALS).T
+
+
+def poly(c, i, t):
+    """Interval i's polynomial with float32 coefficients c, in float64 (erf(i/4 + t))."""
+    c = c.astype(np.float64)
+    if i == 0:
+        return t + t * sum(c[k] * t ** (k - 1) for k in range(1, DEGREE + 1))
+    return sum(c[k] * t ** k for k in range(DEGREE + 1))
+
+
+def ulp32(y):
+    """One unit in the last place of float32 at |y| (the smallest subnormal at 0)."""
+    r = np.abs(y).astype(f32)
+    return np.maximum((np.nextafter(r, f32(np.inf)) - r).astype(np.float64), float(np.nextafter(f32(0), f32(1))))
+
+
+def poly_gap(a, b):
+    """Per interval, the largest difference of the two tables' polynomials in ulp of erf."""
+    t = np.linspace(0, WIDTH, 20001)
+    return [float(np.max(np.abs(poly(a[i], i, t) - poly(b[i], i, t)) / ulp32(poly(a[i], i, t))))
+            for i in range(INTERVALS)]
+
+
+def errors(coef, x, ref):
+    """Per interval, the largest error in ulp of the kernel's float32 arithmetic with coef."""
+    err = np.abs(kernel(coef, x).astype(np.float64) - ref) / ulp32(ref)
+    where = np.minimum(np.floor(x * 4), 15).astype(int)
+    return [float(err[where == i].max()) for i in range(INTERVALS)]
+
+
 def table(coef):
     lines = ["alignas(64) constexpr float kErfC[7][16] = {"]
     for k in range(DEGREE + 1):
@@ -95,12 +148,8 @@ def main():
     coef = fit()
     x = np.arange(1, np.float32(4.5).view(np.int32), args.stride, dtype=np.int32).view(f32)
     ref = erf(x.astype(np.float64))
-    r = np.abs(ref).astype(f32)
-    ulp = (np.nextafter(r, f32(np.inf)) - r).astype(np.float64)
-    err = np.abs(kernel(coef, x).astype(np.float64) - ref) / ulp
-    where = np.minimum(np.floor(x * 4), 15).astype(int)
-    for i in range(INTERVALS):
-        print(f"// interval {i:2d}: at most {err[where == i].max():.3f} ulp", file=sys.stderr)
+    for i, e in enumerate(errors(coef, x, ref)):
+        print(f"// interval {i:2d}: at most {e:.3f} ulp", file=sys.stderr)
     text = table(coef)
     if not args.check:
         print(text)
@@ -111,13 +160,21 @@ def main():
     except OSError as e:
         print(f"fit_erf.py: cannot read {args.check}: {e.strerror}", file=sys.stderr)
         return 1
-    start = source.find(text.split("\n")[0])
-    end = source.find("};", start) + 2 if start >= 0 else -1
-    if start < 0 or source[start:end] != text:
+    theirs = read_table(source)
+    if theirs is None:
+        print(f"fit_erf.py: no kErfC[{DEGREE + 1}][{INTERVALS}] table of {(DEGREE + 1) * INTERVALS} numbers in "
+              f"{args.check}", file=sys.stderr)
+        return 1
+    gap, own = poly_gap(theirs, coef), errors(theirs, x, ref)
+    differ = int(np.count_nonzero(theirs != coef))
+    worst = int(np.argmax(gap))
+    print(f"fit_erf.py: {differ} of {theirs.size} coefficients differ in their digits from this fit's; the "
+          f"polynomials differ by at most {gap[worst]:.3g} ulp of erf (interval {worst}; at most {POLY_TOL} "
+          f"allowed); the source's table errs by at most {max(own):.3f} ulp (at most {BOUND} allowed), every "
+          f"{args.stride}th float32 of [0, 4.5]")
+    if gap[worst] > POLY_TOL or max(own) > BOUND:
         print(f"fit_erf.py: the table in {args.check} is not the one this fit gives:\n{text}", file=sys.stderr)
         return 1
-    print(f"fit_erf.py: the table in {args.check} is the fit's ({err.max():.3f} ulp at most, every "
-          f"{args.stride}th float32 of [0, 4.5])")
     return 0
 
 
