@@ -65,14 +65,17 @@ void run(const bench::AttentionFlags& f, const std::string& dtype) {
     V.zero_grad();
     ops::sum(nn::attention(Q, K, V, vis, opts) * G).backward();
   };
+  // The peak before the timed repetitions and again after them (bench/peak.hpp, peak_around).
+  const bench::Peak peak_before = bench::measure_peak(f.threads, 0.05, bench::xgrad_pool(),
+                                                      blas::sgemm_isa() == "avx2" ? "avx2" : "");
   const std::vector<double> ms = bench::time_reps(f.warmup, f.reps, fwd_bwd);
   // FLOPs (docs/performance.md): forward 4 B H T^2 d_h and backward 10 B H T^2 d_h over the
   // visible pairs; causal counts half the pairs: 7 B H T^2 d_h, no mask 14 B H T^2 d_h.
   if (f.mask == "causal" || f.mask == "none") {
     const double flop = (f.mask == "causal" ? 7.0 : 14.0) * double(f.batch) * double(f.heads) * double(f.seq) *
                         double(f.seq) * double(f.dh);
-    bench::measure_and_print_peak_share(f.threads, flop * 1e-9 / (bench::summarize(ms).median * 1e-3),
-                                        bench::xgrad_pool(), blas::sgemm_isa() == "avx2" ? "avx2" : "");
+    bench::print_peak_share_around(peak_before, flop * 1e-9 / (bench::summarize(ms).median * 1e-3),
+                                   bench::xgrad_pool());
   } else {
     bench::print_line("% of peak: FLOP formula only for --mask causal and none");
   }

@@ -62,6 +62,8 @@ void run_f64(const bench::MatmulFlags& f, const Extra& x) {
   const Tensor A = randn({M, K}, gen, DType::float64);
   const Tensor B = randn({K, N}, gen, DType::float64);
   const double flop = 2.0 * double(M) * double(N) * double(K);
+  const bench::RunThreads pool = bench::xgrad_pool();
+  const bench::Peak peak_before = bench::measure_peak(f.threads, 0.05, pool);  // and after (peak_around)
   for (const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
        std::chrono::steady_clock::now() < until;)
     ops::matmul(A, B);
@@ -81,8 +83,7 @@ void run_f64(const bench::MatmulFlags& f, const Extra& x) {
       });
       t[i].insert(t[i].end(), s.begin(), s.end());
     }
-  const bench::RunThreads pool = bench::xgrad_pool();
-  const bench::Peak peak = bench::measure_peak(f.threads, 0.05, pool);
+  const bench::Peak peak = bench::peak_around(peak_before, pool);
   const double f64_peak = peak.fp32_gflops / 2;
   bench::print_line("peak (fp64 FMA = half the fp32 one, " + peak.isa + ", " + std::to_string(peak.threads) +
                     " threads, measured now): " + bench::fmt(f64_peak, 1) + " GFLOP/s");
@@ -164,6 +165,8 @@ void run_bf16(const bench::MatmulFlags& f, const Extra& x) {
     const std::size_t i = turn++;
     k.run(as[i % as.size()].data(), bs[i % bs.size()].data(), cs[i % cs.size()].data());
   };
+  const bench::RunThreads pool = bench::xgrad_pool();
+  const bench::Peak peak_before = bench::measure_peak(f.threads, 0.05, pool);  // and after (peak_around)
   for (const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
        std::chrono::steady_clock::now() < until;)
     for (Kernel& k : kernels) call(k);
@@ -175,8 +178,7 @@ void run_bf16(const bench::MatmulFlags& f, const Extra& x) {
       k.ms.insert(k.ms.end(), t.begin(), t.end());
     }
   const double flop = 2.0 * double(M) * double(N) * double(K);
-  const bench::RunThreads pool = bench::xgrad_pool();
-  const bench::Peak peak = bench::measure_peak(f.threads, 0.05, pool);
+  const bench::Peak peak = bench::peak_around(peak_before, pool);
   bench::print_line("peak (vdpbf16ps, " + std::to_string(peak.threads) + " threads, measured now): " +
                     bench::fmt(peak.bf16_gflops, 1) + " GFLOP/s; fp32 FMA " + bench::fmt(peak.fp32_gflops, 1) +
                     " GFLOP/s");
@@ -220,6 +222,11 @@ void run(const bench::MatmulFlags& f, const Extra& x) {
   const Tensor A = randn({M, K}, gen);
   const Tensor B = randn({K, N}, gen);
   const double flop = 2.0 * double(M) * double(N) * double(K);
+  const bench::RunThreads pool = bench::xgrad_pool();
+  // The peak of the vectors the GEMM kernels use (XGRAD_ISA=avx2 on an AVX-512 CPU: the AVX2
+  // peak), before the timed products and again after them (bench/peak.hpp, peak_around).
+  const bench::Peak peak_before =
+      bench::measure_peak(f.threads, 0.05, pool, blas::sgemm_isa() == "avx2" ? "avx2" : "");
   // The first few hundred milliseconds of products run slower (oneDNN's first calls for a shape
   // and ISA, the clock coming up): without this the op, timed first, paid for it alone (under
   // XGRAD_ISA=avx2, 133 against the doorway's 177 GFLOP/s, the same calls). Untimed, by time.
@@ -246,9 +253,7 @@ void run(const bench::MatmulFlags& f, const Extra& x) {
     });
     bench::print_summary("doorway bfloat16 (xgrad pool)", gflops(t, flop), "GFLOPS");
   }
-  const bench::RunThreads pool = bench::xgrad_pool();
-  // The peak of the vectors the GEMM kernels use (XGRAD_ISA=avx2 on an AVX-512 CPU: the AVX2 peak).
-  const bench::Peak peak = bench::measure_peak(f.threads, 0.05, pool, blas::sgemm_isa() == "avx2" ? "avx2" : "");
+  const bench::Peak peak = bench::peak_around(peak_before, pool);
   const double achieved = bench::summarize(gflops(ms, flop)).median;
   bench::print_peak_share(peak, achieved);
   if (square) {

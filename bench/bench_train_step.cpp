@@ -166,6 +166,9 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
 
   double loss = 0;
   const auto step = [&] { loss = train_step(model, opt, tokens, targets); };
+  // The peak before the timed steps and again after them (bench/peak.hpp, peak_around).
+  const bench::Peak peak_before = bench::measure_peak(f.threads, 0.05, bench::xgrad_pool(),
+                                                      blas::sgemm_isa() == "avx2" ? "avx2" : "");
   std::vector<double> ms;
   if (against.empty()) {
     ms = bench::time_reps(f.warmup, f.steps, step);
@@ -189,8 +192,7 @@ void run(const bench::TrainFlags& f, const std::string& arch, const std::string&
                       double(f.d / f.heads) * double(f.layers);
   const double flop = 6.0 * double(model.parameter_count()) * tokens_per_step + attn;
   bench::print_line("FLOP per step: " + bench::fmt(flop * 1e-9, 3) + " G");
-  bench::measure_and_print_peak_share(f.threads, flop * 1e-9 / (bench::summarize(ms).median * 1e-3),
-                                      bench::xgrad_pool(), blas::sgemm_isa() == "avx2" ? "avx2" : "");
+  bench::print_peak_share_around(peak_before, flop * 1e-9 / (bench::summarize(ms).median * 1e-3), bench::xgrad_pool());
   const double timed_loss = loss;  // the loss line reports the timed run, not the profiled steps after it
   if (profile)
     print_profile(f.steps, [&](double* phases) {

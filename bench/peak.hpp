@@ -30,11 +30,19 @@ bool has_avx512_bf16();
 // not count). `isa` empty: the widest; "avx2" forces the 256-bit kernel.
 Peak measure_peak(int threads, double seconds = 0.05, const RunThreads& run = {}, const std::string& isa = {});
 
+// The peak for the share of a timed piece of work: `before` (measure_peak before the work) and a
+// second measurement now, on the same threads and vectors, the larger of each figure kept. A
+// host that takes a core away for a second or more makes one measurement low (the KVM guests of
+// docs/performance.md: the two-thread peak at half, and a share printed at 158%); it seldom does
+// so at both ends of the work. Prints a line saying so when the two fp32 figures differ by more
+// than 15%.
+Peak peak_around(const Peak& before, const RunThreads& run = {});
+
 // "peak (fp32 FMA, avx512, 2 threads, measured now): X GFLOP/s" and then
 // "achieved: Y GFLOP/s = Z% of peak" for `achieved_gflops`.
 void print_peak_share(const Peak& peak, double achieved_gflops);
-// Measures the peak briefly (0.05 s slices) on `threads` threads and prints both lines.
-void measure_and_print_peak_share(int threads, double achieved_gflops, const RunThreads& run = {},
-                                  const std::string& isa = {});
+// Measures the peak briefly (0.05 s slices) on `before`'s threads and vectors, keeps the larger
+// of it and `before` (peak_around) and prints both lines.
+void print_peak_share_around(const Peak& before, double achieved_gflops, const RunThreads& run = {});
 
 }  // namespace bench
