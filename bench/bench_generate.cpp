@@ -15,6 +15,12 @@
 // The parameters are packed into one block per dtype first (Module::pack_parameters, as
 // `xgrad generate` does: large blocks lie on 2 MiB pages); --no-pack leaves them apart.
 //
+// Decoding reads every weight once a token: the program counts the bytes a decoded token reads
+// (the parameters, less the token embedding table when the classifier is untied, plus the KV
+// cache's keys and values at the average position) and prints that traffic as a share of the
+// read bandwidth it measures afterwards (bench::measure_read_bandwidth, a buffer of the same size
+// on the same threads), the speed no decoder of this model on this machine can beat.
+//
 // bench/generate_vs_runc.py runs this beside run.c (docs/performance.md).
 #include <cstdio>
 #include <cstdint>
@@ -23,6 +29,8 @@
 #include <vector>
 
 #include "bench/common.hpp"
+#include "bench/peak.hpp"
+#include "bench/xgrad_pool.hpp"
 #include <xgrad/core/runtime.hpp>
 #include <xgrad/nn/transformer.hpp>
 #include <xgrad/nn/generate.hpp>
@@ -112,6 +120,30 @@ void run(const bench::GenerateFlags& f) {
   bench::print_line("greedy ids: " + ids_text(ids, 8) + " (hash " + std::to_string(ids_hash(ids)) +
                     "); logits of every step: hash " + std::to_string(logits_hash(last.logits)));
   bench::print_peak_rss();
+
+  // After the peak RSS: the measurement's buffer is not the model's memory.
+  // Untied: of the token embedding table only the token's row is read.
+  const double unread = f.untied ? static_cast<double>(s.vocab - 1) * static_cast<double>(s.d) : 0.0;
+  const double weight_bytes = 4.0 * (static_cast<double>(model.parameter_count()) - unread);
+  const double kv_bytes = 4.0 * 2.0 * static_cast<double>(s.layers) * static_cast<double>(s.kv_heads) *
+                          static_cast<double>(s.d / s.heads) * (static_cast<double>(f.new_tokens) + 1.0) / 2.0;
+  const double token_bytes = weight_bytes + kv_bytes;
+  const double read_gbs =
+      bench::measure_read_bandwidth(f.threads, static_cast<std::size_t>(token_bytes), 0.05, bench::xgrad_pool());
+  const double decode_gbs = bench::summarize(decode_tps).median * token_bytes * 1e-9;
+  bench::print_line("decode reads " + bench::fmt(token_bytes * 1e-6, 2) + " MB a token (" +
+                    std::to_string(static_cast<std::uint64_t>(token_bytes)) + " bytes): the weights " +
+                    bench::fmt(weight_bytes * 1e-6, 2) + " MB" + (f.untied ? " (not the token embedding table)" : "") +
+                    ", the KV cache " + bench::fmt(kv_bytes * 1e-6, 2) + " MB at the average position");
+  if (read_gbs > 0) {
+    bench::print_line("read bandwidth (" + std::to_string(f.threads) + (f.threads == 1 ? " thread" : " threads") +
+                      ", a buffer of that size, measured in this run): " + bench::fmt(read_gbs, 1) + " GB/s");
+    bench::print_line("decode (median): " + bench::fmt(decode_gbs, 1) + " GB/s = " +
+                      bench::fmt(100.0 * decode_gbs / read_gbs, 1) + "% of the read bandwidth");
+  } else {
+    bench::print_line("read bandwidth: not measured (no buffer of that size; decode (median): " + bench::fmt(decode_gbs, 1) +
+                      " GB/s)");
+  }
   bench::print_line("prefill tokens/s (median): " + bench::fmt(bench::summarize(prefill_tps).median, 1));
   bench::print_line("decode tokens/s (median): " + bench::fmt(bench::summarize(decode_tps).median, 1));
   bench::print_result("decode_tok_s", bench::summarize(decode_tps).median, "tok/s");

@@ -19,7 +19,9 @@ round), for every shape and thread count runs
 
 and prints each program's decode tokens/s (bench_generate: its median over --reps decodes of
 255 tokens from BOS; run.c: its "achieved tok/s" over positions 1..255, greedy), the medians
-over rounds and the ratio xgrad / run.c (above 1: xgrad is faster). With --base-build DIR a
+over rounds and the ratio xgrad / run.c (above 1: xgrad is faster), and both programs' decode
+traffic as a share of the read bandwidth bench_generate measures (the bytes a token reads, which
+are the same for both, at the median read bandwidth of xgrad's runs). With --base-build DIR a
 second bench_generate (DIR/bin/bench_generate: another build, e.g. of the commit before a
 change) runs in the same rounds beside the two, and its ratio to run.c is printed too. Python 3
 standard library and numpy (for the model files).
@@ -59,12 +61,17 @@ def run(cmd, env=None, what=""):
 
 
 def xgrad_decode(bench, shape, threads, reps):
+    """(decode tok/s, prefill tok/s, bytes a decoded token reads, read bandwidth GB/s) of one
+    bench_generate run; the last two None from a build that prints no read bandwidth."""
     p = run([bench, "--shape", shape, "--threads", str(threads), "--reps", str(reps)], what="bench_generate")
     dec = re.search(r"^decode tokens/s \(median\): ([0-9.]+)$", p.stdout, re.M)
     pre = re.search(r"^prefill tokens/s \(median\): ([0-9.]+)$", p.stdout, re.M)
     if not dec or not pre:
         sys.exit("generate_vs_runc: unexpected bench_generate output:\n" + p.stdout)
-    return float(dec.group(1)), float(pre.group(1))
+    reads = re.search(r"^decode reads [0-9.]+ MB a token \(([0-9]+) bytes\)", p.stdout, re.M)
+    bw = re.search(r"^read bandwidth \([^)]*\): ([0-9.]+) GB/s$", p.stdout, re.M)
+    return (float(dec.group(1)), float(pre.group(1)), int(reads.group(1)) if reads else None,
+            float(bw.group(1)) if bw else None)
 
 
 def runc_decode(runc, model, tokenizer, threads, steps):
@@ -127,7 +134,7 @@ def main():
     for r in range(args.rounds):
         for s in shapes:
             for t in thread_counts:
-                res = results.setdefault((s, t), {"xgrad": [], "prefill": [], "runc": [], "base": []})
+                res = results.setdefault((s, t), {"xgrad": [], "prefill": [], "runc": [], "base": [], "bw": []})
                 order = ["xgrad", "runc"] if r % 2 == 0 else ["runc", "xgrad"]
                 if base:
                     order = ["xgrad", "base", "runc"] if r % 2 == 0 else ["runc", "base", "xgrad"]
@@ -135,9 +142,12 @@ def main():
                     if who == "base":
                         res["base"].append(xgrad_decode(base, s, t, args.reps)[0])
                     elif who == "xgrad":
-                        dec, pre = xgrad_decode(bench, s, t, args.reps)
+                        dec, pre, nbytes, bw = xgrad_decode(bench, s, t, args.reps)
                         res["xgrad"].append(dec)
                         res["prefill"].append(pre)
+                        if nbytes and bw:
+                            res["bytes"] = nbytes
+                            res["bw"].append(bw)
                     elif have_runc:
                         res["runc"].append(runc_decode(runc, os.path.join(work, s + ".bin"), tokenizer, t, steps))
                 print("round %d %s threads %d: xgrad decode %.1f tok/s%s%s" %
@@ -160,6 +170,19 @@ def main():
             print("| %s | %d | %.1f | not run | n/a | %.0f |" % (s, t, x, p))
             if base:
                 print("| %s (base) | %d | %.1f | not run | n/a | |" % (s, t, statistics.median(res["base"])))
+    if any(res["bw"] for res in results.values()):
+        # Both programs read the same weights and KV cache a token (bench_generate counts the bytes).
+        print()
+        print("against the read bandwidth bench_generate measures in each run (a buffer of the bytes a token reads):")
+        print("| shape | threads | bytes a token | read bandwidth GB/s (median) | xgrad | run.c |")
+        print("|---|---|---|---|---|---|")
+        for (s, t), res in results.items():
+            if not res["bw"]:
+                continue
+            bw = statistics.median(res["bw"])
+            share = lambda tps: "%.1f%%" % (100.0 * tps * res["bytes"] / (bw * 1e9))  # noqa: E731
+            print("| %s | %d | %d | %.1f | %s | %s |" % (s, t, res["bytes"], bw, share(statistics.median(res["xgrad"])),
+                                                     share(statistics.median(res["runc"])) if have_runc else "not run"))
     print()
     print("per round (decode tok/s):")
     for (s, t), res in results.items():

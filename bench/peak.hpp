@@ -38,6 +38,14 @@ Peak measure_peak(int threads, double seconds = 0.05, const RunThreads& run = {}
 // than 15%.
 Peak peak_around(const Peak& before, const RunThreads& run = {});
 
+// GB/s of reading `bytes` (whole 64-byte lines) split over `threads` threads at once, the speed
+// that bounds work which reads each of those bytes once (decoding reads every weight once a
+// token): a buffer of that size on 2 MiB pages where the kernel allows (as xgrad's packed
+// parameters), written once, then read with the widest vector loads, each thread its own
+// contiguous part; calibrated to about `seconds` a slice, the best of 3 slices. 0 for a size
+// under one line per thread.
+double measure_read_bandwidth(int threads, std::size_t bytes, double seconds = 0.05, const RunThreads& run = {});
+
 // "peak (fp32 FMA, avx512, 2 threads, measured now): X GFLOP/s" and then
 // "achieved: Y GFLOP/s = Z% of peak" for `achieved_gflops`.
 void print_peak_share(const Peak& peak, double achieved_gflops);
