@@ -96,15 +96,16 @@ __attribute__((target("avx512f"))) float read_lines_avx512(const float* p, std::
 }
 __attribute__((target("avx2"))) float read_lines_avx2(const float* p, std::size_t lines) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (std::size_t i = 0; i < lines; ++i) {  // two 32-byte loads a line, two lines' chains apart
-    const float* q = p + 16 * i;
-    if (i % 2 == 0) {
-      a0 = _mm256_add_ps(a0, _mm256_load_ps(q));
-      a1 = _mm256_add_ps(a1, _mm256_load_ps(q + 8));
-    } else {
-      a2 = _mm256_add_ps(a2, _mm256_load_ps(q));
-      a3 = _mm256_add_ps(a3, _mm256_load_ps(q + 8));
-    }
+  std::size_t i = 0;
+  for (; i + 2 <= lines; i += 2) {  // two lines, four 32-byte loads
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + 16 * i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + 16 * i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + 16 * i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + 16 * i + 24));
+  }
+  if (i < lines) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + 16 * i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + 16 * i + 8));
   }
   alignas(32) float out[8];
   _mm256_store_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
