@@ -212,6 +212,49 @@ void split_k(const Kernel& kernel, std::size_t chunks, bool ta, bool tb, std::si
     }
 }
 
+// A float32 weight gradient op(A) = A^T whose C has at least kTallRatio times as many rows as
+// columns, over a long reduction (K at least 2 M): oneDNN's AVX-512 sgemm runs it 1.1-1.6x
+// slower than the same product with the operands swapped, whose C is wide (measured on Intel
+// Xeon model 207 at 1 and 2 threads, C [1024, 256] with K 2048: nn::Linear's weight gradient
+// x^T dY of a layer that narrows, fc2's; bench/NOTES.md's library table shows the same on AMD
+// Zen 5). Its AVX2 sgemm runs both forms alike (model 207 under XGRAD_ISA=avx2), so there the
+// product stays as it is. So oneDNN computes C^T = B^T A into a buffer (the doorway's blocks,
+// as any product) and the pool writes its transpose into C: C = C^T^T + beta C (beta 0 reads
+// nothing of C). Bits: those of the swapped product, the same run to run.
+constexpr std::size_t kTallRatio = 2;
+std::atomic<std::uint64_t> g_transposed_calls{0};
+std::atomic<bool> g_onednn_avx512{false};  // set by setup(): oneDNN runs its AVX-512 kernels
+
+template <class Kernel>
+void transposed_product(const Kernel& kernel, std::size_t M, std::size_t N, std::size_t K, float alpha,
+                        const float* A, std::size_t lda, const float* B, std::size_t ldb, float beta, float* C,
+                        std::size_t ldc) {
+  g_transposed_calls.fetch_add(1, std::memory_order_relaxed);
+  thread_local detail::AlignedVector<float> ct_buf;  // reused: a fresh block per call would fault its pages every step
+  ct_buf.resize(N * M);
+  float* Ct = ct_buf.data();
+  // C^T [N, M] = alpha B^T A: B is [K, N] (op = transpose), A [K, M] (as it is).
+  split_blocks<float>(kernel, true, false, N, M, K, alpha, B, ldb, A, lda, 0.0f, Ct, M);
+  constexpr std::size_t kB = 16;
+  detail::parallel_for((M + kB - 1) / kB, 4, [&](std::size_t b0, std::size_t b1, std::size_t) {
+    for (std::size_t i0 = b0 * kB; i0 < std::min(M, b1 * kB); i0 += kB) {
+      const std::size_t i1 = std::min(M, i0 + kB);
+      for (std::size_t j0 = 0; j0 < N; j0 += kB) {
+        const std::size_t j1 = std::min(N, j0 + kB);
+        for (std::size_t i = i0; i < i1; ++i) {
+          float* row = C + i * ldc;
+          if (beta == 0.0f)
+            for (std::size_t j = j0; j < j1; ++j) row[j] = Ct[j * M + i];
+          else if (beta == 1.0f)
+            for (std::size_t j = j0; j < j1; ++j) row[j] = Ct[j * M + i] + row[j];
+          else
+            for (std::size_t j = j0; j < j1; ++j) row[j] = Ct[j * M + i] + beta * row[j];
+        }
+      }
+    }
+  });
+}
+
 // `kernel` computes each block (OpenBlasKernel, or raw_onednn for float32).
 template <class T, class Kernel>
 void split_gemm(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, T alpha,
@@ -241,6 +284,11 @@ void split_gemm(const Kernel& kernel, bool ta, bool tb, std::size_t M, std::size
     const std::size_t k_chunks = std::min(threads, K / kAlignRows);
     if (k_chunks > 1 && K >= kSplitKRatio * std::max(M, N)) {
       split_k(kernel, k_chunks, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+    if (!std::is_same<Kernel, OpenBlasKernel>::value && g_onednn_avx512.load(std::memory_order_relaxed) && ta &&
+        !tb && M >= kTallRatio * N && K >= 2 * M && flops >= kSplitFlops) {
+      transposed_product(kernel, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     }
   }
@@ -316,6 +364,7 @@ void setup() {
     if (has(dnnl_cpu_isa_avx512_core)) {
       g_backend = Backend::onednn;
       g_isa = "avx512";
+      g_onednn_avx512.store(true, std::memory_order_relaxed);
     } else if (has(dnnl_cpu_isa_avx2)) {
       g_backend = Backend::onednn;
       g_isa = "avx2";
@@ -430,6 +479,7 @@ std::string isa_ceiling() {
 
 std::uint64_t sgemm_calls(Backend b) { return g_calls[static_cast<int>(b)].load(std::memory_order_relaxed); }
 std::uint64_t k_split_calls() { return g_k_split_calls.load(std::memory_order_relaxed); }
+std::uint64_t transposed_calls() { return g_transposed_calls.load(std::memory_order_relaxed); }
 
 void gemm(bool ta, bool tb, std::size_t M, std::size_t N, std::size_t K, double alpha,
           const double* A, std::size_t lda, const double* B, std::size_t ldb, double beta,

@@ -76,6 +76,10 @@ std::uint64_t sgemm_calls(Backend b);
 // float32 GEMM calls split along K (C small beside K: the weight gradients of small layers; the
 // partial products added in chunk order), process-wide.
 std::uint64_t k_split_calls();
+// float32 GEMM calls on oneDNN's AVX-512 kernels computed as their transpose (op(A) = A^T,
+// op(B) = B, C at least twice as tall as wide, K at least 2 M, from 1M flops: C^T = B^T A, then
+// transposed into C; a layer's weight gradient x^T dY where the layer narrows), process-wide.
+std::uint64_t transposed_calls();
 
 // bfloat16 products (xg::set_matmul_dtype): C = alpha op(A) op(B) + beta C with A and B
 // rounded to bfloat16 and float32 accumulation (core/detail/bf16_gemm.hpp), split over the pool

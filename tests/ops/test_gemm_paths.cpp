@@ -174,6 +174,54 @@ TEST_CASE("float32 GEMM with an empty dimension sets C to beta C on each backend
 // splits K across the pool, the partial products added in chunk order (core/blas.cpp, split_k):
 // within the float32 bound on each backend, at 2 threads with the split counted and at 1 thread
 // without it, and bit-identical run to run at 2 threads.
+// A weight gradient whose C is at least twice as tall as wide over a long K (op(A) = A^T, K from
+// 2 M, under the split-K rule's 4 M, from 1M flops) runs on oneDNN's AVX-512 kernels as its
+// transpose C^T = B^T A, transposed into C afterwards (core/blas.cpp, transposed_product):
+// within the float32 bound with alpha, beta (beta 0: C's NaN never read) and padded leading
+// dimensions, counted there and only there (not on OpenBLAS, not under XGRAD_ISA=avx2, not for a
+// C under twice as tall, a transposed B or a product under 1M flops), at 2 and 1 threads, and
+// bit-identical run to run.
+TEST_CASE("float32 weight gradients with a tall C run as their transpose on oneDNN AVX-512 within rounding",
+          "[gemm_paths]") {
+  const xgt::ThreadCount restore;
+  std::mt19937 rng(2048);
+  struct Expect {
+    Case c;
+    bool transposed;  // where oneDNN runs its AVX-512 kernels
+  };
+  const Expect cases[] = {{{128, 32, 300, true, false, 1.0f, 0.0f, 0}, true},
+                          {{130, 40, 400, true, false, -0.5f, 1.5f, 3}, true},
+                          {{129, 64, 258, true, false, 2.0f, 1.0f, 1}, true},
+                          {{128, 65, 300, true, false, 1.0f, 0.0f, 0}, false},   // C under twice as tall
+                          {{128, 32, 300, true, true, 1.0f, 0.0f, 0}, false},    // B transposed
+                          {{128, 32, 300, false, false, 1.0f, 0.0f, 0}, false},  // A not transposed
+                          {{64, 16, 160, true, false, 1.0f, 0.0f, 0}, false}};   // 327,680 flops
+  const bool avx512 = expected_isa() == "avx512";
+  for (const int threads : {2, 1}) {
+    xg::set_num_threads(threads);
+    for (blas::Backend be : backends())
+      for (const Expect& e : cases) {
+        INFO(threads << " threads, backend " << blas::backend_name(be) << ", M " << e.c.M << ", N " << e.c.N << ", K "
+                     << e.c.K << ", ta " << e.c.ta << ", tb " << e.c.tb);
+        const std::uint64_t before = blas::transposed_calls();
+        check_case(be, e.c, rng);
+        const bool expected = e.transposed && avx512 && be == blas::Backend::onednn;
+        CHECK(blas::transposed_calls() - before == (expected ? 1u : 0u));
+      }
+  }
+  xg::set_num_threads(2);
+  for (blas::Backend be : backends()) {  // run to run: the same bits
+    const std::size_t M = 256, N = 64, K = 600;
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> A(K * M), B(K * N), C1(M * N, 0.25f), C2(M * N, 0.25f);
+    for (float& v : A) v = dist(rng);
+    for (float& v : B) v = dist(rng);
+    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C1.data(), N);
+    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C2.data(), N);
+    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("float32 GEMM with a long K beside a small C splits K over the pool and stays within rounding",
           "[gemm_paths]") {
   const xgt::ThreadCount restore;
