@@ -174,6 +174,20 @@ TEST_CASE("float32 GEMM with an empty dimension sets C to beta C on each backend
 // splits K across the pool, the partial products added in chunk order (core/blas.cpp, split_k):
 // within the float32 bound on each backend, at 2 threads with the split counted and at 1 thread
 // without it, and bit-identical run to run at 2 threads.
+namespace {
+// C += A^T B (A [K, M], B [K, N], C 0.25 everywhere) twice on `be`: the same bits both times.
+void same_bits_run_to_run(blas::Backend be, std::size_t M, std::size_t N, std::size_t K, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> A(K * M), B(K * N), C1(M * N, 0.25f), C2(M * N, 0.25f);
+  for (float& v : A) v = dist(rng);
+  for (float& v : B) v = dist(rng);
+  blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C1.data(), N);
+  blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C2.data(), N);
+  INFO("backend " << blas::backend_name(be) << ", M " << M << ", N " << N << ", K " << K);
+  CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
+}
+}  // namespace
+
 // A weight gradient whose C is at least twice as tall as wide over a long K (op(A) = A^T, K from
 // 2 M, under the split-K rule's 4 M, from 1M flops) runs on oneDNN's AVX-512 kernels as its
 // transpose C^T = B^T A, transposed into C afterwards (core/blas.cpp, transposed_product):
@@ -210,16 +224,7 @@ TEST_CASE("float32 weight gradients with a tall C run as their transpose on oneD
       }
   }
   xg::set_num_threads(2);
-  for (blas::Backend be : backends()) {  // run to run: the same bits
-    const std::size_t M = 256, N = 64, K = 600;
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> A(K * M), B(K * N), C1(M * N, 0.25f), C2(M * N, 0.25f);
-    for (float& v : A) v = dist(rng);
-    for (float& v : B) v = dist(rng);
-    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C1.data(), N);
-    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C2.data(), N);
-    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
-  }
+  for (blas::Backend be : backends()) same_bits_run_to_run(be, 256, 64, 600, rng);
 }
 
 TEST_CASE("float32 GEMM with a long K beside a small C splits K over the pool and stays within rounding",
@@ -240,14 +245,5 @@ TEST_CASE("float32 GEMM with a long K beside a small C splits K over the pool an
       }
   }
   xg::set_num_threads(2);
-  for (blas::Backend be : backends()) {  // run to run: the same bits
-    const std::size_t M = 64, N = 256, K = 1024;
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> A(K * M), B(K * N), C1(M * N, 0.25f), C2(M * N, 0.25f);
-    for (float& v : A) v = dist(rng);
-    for (float& v : B) v = dist(rng);
-    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C1.data(), N);
-    blas::sgemm_on(be, true, false, M, N, K, 1.0f, A.data(), M, B.data(), N, 1.0f, C2.data(), N);
-    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)) == 0);
-  }
+  for (blas::Backend be : backends()) same_bits_run_to_run(be, 64, 256, 1024, rng);
 }
